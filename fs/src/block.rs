@@ -1,0 +1,172 @@
+//! The block-device interface the filesystem is written against.
+//!
+//! The filesystem owns this interface (it is the consumer); the appliance's NVMe and
+//! virtio-blk drivers and the host's file- and memory-backed devices implement it.
+//!
+//! # Durability
+//! Completion of a [`BlockDevice::write`] means the device has *accepted* the data: a
+//! later read returns it, but it may still sit in a volatile cache and be lost on power
+//! failure. Data is durable only once a [`BlockDevice::flush`] issued *after* the write
+//! completed has itself completed, or when the write was issued with
+//! [`WriteFlags::fua`] set and has completed. Nothing is promised about the order in
+//! which concurrently outstanding writes reach stable media.
+//!
+//! # Addressing
+//! Requests address the device in logical blocks of [`Geometry::block_size`] bytes.
+//! Buffer lengths must be non-zero multiples of the block size and no larger than
+//! [`Geometry::max_transfer`]; a request that ends past [`Geometry::num_blocks`] fails
+//! with [`IoError::OutOfRange`] and has no effect.
+//!
+//! # Concurrency and buffers
+//! All methods take `&self` so that many requests can be in flight at once: a caller
+//! creates several futures and polls them together. A request's buffer is borrowed for
+//! the life of its future. If the future is dropped before it completes, the
+//! implementation must make sure the device no longer touches the buffer once `drop`
+//! returns (for instance by waiting for the completion, or by having transferred through
+//! a bounce buffer it owns). Callers need not align buffers; implementations that need
+//! alignment for DMA bounce internally.
+
+use core::fmt;
+
+/// Static facts about a block device, fixed for the life of the handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Logical block size in bytes (a power of two, at least 512).
+    pub block_size: u32,
+    /// Capacity in logical blocks.
+    pub num_blocks: u64,
+    /// Largest single transfer, in bytes (a multiple of `block_size`).
+    pub max_transfer: u32,
+    /// The device honours FUA writes natively. When false, implementations emulate a FUA
+    /// write with write + flush, so [`WriteFlags::fua`] is always safe to use; the
+    /// filesystem uses this bit only to choose the cheaper strategy.
+    pub native_fua: bool,
+    /// The device has a volatile write cache, so [`BlockDevice::flush`] does real work.
+    pub volatile_cache: bool,
+    /// The device supports [`BlockDevice::discard`].
+    pub discard: bool,
+}
+
+impl Geometry {
+    /// Capacity in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.num_blocks * u64::from(self.block_size)
+    }
+}
+
+/// Per-write options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteFlags {
+    /// Forced unit access: the write is durable when it completes.
+    pub fua: bool,
+}
+
+impl WriteFlags {
+    /// A plain (cached) write.
+    pub const NONE: WriteFlags = WriteFlags { fua: false };
+    /// A write that is durable on completion.
+    pub const FUA: WriteFlags = WriteFlags { fua: true };
+}
+
+/// Why a block request failed. Callers map every variant to `EIO` for users, except
+/// where noted; the variants exist so logs and counters can say what happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoError {
+    /// The request reaches past the end of the device.
+    OutOfRange,
+    /// The buffer length is zero, not a multiple of the block size, or above
+    /// `max_transfer`.
+    BadLength,
+    /// The device does not support this operation (e.g. discard).
+    Unsupported,
+    /// The device did not complete the request in time; it was aborted.
+    Timeout,
+    /// The device reported an error. The value is device-specific (for NVMe, the
+    /// status code type and status code as `(sct << 8) | sc`).
+    Device(u16),
+    /// The driver could not get memory (e.g. DMA buffers) for the request.
+    NoMemory,
+    /// The device has been removed or failed and accepts no more requests.
+    Dead,
+}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IoError::OutOfRange => f.write_str("request past end of device"),
+            IoError::BadLength => f.write_str("bad request length"),
+            IoError::Unsupported => f.write_str("operation not supported by device"),
+            IoError::Timeout => f.write_str("request timed out"),
+            IoError::Device(status) => write!(f, "device error status {status:#06x}"),
+            IoError::NoMemory => f.write_str("out of memory for request"),
+            IoError::Dead => f.write_str("device is dead"),
+        }
+    }
+}
+
+/// An asynchronous block device. See the module documentation for the contract.
+///
+/// The futures are not required to be `Send`: the appliance runs one cooperative executor
+/// per CPU.
+#[allow(async_fn_in_trait)]
+pub trait BlockDevice {
+    /// The device's geometry.
+    fn geometry(&self) -> Geometry;
+
+    /// Reads `buf.len()` bytes starting at logical block `lba`.
+    async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError>;
+
+    /// Writes `buf` starting at logical block `lba`. Completion is not durability unless
+    /// `flags.fua` is set.
+    async fn write(&self, lba: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError>;
+
+    /// Makes every write that completed before this call durable.
+    async fn flush(&self) -> Result<(), IoError>;
+
+    /// Tells the device that `blocks` logical blocks starting at `lba` are unused. The
+    /// content of discarded blocks is unspecified afterwards. Fails with
+    /// [`IoError::Unsupported`] when `geometry().discard` is false.
+    async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError>;
+}
+
+/// Checks a request against a geometry: the one validation every implementation shares.
+pub fn check_request(geometry: &Geometry, lba: u64, len: usize) -> Result<(), IoError> {
+    let block = geometry.block_size as usize;
+    if len == 0 || len % block != 0 || len > geometry.max_transfer as usize {
+        return Err(IoError::BadLength);
+    }
+    let blocks = (len / block) as u64;
+    match lba.checked_add(blocks) {
+        Some(end) if end <= geometry.num_blocks => Ok(()),
+        _ => Err(IoError::OutOfRange),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geometry() -> Geometry {
+        Geometry {
+            block_size: 512,
+            num_blocks: 100,
+            max_transfer: 64 * 1024,
+            native_fua: false,
+            volatile_cache: true,
+            discard: false,
+        }
+    }
+
+    #[test]
+    fn request_checks() {
+        let g = geometry();
+        assert_eq!(check_request(&g, 0, 512), Ok(()));
+        assert_eq!(check_request(&g, 99, 512), Ok(()));
+        assert_eq!(check_request(&g, 99, 1024), Err(IoError::OutOfRange));
+        assert_eq!(check_request(&g, u64::MAX, 512), Err(IoError::OutOfRange));
+        assert_eq!(check_request(&g, 0, 0), Err(IoError::BadLength));
+        assert_eq!(check_request(&g, 0, 100), Err(IoError::BadLength));
+        assert_eq!(check_request(&g, 0, 128 * 1024), Err(IoError::BadLength));
+        assert_eq!(g.capacity_bytes(), 51200);
+    }
+}

@@ -1,0 +1,15 @@
+//! The ninefold filesystem.
+//!
+//! `no_std + alloc`: the same code runs inside the appliance (over the kernel's NVMe and
+//! virtio-blk drivers) and on the host (over files and memory, for tests and tools).
+//!
+//! Boundaries:
+//! - [`block`] is the block-device interface this crate consumes; the kernel's drivers and
+//!   the host's file/memory devices implement it.
+//! - [`vfs`] is the filesystem interface this crate provides; the 9P server consumes it.
+#![cfg_attr(not(any(test, feature = "std")), no_std)]
+
+extern crate alloc;
+
+pub mod block;
+pub mod vfs;
