@@ -132,7 +132,7 @@ pub trait BlockDevice {
 /// Checks a request against a geometry: the one validation every implementation shares.
 pub fn check_request(geometry: &Geometry, lba: u64, len: usize) -> Result<(), IoError> {
     let block = geometry.block_size as usize;
-    if len == 0 || len % block != 0 || len > geometry.max_transfer as usize {
+    if len == 0 || !len.is_multiple_of(block) || len > geometry.max_transfer as usize {
         return Err(IoError::BadLength);
     }
     let blocks = (len / block) as u64;
