@@ -28,6 +28,14 @@
 
 use core::fmt;
 
+mod mem;
+pub use mem::MemDisk;
+
+#[cfg(any(test, feature = "std"))]
+mod file;
+#[cfg(any(test, feature = "std"))]
+pub use file::FileDisk;
+
 /// Static facts about a block device, fixed for the life of the handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -145,6 +153,8 @@ pub fn check_request(geometry: &Geometry, lba: u64, len: usize) -> Result<(), Io
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
 
     fn geometry() -> Geometry {
         Geometry {
@@ -168,5 +178,54 @@ mod tests {
         assert_eq!(check_request(&g, 0, 100), Err(IoError::BadLength));
         assert_eq!(check_request(&g, 0, 128 * 1024), Err(IoError::BadLength));
         assert_eq!(g.capacity_bytes(), 51200);
+    }
+
+    /// The behaviour every implementation shares, run against one device.
+    async fn exercise(dev: &impl BlockDevice) {
+        let g = dev.geometry();
+        let bs = g.block_size as usize;
+        let last = g.num_blocks - 1;
+        let pattern: Vec<u8> = (0..2 * bs).map(|i| (i * 7 + 3) as u8).collect();
+        dev.write(last - 1, &pattern, WriteFlags::NONE)
+            .await
+            .unwrap();
+        dev.flush().await.unwrap();
+        let mut back = vec![0u8; 2 * bs];
+        dev.read(last - 1, &mut back).await.unwrap();
+        assert_eq!(back, pattern);
+        assert_eq!(dev.read(last, &mut back).await, Err(IoError::OutOfRange));
+        assert_eq!(
+            dev.write(0, &pattern[..1], WriteFlags::FUA).await,
+            Err(IoError::BadLength)
+        );
+        // A failed request changed nothing.
+        dev.read(last - 1, &mut back).await.unwrap();
+        assert_eq!(back, pattern);
+    }
+
+    #[test]
+    fn mem_disk() {
+        let disk = MemDisk::new(512, 64);
+        pollster::block_on(exercise(&disk));
+        assert_eq!(&disk.snapshot()[62 * 512..62 * 512 + 4], &[3, 10, 17, 24]);
+        pollster::block_on(disk.discard(62, 2)).unwrap();
+        assert!(disk.snapshot().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn file_disk() {
+        let path = std::env::temp_dir().join(format!("ninefold-filedisk-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 4096 * 16]).unwrap();
+        let disk = FileDisk::open(&path, 4096, true).unwrap();
+        pollster::block_on(exercise(&disk));
+        assert_eq!(
+            pollster::block_on(disk.discard(0, 1)),
+            Err(IoError::Unsupported)
+        );
+        drop(disk);
+        assert!(FileDisk::open(&path, 4096, false).is_ok());
+        std::fs::write(&path, vec![0u8; 4097]).unwrap();
+        assert!(FileDisk::open(&path, 4096, false).is_err());
+        std::fs::remove_file(&path).unwrap();
     }
 }
