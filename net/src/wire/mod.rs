@@ -315,7 +315,7 @@ fn begin_frame(out: &mut Vec<u8>, ty: u8, tag: u16) -> usize {
 }
 
 /// Patches the size of the frame begun at `start`; returns its length.
-fn end_frame(out: &mut Vec<u8>, start: usize) -> Result<usize, EncodeError> {
+fn end_frame(out: &mut [u8], start: usize) -> Result<usize, EncodeError> {
     let len = out.len() - start;
     let size = u32::try_from(len).map_err(|_| EncodeError::TooLarge(len))?;
     out[start..start + 4].copy_from_slice(&size.to_le_bytes());
