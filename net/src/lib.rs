@@ -17,4 +17,6 @@ extern crate alloc;
 
 pub mod conn;
 pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod wire;
