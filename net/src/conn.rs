@@ -15,8 +15,9 @@
 //! - A frame whose size is below the header or above the negotiated msize cannot be
 //!   skipped safely: the connection closes. So does a request reusing a tag that is
 //!   still in flight (its reply could not be told apart).
-//! - At [`crate::server::Config::max_in_flight`] outstanding requests the connection
-//!   stops taking input until one completes (backpressure, not an error).
+//! - At [`crate::server::Config::max_in_flight`] outstanding requests (in flight, or
+//!   answered but not yet sent) the connection stops taking input until one is sent
+//!   (backpressure, not an error).
 //! - `Tversion` waits until no request is in flight, and no new request starts until it
 //!   is answered (it resets the session).
 //! - `Tflush(oldtag)`: requests are never cancelled midway (the filesystem's operations
@@ -170,7 +171,10 @@ impl<F: FileSystem + 'static> Connection<F> {
         if self.closing.is_some() || !matches!(self.version, Version::Idle) {
             return false;
         }
-        let below_limit = self.in_flight.len() < self.server.config().max_in_flight;
+        // Replies not yet taken by the transport count too: a client that sends but
+        // never reads cannot make the server queue unbounded replies.
+        let outstanding = self.in_flight.len() + self.output.len();
+        let below_limit = outstanding < self.server.config().max_in_flight;
         if !below_limit && !self.throttled {
             self.server.counters().in_flight_limit_hits();
         }
