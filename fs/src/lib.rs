@@ -16,4 +16,6 @@ extern crate alloc;
 
 pub mod block;
 pub mod model;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod vfs;
