@@ -7,9 +7,15 @@
 //! - [`block`] is the block-device interface this crate consumes; the kernel's drivers and
 //!   the host's file/memory devices implement it.
 //! - [`vfs`] is the filesystem interface this crate provides; the 9P server consumes it.
+//! - [`model`] is the reference model of [`vfs::FileSystem`] the tests compare against;
+//!   [`sim`] holds block-device middleware and crash-state enumeration; `testing` (behind
+//!   the `testing` feature) is the shared test kit.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 
 extern crate alloc;
 
 pub mod block;
+pub mod model;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod vfs;

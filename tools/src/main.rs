@@ -3,6 +3,8 @@
 //! Each subcommand lives in its own module; this file only parses the command line and
 //! dispatches.
 
+mod serve;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +21,8 @@ struct Cli {
 enum Command {
     /// Print the on-disk format version this build reads and writes.
     Version,
+    /// Serve a filesystem over 9P2000.L on TCP.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -28,5 +32,12 @@ fn main() -> ExitCode {
             println!("ninefold {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::Serve(args) => match serve::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ninefold serve: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
