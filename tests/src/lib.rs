@@ -1,0 +1,1 @@
+//! QEMU harness (placeholder).
