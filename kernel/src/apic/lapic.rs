@@ -62,21 +62,27 @@ pub fn id() -> u8 {
     LAPIC.get().map_or(0, |r| (r.read32(ID) >> 24) as u8)
 }
 
-/// Measures the timer's rate against `elapsed` (a calibrated clock): counts down from the
-/// maximum for about 10 ms. Returns ticks per millisecond.
+/// Measures the timer's rate against `now` (a calibrated clock): five rounds of counting
+/// down for about 10 ms each; the median wins, so one round stretched by the host
+/// descheduling us does not skew it. Returns ticks per millisecond.
 pub fn calibrate_timer(now: impl Fn() -> Duration) -> u64 {
     let regs = regs();
     regs.write32(LVT_TIMER, MASKED | u32::from(TIMER_VECTOR));
-    regs.write32(TIMER_INITIAL, u32::MAX);
-    let start = now();
-    while now() - start < Duration::from_millis(10) {
-        core::hint::spin_loop();
+    let mut rounds = [0u64; 5];
+    for r in &mut rounds {
+        let start = now();
+        regs.write32(TIMER_INITIAL, u32::MAX);
+        while now() - start < Duration::from_millis(10) {
+            core::hint::spin_loop();
+        }
+        let ticks = u64::from(u32::MAX - regs.read32(TIMER_CURRENT));
+        let elapsed = now() - start;
+        *r = (u128::from(ticks) * 1_000_000 / elapsed.as_nanos().max(1)) as u64;
     }
-    let ticks = u64::from(u32::MAX - regs.read32(TIMER_CURRENT));
-    let elapsed = now() - start;
     regs.write32(TIMER_INITIAL, 0);
-    let per_ms = (u128::from(ticks) * 1_000_000 / elapsed.as_nanos().max(1)) as u64;
-    TICKS_PER_MS.store(per_ms.max(1), Ordering::Relaxed);
+    rounds.sort_unstable();
+    let per_ms = rounds[rounds.len() / 2].max(1);
+    TICKS_PER_MS.store(per_ms, Ordering::Relaxed);
     per_ms
 }
 
