@@ -81,6 +81,7 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
+## clean: build outputs and the KVM verdict; the disk image (your data) stays
 clean:
-	rm -rf $(BUILD)
+	rm -f $(IMAGE) $(BUILD)/accel $(BUILD)/accel-probe.log
 	$(CARGO) clean

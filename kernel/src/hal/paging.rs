@@ -15,8 +15,8 @@ use boot::layout::KernelLayout;
 use x86_64::registers::control::{Cr3, Cr3Flags};
 use x86_64::structures::paging::mapper::{MapToError, TranslateResult};
 use x86_64::structures::paging::{
-    FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags as Flags, PhysFrame,
-    Size2MiB, Size4KiB, Translate,
+    FrameAllocator, Mapper, OffsetPageTable, Page, PageSize, PageTable, PageTableFlags as Flags,
+    PhysFrame, Size2MiB, Size4KiB, Translate,
 };
 use x86_64::{PhysAddr, VirtAddr};
 
@@ -80,13 +80,17 @@ pub struct MapSummary {
     pub guards: usize,
 }
 
-fn map_page(
+/// Identity-maps the page of size `S` at `addr`.
+fn map_one<S: PageSize>(
     mapper: &mut OffsetPageTable<'static>,
     addr: u64,
     flags: Flags,
-) -> Result<(), MapError> {
-    let page = Page::<Size4KiB>::containing_address(VirtAddr::new(addr));
-    let frame = PhysFrame::containing_address(PhysAddr::new(addr));
+) -> Result<(), MapError>
+where
+    OffsetPageTable<'static>: Mapper<S>,
+{
+    let page = Page::<S>::containing_address(VirtAddr::new(addr));
+    let frame = PhysFrame::<S>::containing_address(PhysAddr::new(addr));
     // SAFETY: an identity mapping of memory whose use the caller's flags describe; it
     // aliases nothing (each physical page has exactly this one mapping).
     match unsafe { mapper.map_to(page, frame, flags, &mut Frames) } {
@@ -99,22 +103,12 @@ fn map_page(
     }
 }
 
-fn map_huge(
+fn map_page(
     mapper: &mut OffsetPageTable<'static>,
     addr: u64,
     flags: Flags,
 ) -> Result<(), MapError> {
-    let page = Page::<Size2MiB>::containing_address(VirtAddr::new(addr));
-    let frame = PhysFrame::<Size2MiB>::containing_address(PhysAddr::new(addr));
-    // SAFETY: as in `map_page`.
-    match unsafe { mapper.map_to(page, frame, flags, &mut Frames) } {
-        Ok(flush) => {
-            flush.flush();
-            Ok(())
-        }
-        Err(MapToError::FrameAllocationFailed) => Err(MapError::OutOfMemory),
-        Err(_) => Err(MapError::Conflict),
-    }
+    map_one::<Size4KiB>(mapper, addr, flags)
 }
 
 /// Identity-maps `range` (page-aligned) with the largest pages alignment allows.
@@ -127,7 +121,7 @@ fn map_range(
     let mut addr = range.start;
     while addr < range.end {
         if addr.is_multiple_of(HUGE) && range.end - addr >= HUGE {
-            map_huge(mapper, addr, flags)?;
+            map_one::<Size2MiB>(mapper, addr, flags)?;
             summary.huge_bytes += HUGE;
             addr += HUGE;
         } else {
