@@ -52,7 +52,7 @@ run: deps image $(DISK)
 	exec $(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
 		-serial mon:stdio -no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
-		-kernel $(IMAGE) -append "port=$(NINEP_PORT) $(APPEND)" \
+		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) $(APPEND))" \
 		-drive file=$(DISK),if=none,id=disk0,format=raw \
 		-device nvme,drive=disk0,serial=ninefold0 \
 		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT) \
