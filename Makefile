@@ -21,6 +21,9 @@ NINEP_PORT ?= 564
 # The disk image attached as an NVMe namespace (created sparse if missing).
 DISK ?= $(BUILD)/disk.img
 DISK_SIZE ?= 1G
+# What 9P serves: `memory` = an empty in-memory filesystem (development mode: nothing is
+# stored) until the on-disk filesystem is wired in; `disk` = the filesystem on DISK.
+FS ?= memory
 # Extra kernel command-line options, e.g. APPEND="log=debug ip=10.0.2.15/24 gw=10.0.2.2".
 APPEND ?=
 # Accelerator: empty = probe (scripts/accel.sh: kvm only if it really works here).
@@ -52,11 +55,11 @@ run: deps image $(DISK)
 	exec $(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
 		-serial mon:stdio -no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
-		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) $(APPEND))" \
+		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) fs=$(FS) $(APPEND))" \
 		-drive file=$(DISK),if=none,id=disk0,format=raw \
 		-device nvme,drive=disk0,serial=ninefold0 \
 		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT) \
-		-device virtio-net-pci,netdev=net0,romfile=
+		-device virtio-net-pci,netdev=net0,disable-legacy=on,romfile=
 
 ## test: everything CI runs: host tests, then the QEMU boot tests
 test: test-host test-qemu

@@ -8,6 +8,7 @@
 //! | `ip=ADDR/PREFIX` or `ip=dhcp` | the NIC's IPv4 address | `dhcp` |
 //! | `gw=ADDR` | default IPv4 gateway (static `ip=` only) | none |
 //! | `port=N` | TCP port of the 9P server | `564` |
+//! | `fs=disk\|memory` | what 9P serves: the filesystem on the disk, or an empty in-memory one (development only: nothing is stored) | `disk` |
 //! | `disk=nvme0\|virtio0\|BB:DD.F` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex) | the first one found |
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
@@ -52,6 +53,16 @@ pub enum DiskSelector {
     Pci(PciAddress),
 }
 
+/// What the 9P service serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsSource {
+    /// The filesystem on the block device.
+    Disk,
+    /// An empty in-memory filesystem (the reference model): for developing and testing
+    /// the network side; nothing survives a reboot.
+    Memory,
+}
+
 /// A deliberate crash, to test the fault reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Crash {
@@ -74,6 +85,8 @@ pub struct Config {
     pub gateway: Option<Ipv4Addr>,
     /// TCP port of the 9P server.
     pub port: u16,
+    /// What the 9P service serves.
+    pub fs: FsSource,
     /// The block device for the filesystem; `None` picks the first one found.
     pub disk: Option<DiskSelector>,
     /// Run the self-checks and power off.
@@ -91,6 +104,7 @@ impl Default for Config {
             ip: IpConfig::Dhcp,
             gateway: None,
             port: DEFAULT_9P_PORT,
+            fs: FsSource::Disk,
             disk: None,
             selftest: false,
             crash: None,
@@ -172,6 +186,13 @@ impl Config {
                 self.port = port;
             }
             "disk" => self.disk = Some(parse_disk(need(value)?)?),
+            "fs" => {
+                self.fs = match need(value)? {
+                    "disk" => FsSource::Disk,
+                    "memory" => FsSource::Memory,
+                    _ => return Err(Some("expected disk or memory")),
+                }
+            }
             "crash" => {
                 self.crash = Some(match need(value)? {
                     "pagefault" => Crash::PageFault,
@@ -272,6 +293,9 @@ impl fmt::Display for Config {
             Some(d) => write!(f, " disk={d}")?,
             None => f.write_str(" disk=auto")?,
         }
+        if self.fs == FsSource::Memory {
+            f.write_str(" fs=memory")?;
+        }
         if self.selftest {
             f.write_str(" selftest")?;
         }
@@ -313,7 +337,7 @@ mod tests {
     #[test]
     fn every_option_parses() {
         let (c, ignored) = parse(
-            "log=debug ip=10.0.2.15/24 gw=10.0.2.2 port=5640 disk=00:04.0 selftest poweroff crash=stackoverflow",
+            "log=debug ip=10.0.2.15/24 gw=10.0.2.2 port=5640 disk=00:04.0 fs=memory selftest poweroff crash=stackoverflow",
         );
         assert!(ignored.is_empty(), "{ignored:?}");
         assert_eq!(c.log, LevelFilter::Debug);
@@ -327,6 +351,7 @@ mod tests {
         assert_eq!(c.gateway, Some(Ipv4Addr::new(10, 0, 2, 2)));
         assert_eq!(c.port, 5640);
         assert_eq!(c.disk, Some(DiskSelector::Pci(PciAddress::new(0, 0, 4, 0))));
+        assert_eq!(c.fs, FsSource::Memory);
         assert!(c.selftest && c.poweroff);
         assert_eq!(c.crash, Some(Crash::StackOverflow));
         // The summary is itself a valid command line that parses to the same config.
@@ -362,10 +387,10 @@ mod tests {
     #[test]
     fn unknown_and_malformed_options_are_reported_and_ignored() {
         let (c, ignored) = parse(
-            "log=loud ip=10.0.0.1 ip=300.1.1.1/8 ip=10.0.0.1/33 port=0 port=70000 port= frobnicate selftest=yes crash=reboot gw=x log",
+            "log=loud ip=10.0.0.1 ip=300.1.1.1/8 ip=10.0.0.1/33 port=0 port=70000 port= frobnicate selftest=yes crash=reboot gw=x log fs=tmpfs",
         );
         assert_eq!(c, Config::default());
-        assert_eq!(ignored.len(), 12, "{ignored:#?}");
+        assert_eq!(ignored.len(), 13, "{ignored:#?}");
         assert!(ignored[0].contains("`log=loud`"));
         assert!(ignored[7].starts_with("unknown option `frobnicate`"));
     }

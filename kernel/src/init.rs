@@ -3,15 +3,17 @@
 use core::time::Duration;
 
 use boot::BootInfo;
-use log::{info, warn, LevelFilter};
+use fs::model::ModelFs;
+use log::{error, info, warn, LevelFilter};
 
 use crate::apic::{ioapic, lapic, pic};
-use crate::config::Config;
+use crate::clock::rtc::WallClock;
+use crate::config::{Config, FsSource};
 use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
 use crate::mm::setup::MemorySummary;
 use crate::platform::{self, PlatformInfo};
-use crate::{clock, crash, irq, klog, mm, pci, selftest, task};
+use crate::{clock, crash, irq, klog, mm, net, pci, selftest, task};
 
 const MIB: u64 = 1 << 20;
 
@@ -143,11 +145,30 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     if config.poweroff {
         return ExitCode::Success;
     }
-    info!(
-        "ready: 9P service on port {} arrives with the network stack; idling",
-        config.port
-    );
+    match config.fs {
+        FsSource::Memory => {
+            warn!("fs: DEVELOPMENT MODE (fs=memory): serving an empty in-memory filesystem; nothing is stored on disk");
+            serve(&config, ModelFs::new(WallClock::new()), &mem).await;
+        }
+        FsSource::Disk => {
+            // TODO(issue 6): mount the on-disk filesystem (branches `fs`, `drivers`) here
+            // and `serve` it exactly like the model.
+            error!("fs: serving the disk needs the on-disk filesystem and block drivers, which are not merged yet; boot with fs=memory to serve an in-memory filesystem");
+            info!("ready: idle (nothing to serve)");
+        }
+    }
     loop {
         task::sleep(Duration::from_secs(3600)).await;
+    }
+}
+
+/// Serves `fs` over 9P until power-off; logs why not if the network cannot start.
+async fn serve<F: fs::vfs::FileSystem + 'static>(config: &Config, fs: F, mem: &MemorySummary) {
+    match net::serve(config, fs, mem.heap).await {
+        Ok(_) => info!("ready: serving 9P on port {}", config.port),
+        Err(e) => {
+            error!("net: {e}; not serving 9P");
+            info!("ready: idle (no network)");
+        }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! One library for the image and its host tests:
 //! - pure modules (build everywhere, unit-tested on the host): [`config`] (command line),
-//!   [`exec`] (async executor), [`mm`] (memory map, frame allocator), [`pci`] (decoding,
+//!   [`exec`] (async executor), [`mm`] (memory map, frame allocator), [`net`] (sizing
+//!   rules; the network stack and 9P service build only for the appliance), [`pci`] (decoding,
 //!   enumeration, capabilities), [`time`], [`sync`], [`exit`];
 //! - hardware modules (only for `x86_64-unknown-none`): `hal` (all `unsafe` code),
 //!   `apic`, `clock`, `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`, and
@@ -18,6 +19,7 @@ pub mod config;
 pub mod exec;
 pub mod exit;
 pub mod mm;
+pub mod net;
 pub mod pci;
 pub mod sync;
 pub mod time;

@@ -19,11 +19,15 @@
 use std::fmt;
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kernel::exit::ExitCode;
+
+pub mod ninep;
 
 /// How long a boot may take before it counts as hung. Boots take well under a second
 /// under TCG; this leaves room for a loaded machine.
@@ -185,6 +189,19 @@ impl Qemu {
         self
     }
 
+    /// A modern virtio-net NIC on QEMU user networking with `127.0.0.1:host_port` on the
+    /// host forwarded to the appliance's TCP `guest_port`.
+    pub fn virtio_net_forward(mut self, host_port: u16, guest_port: u16) -> Self {
+        let id = self.id("net");
+        self.args.extend([
+            "-netdev".into(),
+            format!("user,id={id},hostfwd=tcp:127.0.0.1:{host_port}-:{guest_port}"),
+            "-device".into(),
+            format!("virtio-net-pci,netdev={id},disable-legacy=on,romfile="),
+        ]);
+        self
+    }
+
     /// QEMU's `edu` test device (1234:11e8), which raises an MSI on request.
     pub fn edu(self) -> Self {
         self.args(&["-device", "edu"])
@@ -211,6 +228,47 @@ impl Qemu {
             .map(quote)
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// Boots in the background; the test talks to the appliance while it runs, then
+    /// [`Running::stop`]s it. The timeout still applies (QEMU is killed when it passes).
+    pub fn spawn(self) -> Running {
+        let command = self.command_line();
+        let started = Instant::now();
+        let mut child = Command::new(&self.qemu)
+            .args(self.full_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.qemu));
+        let serial = Arc::new(Mutex::new(Vec::new()));
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let sink = serial.clone();
+        let out = std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        Running {
+            child,
+            command,
+            started,
+            deadline: started + self.timeout,
+            serial,
+            threads: Some((out, err)),
+            _disks: self.disks,
+        }
     }
 
     /// Boots and waits for QEMU to exit or the timeout to pass.
@@ -257,6 +315,85 @@ impl Qemu {
             serial,
             stderr: err.join().unwrap_or_default(),
         }
+    }
+}
+
+/// An appliance running in the background (see [`Qemu::spawn`]); killed when dropped.
+#[derive(Debug)]
+pub struct Running {
+    child: Child,
+    command: String,
+    started: Instant,
+    deadline: Instant,
+    serial: Arc<Mutex<Vec<u8>>>,
+    threads: Option<(JoinHandle<()>, JoinHandle<String>)>,
+    _disks: Vec<ScratchDisk>,
+}
+
+impl Running {
+    /// The serial console so far.
+    pub fn serial(&self) -> String {
+        String::from_utf8_lossy(&self.serial.lock().unwrap()).replace('\r', "")
+    }
+
+    /// Waits (until the boot's timeout) for a serial line containing `needle`; returns
+    /// it. Fails, stopping QEMU and printing everything, if it never comes or QEMU exits.
+    pub fn wait_for_line(&mut self, needle: &str) -> String {
+        loop {
+            if let Some(l) = self.serial().lines().find(|l| l.contains(needle)) {
+                return l.to_string();
+            }
+            let exited = self.child.try_wait().ok().flatten().is_some();
+            if exited || Instant::now() >= self.deadline {
+                let why = format!("no serial line contains {needle:?}");
+                self.fail(&why);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops QEMU (if still running) and returns the whole boot.
+    pub fn stop(mut self) -> Boot {
+        self.finish()
+    }
+
+    /// Fails with `why`, printing the command line and the serial log so far.
+    pub fn fail(&mut self, why: &str) -> ! {
+        let boot = self.finish();
+        boot.fail(why)
+    }
+
+    fn finish(&mut self) -> Boot {
+        let status = match self.child.try_wait().ok().flatten() {
+            Some(s) => Some(s),
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                None
+            }
+        };
+        let stderr = match self.threads.take() {
+            Some((out, err)) => {
+                let _ = out.join();
+                err.join().unwrap_or_default()
+            }
+            None => String::new(),
+        };
+        Boot {
+            command: self.command.clone(),
+            status: status.and_then(|s| s.code()),
+            timed_out: status.is_none() && Instant::now() >= self.deadline,
+            elapsed: self.started.elapsed(),
+            serial: self.serial(),
+            stderr,
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

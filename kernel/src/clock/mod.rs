@@ -6,6 +6,7 @@
 
 pub mod hpet;
 pub mod pit;
+pub mod rtc;
 
 use core::time::Duration;
 

@@ -1,0 +1,98 @@
+//! The network side of the appliance: the virtio-net NIC, an IPv4/TCP stack (smoltcp)
+//! configured statically or by DHCP, and the 9P2000.L service on TCP.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`nic`] | virtio-net (modern PCI) as a smoltcp device; MSI-X wake-ups, polling fallback |
+//! | [`stack`] | interface, sockets, DHCP, and the task that polls them |
+//! | [`tcp`] | a smoltcp TCP socket as a 9P `Transport` |
+//! | [`service`] | the 9P listener (a pool of listening sockets) and connection tasks |
+//! | [`limits`] | connection limit and socket buffer sizing |
+//! | [`stats`] | per-cause counters |
+//!
+//! The service is generic over the filesystem ([`fs::vfs::FileSystem`]): [`serve`] takes
+//! whatever the boot sequence mounted.
+
+pub mod limits;
+
+#[cfg(target_os = "none")]
+pub mod nic;
+#[cfg(target_os = "none")]
+pub mod service;
+#[cfg(target_os = "none")]
+pub mod stack;
+#[cfg(target_os = "none")]
+pub mod stats;
+#[cfg(target_os = "none")]
+pub mod tcp;
+
+#[cfg(target_os = "none")]
+pub use serve_impl::{serve, NetError};
+
+#[cfg(target_os = "none")]
+mod serve_impl {
+    use alloc::rc::Rc;
+    use core::fmt;
+
+    use fs::vfs::FileSystem;
+    use ninep::server::{Config as NinepConfig, Server};
+
+    use super::limits::{max_sockets, socket_buffer};
+    use super::nic::{Nic, NicError};
+    use super::service::Service;
+    use super::stack::Stack;
+    use crate::config::Config;
+    use crate::task;
+
+    /// Why the network could not start.
+    #[derive(Debug)]
+    pub enum NetError {
+        /// No virtio-net device (1af4:1041; QEMU: `-device virtio-net-pci,disable-legacy=on`).
+        NoNic,
+        /// The NIC could not be brought up.
+        Nic(NicError),
+    }
+
+    impl fmt::Display for NetError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                NetError::NoNic => f.write_str(
+                    "no modern virtio-net device (1af4:1041; QEMU: -device virtio-net-pci,disable-legacy=on)",
+                ),
+                NetError::Nic(e) => write!(f, "{e}"),
+            }
+        }
+    }
+
+    /// Brings up the NIC and the stack, and serves `fs` over 9P on `config.port`: spawns
+    /// the stack's poll task, the listener and the statistics reporter, and returns the
+    /// service once the interface has an address.
+    pub async fn serve<F: FileSystem + 'static>(
+        config: &Config,
+        fs: F,
+        heap_bytes: u64,
+    ) -> Result<Rc<Service<F>>, NetError> {
+        let dev = Nic::find().ok_or(NetError::NoNic)?;
+        let nic = Nic::new(dev).map_err(NetError::Nic)?;
+        let stack = Rc::new(Stack::new(nic, config.ip, config.gateway));
+        task::spawn({
+            let stack = stack.clone();
+            async move { stack.run().await }
+        });
+        let address = stack.wait_configured().await;
+        let server = Rc::new(Server::new(fs, NinepConfig::default()));
+        let buffer = socket_buffer(heap_bytes, max_sockets());
+        let service = Service::new(stack, server, config.port, buffer);
+        task::spawn(service.clone().run());
+        task::spawn(service.clone().report());
+        log::info!(
+            "9p: listening on {}:{} (up to {} connections, {} KiB socket buffers each way, msize up to {} KiB)",
+            address.address(),
+            config.port,
+            super::limits::MAX_CONNECTIONS,
+            buffer >> 10,
+            ninep::server::DEFAULT_MAX_MSIZE >> 10
+        );
+        Ok(service)
+    }
+}

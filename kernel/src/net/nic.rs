@@ -1,0 +1,283 @@
+//! The virtio-net NIC (modern PCI, 1af4:1041) as a smoltcp [`phy::Device`].
+//!
+//! Receive and transmit completions raise one MSI-X vector that signals an
+//! [`IrqEvent`]; the stack's poll task waits on it. If MSI-X cannot be set up, the NIC
+//! still works and the poll task polls it on a short timer instead
+//! ([`Nic::interrupts`] says which).
+//!
+//! Frames are copied once each way between the device's buffers and smoltcp (smoltcp's
+//! tokens hand out borrowed slices); the buffers themselves are owned by
+//! [`NetQueues`], which keeps the `unsafe` buffer contract in `hal`.
+
+use alloc::sync::Arc;
+use core::cell::RefCell;
+use core::fmt;
+
+use smoltcp::phy::{self, DeviceCapabilities, Medium};
+use smoltcp::time::Instant;
+use virtio_drivers::transport::pci::PciTransport;
+
+use super::stats::NicStats;
+use crate::exec::IrqEvent;
+use crate::hal::virtio_net::{NetQueues, MAX_FRAME};
+use crate::hal::virtio_pci;
+use crate::irq::{self, IrqHandle};
+use crate::pci::caps::CAP_VENDOR;
+use crate::pci::device::{self, MsixTable, PciDevice};
+
+/// PCI ids of a modern virtio-net function.
+const VIRTIO_VENDOR: u16 = 0x1af4;
+const VIRTIO_NET_MODERN: u16 = 0x1041;
+
+/// virtio 1.0 PCI capability type of the common configuration structure.
+const VIRTIO_PCI_CAP_COMMON_CFG: u8 = 1;
+/// Registers of the common configuration structure (virtio 1.0, 4.1.4.3).
+const COMMON_MSIX_CONFIG: usize = 0x10;
+const COMMON_QUEUE_SELECT: usize = 0x16;
+const COMMON_QUEUE_MSIX_VECTOR: usize = 0x1a;
+const COMMON_CFG_LEN: usize = 0x38;
+/// "No MSI-X vector" in the virtio registers.
+const VIRTIO_NO_VECTOR: u16 = 0xffff;
+/// virtio-net queue numbers.
+const RX_QUEUE: u16 = 0;
+const TX_QUEUE: u16 = 1;
+
+/// How the NIC tells the stack that something happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interrupts {
+    /// One MSI-X vector for both queues.
+    MsiX {
+        /// The CPU vector.
+        vector: u8,
+    },
+    /// None: the stack polls.
+    Polling,
+}
+
+/// Why the NIC could not be brought up.
+#[derive(Debug)]
+pub enum NicError {
+    /// The virtio PCI transport could not be set up.
+    Transport(virtio_drivers::transport::pci::VirtioPciError),
+    /// The device refused initialisation or its queues.
+    Device(virtio_drivers::Error),
+}
+
+impl fmt::Display for NicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NicError::Transport(e) => write!(f, "virtio PCI transport: {e}"),
+            NicError::Device(e) => write!(f, "virtio-net device: {e:?}"),
+        }
+    }
+}
+
+/// The virtio-net device, its queues and its interrupt.
+pub struct Nic {
+    queues: RefCell<NetQueues<PciTransport>>,
+    event: Arc<IrqEvent>,
+    interrupts: Interrupts,
+    pci: PciDevice,
+    stats: NicStats,
+    /// Kept for as long as the NIC lives: they own the vector and the table mapping.
+    _irq: Option<(IrqHandle, MsixTable)>,
+}
+
+impl fmt::Debug for Nic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nic")
+            .field("pci", &self.pci)
+            .field("interrupts", &self.interrupts)
+            .finish()
+    }
+}
+
+impl Nic {
+    /// The first modern virtio-net function, if there is one.
+    pub fn find() -> Option<PciDevice> {
+        device::find(VIRTIO_VENDOR, VIRTIO_NET_MODERN).next()
+    }
+
+    /// Brings up `dev`: queues, receive buffers, MSI-X (or polling).
+    pub fn new(dev: PciDevice) -> Result<Nic, NicError> {
+        // virtio-drivers maps the BARs itself but leaves memory decoding and bus mastering
+        // to us.
+        for (i, bar) in dev.bars() {
+            if matches!(bar, crate::pci::Bar::Memory { .. }) {
+                let _ = dev.map_bar(i);
+            }
+        }
+        dev.enable_bus_master();
+        let transport = virtio_pci::transport(&dev).map_err(NicError::Transport)?;
+        let queues = NetQueues::new(transport).map_err(NicError::Device)?;
+        let event = Arc::new(IrqEvent::new());
+        let (irq, interrupts) = match route_msix(&dev, &event) {
+            Ok((handle, table)) => {
+                let vector = handle.vector();
+                (Some((handle, table)), Interrupts::MsiX { vector })
+            }
+            Err(why) => {
+                log::warn!("net: {}: no MSI-X ({why}); polling the NIC", dev.address());
+                (None, Interrupts::Polling)
+            }
+        };
+        Ok(Nic {
+            queues: RefCell::new(queues),
+            event,
+            interrupts,
+            pci: dev,
+            stats: NicStats::default(),
+            _irq: irq,
+        })
+    }
+
+    /// The MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.queues.borrow().mac()
+    }
+
+    /// The PCI function.
+    pub fn pci(&self) -> PciDevice {
+        self.pci
+    }
+
+    /// How completions are signalled.
+    pub fn interrupts(&self) -> Interrupts {
+        self.interrupts
+    }
+
+    /// The event the NIC's interrupt signals.
+    pub fn event(&self) -> Arc<IrqEvent> {
+        self.event.clone()
+    }
+
+    /// Frame and error counters.
+    pub fn stats(&self) -> &NicStats {
+        &self.stats
+    }
+}
+
+/// Points both queues at one MSI-X vector whose handler signals `event`.
+fn route_msix(
+    dev: &PciDevice,
+    event: &Arc<IrqEvent>,
+) -> Result<(IrqHandle, MsixTable), &'static str> {
+    let common = dev
+        .capabilities()
+        .filter(|(id, _)| *id == CAP_VENDOR)
+        .find(|(_, off)| (dev.read32(*off) >> 24) as u8 == VIRTIO_PCI_CAP_COMMON_CFG)
+        .map(|(_, off)| {
+            let bar = (dev.read32(off + 4) & 0xff) as u8;
+            let offset = dev.read32(off + 8) as usize;
+            (bar, offset)
+        })
+        .ok_or("no virtio common configuration capability")?;
+    let regs = dev
+        .map_bar(common.0)
+        .map_err(|_| "cannot map the common configuration")?
+        .subregion(common.1, COMMON_CFG_LEN);
+    let table = dev.msix().map_err(|_| "no MSI-X capability")?;
+    let e = event.clone();
+    let handle = irq::allocate(move || e.signal()).map_err(|_| "no free vector")?;
+    table.set(0, &handle);
+    table.enable();
+    regs.write16(COMMON_MSIX_CONFIG, VIRTIO_NO_VECTOR);
+    for queue in [RX_QUEUE, TX_QUEUE] {
+        regs.write16(COMMON_QUEUE_SELECT, queue);
+        regs.write16(COMMON_QUEUE_MSIX_VECTOR, 0);
+        // The device answers NO_VECTOR if it could not allocate the vector.
+        if regs.read16(COMMON_QUEUE_MSIX_VECTOR) != 0 {
+            table.disable();
+            return Err("the device refused the MSI-X vector");
+        }
+    }
+    Ok((handle, table))
+}
+
+/// smoltcp's receive token: a received frame, returned to the device after use.
+#[derive(Debug)]
+pub struct RxToken<'a> {
+    nic: &'a Nic,
+    frame: crate::hal::virtio_net::RxFrame,
+}
+
+/// smoltcp's transmit token.
+#[derive(Debug)]
+pub struct TxToken<'a> {
+    nic: &'a Nic,
+}
+
+impl phy::RxToken for RxToken<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        let r = f(self.frame.data());
+        // smoltcp may have transmitted with the paired token inside `f`: borrow only now.
+        if let Err(e) = self.nic.queues.borrow_mut().recycle(self.frame) {
+            self.nic.stats.rx_errors.inc();
+            log::error!("net: reposting a receive buffer: {e:?}");
+        }
+        r
+    }
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let buffer = self.nic.queues.borrow_mut().tx_buffer();
+        let Some(mut frame) = buffer.filter(|_| len <= MAX_FRAME) else {
+            // `transmit` checked for room, so only an oversized frame gets here; smoltcp
+            // needs a buffer to build it in regardless.
+            self.nic.stats.tx_dropped.inc();
+            let mut scratch = alloc::vec![0u8; len];
+            return f(&mut scratch);
+        };
+        let r = f(frame.frame_mut(len));
+        match self.nic.queues.borrow_mut().transmit(frame, len) {
+            Ok(()) => {
+                self.nic.stats.tx_frames.inc();
+                self.nic.stats.tx_bytes.add(len as u64);
+            }
+            Err(e) => {
+                self.nic.stats.tx_dropped.inc();
+                log::warn!("net: transmit: {e:?}");
+            }
+        }
+        r
+    }
+}
+
+impl phy::Device for Nic {
+    type RxToken<'a> = RxToken<'a>;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
+        let frame = loop {
+            match self.queues.get_mut().receive()? {
+                Ok(frame) => break frame,
+                Err(e) => {
+                    self.stats.rx_errors.inc();
+                    log::warn!("net: receive: {e:?}");
+                }
+            }
+        };
+        self.stats.rx_frames.inc();
+        self.stats.rx_bytes.add(frame.data().len() as u64);
+        Some((RxToken { nic: self, frame }, TxToken { nic: self }))
+    }
+
+    fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
+        let q = self.queues.get_mut();
+        q.reap_tx();
+        // Room for one frame: `tx_buffer` checks again when the token is used.
+        if q.tx_in_flight() + 2 > crate::hal::virtio_net::QUEUE_SIZE {
+            self.stats.tx_queue_full.inc();
+            return None;
+        }
+        Some(TxToken { nic: self })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = MAX_FRAME;
+        caps
+    }
+}

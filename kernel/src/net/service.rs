@@ -1,0 +1,286 @@
+//! The 9P service: a TCP listener and one task per client connection.
+//!
+//! smoltcp has no accept queue: a listening socket becomes the connection. So the
+//! listener keeps a pool of [`LISTEN_POOL`] listening sockets on the port; each one a
+//! client connects to is handed to a new connection task and replaced, so clients
+//! connecting at the same time are all accepted. With [`MAX_CONNECTIONS`] open, the pool
+//! is empty and further clients are refused (reset) until one closes.
+//!
+//! A connection task runs [`Connection::run`] over a [`TcpTransport`]; when the peer
+//! closes or resets, or the server closes after a protocol violation, `run` lets the
+//! requests in flight finish and releases the connection's fids and locks. The task then
+//! closes the socket (FIN after the queued replies), waits for the close to finish (at
+//! most [`CLOSE_TIMEOUT`], else aborts) and frees it.
+
+use alloc::rc::Rc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::future::{poll_fn, Future};
+use core::task::Poll;
+use core::time::Duration;
+
+use fs::vfs::FileSystem;
+use ninep::conn::Connection;
+use ninep::server::Server;
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::tcp::{self, State};
+
+use super::limits::{LISTEN_POOL, MAX_CONNECTIONS};
+use super::stack::Stack;
+use super::stats::ServiceStats;
+use super::tcp::TcpTransport;
+use crate::exec::IrqEvent;
+use crate::task;
+
+/// How long a closing connection may take to finish its FIN handshake.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Keep-alive probes on idle connections, so a vanished client is noticed...
+pub const KEEP_ALIVE: Duration = Duration::from_secs(60);
+/// ...and reset after this long without an answer.
+pub const DEAD_PEER_TIMEOUT: Duration = Duration::from_secs(180);
+/// How often the counters are logged (when they changed).
+pub const STATS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The 9P service on one TCP port. See the module documentation.
+pub struct Service<F: FileSystem + 'static> {
+    stack: Rc<Stack>,
+    server: Rc<Server<F>>,
+    port: u16,
+    buffer: usize,
+    stats: Rc<ServiceStats>,
+    /// Signalled when a connection task ends (the pool may grow again).
+    ended: IrqEvent,
+}
+
+impl<F: FileSystem + 'static> core::fmt::Debug for Service<F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Service")
+            .field("port", &self.port)
+            .field("buffer", &self.buffer)
+            .finish()
+    }
+}
+
+impl<F: FileSystem + 'static> Service<F> {
+    /// A service for `server` on TCP `port`, with `buffer`-byte socket buffers each way.
+    pub fn new(stack: Rc<Stack>, server: Rc<Server<F>>, port: u16, buffer: usize) -> Rc<Self> {
+        Rc::new(Service {
+            stack,
+            server,
+            port,
+            buffer,
+            stats: Rc::new(ServiceStats::default()),
+            ended: IrqEvent::new(),
+        })
+    }
+
+    /// The connection counters.
+    pub fn stats(&self) -> &ServiceStats {
+        &self.stats
+    }
+
+    /// The 9P server.
+    pub fn server(&self) -> &Rc<Server<F>> {
+        &self.server
+    }
+
+    /// A new socket listening on the port.
+    fn listener(&self) -> Option<SocketHandle> {
+        let mut s = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0u8; self.buffer]),
+            tcp::SocketBuffer::new(vec![0u8; self.buffer]),
+        );
+        // Replies go out as soon as they are complete: no Nagle delay on small replies.
+        s.set_nagle_enabled(false);
+        s.set_keep_alive(Some(KEEP_ALIVE.into()));
+        s.set_timeout(Some(DEAD_PEER_TIMEOUT.into()));
+        if let Err(e) = s.listen(self.port) {
+            log::error!("9p: listen on port {}: {e:?}", self.port);
+            self.stats.listen_errors.inc();
+            return None;
+        }
+        Some(self.stack.sockets.borrow_mut().add(s))
+    }
+
+    /// The listener: runs for as long as the appliance does.
+    pub async fn run(self: Rc<Self>) {
+        let mut pool: Vec<SocketHandle> = Vec::new();
+        loop {
+            self.ended.take();
+            let accepted = self.accept(&mut pool);
+            for handle in accepted {
+                self.stats.accepted.inc();
+                task::spawn(self.clone().connection(handle));
+            }
+            self.resize_pool(&mut pool);
+            if pool.is_empty() && self.stats.active() == 0 {
+                // Cannot listen at all: nothing will wake us but a retry.
+                task::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            // Sleep until a pool socket changes state or a connection ends.
+            let mut registered = false;
+            poll_fn(|cx| {
+                if registered {
+                    return Poll::Ready(());
+                }
+                registered = true;
+                let mut sockets = self.stack.sockets.borrow_mut();
+                for &h in &pool {
+                    sockets
+                        .get_mut::<tcp::Socket>(h)
+                        .register_recv_waker(cx.waker());
+                }
+                match core::pin::pin!(self.ended.wait()).poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(()),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Takes the pool sockets a client has connected to out of the pool.
+    fn accept(&self, pool: &mut Vec<SocketHandle>) -> Vec<SocketHandle> {
+        let mut sockets = self.stack.sockets.borrow_mut();
+        let mut accepted = Vec::new();
+        pool.retain(|&h| {
+            let s = sockets.get_mut::<tcp::Socket>(h);
+            match s.state() {
+                State::Listen | State::SynReceived => true,
+                State::Closed => {
+                    // A handshake that was reset or timed out: listen again.
+                    if s.listen(self.port).is_err() {
+                        sockets.remove(h);
+                        return false;
+                    }
+                    true
+                }
+                _ => {
+                    accepted.push(h);
+                    false
+                }
+            }
+        });
+        accepted
+    }
+
+    /// Keeps `min(LISTEN_POOL, MAX_CONNECTIONS - active)` sockets listening.
+    fn resize_pool(&self, pool: &mut Vec<SocketHandle>) {
+        let allowance = MAX_CONNECTIONS
+            .saturating_sub(self.stats.active() as usize)
+            .min(LISTEN_POOL);
+        while pool.len() < allowance {
+            match self.listener() {
+                Some(h) => pool.push(h),
+                None => break,
+            }
+        }
+        while pool.len() > allowance {
+            let mut sockets = self.stack.sockets.borrow_mut();
+            let idle = pool
+                .iter()
+                .position(|&h| sockets.get::<tcp::Socket>(h).state() == State::Listen);
+            let Some(i) = idle else { break };
+            sockets.remove(pool.swap_remove(i));
+        }
+    }
+
+    /// One client connection, from accept to the socket's release.
+    async fn connection(self: Rc<Self>, handle: SocketHandle) {
+        let mut io = TcpTransport::new(self.stack.clone(), handle, self.stats.clone());
+        let peer = io.with(|s| s.remote_endpoint());
+        let conn = Connection::new(self.server.clone());
+        let id = conn.session().id();
+        log::debug!("9p: conn {id}: accepted from {peer:?}");
+        let (rx0, tx0) = (self.stats.rx_bytes.get(), self.stats.tx_bytes.get());
+        let result = conn.run(&mut io).await;
+        let state = io.with(|s| s.state());
+        let how = if let Err(e) = result {
+            self.stats.reset.inc();
+            log::warn!("9p: conn {id}: socket error {e:?}");
+            "socket error"
+        } else if state == State::Closed {
+            self.stats.reset.inc();
+            "reset or timed out"
+        } else if !io.with(|s| s.may_recv()) {
+            self.stats.peer_closed.inc();
+            "closed by peer"
+        } else {
+            self.stats.protocol_closed.inc();
+            "closed by server (protocol violation)"
+        };
+        self.close(&io).await;
+        self.stack.sockets.borrow_mut().remove(handle);
+        self.stats.closed.inc();
+        log::info!(
+            "9p: conn {id}: {how} (this connection: rx ~{} B, tx ~{} B); {} active",
+            self.stats.rx_bytes.get() - rx0,
+            self.stats.tx_bytes.get() - tx0,
+            self.stats.active()
+        );
+        self.ended.signal();
+    }
+
+    /// Closes the socket (FIN after the queued data) and waits for the close to finish,
+    /// aborting it after [`CLOSE_TIMEOUT`].
+    async fn close(&self, io: &TcpTransport) {
+        io.with(|s| s.close());
+        self.stack.kick();
+        let finished = poll_fn(|cx| {
+            io.with(|s| match s.state() {
+                State::Closed | State::TimeWait => Poll::Ready(()),
+                _ => {
+                    s.register_send_waker(cx.waker());
+                    Poll::Pending
+                }
+            })
+        });
+        if task::timeout(CLOSE_TIMEOUT, finished).await.is_err() {
+            self.stats.aborted.inc();
+            io.with(|s| s.abort());
+            self.stack.kick();
+            // Give the poll task a chance to send the reset before the socket goes.
+            super::stack::yield_now().await;
+        }
+    }
+
+    /// Logs the counters every [`STATS_INTERVAL`] when they changed.
+    pub async fn report(self: Rc<Self>) {
+        let mut last = (u64::MAX, 0, 0, 0);
+        loop {
+            task::sleep(STATS_INTERVAL).await;
+            let s = &self.stats;
+            let now = (
+                s.accepted.get(),
+                s.closed.get(),
+                s.rx_bytes.get(),
+                s.tx_bytes.get(),
+            );
+            if now != last {
+                last = now;
+                self.log_stats();
+            }
+        }
+    }
+
+    /// Logs the service's, the 9P server's and the NIC's counters.
+    pub fn log_stats(&self) {
+        let p = self.server.stats();
+        log::info!("9p: stats: connections: {}", self.stats);
+        log::info!(
+            "9p: stats: protocol: {} requests, {} error replies, {} undecodable, {} bad frame sizes, {} duplicate tags, {} flushes",
+            p.requests,
+            p.error_replies,
+            p.decode_errors,
+            p.bad_frame_sizes,
+            p.duplicate_tags,
+            p.flushes
+        );
+        log::info!(
+            "9p: stats: nic: {}; {} stack polls",
+            self.stack.nic_stats(),
+            self.stack.polls()
+        );
+    }
+}

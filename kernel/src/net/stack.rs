@@ -1,0 +1,247 @@
+//! The IPv4/TCP stack: one smoltcp [`Interface`] on the NIC, its sockets, DHCP, and the
+//! task that polls them.
+//!
+//! [`Stack`] is shared (`Rc`) by the poll task and the socket users (the 9P service's
+//! listener and connections). Everything runs on one CPU's executor, so a `RefCell`
+//! suffices; no borrow is ever held across an `await`.
+//!
+//! The poll task ([`Stack::run`]) sleeps until one of: the NIC's interrupt, a socket
+//! user's [`Stack::kick`] (data queued for sending, receive window reopened), or the
+//! deadline smoltcp asks for (retransmission, delayed ACK, DHCP renewal). Without MSI-X
+//! it also wakes every [`POLL_FALLBACK`].
+
+use core::cell::{Cell, RefCell};
+use core::future::poll_fn;
+use core::future::Future;
+use core::net::Ipv4Addr;
+use core::pin::{pin, Pin};
+use core::task::Poll;
+use core::time::Duration;
+
+use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
+use smoltcp::socket::dhcpv4;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Cidr};
+
+use super::nic::{Interrupts, Nic};
+use crate::config::IpConfig;
+use crate::exec::IrqEvent;
+use crate::{clock, task};
+
+/// How often the stack polls a NIC without interrupts.
+pub const POLL_FALLBACK: Duration = Duration::from_millis(1);
+
+/// The current time on smoltcp's clock (the kernel's monotonic clock).
+pub fn now() -> smoltcp::time::Instant {
+    smoltcp::time::Instant::from_micros((clock::now().as_nanos() / 1_000) as i64)
+}
+
+/// The interface, its sockets and the NIC. See the module documentation.
+pub struct Stack {
+    /// The sockets; users borrow them briefly, by handle.
+    pub sockets: RefCell<SocketSet<'static>>,
+    iface: RefCell<Interface>,
+    nic: RefCell<Nic>,
+    kick: IrqEvent,
+    dhcp: Option<SocketHandle>,
+    /// The address once configured.
+    address: Cell<Option<Ipv4Cidr>>,
+    /// Signalled when an address is (re)configured.
+    configured: IrqEvent,
+    polls: Cell<u64>,
+}
+
+impl core::fmt::Debug for Stack {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Stack")
+            .field("address", &self.address.get())
+            .field("polls", &self.polls.get())
+            .finish()
+    }
+}
+
+impl Stack {
+    /// An interface on `nic` with a static address (and gateway) or a DHCP client.
+    pub fn new(mut nic: Nic, ip: IpConfig, gateway: Option<Ipv4Addr>) -> Stack {
+        let mac = EthernetAddress(nic.mac());
+        let mut config = IfaceConfig::new(HardwareAddress::Ethernet(mac));
+        // Initial sequence numbers and DHCP transaction ids: the TSC is as good a seed as
+        // this machine has.
+        config.random_seed = crate::hal::cpu::rdtsc();
+        let mut iface = Interface::new(config, &mut nic, now());
+        let mut sockets = SocketSet::new(alloc::vec::Vec::new());
+        let (dhcp, address) = match ip {
+            IpConfig::Dhcp => (Some(sockets.add(dhcpv4::Socket::new())), None),
+            IpConfig::Static { addr, prefix } => {
+                let cidr = Ipv4Cidr::new(addr, prefix);
+                iface.update_ip_addrs(|a| {
+                    a.push(IpCidr::Ipv4(cidr)).expect("one address fits");
+                });
+                if let Some(gw) = gateway {
+                    iface
+                        .routes_mut()
+                        .add_default_ipv4_route(gw)
+                        .expect("one route fits");
+                }
+                log::info!(
+                    "net: static address {cidr}, gateway {}",
+                    gateway.map_or("none".into(), |g| alloc::format!("{g}"))
+                );
+                (None, Some(cidr))
+            }
+        };
+        log::info!(
+            "net: {} MAC {mac}, {}",
+            nic.pci().address(),
+            match nic.interrupts() {
+                Interrupts::MsiX { vector } => alloc::format!("MSI-X vector {vector:#x}"),
+                Interrupts::Polling => alloc::format!("polled every {POLL_FALLBACK:?}"),
+            }
+        );
+        Stack {
+            sockets: RefCell::new(sockets),
+            iface: RefCell::new(iface),
+            nic: RefCell::new(nic),
+            kick: IrqEvent::new(),
+            dhcp,
+            address: Cell::new(address),
+            configured: IrqEvent::new(),
+            polls: Cell::new(0),
+        }
+    }
+
+    /// Asks the poll task to run soon (a socket has data to send or room to receive).
+    pub fn kick(&self) {
+        self.kick.signal();
+    }
+
+    /// The interface's address, once configured.
+    pub fn address(&self) -> Option<Ipv4Cidr> {
+        self.address.get()
+    }
+
+    /// Waits until the interface has an address.
+    pub async fn wait_configured(&self) -> Ipv4Cidr {
+        loop {
+            if let Some(a) = self.address.get() {
+                return a;
+            }
+            self.configured.wait().await;
+        }
+    }
+
+    /// The NIC's counters, as a line.
+    pub fn nic_stats(&self) -> alloc::string::String {
+        alloc::format!("{}", self.nic.borrow().stats())
+    }
+
+    /// Times the interface was polled.
+    pub fn polls(&self) -> u64 {
+        self.polls.get()
+    }
+
+    /// Polls the interface once; returns how long until it wants polling again.
+    fn poll(&self) -> Option<Duration> {
+        let now = now();
+        let mut iface = self.iface.borrow_mut();
+        let mut sockets = self.sockets.borrow_mut();
+        let mut nic = self.nic.borrow_mut();
+        iface.poll(now, &mut *nic, &mut sockets);
+        self.polls.set(self.polls.get() + 1);
+        if let Some(h) = self.dhcp {
+            let event = sockets.get_mut::<dhcpv4::Socket>(h).poll();
+            match event {
+                Some(dhcpv4::Event::Configured(c)) => {
+                    iface.update_ip_addrs(|a| {
+                        a.clear();
+                        a.push(IpCidr::Ipv4(c.address)).expect("one address fits");
+                    });
+                    match c.router {
+                        Some(r) => {
+                            iface
+                                .routes_mut()
+                                .add_default_ipv4_route(r)
+                                .expect("one route fits");
+                        }
+                        None => {
+                            iface.routes_mut().remove_default_ipv4_route();
+                        }
+                    }
+                    log::info!(
+                        "net: dhcp: address {}, gateway {}, from {}",
+                        c.address,
+                        c.router.map_or("none".into(), |g| alloc::format!("{g}")),
+                        c.server.address
+                    );
+                    self.address.set(Some(c.address));
+                    self.configured.signal();
+                }
+                Some(dhcpv4::Event::Deconfigured) => {
+                    // The client starts deconfigured; only a lost lease is news.
+                    if self.address.get().is_some() {
+                        log::warn!("net: dhcp: lease lost; no address");
+                    }
+                    iface.update_ip_addrs(|a| a.clear());
+                    iface.routes_mut().remove_default_ipv4_route();
+                    self.address.set(None);
+                }
+                None => {}
+            }
+        }
+        iface
+            .poll_delay(now, &sockets)
+            .map(|d| Duration::from_micros(d.total_micros()))
+    }
+
+    /// The poll task: runs for as long as the appliance does.
+    pub async fn run(&self) {
+        let (nic_event, polling) = {
+            let nic = self.nic.borrow();
+            (nic.event(), nic.interrupts() == Interrupts::Polling)
+        };
+        loop {
+            // Consume pending wake-ups first: what they announce is handled by this poll.
+            self.kick.take();
+            nic_event.take();
+            let mut delay = self.poll();
+            if polling {
+                delay = Some(delay.map_or(POLL_FALLBACK, |d| d.min(POLL_FALLBACK)));
+            }
+            if delay == Some(Duration::ZERO) {
+                // smoltcp has more to do now (a full transmit queue, say): let the other
+                // tasks run first.
+                yield_now().await;
+                continue;
+            }
+            let mut irq = pin!(nic_event.wait());
+            let mut kick = pin!(self.kick.wait());
+            let mut sleep = delay.map(task::sleep);
+            poll_fn(|cx| {
+                let woken = irq.as_mut().poll(cx).is_ready()
+                    | kick.as_mut().poll(cx).is_ready()
+                    | sleep
+                        .as_mut()
+                        .is_some_and(|s| Pin::new(s).poll(cx).is_ready());
+                if woken {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
+    }
+}
+
+/// Lets every other ready task run once.
+pub async fn yield_now() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}

@@ -1,0 +1,97 @@
+//! A smoltcp TCP socket as a 9P [`Transport`].
+//!
+//! Reads and writes copy between the socket's ring buffers and the connection's frames;
+//! when nothing can move, the socket's receive or send waker is registered so the
+//! connection's task sleeps until smoltcp has data or room (or the state changes: smoltcp
+//! wakes both wakers on every state change, so a reset is noticed too). Every transfer
+//! kicks the poll task, which sends the data, or the window update, out.
+
+use alloc::rc::Rc;
+use core::task::{Context, Poll};
+
+use ninep::conn::Transport;
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::tcp::{self, State};
+
+use super::stack::Stack;
+use super::stats::ServiceStats;
+
+/// Why a transfer failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpError {
+    /// smoltcp refused the receive (the socket is in a state that has no receive half).
+    Recv(tcp::RecvError),
+    /// smoltcp refused the send.
+    Send(tcp::SendError),
+}
+
+/// One accepted connection's socket. See the module documentation.
+#[derive(Debug)]
+pub struct TcpTransport {
+    stack: Rc<Stack>,
+    handle: SocketHandle,
+    stats: Rc<ServiceStats>,
+}
+
+impl TcpTransport {
+    /// The socket `handle` of `stack`.
+    pub fn new(stack: Rc<Stack>, handle: SocketHandle, stats: Rc<ServiceStats>) -> Self {
+        TcpTransport {
+            stack,
+            handle,
+            stats,
+        }
+    }
+
+    /// Runs `f` on the socket.
+    pub fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> R {
+        f(self.stack.sockets.borrow_mut().get_mut(self.handle))
+    }
+}
+
+impl Transport for TcpTransport {
+    type Error = TcpError;
+
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize, TcpError>> {
+        let r = self.with(|s| {
+            if s.can_recv() {
+                return Poll::Ready(s.recv_slice(buf).map_err(TcpError::Recv));
+            }
+            // Not yet established (a SYN-ACK in flight) or waiting for data: sleep. A
+            // socket that will never receive again reads as end of stream.
+            if s.may_recv() || s.state() == State::SynReceived {
+                s.register_recv_waker(cx.waker());
+                return Poll::Pending;
+            }
+            Poll::Ready(Ok(0))
+        });
+        if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                self.stats.rx_bytes.add(n as u64);
+                // The receive window grew: let the poll task advertise it.
+                self.stack.kick();
+            }
+        }
+        r
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, TcpError>> {
+        let r = self.with(|s| {
+            if s.can_send() {
+                return Poll::Ready(s.send_slice(buf).map_err(TcpError::Send));
+            }
+            if s.may_send() || s.state() == State::SynReceived {
+                s.register_send_waker(cx.waker());
+                return Poll::Pending;
+            }
+            Poll::Ready(Ok(0))
+        });
+        if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                self.stats.tx_bytes.add(n as u64);
+                self.stack.kick();
+            }
+        }
+        r
+    }
+}

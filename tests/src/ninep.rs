@@ -1,0 +1,71 @@
+//! A 9P2000.L client over real TCP, for tests that drive the appliance through QEMU's
+//! host forward (`Qemu::virtio_net_forward`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use net::testing::{Client, Exchange};
+
+/// How long one request may take before the test fails (TCG is slow, not this slow).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One request, one reply, over a blocking socket.
+#[derive(Debug)]
+pub struct Tcp(pub TcpStream);
+
+impl Exchange for Tcp {
+    fn exchange(&mut self, request: &[u8]) -> Vec<u8> {
+        self.0.write_all(request).expect("sending a request");
+        read_frame(&mut self.0).expect("reading a reply")
+    }
+}
+
+/// Reads one 9P frame.
+pub fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size)?;
+    let len = u32::from_le_bytes(size) as usize;
+    if !(7..=(16 << 20)).contains(&len) {
+        return Err(std::io::Error::other(format!("frame size {len}")));
+    }
+    let mut frame = size.to_vec();
+    frame.resize(len, 0);
+    s.read_exact(&mut frame[4..])?;
+    Ok(frame)
+}
+
+/// A TCP connection to `127.0.0.1:port`. QEMU's user-mode forward accepts on the host
+/// before the guest does, so a refused or not-yet-listening guest shows as a connection
+/// that closes; [`connect`] retries the first exchange for that reason.
+pub fn stream(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).expect("connecting to the forward");
+    s.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// A versioned client (msize 1 MiB) on `127.0.0.1:port`, retrying for up to `wait` while
+/// the appliance comes up.
+pub fn connect(port: u16, wait: Duration) -> Client<Tcp> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let mut s = stream(port);
+        let mut frame = Vec::new();
+        net::wire::Tmsg::Version {
+            msize: 1 << 20,
+            version: b"9P2000.L",
+        }
+        .encode(0xffff, &mut frame)
+        .unwrap();
+        let ok = s.write_all(&frame).is_ok() && read_frame(&mut s).is_ok();
+        if ok {
+            return Client::new(Tcp(s));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 9P server answered on 127.0.0.1:{port} within {wait:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
