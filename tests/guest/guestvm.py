@@ -285,6 +285,7 @@ class Guest:
     # --- running -----------------------------------------------------------------------
     def start(self):
         cmd = self.qemu_cmd()
+        os.makedirs(os.path.dirname(os.path.abspath(self.log)), exist_ok=True)
         open(self.log, "w").close()
         with open(os.path.join(self.tmp, "qemu.cmd"), "w") as f:
             f.write(shlex.join(cmd) + "\n")

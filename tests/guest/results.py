@@ -65,9 +65,11 @@ def fio_metrics(path):
         m["write_iops"] += w["iops"]
         m["writes"] = m.get("writes", 0) + w["total_ios"]
         sync = job.get("sync", {})
-        m["fsyncs"] += sync.get("total_ios", 0)
-        if sync.get("total_ios"):
-            lat.append((sync["total_ios"], sync["lat_ns"]))
+        # fio counts fsync calls in total_ios, fdatasync calls only in lat_ns.N.
+        n_sync = sync.get("total_ios") or sync.get("lat_ns", {}).get("N", 0)
+        m["fsyncs"] += n_sync
+        if n_sync:
+            lat.append((n_sync, sync["lat_ns"]))
         if w["total_ios"]:
             clat = w["clat_ns"]
             m["write_clat_mean_us"] = clat["mean"] / 1000
@@ -78,6 +80,9 @@ def fio_metrics(path):
         n = sum(c for c, _ in lat)
         m["fsync_lat_mean_us"] = sum(c * l["mean"] for c, l in lat) / n / 1000
         m["fsync_lat_max_us"] = max(l["max"] for _, l in lat) / 1000
+        p99 = [l.get("percentile", {}).get("99.000000") for _, l in lat]
+        if all(p99):
+            m["fsync_lat_p99_us"] = max(p99) / 1000
     m["write_mib_s"] = round(m["write_mib_s"], 3)
     return m
 
@@ -190,23 +195,23 @@ def headline(rec):
 
 
 def table(recs):
+    """A plain-text table: one row per workload and device."""
     lines = [
-        f"{'label':<22} {'workload':<18} {'result':>14} {'fsyncs':>7} "
-        f"{'dev':<12} {'KiB/fsync':>9} {'flush/fsync':>11}"
+        f"{'label':<20} {'workload':<24} {'result':>14} {'fsyncs':>7} {'fsync ms':>8}  "
+        f"{'device':<12} {'KiB/fsync':>9} {'flush/fsync':>11}"
     ]
     for r in recs:
         v, unit = headline(r)
+        m = r["metrics"]
         res = "FAILED" if r["status"] else ("-" if v is None else f"{v:.2f} {unit}")
-        devs = r.get("per_fsync") or {k: None for k in r.get("devices", {})} or {"": None}
-        for i, (dev, pf) in enumerate(devs.items()):
-            left = (
-                f"{r['label']:<22} {r['name']:<18} {res:>14} {r['metrics'].get('fsyncs', ''):>7}"
-                if i == 0
-                else " " * 64
-            )
+        lat = f"{m['fsync_lat_mean_us'] / 1000:.2f}" if "fsync_lat_mean_us" in m else "-"
+        left = f"{r['label']:<20} {r['name']:<24} {res:>14} {m.get('fsyncs', '-'):>7} {lat:>8}"
+        devs = r.get("per_fsync") or {k: None for k in r.get("devices", {})} or {"-": None}
+        for dev, pf in devs.items():
             kib = f"{pf['bytes_written'] / 1024:.1f}" if pf else "-"
             fl = f"{pf['flushes']:.2f}" if pf else "-"
-            lines.append(f"{left} {dev:<12} {kib:>9} {fl:>11}")
+            lines.append(f"{left}  {dev:<12} {kib:>9} {fl:>11}")
+            left = " " * len(left)
     return "\n".join(lines)
 
 
