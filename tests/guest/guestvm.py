@@ -233,7 +233,8 @@ class Guest:
 
             add_bytes("env", env_text.encode())
             add_bytes("run.sh", run_text.encode(), 0o755)
-            tar.add(self.script, "main")
+            if self.script:
+                tar.add(self.script, "main")
             tar.add(JOB_LIB, "lib")
             for src, dest in self.files:
                 tar.add(src, dest)
@@ -247,7 +248,9 @@ class Guest:
             )
         return disks
 
-    def qemu_cmd(self):
+    def qemu_cmd(self, interactive=False):
+        """The QEMU command line. interactive: console on stdio and a shell after the
+        job's set-up instead of running it (the job is still unpacked in /job)."""
         out = out_dir()
         try:
             kernel = open(os.path.join(out, "kernel")).read().strip()
@@ -257,13 +260,17 @@ class Guest:
         if not os.path.exists(initrd):
             raise GuestError(f"no initramfs {initrd}")
         append = f"console=ttyS0 no_timer_check quiet panic=-1 nf.token={self.token}"
+        serial = ["-chardev", f"file,id=con,path={self.log}", "-serial", "chardev:con"]
+        if interactive:
+            append += " nf.shell=1"
+            serial = ["-serial", "mon:stdio"]
         cmd = [
             "qemu-system-x86_64",
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-accel", self.accel, "-cpu", "max" if self.accel == "tcg" else "host",
             "-M", "q35", "-m", str(self.mem), "-smp", str(self.cpus),
             "-kernel", os.path.join(out, kernel), "-initrd", initrd, "-append", append,
-            "-chardev", f"file,id=con,path={self.log}", "-serial", "chardev:con",
+            *serial,
             "-fw_cfg", f"name=opt/ninefold/job.tar,file={self._job_tar()}",
         ]  # fmt: skip
         for i, d in enumerate(self._all_disks()):

@@ -6,10 +6,10 @@
 #   fio-write-jN      fio rw=write bs=64k fsync=1, N jobs (time based)
 #   fio-randwrite-jN  fio rw=randwrite bs=4k fsync=1, N jobs (time based)
 #   dbench-N          dbench with N clients and Debian's client.txt load file
-#   bonnie            bonnie++ (small file size and file count, for TCG)
+#   bonnie            bonnie++ -f (no per-character I/O; small file size and count)
 #   fsmark            fs_mark: small files, fsync before each close
 # Knobs (environment): NF_RUNTIME seconds per fio/dbench run (15), NF_FIO_SIZE file size
-# per fio job (64m), NF_BONNIE_MB (64), NF_BONNIE_FILES (x1024, 1), NF_FSMARK_FILES
+# per fio job (64m), NF_BONNIE_MB (32), NF_BONNIE_FILES (x1024, 1), NF_FSMARK_FILES
 # (200), NF_FSMARK_SIZE bytes (4096), NF_FSMARK_THREADS (1).
 set -u
 . /job/lib/lib.sh
@@ -37,9 +37,9 @@ for wl in "$@"; do
 			"${wl#dbench-}"
 		;;
 	bonnie)
-		mb=${NF_BONNIE_MB:-64}
+		mb=${NF_BONNIE_MB:-32}
 		nf_measure "$wl" bonnie++ -d "$dir/w" -s "$mb" -r $((mb / 2)) \
-			-n "${NF_BONNIE_FILES:-1}" -u root -q
+			-n "${NF_BONNIE_FILES:-1}" -f -u root -q
 		;;
 	fsmark)
 		nf_measure "$wl" fs_mark -d "$dir/w" -n "${NF_FSMARK_FILES:-200}" \
