@@ -47,9 +47,7 @@ def needed(path):
         ["readelf", "-dW", path], capture_output=True, text=True, check=True
     ).stdout
     return [
-        line.split("[", 1)[1].split("]", 1)[0]
-        for line in out.splitlines()
-        if "(NEEDED)" in line
+        line.split("[", 1)[1].split("]", 1)[0] for line in out.splitlines() if "(NEEDED)" in line
     ]
 
 

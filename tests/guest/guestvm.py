@@ -255,7 +255,9 @@ class Guest:
         try:
             kernel = open(os.path.join(out, "kernel")).read().strip()
         except FileNotFoundError:
-            raise GuestError(f"no guest in {out}: run `make guest` (tests/guest/build-guest)")
+            raise GuestError(
+                f"no guest in {out}: run `make guest` (tests/guest/build-guest)"
+            ) from None
         initrd = os.path.join(out, f"{self.image}.cpio")
         if not os.path.exists(initrd):
             raise GuestError(f"no initramfs {initrd}")
@@ -358,7 +360,7 @@ class Guest:
                 f"{self.name}: timed out after {self.timeout} s (console log {self.log}), "
                 f"last lines:\n{self.log_tail()}",
                 EXIT_TIMEOUT,
-            )
+            ) from None
         finally:
             if self.tee:
                 self._stop_tee.set()
@@ -386,7 +388,7 @@ class Guest:
                 except TypeError:  # Python < 3.11.4: no extraction filters
                     tar.extractall(self.results)
         except tarfile.ReadError as e:
-            raise GuestError(f"{self.name}: results disk holds no tar ({e})")
+            raise GuestError(f"{self.name}: results disk holds no tar ({e})") from e
 
     def run(self):
         self.start()

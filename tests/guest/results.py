@@ -40,7 +40,7 @@ def parse_stat_file(path):
 def device_deltas(before, after):
     devs = {}
     for key in sorted(set(before) & set(after)):
-        d = [a - b for a, b in zip(after[key], before[key])]
+        d = [a - b for a, b in zip(after[key], before[key], strict=True)]
         devs[key] = {
             "bytes_written": d[STAT_FIELDS["write_sectors"]] * SECTOR,
             "write_ios": d[STAT_FIELDS["write_ios"]],
@@ -56,7 +56,7 @@ def fio_metrics(path):
     with open(path) as f:
         text = f.read()
     # fio may print warnings before the JSON document.
-    data = json.loads(text[text.index("{"):])
+    data = json.loads(text[text.index("{") :])
     m = {"write_mib_s": 0.0, "write_iops": 0.0, "fsyncs": 0}
     lat = []
     for job in data["jobs"]:
@@ -78,9 +78,9 @@ def fio_metrics(path):
                 m["write_clat_p99_us"] = pct["99.000000"] / 1000
     if lat:
         n = sum(c for c, _ in lat)
-        m["fsync_lat_mean_us"] = sum(c * l["mean"] for c, l in lat) / n / 1000
-        m["fsync_lat_max_us"] = max(l["max"] for _, l in lat) / 1000
-        p99 = [l.get("percentile", {}).get("99.000000") for _, l in lat]
+        m["fsync_lat_mean_us"] = sum(c * ln["mean"] for c, ln in lat) / n / 1000
+        m["fsync_lat_max_us"] = max(ln["max"] for _, ln in lat) / 1000
+        p99 = [ln.get("percentile", {}).get("99.000000") for _, ln in lat]
         if all(p99):
             m["fsync_lat_p99_us"] = max(p99) / 1000
     m["write_mib_s"] = round(m["write_mib_s"], 3)
@@ -187,8 +187,12 @@ def parse_dir(root):
 def headline(rec):
     """The figure a workload is compared by, as (value, unit)."""
     m = rec["metrics"]
-    for key, unit in (("write_mib_s", "MiB/s"), ("mb_s", "MB/s"), ("files_s", "files/s"),
-                      ("put_block_kib_s", "KiB/s")):
+    for key, unit in (
+        ("write_mib_s", "MiB/s"),
+        ("mb_s", "MB/s"),
+        ("files_s", "files/s"),
+        ("put_block_kib_s", "KiB/s"),
+    ):
         if m.get(key) is not None:
             return m[key], unit
     return None, ""

@@ -3,5 +3,5 @@
 set -eu
 echo "hello from $(hostname), kernel $(uname -r), args: $*"
 ls -l /dev/disk/
-cat /proc/meminfo | head -3
+head -n 3 /proc/meminfo
 echo "hello" >/results/hello.txt

@@ -26,7 +26,7 @@ nf_wait_tcp() {
 # nf_mount_9p ADDR PORT ANAME MNT [OPTIONS]: mount a 9P2000.L export over TCP, retrying
 # while the server comes up (NF_MOUNT_WAIT seconds, default 60).
 nf_mount_9p() {
-	modprobe 9pnet_fd && modprobe 9p || nf_die "cannot load the 9p modules"
+	{ modprobe 9pnet_fd && modprobe 9p; } || nf_die "cannot load the 9p modules"
 	mkdir -p "$4"
 	opts="trans=tcp,port=$2,version=9p2000.L,msize=${NF_MSIZE:-1048576},aname=$3${5:+,$5}"
 	i=0
