@@ -40,6 +40,7 @@ EXIT_TIMEOUT = 124
 EXIT_HARNESS = 125
 
 RESULTS_SERIAL = "nf-results"
+RESULTS_DISK_SIZE = 256 << 20  # sparse; bounds what a job can leave in /results
 MARKER = re.compile(r"NF-GUEST-EXIT token=(\w+) status=(\d+)")
 
 
@@ -221,7 +222,7 @@ class Guest:
         }
         for k in env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-                raise ValueError(f"bad environment variable name {k!r}")
+                raise GuestError(f"bad environment variable name {k!r}")
         env_text = "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in env.items())
         run_text = "#!/bin/sh\nexec sh /job/main " + " ".join(map(shlex.quote, self.args)) + "\n"
         with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
@@ -244,7 +245,12 @@ class Guest:
         disks = list(self.disks)
         if self.results:
             disks.append(
-                Disk(os.path.join(self.tmp, "results.img"), "virtio-blk", RESULTS_SERIAL, 64 << 20)
+                Disk(
+                    os.path.join(self.tmp, "results.img"),
+                    "virtio-blk",
+                    RESULTS_SERIAL,
+                    RESULTS_DISK_SIZE,
+                )
             )
         return disks
 
@@ -252,6 +258,8 @@ class Guest:
         """The QEMU command line. interactive: console on stdio and a shell after the
         job's set-up instead of running it (the job is still unpacked in /job)."""
         out = out_dir()
+        if not shutil.which("qemu-system-x86_64"):
+            raise GuestError("qemu-system-x86_64 is missing: apt-get install -y qemu-system-x86")
         try:
             kernel = open(os.path.join(out, "kernel")).read().strip()
         except FileNotFoundError:
