@@ -69,8 +69,9 @@ test: test-host test-qemu
 test-host:
 	$(CARGO) test --workspace --locked --exclude ninefold-tests
 
-## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults
-test-qemu: deps image
+## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults, the
+## 9P service over TCP, and a Linux guest mounting it (the guest is built first, cached)
+test-qemu: deps image guest
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
 		$(CARGO) test --locked -p ninefold-tests -- --test-threads=2
 

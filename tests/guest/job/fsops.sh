@@ -2,7 +2,8 @@
 # File operations over 9P: fsops.sh ADDR PORT ANAME
 #
 # Mounts ANAME from ADDR:PORT (9P2000.L over TCP, msize 1 MiB requested) and checks
-# create, write, fsync, read-back, stat, rename, unlink, mkdir/rmdir and readdir. Leaves
+# create, write, fsync, read-back, stat, rename, truncate, unlink, mkdir/rmdir, readdir,
+# symlinks and hard links, and (with NF_FSOPS_XATTR=1) user xattrs. Leaves
 # DIR/kept.txt holding "ninefold $NF_SMOKE_TOKEN" for the host to check on the server.
 # Prints one "ok"/"not ok" line per check and "N passed, N failed"; fails if any failed.
 set -u
@@ -59,6 +60,32 @@ check "rmdir non-empty fails" sh -c "! rmdir '$m/d/e' 2>/dev/null"
 rm -f "$m"/d/e/g "$m"/d/f*
 check "rmdir" rmdir "$m/d/e" "$m/d"
 check "rmdir'ed directory gone" absent "$m/d"
+
+check "symlink" ln -s some/target "$m/sl"
+check "readlink" same "$(readlink "$m/sl")" some/target
+check "symlink is a link" test -L "$m/sl"
+echo linked >"$m/l1"
+check "hard link" ln "$m/l1" "$m/l2"
+check "link count 2" same "$(stat -c %h "$m/l1")" 2
+check "same inode" same "$(stat -c %i "$m/l2")" "$(stat -c %i "$m/l1")"
+check "data through the second name" same "$(cat "$m/l2")" linked
+check "unlink the first name" rm "$m/l1"
+check "link count 1" same "$(stat -c %h "$m/l2")" 1
+check "data after unlinking the first name" same "$(cat "$m/l2")" linked
+check "remove links" rm "$m/sl" "$m/l2"
+check "links gone" absent "$m/l2"
+
+if [ "${NF_FSOPS_XATTR:-0}" = 1 ]; then
+	echo x >"$m/x"
+	check "setxattr" setfattr -n user.color -v blue "$m/x"
+	check "getxattr" same "$(getfattr --only-values -n user.color "$m/x")" blue
+	check "listxattr" sh -c "getfattr -d '$m/x' | grep -qx 'user.color=\"blue\"'"
+	check "replace xattr" setfattr -n user.color -v green "$m/x"
+	check "replaced value" same "$(getfattr --only-values -n user.color "$m/x")" green
+	check "removexattr" setfattr -x user.color "$m/x"
+	check "removed xattr gone" sh -c "! getfattr -n user.color '$m/x' >/dev/null 2>&1"
+	rm -f "$m/x"
+fi
 
 echo "ninefold ${NF_SMOKE_TOKEN:-}" >"$m/kept.txt"
 check "fsync kept file" sync "$m/kept.txt"
