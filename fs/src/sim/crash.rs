@@ -351,7 +351,9 @@ impl CrashStates {
     /// Moves the durable layer forward to the current point and plans its states.
     fn enter_point(&mut self) {
         let t = self.points[self.point];
-        let mut changed = false;
+        let bs = self.bs();
+        // Copy-on-write: the layer is cloned only if states of the last point are alive.
+        let layer = Arc::make_mut(&mut self.durable_layer);
         while self.applied_durable < self.by_durability.len() {
             let wi = self.by_durability[self.applied_durable];
             if self.writes[wi].durable_at > t {
@@ -359,26 +361,16 @@ impl CrashStates {
             }
             let w = &self.writes[wi];
             for b in 0..w.blocks {
-                let winner = match self.durable.get(&(w.lba + b)) {
-                    Some(&old) if self.writes[old].completed > w.completed => old,
-                    _ => wi,
-                };
-                self.durable.insert(w.lba + b, winner);
+                let lba = w.lba + b;
+                if let Some(&old) = self.durable.get(&lba) {
+                    if self.writes[old].completed > w.completed {
+                        continue; // the newer write stays
+                    }
+                }
+                self.durable.insert(lba, wi);
+                layer.insert(lba, w.block(b, &self.zero, bs));
             }
             self.applied_durable += 1;
-            changed = true;
-        }
-        if changed || self.point == 0 {
-            let bs = self.bs();
-            let layer: Layer = self
-                .durable
-                .iter()
-                .map(|(&lba, &wi)| {
-                    let w = &self.writes[wi];
-                    (lba, w.block(lba - w.lba, &self.zero, bs))
-                })
-                .collect();
-            self.durable_layer = Arc::new(layer);
         }
         self.durable_count = self.applied_durable;
         self.volatile = (0..self.writes.len())

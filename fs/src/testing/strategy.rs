@@ -115,7 +115,7 @@ pub fn offset() -> BoxedStrategy<u64> {
     prop_oneof![
         4 => 0u64..12_288,
         2 => (0u64..4).prop_map(|b| b * 4096),
-        1 => 0u64..(1 << 20),
+        1 => 0u64..(1 << 18),
     ]
     .boxed()
 }
