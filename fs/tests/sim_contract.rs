@@ -185,7 +185,7 @@ fn rename_is_atomic() {
     both.nodes.get_mut(&key("d")).unwrap().attr.nlink = 2;
     node.link_of = None;
     both.nodes.insert(key("c"), node);
-    assert_violation(&c, 3, false, &both, "R6");
+    assert_violation(&c, 3, false, &both, "R5");
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod sim_toy;
 use std::sync::Arc;
 
 use fs::block::{BlockDevice, MemDisk};
-use fs::sim::contract::{record_run, Checker};
+use fs::sim::contract::{failure_report, record_run, Checker};
 use fs::sim::{enumerate, CrashParams, RecordingDisk};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{op_time, CompareOptions, ManualClock, Name, Op, Path, Target, VisibleState};
@@ -64,7 +64,7 @@ fn crash_test(variant: Variant, ops: &[Op], params: &CrashParams) -> Report {
         if let Err(v) = checker.check(desc.time, &recovered) {
             return Report {
                 states,
-                failure: Some(format!("{desc}\n{v}recovered state:\n{recovered}")),
+                failure: Some(failure_report(&desc, &v, &recovered)),
             };
         }
     }
@@ -208,15 +208,8 @@ fn single_header_slot_is_caught_by_torn_sectors() {
     assert!(report.failure.is_none(), "{}", report.failure.unwrap());
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: strategy::cases(12), failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Random sequences: the correct toy passes every crash state.
     #[test]

@@ -5,7 +5,7 @@
 //! and keeping the model's visible state after every op. [`Checker::check`] then takes a
 //! crash time and the [`VisibleState`] the filesystem recovered from a crash state, and
 //! decides whether the crash contract allows it. The rules are listed in
-//! `docs/testing.md` ("The contract checker"); each is named in the code as R0..R6.
+//! `docs/testing.md` ("The contract checker"); each is named in the code as R0..R5.
 //!
 //! States are indexed by the number of ops applied: state `k` is the model after ops
 //! `0..k`. With `n` ops acknowledged at the crash and op `n` possibly in flight, states
@@ -416,13 +416,13 @@ impl Checker {
                     }
                 }
             }
-            // R6: a non-directory's link count is one it had (a rename is atomic), unless
+            // R5: a non-directory's link count is one it had (a rename is atomic), unless
             // a directory fsync may have persisted some of its names alone.
             if got.file_type != FileType::Directory && d.last_dir_fsync <= lo_meta {
                 let lo_link = lo_meta;
                 if !window(lo_link).any(|k| at(k, x).is_some_and(|s| s.nlink == got.nlink)) {
                     problems.push(format!(
-                        "R6 {p}: {} names, a count it never had in states {lo_link}..={last}",
+                        "R5 {p}: {} names, a count it never had in states {lo_link}..={last}",
                         got.nlink
                     ));
                 }
@@ -501,6 +501,16 @@ impl Checker {
             },
         }
     }
+}
+
+/// The full report for a failed crash state: what the state was, what was violated, the
+/// sequence, and what the filesystem showed.
+pub fn failure_report(
+    desc: &super::CrashDesc,
+    violation: &Violation,
+    recovered: &VisibleState,
+) -> String {
+    format!("{desc}\n{violation}recovered state:\n{recovered}")
 }
 
 impl Summary {

@@ -264,6 +264,18 @@ impl<D: BlockDevice> ToyFs<D> {
         self.model.getattr(ino).await.is_ok_and(|a| a.nlink == 0)
     }
 
+    fn record_make(&self, tag: u8, dir: Ino, name: &[u8], perm: u32, o: Owner) {
+        self.record(|e| {
+            e.u8(tag)
+                .time(self.clock.now())
+                .u64(dir)
+                .bytes(name)
+                .u32(perm)
+                .u32(o.uid)
+                .u32(o.gid);
+        });
+    }
+
     fn record(&self, f: impl FnOnce(&mut Enc)) {
         let mut e = Enc(Vec::new());
         f(&mut e);
@@ -437,28 +449,12 @@ impl<D: BlockDevice> FileSystem for ToyFs<D> {
     }
     async fn create(&self, dir: Ino, name: &[u8], perm: u32, o: Owner) -> FsResult<Attr> {
         let attr = self.model.create(dir, name, perm, o).await?;
-        self.record(|e| {
-            e.u8(tag::CREATE)
-                .time(self.clock.now())
-                .u64(dir)
-                .bytes(name)
-                .u32(perm)
-                .u32(o.uid)
-                .u32(o.gid);
-        });
+        self.record_make(tag::CREATE, dir, name, perm, o);
         Ok(attr)
     }
     async fn mkdir(&self, dir: Ino, name: &[u8], perm: u32, o: Owner) -> FsResult<Attr> {
         let attr = self.model.mkdir(dir, name, perm, o).await?;
-        self.record(|e| {
-            e.u8(tag::MKDIR)
-                .time(self.clock.now())
-                .u64(dir)
-                .bytes(name)
-                .u32(perm)
-                .u32(o.uid)
-                .u32(o.gid);
-        });
+        self.record_make(tag::MKDIR, dir, name, perm, o);
         Ok(attr)
     }
     async fn mknod(&self, dir: Ino, name: &[u8], mode: u32, rdev: u64, o: Owner) -> FsResult<Attr> {
