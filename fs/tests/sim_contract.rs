@@ -300,3 +300,12 @@ fn xattrs_are_metadata() {
     assert_ok(&c, 3, false, &s[3]);
     assert_violation(&c, 3, false, &s[1], "R2");
 }
+
+#[test]
+fn remount_is_a_clean_unmount() {
+    let ops = [create(2), write(2, 3), Op::Remount];
+    let (c, s) = checker(&ops);
+    assert_ok(&c, 3, false, &s[3]);
+    assert_violation(&c, 3, false, &s[1], "R2");
+    assert_ok(&c, 2, true, &s[1]);
+}

@@ -268,10 +268,15 @@ impl Checker {
     fn durable(&self, acknowledged: usize) -> Durable {
         let mut d = Durable::default();
         for (j, rec) in self.run.ops[..acknowledged].iter().enumerate() {
+            let point = j + 1;
+            if rec.step.op == Op::Remount {
+                // A clean unmount persists everything.
+                d.global = point;
+                continue;
+            }
             if rec.step.model.outcome != OpOutcome::Unit {
                 continue;
             }
-            let point = j + 1;
             let state = &self.states[point];
             let target = rec.step.model.ino;
             let (full, datasync) = match &rec.step.op {
