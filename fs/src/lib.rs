@@ -16,6 +16,7 @@ extern crate alloc;
 
 pub mod block;
 pub mod model;
+pub mod sim;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod vfs;
