@@ -29,7 +29,7 @@ APPEND ?=
 # Accelerator: empty = probe (scripts/accel.sh: kvm only if it really works here).
 ACCEL ?=
 
-.PHONY: all deps image run test test-host test-qemu lint fmt clean
+.PHONY: all deps image run test test-host test-qemu lint fmt clean bench-net
 
 all: test
 
@@ -74,6 +74,12 @@ test-host:
 test-qemu: deps image guest
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
 		$(CARGO) test --locked -p ninefold-tests -- --test-threads=2
+
+## bench-net: 9P throughput (1 MiB messages) and small-request latency from the host
+## against the appliance in QEMU (TCG): docs/benchmarks.md, section Network
+bench-net: deps image
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
+		$(CARGO) run --locked --release -p ninefold-tests --bin ninep-bench -- $(BENCH_ARGS)
 
 ## lint: formatting and clippy with warnings denied (host crates, then boot and kernel
 ## for the appliance target)

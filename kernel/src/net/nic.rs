@@ -155,6 +155,11 @@ impl Nic {
     pub fn stats(&self) -> &NicStats {
         &self.stats
     }
+
+    /// Interrupts delivered so far (0 when polling).
+    pub fn interrupt_count(&self) -> u64 {
+        self._irq.as_ref().map_or(0, |(h, _)| h.count())
+    }
 }
 
 /// Points both queues at one MSI-X vector whose handler signals `event`.

@@ -131,7 +131,8 @@ impl Stack {
 
     /// The NIC's counters, as a line.
     pub fn nic_stats(&self) -> alloc::string::String {
-        alloc::format!("{}", self.nic.borrow().stats())
+        let nic = self.nic.borrow();
+        alloc::format!("{}, {} interrupts", nic.stats(), nic.interrupt_count())
     }
 
     /// Times the interface was polled.
