@@ -7,9 +7,13 @@
 //! - [`block`] is the block-device interface this crate consumes; the kernel's drivers and
 //!   the host's file/memory devices implement it.
 //! - [`vfs`] is the filesystem interface this crate provides; the 9P server consumes it.
+//! - [`format`] is the on-disk format (pure encode/decode), shared by the filesystem,
+//!   [`fsck`] and the tools.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 
 extern crate alloc;
 
 pub mod block;
+pub mod format;
+pub mod util;
 pub mod vfs;
