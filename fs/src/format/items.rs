@@ -336,7 +336,7 @@ pub fn encode_csums(csums: &[u32]) -> Vec<u8> {
 
 /// Decodes a `CSUM` item.
 pub fn decode_csums(b: &[u8]) -> Option<Vec<u32>> {
-    if b.is_empty() || b.len() % 4 != 0 {
+    if b.is_empty() || !b.len().is_multiple_of(4) {
         return None;
     }
     Some(
