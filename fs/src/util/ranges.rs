@@ -138,7 +138,7 @@ mod tests {
         assert!(s.insert(10..20));
         assert!(s.insert(20..25));
         assert!(s.insert(5..10));
-        assert_eq!(s.iter().collect::<Vec<_>>(), [5..25]);
+        assert_eq!(s.iter().collect::<Vec<_>>(), alloc::vec![5u64..25]);
         assert!(!s.insert(24..30));
         assert_eq!(s.remove(8..12), 4);
         assert_eq!(s.iter().collect::<Vec<_>>(), [5..8, 12..25]);
