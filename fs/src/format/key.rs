@@ -43,6 +43,19 @@ impl Key {
         self.objectid.checked_add(1).map(|o| Key::new(o, 0, 0))
     }
 
+    /// The previous key in order, or `None` for [`Key::MIN`].
+    pub fn predecessor(self) -> Option<Key> {
+        if let Some(offset) = self.offset.checked_sub(1) {
+            return Some(Key { offset, ..self });
+        }
+        if let Some(kind) = self.kind.checked_sub(1) {
+            return Some(Key::new(self.objectid, kind, u64::MAX));
+        }
+        self.objectid
+            .checked_sub(1)
+            .map(|o| Key::new(o, u8::MAX, u64::MAX))
+    }
+
     /// Encodes into 17 bytes.
     pub fn encode(&self, out: &mut crate::util::bytes::Writer) {
         out.u64(self.objectid).u8(self.kind).u64(self.offset);
@@ -161,5 +174,9 @@ mod tests {
             Some(Key::new(1, 3, 0))
         );
         assert_eq!(Key::MAX.successor(), None);
+        for k in [Key::new(1, 2, 3), Key::new(1, 2, 0), Key::new(1, 0, 0), Key::MAX] {
+            assert_eq!(k.predecessor().unwrap().successor(), Some(k));
+        }
+        assert_eq!(Key::MIN.predecessor(), None);
     }
 }

@@ -1,0 +1,10 @@
+//! The btree: log-structured nodes (several sorted key sets each), cached in memory with
+//! a bounded cache, written only by checkpoints.
+
+pub mod cache;
+pub mod node;
+pub mod tree;
+
+pub use cache::NodeCache;
+pub use node::Node;
+pub use tree::{Need, Trees};
