@@ -16,5 +16,7 @@ extern crate alloc;
 pub mod block;
 pub mod btree;
 pub mod format;
+pub mod io;
+pub mod space;
 pub mod util;
 pub mod vfs;

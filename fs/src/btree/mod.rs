@@ -4,7 +4,9 @@
 pub mod cache;
 pub mod node;
 pub mod tree;
+pub mod write;
 
 pub use cache::NodeCache;
 pub use node::Node;
 pub use tree::{Need, Trees};
+pub use write::{NodeWrite, NodeWriteCounters, WriteCause};

@@ -435,7 +435,9 @@ impl Node {
 
     /// All live entries, in order.
     pub fn live_entries(&self) -> Vec<(Key, Option<&[u8]>)> {
-        self.iter_from(&Key::MIN).map(|(k, v)| (k, Some(v))).collect()
+        self.iter_from(&Key::MIN)
+            .map(|(k, v)| (k, Some(v)))
+            .collect()
     }
 
     /// Encodes the bset that appends this node's changes at block `offset_blocks`.
@@ -492,7 +494,10 @@ impl Node {
     pub fn split_upper(&mut self) -> Vec<(Key, Box<[u8]>)> {
         self.merge_sets(0);
         let set = &mut self.sets[0];
-        assert!(set.len() >= 2, "splitting a node with fewer than two entries");
+        assert!(
+            set.len() >= 2,
+            "splitting a node with fewer than two entries"
+        );
         let half = self.live_bytes / 2;
         let mut acc = 0;
         let mut at = set.len() - 1;
@@ -699,7 +704,9 @@ mod tests {
     }
 
     fn contents(n: &Node) -> Vec<(Key, Vec<u8>)> {
-        n.iter_from(&Key::MIN).map(|(k, v)| (k, v.to_vec())).collect()
+        n.iter_from(&Key::MIN)
+            .map(|(k, v)| (k, v.to_vec()))
+            .collect()
     }
 
     #[test]

@@ -153,7 +153,9 @@ impl Trees {
     }
 
     fn node(&self, addr: u64) -> Result<&Node, Need> {
-        self.cache.node(addr).ok_or(Need::Corrupt("node vanished from cache"))
+        self.cache
+            .node(addr)
+            .ok_or(Need::Corrupt("node vanished from cache"))
     }
 
     fn child_ptr(val: &[u8]) -> Result<NodePtr, Need> {
@@ -190,7 +192,11 @@ impl Trees {
                 }
             }
             let level = node.level() - 1;
-            let child_node = self.cache.get(&child).ok_or(Need::Node { tree, level, ptr: child })?;
+            let child_node = self.cache.get(&child).ok_or(Need::Node {
+                tree,
+                level,
+                ptr: child,
+            })?;
             if child_node.level() != level || child_node.id.tree != tree {
                 return Err(Need::Corrupt("child level"));
             }
@@ -356,7 +362,9 @@ impl Trees {
             let addr = path.nodes[i];
             let parent = path.nodes[i - 1];
             let sep = path.seps[i - 1];
-            let Some(node) = self.cache.node(addr) else { break };
+            let Some(node) = self.cache.node(addr) else {
+                break;
+            };
             let live = node.live_bytes();
             if live == 0 {
                 self.unlink_child(parent, sep);
@@ -435,7 +443,9 @@ impl Trees {
             if root.level == 0 {
                 return;
             }
-            let Some(node) = self.cache.get(&root.ptr) else { return };
+            let Some(node) = self.cache.get(&root.ptr) else {
+                return;
+            };
             let mut it = node.iter_from(&Key::MIN);
             let first = it.next().map(|(_, v)| NodePtr::from_bytes(v));
             let more = it.next().is_some();
@@ -470,7 +480,13 @@ impl Trees {
         self.check_node(node, root.level, Key::MIN, None)
     }
 
-    fn check_node(&self, node: &Node, level: u8, lower: Key, upper: Option<Key>) -> Result<(), &'static str> {
+    fn check_node(
+        &self,
+        node: &Node,
+        level: u8,
+        lower: Key,
+        upper: Option<Key>,
+    ) -> Result<(), &'static str> {
         node.check_invariants()?;
         if node.level() != level {
             return Err("level");
@@ -538,7 +554,10 @@ mod tests {
         for i in 0..N {
             t.insert(TreeId::Fs, key(i), val(i, 50)).unwrap();
         }
-        assert!(t.roots[0].level >= 2, "2.8 MB of entries in 16 KiB nodes need 3 levels");
+        assert!(
+            t.roots[0].level >= 2,
+            "2.8 MB of entries in 16 KiB nodes need 3 levels"
+        );
         assert!(t.stats.splits > 300);
         t.check(TreeId::Fs).unwrap();
         assert_eq!(all(&mut t).len(), N as usize);

@@ -174,7 +174,12 @@ mod tests {
             Some(Key::new(1, 3, 0))
         );
         assert_eq!(Key::MAX.successor(), None);
-        for k in [Key::new(1, 2, 3), Key::new(1, 2, 0), Key::new(1, 0, 0), Key::MAX] {
+        for k in [
+            Key::new(1, 2, 3),
+            Key::new(1, 2, 0),
+            Key::new(1, 0, 0),
+            Key::MAX,
+        ] {
             assert_eq!(k.predecessor().unwrap().successor(), Some(k));
         }
         assert_eq!(Key::MIN.predecessor(), None);
