@@ -195,7 +195,7 @@ impl Allocator {
             };
             while b < end && need > 0 {
                 let bit = (b - range.start) as usize;
-                if bit % 8 == 0 && b + 8 <= end && group.bits[bit / 8] == 0xFF {
+                if bit.is_multiple_of(8) && b + 8 <= end && group.bits[bit / 8] == 0xFF {
                     b += 8;
                     continue;
                 }
