@@ -8,7 +8,10 @@
 //!   the host's file/memory devices implement it.
 //! - [`vfs`] is the filesystem interface this crate provides; the 9P server consumes it.
 //! - [`format`] is the on-disk format (pure encode/decode), shared by the filesystem,
-//!   [`fsck`] and the tools.
+//!   `fsck` and the tools.
+//! - [`model`] is the reference model of [`vfs::FileSystem`] the tests compare against;
+//!   `sim` holds block-device middleware and crash-state enumeration; `testing` (behind
+//!   the `testing` feature) is the shared test kit.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 
 extern crate alloc;
@@ -17,6 +20,9 @@ pub mod block;
 pub mod btree;
 pub mod format;
 pub mod io;
+pub mod model;
 pub mod space;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod util;
 pub mod vfs;
