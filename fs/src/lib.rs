@@ -26,3 +26,4 @@ pub mod space;
 pub mod testing;
 pub mod util;
 pub mod vfs;
+pub mod volume;

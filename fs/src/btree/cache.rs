@@ -27,6 +27,7 @@ struct Slot {
 pub struct NodeCache {
     slots: HashMap<u64, Slot>,
     mem: usize,
+    dirty: usize,
     tick: u64,
     next_temp: u64,
 }
@@ -36,6 +37,7 @@ impl core::fmt::Debug for NodeCache {
         f.debug_struct("NodeCache")
             .field("nodes", &self.slots.len())
             .field("mem", &self.mem)
+            .field("dirty", &self.dirty)
             .finish()
     }
 }
@@ -52,6 +54,7 @@ impl NodeCache {
         NodeCache {
             slots: HashMap::new(),
             mem: 0,
+            dirty: 0,
             tick: 0,
             next_temp: TEMP_BIT | 1,
         }
@@ -67,6 +70,11 @@ impl NodeCache {
     /// Memory used by cached nodes.
     pub fn mem(&self) -> usize {
         self.mem
+    }
+
+    /// Number of cached nodes with unwritten changes.
+    pub fn dirty_count(&self) -> usize {
+        self.dirty
     }
 
     /// Number of cached nodes.
@@ -108,9 +116,10 @@ impl NodeCache {
     /// Runs `f` on the node at `addr`, keeping the memory accounting right.
     pub fn modify<R>(&mut self, addr: u64, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
         let slot = self.slots.get_mut(&addr)?;
-        let before = slot.node.mem_bytes();
+        let (before, was_dirty) = (slot.node.mem_bytes(), slot.node.is_dirty());
         let r = f(&mut slot.node);
         self.mem = self.mem + slot.node.mem_bytes() - before;
+        self.dirty = self.dirty + usize::from(slot.node.is_dirty()) - usize::from(was_dirty);
         Some(r)
     }
 
@@ -126,6 +135,7 @@ impl NodeCache {
             self.mem -= old.node.mem_bytes();
         }
         self.mem += node.mem_bytes();
+        self.dirty += usize::from(node.is_dirty());
         self.slots.insert(
             node.addr,
             Slot {
@@ -140,6 +150,7 @@ impl NodeCache {
     pub fn remove(&mut self, addr: u64) -> Option<Node> {
         let s = self.slots.remove(&addr)?;
         self.mem -= s.node.mem_bytes();
+        self.dirty -= usize::from(s.node.is_dirty());
         Some(s.node)
     }
 

@@ -292,6 +292,11 @@ impl Allocator {
         Some(a)
     }
 
+    /// Puts an unused location back into the pool.
+    pub fn return_node(&mut self, addr: u64) {
+        self.node_pool.push(addr);
+    }
+
     /// The tree now references `r` (reserved earlier): it is an ordinary allocation.
     pub fn commit_reserved(&mut self, r: Range<u64>) {
         let removed = self.reserved.remove(r.clone());
