@@ -19,6 +19,8 @@ extern crate alloc;
 pub mod block;
 pub mod btree;
 pub mod format;
+pub mod fsck;
+pub mod inspect;
 pub mod io;
 pub mod model;
 pub mod space;

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use fs::block::MemDisk;
+use fs::fsck::{fsck, FsckOptions};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{run_against_model, CompareOptions, ManualClock};
 use fs::vfs::{Clock, Timespec};
@@ -48,12 +49,22 @@ fn check(ops: &[fs::testing::Op], cache_limit: usize) -> Result<(), TestCaseErro
     };
     let remount = move |fs: NineFs<MemDisk>| {
         let disk = pollster::block_on(fs.unmount()).expect("clean unmount");
+        assert_fsck_clean(&disk);
         let c = clock.borrow().clone().expect("clock set");
         pollster::block_on(NineFs::mount(disk, mount_opts(cache_limit), Box::new(c)))
             .expect("remount")
     };
-    run_against_model(ops, make, remount, CompareOptions::default())?;
+    let runner = run_against_model(ops, make, remount, CompareOptions::default())?;
+    let disk = pollster::block_on(runner.into_fs().unmount()).expect("clean unmount");
+    assert_fsck_clean(&disk);
     Ok(())
+}
+
+/// fsck finds nothing wrong with a cleanly unmounted image.
+fn assert_fsck_clean(disk: &MemDisk) {
+    let report = pollster::block_on(fsck(disk, &FsckOptions::default())).expect("fsck runs");
+    assert!(report.is_clean(), "fsck: {:#?}", report.errors);
+    assert!(report.warnings.is_empty(), "fsck: {:#?}", report.warnings);
 }
 
 proptest! {
@@ -62,5 +73,16 @@ proptest! {
     #[test]
     fn matches_model(ops in strategy::ops(GenConfig::default(), 1..80)) {
         check(&ops, 16 << 20)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(Config { cases: cases() / 4, ..Config::default() })]
+
+    /// With a node cache far too small for the tree: nodes are evicted and re-read, and
+    /// checkpoints run under memory pressure between operations.
+    #[test]
+    fn matches_model_with_tiny_cache(ops in strategy::ops(GenConfig::default(), 1..80)) {
+        check(&ops, 48 * 1024)?;
     }
 }

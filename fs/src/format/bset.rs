@@ -8,7 +8,8 @@
 //! ```text
 //! header (64 bytes)
 //! 0  magic "NFBS"            4  crc32c of header bytes 8..64
-//! 8  crc32c of the payload   12 flags u16   14 tree u8   15 level u8
+//! 8  crc32c of everything after the header (payload and padding)
+//! 12 flags u16   14 tree u8   15 level u8
 //! 16 node nonce u64          24 checkpoint seq u64
 //! 32 payload_len u32         36 nkeys u32
 //! 40 offset_blocks u32 (where this bset starts in the node)   44..64 reserved
@@ -125,15 +126,19 @@ pub fn encode<'a>(
     }
     let payload = payload.finish();
     let mut w = Writer::with_capacity(HEADER_LEN + payload.len() + BLOCK_SIZE);
-    w.bytes(&MAGIC).u32(0).u32(crc32c(&payload)).u16(0);
+    w.bytes(&MAGIC).u32(0).u32(0).u16(0);
     w.u8(id.tree as u8).u8(id.level).u64(id.nonce).u64(seq);
     w.u32(payload.len() as u32).u32(nkeys).u32(offset_blocks);
     w.zeros(HEADER_LEN - 44);
-    let header_crc = crc32c(&w.buf[8..HEADER_LEN]);
-    w.buf[4..8].copy_from_slice(&header_crc.to_le_bytes());
     w.bytes(&payload);
     let padded = w.buf.len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
     w.buf.resize(padded, 0);
+    // The body checksum covers the padding too, so every byte of a committed bset is
+    // checked.
+    let body_crc = crc32c(&w.buf[HEADER_LEN..]);
+    w.buf[8..12].copy_from_slice(&body_crc.to_le_bytes());
+    let header_crc = crc32c(&w.buf[8..HEADER_LEN]);
+    w.buf[4..8].copy_from_slice(&header_crc.to_le_bytes());
     w.finish()
 }
 
@@ -230,11 +235,12 @@ pub fn parse_node(buf: &[u8], id: NodeId, blocks: u32) -> Result<Vec<ParsedBset<
         let Some(end) = end else {
             return Err(bad(at, Corrupt::Field("bset length")));
         };
-        let payload = &buf[start + HEADER_LEN..start + HEADER_LEN + header.payload_len as usize];
+        let body = &buf[start + HEADER_LEN..end as usize * BLOCK_SIZE];
         let crc = u32::from_le_bytes(buf[start + 8..start + 12].try_into().expect("4 bytes"));
-        if crc != crc32c(payload) {
+        if crc != crc32c(body) {
             return Err(bad(at, Corrupt::Checksum));
         }
+        let payload = &body[..header.payload_len as usize];
         let entries = decode_entries(payload, header.nkeys).map_err(|e| bad(at, e))?;
         last_seq = header.seq;
         out.push(ParsedBset { header, entries });

@@ -39,6 +39,7 @@ mod xattr;
 pub use self::core::InodeState;
 pub use checkpoint::{CheckpointCause, Pressure, PressurePolicy, WritePolicy};
 pub use mkfs::{format, FormatError, FormatOptions};
+
 pub use stats::FsStats;
 
 use self::core::{Core, Step, Stop};
@@ -432,7 +433,7 @@ impl<D: BlockDevice> NineFs<D> {
         let Some(plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
             return Ok(());
         };
-        let written = async {
+        let written: Result<(), crate::block::IoError> = async {
             for (block, data) in &plan.writes {
                 self.dev.write(*block, data, WriteFlags::NONE).await?;
             }
@@ -440,7 +441,19 @@ impl<D: BlockDevice> NineFs<D> {
             let slot = SUPERBLOCK_BLOCKS[(plan.sb.generation % 2) as usize];
             self.dev
                 .write(slot, &plan.sb.encode(), WriteFlags::FUA)
-                .await
+                .await?;
+            if cause == CheckpointCause::Unmount {
+                // Both copies clean and current: on a cleanly unmounted image a damaged
+                // copy is then detectably damage, not a torn last write.
+                let mut other = plan.sb.clone();
+                other.generation += 1;
+                let slot = SUPERBLOCK_BLOCKS[(other.generation % 2) as usize];
+                self.dev
+                    .write(slot, &other.encode(), WriteFlags::FUA)
+                    .await?;
+                self.core.lock().sb.generation = other.generation;
+            }
+            Ok(())
         }
         .await;
         let mut c = self.core.lock();
