@@ -307,7 +307,7 @@ fn crash_at_every_write_of_a_checkpoint() {
             strip(&state) == strip(&before) || strip(&state) == strip(&after),
             "crash at write {at}: neither the old nor the new state"
         );
-        drop(pollster::block_on(fs.unmount()));
+        pollster::block_on(fs.unmount()).unwrap();
         assert_clean(&disk);
     }
 }
@@ -333,7 +333,7 @@ fn unlinked_open_files_survive_until_release_and_crashes() {
         assert_eq!(fs.getattr(f.ino).await, Err(Errno::ENOENT));
         image
     });
-    drop(pollster::block_on(fs.unmount()));
+    pollster::block_on(fs.unmount()).unwrap();
     assert_clean(&disk);
     // After the crash, mount frees the orphan.
     let crashed = MemDisk::from_bytes(4096, image);
@@ -346,7 +346,7 @@ fn unlinked_open_files_survive_until_release_and_crashes() {
         pollster::block_on(fs.readdir(ROOT_INO, 2, 10)).unwrap(),
         vec![]
     );
-    drop(pollster::block_on(fs.unmount()));
+    pollster::block_on(fs.unmount()).unwrap();
     let r = pollster::block_on(fsck(&crashed, &FsckOptions::default())).unwrap();
     assert!(r.is_clean(), "{:#?}", r.errors);
     assert!(
