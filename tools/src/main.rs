@@ -3,6 +3,11 @@
 //! Each subcommand lives in its own module; this file only parses the command line and
 //! dispatches.
 
+mod dump;
+mod fsck;
+mod image;
+mod mkfs;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +24,23 @@ struct Cli {
 enum Command {
     /// Print the on-disk format version this build reads and writes.
     Version,
+    /// Make a filesystem on an image file.
+    Mkfs(mkfs::MkfsArgs),
+    /// Check an image (exit 0 clean, 4 errors, 8 operational error).
+    Fsck(fsck::FsckArgs),
+    /// Print the superblock, a tree, or an inode's items.
+    Dump(dump::DumpArgs),
+}
+
+/// Prints an error from `name` and fails.
+fn report(name: &str, r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ninefold {name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -28,5 +50,8 @@ fn main() -> ExitCode {
             println!("ninefold {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::Mkfs(args) => report("mkfs", mkfs::run(args)),
+        Command::Fsck(args) => fsck::run(args),
+        Command::Dump(args) => report("dump", dump::run(args)),
     }
 }
