@@ -80,7 +80,7 @@ pub fn run(args: MkfsArgs) -> Result<(), String> {
     println!(
         "{}: {} MiB, {} blocks of 4 KiB, {} allocation groups, node size {} KiB, log {} KiB, {} blocks free",
         args.image.display(),
-        l.total_blocks * 4096 >> 20,
+        (l.total_blocks * 4096) >> 20,
         l.total_blocks,
         l.groups,
         node_size / 1024,
