@@ -467,3 +467,60 @@ fn concurrent_operations_interleave_and_agree() {
     let disk = pollster::block_on(fs.unmount()).unwrap();
     assert_clean(&disk.0);
 }
+
+/// The same workload under the default policy (write only at checkpoints) and under the
+/// "write a node when 4 KiB of it is dirty" baseline: same result, and the counters show
+/// what each cost.
+#[test]
+fn write_policies_are_pluggable_and_counted() {
+    let run = |policy: Box<dyn fs::volume::WritePolicy>| {
+        let opts = MountOptions {
+            cache_limit: 8 << 20,
+            policy,
+            ..MountOptions::default()
+        };
+        let fs =
+            pollster::block_on(NineFs::mount(formatted(8192, 64 * 1024), opts, clock())).unwrap();
+        pollster::block_on(async {
+            for round in 0..3u32 {
+                populate(&fs, round).await;
+                for i in 0..200u32 {
+                    let a = fs
+                        .create(ROOT_INO, format!("x{round}-{i}").as_bytes(), 0o644, OWNER)
+                        .await
+                        .unwrap();
+                    fs.setattr(
+                        a.ino,
+                        fs::vfs::SetAttr {
+                            mode: Some(0o600),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+            fs.sync().await.unwrap();
+        });
+        let stats = fs.stats();
+        let state = VisibleState::capture_blocking(&fs);
+        let disk = pollster::block_on(fs.unmount()).unwrap();
+        assert_clean(&disk);
+        (stats, state)
+    };
+    let (lazy, lazy_state) = run(Box::new(fs::volume::PressurePolicy));
+    let (eager, eager_state) = run(Box::new(fs::volume::DirtyThresholdPolicy));
+    assert_eq!(lazy_state, eager_state);
+    let dirty = fs::btree::WriteCause::ALL
+        .iter()
+        .position(|&c| c == fs::btree::WriteCause::Dirty)
+        .unwrap();
+    assert_eq!(lazy.node_writes.writes[dirty], 0);
+    assert!(eager.node_writes.writes[dirty] > 0, "{eager:?}");
+    assert!(
+        eager.node_writes.total_writes() > lazy.node_writes.total_writes(),
+        "eager {:?} lazy {:?}",
+        eager.node_writes,
+        lazy.node_writes
+    );
+}

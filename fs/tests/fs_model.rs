@@ -9,7 +9,9 @@ use fs::fsck::{fsck, FsckOptions};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{run_against_model, CompareOptions, ManualClock};
 use fs::vfs::{Clock, Timespec};
-use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use fs::volume::{
+    format, DirtyThresholdPolicy, FormatOptions, MountOptions, NineFs, PressurePolicy,
+};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 
@@ -30,29 +32,43 @@ fn format_opts(now: Timespec) -> FormatOptions {
     }
 }
 
-fn mount_opts(cache_limit: usize) -> MountOptions {
+fn mount_opts(cache_limit: usize, early_writes: bool) -> MountOptions {
     MountOptions {
         cache_limit,
+        policy: if early_writes {
+            Box::new(DirtyThresholdPolicy)
+        } else {
+            Box::new(PressurePolicy)
+        },
         ..MountOptions::default()
     }
 }
 
 /// Runs `ops` against the model on a fresh 32 MiB filesystem.
-fn check(ops: &[fs::testing::Op], cache_limit: usize) -> Result<(), TestCaseError> {
+fn check(ops: &[fs::testing::Op], cache_limit: usize, early: bool) -> Result<(), TestCaseError> {
     let clock: Rc<RefCell<Option<ManualClock>>> = Rc::default();
     let make_clock = clock.clone();
     let make = move |c: ManualClock| {
         *make_clock.borrow_mut() = Some(c.clone());
         let disk = MemDisk::new(4096, 8192);
         pollster::block_on(format(&disk, &format_opts(c.now()))).unwrap();
-        pollster::block_on(NineFs::mount(disk, mount_opts(cache_limit), Box::new(c))).unwrap()
+        pollster::block_on(NineFs::mount(
+            disk,
+            mount_opts(cache_limit, early),
+            Box::new(c),
+        ))
+        .unwrap()
     };
     let remount = move |fs: NineFs<MemDisk>| {
         let disk = pollster::block_on(fs.unmount()).expect("clean unmount");
         assert_fsck_clean(&disk);
         let c = clock.borrow().clone().expect("clock set");
-        pollster::block_on(NineFs::mount(disk, mount_opts(cache_limit), Box::new(c)))
-            .expect("remount")
+        pollster::block_on(NineFs::mount(
+            disk,
+            mount_opts(cache_limit, early),
+            Box::new(c),
+        ))
+        .expect("remount")
     };
     let runner = run_against_model(ops, make, remount, CompareOptions::default())?;
     let disk = pollster::block_on(runner.into_fs().unmount()).expect("clean unmount");
@@ -72,7 +88,7 @@ proptest! {
 
     #[test]
     fn matches_model(ops in strategy::ops(GenConfig::default(), 1..80)) {
-        check(&ops, 16 << 20)?;
+        check(&ops, 16 << 20, false)?;
     }
 }
 
@@ -83,6 +99,12 @@ proptest! {
     /// checkpoints run under memory pressure between operations.
     #[test]
     fn matches_model_with_tiny_cache(ops in strategy::ops(GenConfig::default(), 1..80)) {
-        check(&ops, 48 * 1024)?;
+        check(&ops, 48 * 1024, false)?;
+    }
+
+    /// Nodes written ahead of checkpoints whenever 4 KiB of them is dirty.
+    #[test]
+    fn matches_model_with_early_node_writes(ops in strategy::ops(GenConfig::default(), 1..80)) {
+        check(&ops, 1 << 20, true)?;
     }
 }

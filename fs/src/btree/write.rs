@@ -31,17 +31,21 @@ pub enum WriteCause {
     CacheReclaim,
     /// A leaf written because the log needed space.
     LogReclaim,
+    /// A node written ahead of a checkpoint because the write policy found enough of it
+    /// dirty (the "write when 4 KiB is dirty" baseline).
+    Dirty,
 }
 
 impl WriteCause {
     /// All causes, in counter order.
-    pub const ALL: [WriteCause; 6] = [
+    pub const ALL: [WriteCause; 7] = [
         WriteCause::Initial,
         WriteCause::Split,
         WriteCause::Interior,
         WriteCause::Sync,
         WriteCause::CacheReclaim,
         WriteCause::LogReclaim,
+        WriteCause::Dirty,
     ];
 
     /// A short name.
@@ -53,6 +57,7 @@ impl WriteCause {
             WriteCause::Sync => "sync",
             WriteCause::CacheReclaim => "cache_reclaim",
             WriteCause::LogReclaim => "log_reclaim",
+            WriteCause::Dirty => "dirty",
         }
     }
 }
@@ -61,9 +66,9 @@ impl WriteCause {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeWriteCounters {
     /// Writes, indexed like [`WriteCause::ALL`].
-    pub writes: [u64; 6],
+    pub writes: [u64; 7],
     /// Bytes, indexed like [`WriteCause::ALL`].
-    pub bytes: [u64; 6],
+    pub bytes: [u64; 7],
     /// Writes that appended a bset.
     pub appends: u64,
     /// Writes that rewrote a node to a fresh location.
@@ -145,6 +150,44 @@ impl Trees {
     /// Whether any cached node has unwritten changes.
     pub fn any_dirty(&self) -> bool {
         self.cache.nodes().any(Node::is_dirty)
+    }
+
+    /// Appends the changes of every placed node for which `due(pending bytes)` holds
+    /// and whose append fits, ahead of checkpoint `seq`. The appends stay invisible until
+    /// that checkpoint records the nodes' new lengths in their parents (which its walk
+    /// does for every cached node whose length changed). Nodes that would need a new
+    /// location wait for the checkpoint.
+    pub fn write_early(&mut self, seq: u64, due: impl Fn(usize) -> bool) -> Vec<NodeWrite> {
+        let node_blocks = self.node_size / BLOCK_SIZE as u32;
+        let ready: Vec<u64> = self
+            .cache
+            .nodes()
+            .filter(|n| {
+                let blocks = (HEADER_LEN + n.pending_bytes()).div_ceil(BLOCK_SIZE) as u32;
+                n.is_dirty()
+                    && !is_temp_addr(n.addr)
+                    && n.written_blocks > 0
+                    && n.written_blocks + blocks <= node_blocks
+                    && due(n.pending_bytes())
+            })
+            .map(|n| n.addr)
+            .collect();
+        let mut out = Vec::with_capacity(ready.len());
+        for addr in ready {
+            let node = self.cache.node(addr).expect("listed");
+            let data = node.encode_append(seq);
+            let offset = node.written_blocks;
+            let written = offset + (data.len() / BLOCK_SIZE) as u32;
+            out.push(NodeWrite {
+                block: addr + u64::from(offset),
+                data,
+                cause: WriteCause::Dirty,
+                relocated: false,
+                tree: node.id.tree,
+            });
+            self.cache.modify(addr, |n| n.mark_written(written, seq));
+        }
+        out
     }
 
     /// Writes every dirty node of every tree in checkpoint `seq`. New locations come

@@ -58,7 +58,7 @@ pub struct GroupWrite {
 pub struct AllocStats {
     /// Blocks allocated for data.
     pub data_blocks: u64,
-    /// Nodes placed.
+    /// Nodes placed (counted by the checkpoint that places them).
     pub node_allocs: u64,
     /// Blocks freed (committed).
     pub freed_blocks: u64,
@@ -287,9 +287,7 @@ impl Allocator {
     /// Takes a node location from the pool. It stays reserved until
     /// [`Allocator::commit_reserved`] (the node is referenced by a committed parent).
     pub fn take_node(&mut self) -> Option<u64> {
-        let a = self.node_pool.pop()?;
-        self.stats.node_allocs += 1;
-        Some(a)
+        self.node_pool.pop()
     }
 
     /// Puts an unused location back into the pool.

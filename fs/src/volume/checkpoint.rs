@@ -83,6 +83,18 @@ pub struct Pressure {
 pub trait WritePolicy {
     /// Whether a checkpoint must run now, and why.
     fn checkpoint_due(&self, p: &Pressure) -> Option<CheckpointCause>;
+
+    /// Whether to look for nodes to write ahead of the next checkpoint at all.
+    fn writes_early(&self) -> bool {
+        false
+    }
+
+    /// Whether a node with `pending_bytes` of unwritten changes is to be written now,
+    /// ahead of the next checkpoint (asked only if [`WritePolicy::writes_early`]).
+    fn node_write_due(&self, pending_bytes: usize) -> bool {
+        let _ = pending_bytes;
+        false
+    }
 }
 
 /// The default policy: write only under pressure — when the cache is over its limit
@@ -100,6 +112,25 @@ impl WritePolicy for PressurePolicy {
         } else {
             None
         }
+    }
+}
+
+/// The baseline bcachefs had before journal-reclaim-driven writes: a node is written as
+/// soon as 4 KiB of it is dirty (otherwise as [`PressurePolicy`]). For comparisons.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DirtyThresholdPolicy;
+
+impl WritePolicy for DirtyThresholdPolicy {
+    fn checkpoint_due(&self, p: &Pressure) -> Option<CheckpointCause> {
+        PressurePolicy.checkpoint_due(p)
+    }
+
+    fn writes_early(&self) -> bool {
+        true
+    }
+
+    fn node_write_due(&self, pending_bytes: usize) -> bool {
+        pending_bytes >= crate::format::BLOCK_SIZE
     }
 }
 
@@ -150,6 +181,7 @@ impl Core {
         for &a in &res.placed {
             self.space.commit_reserved(a..a + nb);
         }
+        self.space.stats.node_allocs += res.placed.len() as u64;
         for a in res
             .freed
             .into_iter()

@@ -270,10 +270,10 @@ impl<D: BlockDevice> NineFs<D> {
                     }
                     let len = (buf.len() as u64).min(item.size - offset);
                     let (b0, b1) = (offset / BS, (offset + len).div_ceil(BS));
-                    Ok(Some((len as usize, b0, c.read_plan(ino, b0, b1)?)))
+                    Ok(Some((len as usize, c.read_plan(ino, b0, b1)?)))
                 })
                 .await?;
-            let Some((len, b0, pieces)) = plan else {
+            let Some((len, pieces)) = plan else {
                 return Ok(0);
             };
             buf[..len].fill(0);
@@ -298,10 +298,7 @@ impl<D: BlockDevice> NineFs<D> {
                 }
             }
             match bad {
-                None => {
-                    let _ = b0;
-                    return Ok(len);
-                }
+                None => return Ok(len),
                 Some(block) if retried => {
                     log::error!("inode {ino}: data checksum mismatch in blocks from {block}");
                     self.core.lock().stats.corruptions += 1;

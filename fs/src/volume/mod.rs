@@ -37,7 +37,9 @@ pub mod stats;
 mod xattr;
 
 pub use self::core::InodeState;
-pub use checkpoint::{CheckpointCause, Pressure, PressurePolicy, WritePolicy};
+pub use checkpoint::{
+    CheckpointCause, DirtyThresholdPolicy, Pressure, PressurePolicy, WritePolicy,
+};
 pub use mkfs::{format, FormatError, FormatOptions};
 
 pub use stats::FsStats;
@@ -487,6 +489,36 @@ impl<D: BlockDevice> NineFs<D> {
             self.checkpoint(cause).await?;
             let mut c = self.core.lock();
             self.evict(&mut c);
+        }
+        if self.policy.writes_early() {
+            self.write_early().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the nodes the policy wants written ahead of the next checkpoint. Holds the
+    /// checkpoint lock across the writes, so no checkpoint commits a length these
+    /// writes have not reached yet.
+    async fn write_early(&self) -> FsResult<()> {
+        let _guard = self.checkpoint_lock.lock().await;
+        let writes = {
+            let mut c = self.core.lock();
+            let seq = c.seq;
+            let writes = c.trees.write_early(seq, |p| self.policy.node_write_due(p));
+            for w in &writes {
+                c.stats.node_writes.count(w);
+            }
+            writes
+        };
+        for w in &writes {
+            if let Err(e) = self.dev.write(w.block, &w.data, WriteFlags::NONE).await {
+                log::error!(
+                    "early write of a node at block {}: {e}; filesystem is now failed",
+                    w.block
+                );
+                self.core.lock().failed = true;
+                return Err(Errno::EIO);
+            }
         }
         Ok(())
     }
