@@ -23,6 +23,7 @@ pub mod fsck;
 pub mod inspect;
 pub mod io;
 pub mod model;
+pub mod sim;
 pub mod space;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -175,15 +175,8 @@ fn run(bug: Bug, ops: &[Op]) -> Result<(), fs::testing::Mismatch> {
     .map(|_| ())
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(128)
-}
-
 proptest! {
-    #![proptest_config(Config { cases: cases(), ..Config::default() })]
+    #![proptest_config(Config { cases: strategy::cases(128), ..Config::default() })]
 
     /// The model agrees with itself on any sequence, and its visible states are free of
     /// anomalies.

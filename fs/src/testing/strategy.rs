@@ -16,6 +16,15 @@ use proptest::strategy::Union;
 use super::op::{Name, Op, Path, Target, XName};
 use crate::vfs::{mode, SetAttr, SetTime, Timespec, XattrMode, SYMLINK_MAX, XATTR_VALUE_MAX};
 
+/// The number of proptest cases: `PROPTEST_CASES` from the environment, else `default`
+/// (keeps `cargo test` fast while allowing long runs).
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Which kinds of ops a generated sequence contains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenConfig {
@@ -52,10 +61,10 @@ fn invalid_name() -> BoxedStrategy<Name> {
     .boxed()
 }
 
-/// A name for a file: mostly `c` or `d`, sometimes `e` or a directory's name.
-pub fn file_name(config: GenConfig) -> BoxedStrategy<Name> {
-    let valid =
-        prop_oneof![8 => (2u8..4).prop_map(Name::Plain), 2 => (0u8..5).prop_map(Name::Plain)];
+/// Mostly one of the plain names in `usual`, sometimes any plain name, rarely (if
+/// configured) an invalid one.
+fn name_from(usual: core::ops::Range<u8>, config: GenConfig) -> BoxedStrategy<Name> {
+    let valid = prop_oneof![8 => usual.prop_map(Name::Plain), 2 => (0u8..5).prop_map(Name::Plain)];
     if config.invalid {
         prop_oneof![30 => valid, 1 => invalid_name()].boxed()
     } else {
@@ -63,15 +72,14 @@ pub fn file_name(config: GenConfig) -> BoxedStrategy<Name> {
     }
 }
 
+/// A name for a file: mostly `c` or `d`.
+pub fn file_name(config: GenConfig) -> BoxedStrategy<Name> {
+    name_from(2..4, config)
+}
+
 /// A name for a directory: mostly `a` or `b`.
 pub fn dir_name(config: GenConfig) -> BoxedStrategy<Name> {
-    let valid =
-        prop_oneof![8 => (0u8..2).prop_map(Name::Plain), 2 => (0u8..5).prop_map(Name::Plain)];
-    if config.invalid {
-        prop_oneof![30 => valid, 1 => invalid_name()].boxed()
-    } else {
-        valid.boxed()
-    }
+    name_from(0..2, config)
 }
 
 /// Any entry name.
@@ -115,7 +123,7 @@ pub fn offset() -> BoxedStrategy<u64> {
     prop_oneof![
         4 => 0u64..12_288,
         2 => (0u64..4).prop_map(|b| b * 4096),
-        1 => 0u64..(1 << 20),
+        1 => 0u64..(1 << 18),
     ]
     .boxed()
 }

@@ -1,0 +1,30 @@
+//! Simulation for storage tests: block-device middleware and crash-state enumeration.
+//!
+//! In the spirit of smoltcp's `phy` middleware, each device here is a
+//! [`BlockDevice`](crate::block::BlockDevice) wrapping another, so they stack:
+//! `TraceDisk<FaultDisk<RecordingDisk<MemDisk>>>`.
+//! - [`RecordingDisk`] records writes, FLUSHes and discards with issue and completion
+//!   times, and counts them.
+//! - [`FaultDisk`] fails requests or flips bits by rule.
+//! - [`TraceDisk`] logs requests through `log`.
+//!
+//! [`enumerate`] turns a base image and a [`Recording`] into the crash states a power
+//! failure could leave ([`CrashState`]: a [`CrashDisk`] overlay and a printable
+//! [`CrashDesc`]). With the `testing` feature, [`contract`] decides whether what a
+//! filesystem recovers from such a state is allowed by the crash contract.
+//!
+//! Everything here is `no_std + alloc` except [`contract`].
+
+#[cfg(feature = "testing")]
+pub mod contract;
+mod crash;
+mod fault;
+mod overlay;
+mod recording;
+mod trace;
+
+pub use crash::{enumerate, summary, CrashDesc, CrashParams, CrashState, CrashStates, Torn};
+pub use fault::{Fault, FaultCounters, FaultDisk};
+pub use overlay::{BlockRef, CrashDisk, Layer};
+pub use recording::{Counters, Recorder, Recording, RecordingDisk, Request, RequestKind};
+pub use trace::TraceDisk;
