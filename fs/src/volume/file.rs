@@ -15,11 +15,11 @@ use core::ops::Range;
 use super::core::{Core, Step, Stop, Txn};
 use super::{NineFs, MAX_FILE_SIZE};
 use crate::block::{BlockDevice, WriteFlags};
-use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent};
+use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent, InodeItem};
 use crate::format::key::kind;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::util::crc::crc32c;
-use crate::vfs::{Errno, FileType, FsResult, Ino};
+use crate::vfs::{Errno, FileType, FsResult, Ino, Timespec};
 
 const BS: u64 = BLOCK_SIZE as u64;
 /// Extent items changed per transaction when trimming, deleting or cloning, so one
@@ -42,8 +42,22 @@ struct Piece {
     csums: Vec<u32>,
 }
 
+/// Adds `delta` bytes to the data an inode references.
+fn add_bytes(item: &mut InodeItem, delta: i64) {
+    item.bytes = item.bytes.saturating_add_signed(delta);
+}
+
+/// Records a content change made in checkpoint interval `seq`: referenced bytes by
+/// `delta`, mtime and ctime to `now`.
+fn content_changed(item: &mut InodeItem, delta: i64, now: Timespec, seq: u64) {
+    add_bytes(item, delta);
+    item.mtime = now;
+    item.ctime = now;
+    item.transid = seq;
+}
+
 /// Fails unless `item` is a regular file (`EISDIR` for directories, else `EINVAL`).
-fn regular(item: &crate::format::items::InodeItem) -> Step<()> {
+fn regular(item: &InodeItem) -> Step<()> {
     match item.file_type() {
         Some(FileType::Regular) => Ok(()),
         Some(FileType::Directory) => Err(Errno::EISDIR.into()),
@@ -192,7 +206,7 @@ impl Core {
         let mut tx = Txn::new();
         let delta = self.replace_range(&mut tx, ino, from, to, &[])?;
         let mut item = tx.inode(self, ino)?;
-        item.bytes = (item.bytes as i64 + delta).max(0) as u64;
+        add_bytes(&mut item, delta);
         tx.put_inode(ino, &item);
         self.commit(tx)?;
         Ok(done)
@@ -423,10 +437,7 @@ impl<D: BlockDevice> NineFs<D> {
                 let delta = c.replace_range(&mut tx, ino, b0, b1, &pieces)?;
                 let mut item = tx.inode(c, ino)?;
                 item.size = item.size.max(end);
-                item.bytes = (item.bytes as i64 + delta).max(0) as u64;
-                item.mtime = now;
-                item.ctime = now;
-                item.transid = c.seq;
+                content_changed(&mut item, delta, now, c.seq);
                 tx.put_inode(ino, &item);
                 c.commit(tx)
             })
@@ -564,12 +575,10 @@ impl<D: BlockDevice> NineFs<D> {
                         tail_block + 1,
                         &[(tail_block, fe)],
                     )?;
-                    item.bytes = (item.bytes as i64 + delta).max(0) as u64;
+                    add_bytes(&mut item, delta);
                 }
                 item.size = size;
-                item.mtime = now;
-                item.ctime = now;
-                item.transid = c.seq;
+                content_changed(&mut item, 0, now, c.seq);
                 tx.put_inode(ino, &item);
                 c.commit(tx)
             })
@@ -676,11 +685,8 @@ impl<D: BlockDevice> NineFs<D> {
                         &pieces,
                     )?;
                     let mut item = tx.inode(c, dst)?;
-                    item.bytes = (item.bytes as i64 + delta).max(0) as u64;
                     item.size = item.size.max(dst_end);
-                    item.mtime = now;
-                    item.ctime = now;
-                    item.transid = c.seq;
+                    content_changed(&mut item, delta, now, c.seq);
                     tx.put_inode(dst, &item);
                     c.commit(tx)?;
                     let seq = c.seq;
