@@ -347,9 +347,15 @@ impl<D: BlockDevice> NineFs<D> {
         let mut done = 0;
         while done < n {
             let chunk = (n - done).min(WRITE_CHUNK);
-            self.write_chunk(ino, offset + done as u64, &data[done..done + chunk])
-                .await?;
-            done += chunk;
+            match self
+                .write_chunk(ino, offset + done as u64, &data[done..done + chunk])
+                .await
+            {
+                Ok(()) => done += chunk,
+                // Earlier chunks are in: a short write, as POSIX has it.
+                Err(_) if done > 0 => return Ok(done),
+                Err(e) => return Err(e),
+            }
         }
         Ok(n)
     }
