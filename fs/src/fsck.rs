@@ -643,6 +643,14 @@ impl<D: BlockDevice> Checker<D> {
                 ));
                 continue;
             }
+            if len > u64::from(crate::format::MAX_EXTENT_BLOCKS)
+                || start + len > self.img.sb.layout.total_blocks
+            {
+                self.error(format!(
+                    "data extent {start}+{len} is too long or outside the filesystem"
+                ));
+                continue;
+            }
             if !opts.check_data {
                 continue;
             }

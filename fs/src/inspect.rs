@@ -44,6 +44,9 @@ impl<D: BlockDevice> Image<D> {
     pub async fn open(dev: D) -> Result<Image<D>, MountError> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, sb_valid) = read_superblock(&dev).await?;
+        if sb.layout.total_blocks > dev.blocks() {
+            return Err(MountError::TooSmall);
+        }
         Ok(Image { dev, sb, sb_valid })
     }
 
