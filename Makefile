@@ -3,27 +3,104 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
+QEMU ?= qemu-system-x86_64
 BUILD := build
+TARGET := x86_64-unknown-none
 
-.PHONY: all test test-host lint fmt clean
+## The appliance image, and the disk `make run` gives it.
+IMAGE := $(BUILD)/appliance.elf
+KERNEL_ELF := target/$(TARGET)/release/ninefold-kernel
+
+## `make run` knobs (override on the command line: make run MEM=1G PORT=15640).
+# Guest memory.
+MEM ?= 512M
+# Host TCP port (on 127.0.0.1) forwarded to the appliance's 9P port.
+PORT ?= 5640
+# The appliance's 9P port (passed as port= on its command line).
+NINEP_PORT ?= 564
+# The disk image attached as an NVMe namespace (created sparse if missing).
+DISK ?= $(BUILD)/disk.img
+DISK_SIZE ?= 1G
+# Extra kernel command-line options, e.g. APPEND="log=debug ip=10.0.2.15/24 gw=10.0.2.2".
+APPEND ?=
+# Accelerator: empty = probe (scripts/accel.sh: kvm only if it really works here).
+ACCEL ?=
+
+.PHONY: all deps image run test test-host test-qemu lint fmt clean
 
 all: test
 
-## test: everything CI runs (host tests, then the QEMU tests)
-test: test-host
+## deps: install (or name) what building and booting needs: QEMU, the Rust target
+deps:
+	@QEMU=$(QEMU) scripts/deps.sh
 
-## test-host: unit, property and integration tests of the host crates (fs, net, tools)
+## image: the bootable appliance, build/appliance.elf (boot it with QEMU -kernel)
+image:
+	$(CARGO) build --locked -p ninefold-kernel --target $(TARGET) --release
+	@mkdir -p $(BUILD)
+	cp $(KERNEL_ELF) $(IMAGE)
+
+$(DISK):
+	@mkdir -p $(dir $(DISK))
+	truncate -s $(DISK_SIZE) $(DISK)
+
+## run: boot the appliance with an NVMe disk and a NIC; 127.0.0.1:$(PORT) reaches its 9P port
+run: deps image $(DISK)
+	@accel="$(ACCEL)"; [[ -n $$accel ]] || accel=$$(QEMU=$(QEMU) scripts/accel.sh $(IMAGE)); \
+	cpu=; [[ $$accel == kvm ]] && cpu="-cpu host"; \
+	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT) (quit: Ctrl-A X)"; \
+	exec $(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
+		-serial mon:stdio -no-reboot \
+		-device isa-debug-exit,iobase=0xf4,iosize=4 \
+		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) $(APPEND))" \
+		-drive file=$(DISK),if=none,id=disk0,format=raw \
+		-device nvme,drive=disk0,serial=ninefold0 \
+		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT) \
+		-device virtio-net-pci,netdev=net0,romfile=
+
+## test: everything CI runs: host tests, then the QEMU boot tests
+test: test-host test-qemu
+
+## test-host: unit, property and integration tests of every crate that runs on the host
+## (fs, net, tools, and the pure parts of kernel and boot)
 test-host:
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --locked --exclude ninefold-tests
 
-## lint: formatting and clippy with warnings denied
+## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults
+test-qemu: deps image
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
+		$(CARGO) test --locked -p ninefold-tests -- --test-threads=2
+
+## lint: formatting and clippy with warnings denied (host crates, then boot and kernel
+## for the appliance target)
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CARGO) clippy -p ninefold-kernel -p ninefold-boot --target $(TARGET) --locked -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
 
+## clean: build outputs and the KVM verdict; the disk image (your data) stays
 clean:
-	rm -rf $(BUILD)
+	rm -f $(IMAGE) $(BUILD)/accel $(BUILD)/accel-probe.log
 	$(CARGO) clean
+
+# --- Linux guest harness (tests/guest, docs/guests.md) ---------------------------------
+.PHONY: guest test-guest bench-peers bench-devices
+
+## guest: build the Linux test guest from Debian packages (cached in build/guest/out)
+guest:
+	tests/guest/build-guest
+
+## test-guest: smoke test: the guest mounts a host diod export over 9P/TCP, checks file ops
+test-guest:
+	tests/guest/smoke
+
+## bench-peers: fio/dbench/... in the client guest against the peers; PEERS_ARGS=--help
+bench-peers: guest
+	tests/guest/peers $(PEERS_ARGS)
+
+## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
+bench-devices: guest
+	tests/guest/devbench

@@ -3,6 +3,20 @@
 //!
 //! `no_std + alloc`, with no hardware in it: the appliance feeds it bytes from smoltcp
 //! sockets, the host tool from std TCP streams, tests from memory.
+//!
+//! - [`wire`]: message types, encoding and decoding (no server logic).
+//! - [`server`]: sessions, fids, exports, permissions, locks; requests onto the fs.
+//! - [`conn`]: the transport-agnostic connection driver (bytes in, replies out).
+//!
+//! To serve: wrap a mounted filesystem in a [`server::Server`] (in an `Rc`), make a
+//! [`conn::Connection`] per accepted stream and either `run` it over a
+//! [`conn::Transport`] or feed it bytes and poll it yourself.
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
+
+pub mod conn;
+pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod wire;

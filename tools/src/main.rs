@@ -7,6 +7,7 @@ mod dump;
 mod fsck;
 mod image;
 mod mkfs;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -30,10 +31,12 @@ enum Command {
     Fsck(fsck::FsckArgs),
     /// Print the superblock, a tree, or an inode's items.
     Dump(dump::DumpArgs),
+    /// Serve a filesystem over 9P2000.L on TCP.
+    Serve(serve::ServeArgs),
 }
 
-/// Prints an error from `name` and fails.
-fn report(name: &str, r: Result<(), String>) -> ExitCode {
+/// Prints an error from subcommand `name` and fails.
+fn report<E: std::fmt::Display>(name: &str, r: Result<(), E>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -53,5 +56,6 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => report("mkfs", mkfs::run(args)),
         Command::Fsck(args) => fsck::run(args),
         Command::Dump(args) => report("dump", dump::run(args)),
+        Command::Serve(args) => report("serve", serve::run(args)),
     }
 }

@@ -1,0 +1,390 @@
+//! The appliance's configuration, from the kernel command line (QEMU `-append`).
+//!
+//! Options are whitespace-separated `key=value` pairs or bare flags:
+//!
+//! | option | meaning | default |
+//! |---|---|---|
+//! | `log=off\|error\|warn\|info\|debug\|trace` | console log level | `info` |
+//! | `ip=ADDR/PREFIX` or `ip=dhcp` | the NIC's IPv4 address | `dhcp` |
+//! | `gw=ADDR` | default IPv4 gateway (static `ip=` only) | none |
+//! | `port=N` | TCP port of the 9P server | `564` |
+//! | `disk=nvme0\|virtio0\|BB:DD.F` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex) | the first one found |
+//! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
+//! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
+//! | `poweroff` | power off once boot is complete (for probes) | off |
+//!
+//! Parsing is a pure function ([`Config::parse`]) that never fails: an unknown or malformed
+//! option is reported through the callback and ignored (the default, or an earlier valid
+//! occurrence, stays); a later valid occurrence overrides an earlier one.
+
+use core::fmt;
+use core::net::Ipv4Addr;
+
+use log::LevelFilter;
+
+use crate::pci::PciAddress;
+
+/// The default TCP port of the 9P server.
+pub const DEFAULT_9P_PORT: u16 = 564;
+
+/// How the NIC gets its IPv4 address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpConfig {
+    /// Ask a DHCP server.
+    Dhcp,
+    /// A fixed address with its prefix length.
+    Static {
+        /// The address.
+        addr: Ipv4Addr,
+        /// Prefix length, 0..=32.
+        prefix: u8,
+    },
+}
+
+/// Which block device to put the filesystem on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskSelector {
+    /// The Nth NVMe controller in PCI order (`nvme0` is the first).
+    Nvme(u8),
+    /// The Nth virtio-blk device in PCI order.
+    VirtioBlk(u8),
+    /// The device at this PCI address.
+    Pci(PciAddress),
+}
+
+/// A deliberate crash, to test the fault reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crash {
+    /// Read from an unmapped address.
+    PageFault,
+    /// Recurse until the stack's guard page is hit.
+    StackOverflow,
+    /// Call `panic!`.
+    Panic,
+}
+
+/// The effective configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Console log level.
+    pub log: LevelFilter,
+    /// IPv4 address configuration.
+    pub ip: IpConfig,
+    /// Default gateway.
+    pub gateway: Option<Ipv4Addr>,
+    /// TCP port of the 9P server.
+    pub port: u16,
+    /// The block device for the filesystem; `None` picks the first one found.
+    pub disk: Option<DiskSelector>,
+    /// Run the self-checks and power off.
+    pub selftest: bool,
+    /// Crash deliberately after boot.
+    pub crash: Option<Crash>,
+    /// Power off once boot is complete.
+    pub poweroff: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            log: LevelFilter::Info,
+            ip: IpConfig::Dhcp,
+            gateway: None,
+            port: DEFAULT_9P_PORT,
+            disk: None,
+            selftest: false,
+            crash: None,
+            poweroff: false,
+        }
+    }
+}
+
+/// A command-line option that was ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ignored<'a> {
+    /// No such option.
+    Unknown(&'a str),
+    /// A known option with a value it cannot take.
+    Malformed {
+        /// The whole option as written.
+        option: &'a str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for Ignored<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ignored::Unknown(opt) => write!(f, "unknown option `{opt}` ignored"),
+            Ignored::Malformed { option, reason } => {
+                write!(f, "malformed option `{option}` ignored: {reason}")
+            }
+        }
+    }
+}
+
+impl Config {
+    /// Parses a command line, reporting each ignored option to `ignored`.
+    pub fn parse<'a>(cmdline: &'a str, mut ignored: impl FnMut(Ignored<'a>)) -> Config {
+        let mut config = Config::default();
+        for option in cmdline.split_ascii_whitespace() {
+            if let Err(reason) = config.apply(option) {
+                ignored(match reason {
+                    None => Ignored::Unknown(option),
+                    Some(reason) => Ignored::Malformed { option, reason },
+                });
+            }
+        }
+        if config.gateway.is_some() && config.ip == IpConfig::Dhcp {
+            ignored(Ignored::Malformed {
+                option: "gw",
+                reason: "a gateway needs a static ip= (DHCP supplies its own)",
+            });
+            config.gateway = None;
+        }
+        config
+    }
+
+    /// Applies one option. `Err(None)`: unknown; `Err(Some(why))`: malformed.
+    fn apply(&mut self, option: &str) -> Result<(), Option<&'static str>> {
+        fn need(v: Option<&str>) -> Result<&str, Option<&'static str>> {
+            v.filter(|v| !v.is_empty()).ok_or(Some("needs a value"))
+        }
+        let (key, value) = match option.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (option, None),
+        };
+        match key {
+            "log" => self.log = parse_level(need(value)?)?,
+            "ip" => self.ip = parse_ip(need(value)?)?,
+            "gw" => {
+                let v = need(value)?;
+                self.gateway = Some(v.parse().map_err(|_| Some("not an IPv4 address"))?);
+            }
+            "port" => {
+                let port: u16 = need(value)?
+                    .parse()
+                    .map_err(|_| Some("not a port number (1-65535)"))?;
+                if port == 0 {
+                    return Err(Some("port 0 is not a port"));
+                }
+                self.port = port;
+            }
+            "disk" => self.disk = Some(parse_disk(need(value)?)?),
+            "crash" => {
+                self.crash = Some(match need(value)? {
+                    "pagefault" => Crash::PageFault,
+                    "stackoverflow" => Crash::StackOverflow,
+                    "panic" => Crash::Panic,
+                    _ => return Err(Some("expected pagefault, stackoverflow or panic")),
+                })
+            }
+            "selftest" | "poweroff" => {
+                if value.is_some() {
+                    return Err(Some("is a flag and takes no value"));
+                }
+                match key {
+                    "selftest" => self.selftest = true,
+                    _ => self.poweroff = true,
+                }
+            }
+            _ => return Err(None),
+        }
+        Ok(())
+    }
+}
+
+fn parse_level(v: &str) -> Result<LevelFilter, Option<&'static str>> {
+    v.parse()
+        .map_err(|_| Some("expected off, error, warn, info, debug or trace"))
+}
+
+fn level_name(level: LevelFilter) -> &'static str {
+    match level {
+        LevelFilter::Off => "off",
+        LevelFilter::Error => "error",
+        LevelFilter::Warn => "warn",
+        LevelFilter::Info => "info",
+        LevelFilter::Debug => "debug",
+        LevelFilter::Trace => "trace",
+    }
+}
+
+fn parse_ip(v: &str) -> Result<IpConfig, Option<&'static str>> {
+    if v == "dhcp" {
+        return Ok(IpConfig::Dhcp);
+    }
+    let (addr, prefix) = v
+        .split_once('/')
+        .ok_or(Some("expected ADDR/PREFIX or dhcp"))?;
+    let addr = addr.parse().map_err(|_| Some("not an IPv4 address"))?;
+    let prefix = prefix
+        .parse::<u8>()
+        .ok()
+        .filter(|p| *p <= 32)
+        .ok_or(Some("prefix length must be 0-32"))?;
+    Ok(IpConfig::Static { addr, prefix })
+}
+
+fn parse_disk(v: &str) -> Result<DiskSelector, Option<&'static str>> {
+    let index = |s: &str| s.parse::<u8>().map_err(|_| Some("bad device number"));
+    if let Some(n) = v.strip_prefix("nvme") {
+        return Ok(DiskSelector::Nvme(index(n)?));
+    }
+    if let Some(n) = v.strip_prefix("virtio") {
+        return Ok(DiskSelector::VirtioBlk(index(n)?));
+    }
+    v.parse::<PciAddress>()
+        .map(DiskSelector::Pci)
+        .map_err(|_| Some("expected nvmeN, virtioN or a PCI address BB:DD.F"))
+}
+
+impl fmt::Display for IpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IpConfig::Dhcp => f.write_str("dhcp"),
+            IpConfig::Static { addr, prefix } => write!(f, "{addr}/{prefix}"),
+        }
+    }
+}
+
+impl fmt::Display for DiskSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiskSelector::Nvme(n) => write!(f, "nvme{n}"),
+            DiskSelector::VirtioBlk(n) => write!(f, "virtio{n}"),
+            DiskSelector::Pci(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// One line, in command-line syntax: what the appliance will actually do.
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "log={} ip={}", level_name(self.log), self.ip)?;
+        match self.gateway {
+            Some(gw) => write!(f, " gw={gw}")?,
+            None => f.write_str(" gw=none")?,
+        }
+        write!(f, " port={}", self.port)?;
+        match self.disk {
+            Some(d) => write!(f, " disk={d}")?,
+            None => f.write_str(" disk=auto")?,
+        }
+        if self.selftest {
+            f.write_str(" selftest")?;
+        }
+        if self.poweroff {
+            f.write_str(" poweroff")?;
+        }
+        if let Some(c) = self.crash {
+            let name = match c {
+                Crash::PageFault => "pagefault",
+                Crash::StackOverflow => "stackoverflow",
+                Crash::Panic => "panic",
+            };
+            write!(f, " crash={name}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::string::{String, ToString};
+    use std::vec::Vec;
+
+    fn parse(cmdline: &str) -> (Config, Vec<String>) {
+        let mut ignored = Vec::new();
+        let c = Config::parse(cmdline, |i| ignored.push(i.to_string()));
+        (c, ignored)
+    }
+
+    #[test]
+    fn empty_command_line_gives_defaults() {
+        let (c, ignored) = parse("   ");
+        assert_eq!(c, Config::default());
+        assert!(ignored.is_empty());
+        assert_eq!(c.to_string(), "log=info ip=dhcp gw=none port=564 disk=auto");
+    }
+
+    #[test]
+    fn every_option_parses() {
+        let (c, ignored) = parse(
+            "log=debug ip=10.0.2.15/24 gw=10.0.2.2 port=5640 disk=00:04.0 selftest poweroff crash=stackoverflow",
+        );
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(c.log, LevelFilter::Debug);
+        assert_eq!(
+            c.ip,
+            IpConfig::Static {
+                addr: Ipv4Addr::new(10, 0, 2, 15),
+                prefix: 24
+            }
+        );
+        assert_eq!(c.gateway, Some(Ipv4Addr::new(10, 0, 2, 2)));
+        assert_eq!(c.port, 5640);
+        assert_eq!(c.disk, Some(DiskSelector::Pci(PciAddress::new(0, 0, 4, 0))));
+        assert!(c.selftest && c.poweroff);
+        assert_eq!(c.crash, Some(Crash::StackOverflow));
+        // The summary is itself a valid command line that parses to the same config.
+        let (again, ignored) = parse(&c.to_string());
+        assert!(ignored.is_empty());
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn disk_selectors() {
+        assert_eq!(parse("disk=nvme0").0.disk, Some(DiskSelector::Nvme(0)));
+        assert_eq!(
+            parse("disk=virtio1").0.disk,
+            Some(DiskSelector::VirtioBlk(1))
+        );
+        assert_eq!(
+            parse("disk=0001:1a:1f.7").0.disk,
+            Some(DiskSelector::Pci(PciAddress::new(1, 0x1a, 0x1f, 7)))
+        );
+        for bad in [
+            "disk=nvme",
+            "disk=nvmex",
+            "disk=sda",
+            "disk=00:20.0",
+            "disk=00:04.8",
+        ] {
+            let (c, ignored) = parse(bad);
+            assert_eq!(c.disk, None, "{bad}");
+            assert_eq!(ignored.len(), 1, "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_malformed_options_are_reported_and_ignored() {
+        let (c, ignored) = parse(
+            "log=loud ip=10.0.0.1 ip=300.1.1.1/8 ip=10.0.0.1/33 port=0 port=70000 port= frobnicate selftest=yes crash=reboot gw=x log",
+        );
+        assert_eq!(c, Config::default());
+        assert_eq!(ignored.len(), 12, "{ignored:#?}");
+        assert!(ignored[0].contains("`log=loud`"));
+        assert!(ignored[7].starts_with("unknown option `frobnicate`"));
+    }
+
+    #[test]
+    fn later_valid_options_override_and_invalid_ones_do_not() {
+        let (c, ignored) = parse("port=1000 port=2000 port=bad log=warn log=nope");
+        assert_eq!(c.port, 2000);
+        assert_eq!(c.log, LevelFilter::Warn);
+        assert_eq!(ignored.len(), 2);
+    }
+
+    #[test]
+    fn gateway_without_static_ip_is_dropped() {
+        let (c, ignored) = parse("gw=10.0.2.2");
+        assert_eq!(c.gateway, None);
+        assert_eq!(ignored.len(), 1);
+        let (c, ignored) = parse("ip=dhcp");
+        assert_eq!(c.ip, IpConfig::Dhcp);
+        assert!(ignored.is_empty());
+    }
+}

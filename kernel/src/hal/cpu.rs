@@ -1,0 +1,107 @@
+//! CPU control: the interrupt flag, halting, timestamps, identification.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use x86_64::instructions::interrupts;
+
+use super::io_port::IoPort;
+use crate::exit::ExitCode;
+
+/// Interrupts are enabled on this CPU.
+pub fn interrupts_enabled() -> bool {
+    interrupts::are_enabled()
+}
+
+/// Enables interrupts.
+pub fn enable_interrupts() {
+    interrupts::enable();
+}
+
+/// Disables interrupts.
+pub fn disable_interrupts() {
+    interrupts::disable();
+}
+
+/// Enables interrupts and halts until the next one, atomically (`sti; hlt`: an interrupt
+/// that arrives between the two still ends the halt).
+pub fn enable_interrupts_and_halt() {
+    interrupts::enable_and_hlt();
+}
+
+/// Stops this CPU for good.
+pub fn halt_forever() -> ! {
+    loop {
+        interrupts::disable();
+        x86_64::instructions::hlt();
+    }
+}
+
+/// The time-stamp counter.
+pub fn rdtsc() -> u64 {
+    // SAFETY: RDTSC only reads a counter; every x86-64 CPU has it.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// CPUID leaf `leaf`, subleaf `sub`: `[eax, ebx, ecx, edx]`.
+pub fn cpuid(leaf: u32, sub: u32) -> [u32; 4] {
+    let r = core::arch::x86_64::__cpuid_count(leaf, sub);
+    [r.eax, r.ebx, r.ecx, r.edx]
+}
+
+/// This CPU's initial local APIC id.
+pub fn apic_id() -> u8 {
+    (cpuid(1, 0)[1] >> 24) as u8
+}
+
+/// The page-fault linear address register.
+pub fn cr2() -> u64 {
+    x86_64::registers::control::Cr2::read_raw()
+}
+
+/// Nesting depth of interrupt handlers on this CPU (0: task context).
+static IRQ_DEPTH: AtomicUsize = AtomicUsize::new(0);
+
+/// True inside an interrupt or exception handler.
+pub fn in_interrupt() -> bool {
+    IRQ_DEPTH.load(Ordering::Relaxed) != 0
+}
+
+pub(super) fn enter_interrupt() {
+    IRQ_DEPTH.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn leave_interrupt() {
+    IRQ_DEPTH.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The `critical-section` implementation: a critical section disables interrupts on this
+/// CPU and restores the previous state on exit. Sufficient while the kernel runs on one
+/// CPU; SMP will add a lock here.
+struct CpuCriticalSection;
+critical_section::set_impl!(CpuCriticalSection);
+
+// SAFETY: acquire returns whether interrupts were enabled and disables them; release
+// restores exactly that state, so nesting works and no interrupt handler can run inside.
+unsafe impl critical_section::Impl for CpuCriticalSection {
+    unsafe fn acquire() -> critical_section::RawRestoreState {
+        let was = interrupts::are_enabled();
+        interrupts::disable();
+        was
+    }
+
+    unsafe fn release(was_enabled: critical_section::RawRestoreState) {
+        if was_enabled {
+            interrupts::enable();
+        }
+    }
+}
+
+/// The port of QEMU's `isa-debug-exit` device (`-device isa-debug-exit,iobase=0xf4,iosize=4`).
+const DEBUG_EXIT_PORT: IoPort<u32> = IoPort::new(0xf4);
+
+/// Leaves QEMU with status `(code << 1) | 1` when the `isa-debug-exit` device is present;
+/// otherwise (real hardware, or QEMU without it) stops the CPU.
+pub fn exit(code: ExitCode) -> ! {
+    DEBUG_EXIT_PORT.write(code as u32);
+    halt_forever()
+}

@@ -1,0 +1,29 @@
+//! The hardware abstraction layer: **all of the kernel's `unsafe` code lives here** (the
+//! crate denies `unsafe_code` everywhere else), each use with a `// SAFETY:` comment. The
+//! rest of the kernel builds on the safe interfaces below, in the spirit of Asterinas'
+//! OSTD:
+//!
+//! - [`cpu`]: interrupt flag, `hlt`, TSC, CPUID, the critical-section implementation,
+//!   and leaving QEMU.
+//! - [`io_port`]: x86 port I/O.
+//! - [`console`]: the COM1 serial console.
+//! - [`gdt`], [`trap`]: segments, IST stacks, the IDT and the entry stubs of every
+//!   exception and interrupt.
+//! - [`memory`]: the global frame allocator; [`heap`]: the kernel heap; [`paging`]: page
+//!   tables, MMIO and firmware mappings; [`mmio`]: bounds-checked volatile register access;
+//!   [`dma`]: DMA-able buffers.
+//! - [`acpi`]: the identity-mapping handler the `acpi` crate needs.
+//! - [`cpu_local`]: per-CPU values for task context.
+
+pub mod acpi;
+pub mod console;
+pub mod cpu;
+pub mod cpu_local;
+pub mod dma;
+pub mod gdt;
+pub mod heap;
+pub mod io_port;
+pub mod memory;
+pub mod mmio;
+pub mod paging;
+pub mod trap;

@@ -1,0 +1,153 @@
+//! Boot: from the boot crate's hand-off to the running executor.
+
+use core::time::Duration;
+
+use boot::BootInfo;
+use log::{info, warn, LevelFilter};
+
+use crate::apic::{ioapic, lapic, pic};
+use crate::config::Config;
+use crate::exit::ExitCode;
+use crate::hal::{console, cpu, gdt, trap};
+use crate::mm::setup::MemorySummary;
+use crate::platform::{self, PlatformInfo};
+use crate::{clock, crash, irq, klog, mm, pci, selftest, task};
+
+const MIB: u64 = 1 << 20;
+
+/// Where `IA32_APIC_BASE` and the IOAPIC live on PCs when ACPI cannot tell us.
+const DEFAULT_LAPIC: u64 = 0xfee0_0000;
+const DEFAULT_IOAPIC: u64 = 0xfec0_0000;
+
+/// The kernel's entry point (see `boot::entry_point!`).
+pub fn kmain(info: &'static BootInfo) -> ! {
+    console::init();
+    klog::init(LevelFilter::Info);
+    info!(
+        "ninefold {} booting (PVH start info at {:#x})",
+        env!("CARGO_PKG_VERSION"),
+        info.start_info
+    );
+    info!("cmdline: \"{}\"", info.cmdline());
+    let config = Config::parse(info.cmdline(), |ignored| warn!("cmdline: {ignored}"));
+    log::set_max_level(config.log);
+    if info.cmdline_truncated() {
+        warn!(
+            "cmdline: longer than {} bytes; the rest was ignored",
+            boot::info::MAX_CMDLINE
+        );
+    }
+
+    gdt::init();
+    trap::init();
+    let tsc_hz = clock::init();
+    info!(
+        "clock: TSC at {}.{:03} MHz (calibrated against the PIT)",
+        tsc_hz / 1_000_000,
+        tsc_hz / 1_000 % 1_000
+    );
+
+    for r in info.memory_map() {
+        info!("memory: {r}");
+    }
+    if info.regions_dropped() > 0 {
+        warn!(
+            "memory: {} map entries beyond the first {} ignored",
+            info.regions_dropped(),
+            boot::info::MAX_REGIONS
+        );
+    }
+    let mem = mm::setup::init(info);
+    info!(
+        "memory: {} MiB RAM, {} MiB managed; heap {} MiB in {} piece(s), {} MiB frames free for DMA",
+        mem.ram_reported / MIB,
+        mem.managed / MIB,
+        mem.heap / MIB,
+        mem.heap_chunks,
+        mem.frames_free / MIB
+    );
+    info!(
+        "paging: {} MiB in 2 MiB pages, {} KiB in 4 KiB pages, {} guard pages, W^X kernel image",
+        mem.map.huge_bytes / MIB,
+        mem.map.small_bytes / 1024,
+        mem.map.guards
+    );
+
+    let platform = match platform::init(info.rsdp) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!("acpi: {e:?}; assuming a PC's default APIC addresses");
+            fallback_platform()
+        }
+    };
+    init_interrupts(platform);
+
+    for f in pci::device::scan() {
+        info!("pci: {f}");
+    }
+    info!("pci: {} functions", pci::device::functions().len());
+    info!("config: {config}");
+
+    if let Some(c) = config.crash {
+        crash::trigger(c);
+    }
+    let executor = task::init();
+    cpu::enable_interrupts();
+    info!("boot: complete in {} ms", clock::uptime().as_millis());
+    let code = executor.block_on(run(config, mem));
+    info!("power off ({code:?})");
+    cpu::exit(code)
+}
+
+fn fallback_platform() -> &'static PlatformInfo {
+    static FALLBACK: spin::Once<PlatformInfo> = spin::Once::new();
+    FALLBACK.call_once(|| PlatformInfo {
+        lapic_addr: DEFAULT_LAPIC,
+        cpus: alloc::vec![cpu::apic_id()],
+        ioapics: alloc::vec![platform::IoApicInfo {
+            id: 0,
+            addr: DEFAULT_IOAPIC,
+            gsi_base: 0
+        }],
+        overrides: alloc::vec::Vec::new(),
+        hpet: None,
+    })
+}
+
+fn init_interrupts(platform: &PlatformInfo) {
+    pic::disable();
+    lapic::init(platform.lapic_addr).expect("mapping the local APIC");
+    irq::set_fixed_handler(irq::TIMER_VECTOR, || {});
+    irq::set_fixed_handler(irq::ERROR_VECTOR, || {});
+    let per_ms = lapic::calibrate_timer(clock::uptime);
+    let lines = ioapic::init(platform);
+    info!(
+        "interrupts: local APIC {} at {:#x} (timer {} kHz), {} IOAPIC(s) with {} lines, {} CPU(s) in MADT",
+        lapic::id(),
+        platform.lapic_addr,
+        per_ms,
+        platform.ioapics.len(),
+        lines,
+        platform.cpus.len()
+    );
+    if let Some(h) = platform.hpet {
+        info!("interrupts: HPET at {h:#x}");
+    }
+}
+
+/// What the appliance does once booted.
+async fn run(config: Config, mem: MemorySummary) -> ExitCode {
+    if config.selftest {
+        return selftest::run(&mem).await;
+    }
+    if config.poweroff {
+        return ExitCode::Success;
+    }
+    info!(
+        "ready: 9P service on port {} arrives with the network stack; idling",
+        config.port
+    );
+    loop {
+        task::sleep(Duration::from_secs(3600)).await;
+    }
+}

@@ -1,0 +1,51 @@
+//! The ninefold appliance kernel.
+//!
+//! One library for the image and its host tests:
+//! - pure modules (build everywhere, unit-tested on the host): [`config`] (command line),
+//!   [`exec`] (async executor), [`mm`] (memory map, frame allocator), [`pci`] (decoding,
+//!   enumeration, capabilities), [`time`], [`sync`], [`exit`];
+//! - hardware modules (only for `x86_64-unknown-none`): `hal` (all `unsafe` code),
+//!   `apic`, `clock`, `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`, and
+//!   `init` (the boot sequence, [`kmain`]).
+//!
+//! `unsafe` is denied crate-wide and allowed only in `hal`.
+#![cfg_attr(not(test), no_std)]
+#![deny(unsafe_code)]
+
+extern crate alloc;
+
+pub mod config;
+pub mod exec;
+pub mod exit;
+pub mod mm;
+pub mod pci;
+pub mod sync;
+pub mod time;
+
+#[cfg(target_os = "none")]
+#[allow(unsafe_code)]
+pub mod hal;
+
+#[cfg(target_os = "none")]
+pub mod apic;
+#[cfg(target_os = "none")]
+pub mod clock;
+#[cfg(target_os = "none")]
+mod crash;
+#[cfg(target_os = "none")]
+mod fault;
+#[cfg(target_os = "none")]
+mod init;
+#[cfg(target_os = "none")]
+pub mod irq;
+#[cfg(target_os = "none")]
+mod klog;
+#[cfg(target_os = "none")]
+pub mod platform;
+#[cfg(target_os = "none")]
+mod selftest;
+#[cfg(target_os = "none")]
+pub mod task;
+
+#[cfg(target_os = "none")]
+pub use init::kmain;

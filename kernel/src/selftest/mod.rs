@@ -1,0 +1,70 @@
+//! Boot self-checks (`selftest` on the command line).
+//!
+//! Each check exercises one piece of the kernel on the real (virtual) hardware and logs
+//! `selftest: NAME: ok (details)` or `selftest: NAME: FAILED: why`; checks whose device is
+//! absent log `skipped`. The run ends with `selftest: N passed, M failed, K skipped` and
+//! powers off with [`ExitCode::Success`] or [`ExitCode::SelftestFailed`]. The QEMU boot
+//! tests (`tests/`) read these lines.
+
+mod clock;
+mod devices;
+mod memory;
+
+use alloc::string::String;
+
+use crate::exit::ExitCode;
+use crate::mm::setup::MemorySummary;
+
+/// What a check concluded.
+pub enum Verdict {
+    /// It worked; the string says what was measured.
+    Pass(String),
+    /// It did not; the string says why.
+    Fail(String),
+    /// What it checks is not present.
+    Skip(&'static str),
+}
+
+/// Runs every check; returns the exit code for the result.
+pub async fn run(mem: &MemorySummary) -> ExitCode {
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    let mut record = |name: &str, v: Verdict| match v {
+        Verdict::Pass(detail) => {
+            passed += 1;
+            log::info!("selftest: {name}: ok ({detail})");
+        }
+        Verdict::Fail(why) => {
+            failed += 1;
+            log::error!("selftest: {name}: FAILED: {why}");
+        }
+        Verdict::Skip(why) => {
+            skipped += 1;
+            log::info!("selftest: {name}: skipped ({why})");
+        }
+    };
+    record("heap", memory::heap(mem));
+    record("frames", memory::frames());
+    record("paging", memory::paging());
+    record("clock", clock::clock().await);
+    record("timer", clock::timer().await);
+    record("executor", clock::executor().await);
+    record("ioapic", devices::ioapic().await);
+    record("msi", devices::msi().await);
+    record("msix", devices::msix().await);
+    log::info!("selftest: {passed} passed, {failed} failed, {skipped} skipped");
+    if failed == 0 {
+        ExitCode::Success
+    } else {
+        ExitCode::SelftestFailed
+    }
+}
+
+/// `return Verdict::Fail(format!(...))` unless `cond`.
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return $crate::selftest::Verdict::Fail(alloc::format!($($fmt)+));
+        }
+    };
+}
+pub(crate) use ensure;

@@ -1,0 +1,89 @@
+//! The kernel's executor: one per CPU (one CPU for now), reachable from any task through
+//! [`spawn`], [`sleep`], [`sleep_until`], [`timeout`] and [`now`].
+
+use core::cell::OnceCell;
+use core::future::Future;
+use core::time::Duration;
+
+use crate::apic::lapic;
+use crate::exec::{Elapsed, Executor, JoinHandle, Platform, Sleep, Spawner};
+use crate::hal::cpu;
+use crate::hal::cpu_local::CpuLocal;
+use crate::time::Instant;
+
+/// Time from the TSC clock; idling arms the local APIC timer for the next deadline and
+/// halts with `sti; hlt`.
+#[derive(Debug)]
+pub struct KernelPlatform;
+
+impl Platform for KernelPlatform {
+    fn now(&self) -> Instant {
+        crate::clock::now()
+    }
+
+    fn idle(&self, deadline: Option<Instant>, work_pending: &dyn Fn() -> bool) {
+        cpu::disable_interrupts();
+        if work_pending() {
+            cpu::enable_interrupts();
+            return;
+        }
+        match deadline {
+            Some(d) => lapic::arm_oneshot(d - self.now()),
+            None => lapic::disarm(),
+        }
+        cpu::enable_interrupts_and_halt();
+    }
+}
+
+static SPAWNER: CpuLocal<OnceCell<Spawner>> = CpuLocal::new(OnceCell::new());
+
+/// Creates this CPU's executor. Run it with [`Executor::block_on`].
+///
+/// # Panics
+/// If called twice.
+pub fn init() -> Executor {
+    let ex = Executor::new(KernelPlatform);
+    assert!(
+        SPAWNER.get().set(ex.spawner()).is_ok(),
+        "executor initialised twice"
+    );
+    ex
+}
+
+fn spawner() -> &'static Spawner {
+    SPAWNER.get().get().expect("executor not initialised")
+}
+
+/// Spawns a task on this CPU's executor.
+pub fn spawn<F>(future: F) -> JoinHandle<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    spawner().spawn(future)
+}
+
+/// Completes after `d`.
+pub fn sleep(d: Duration) -> Sleep {
+    spawner().sleep(d)
+}
+
+/// Completes at `deadline`.
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    spawner().sleep_until(deadline)
+}
+
+/// Runs `future` for at most `d`.
+pub async fn timeout<F: Future>(d: Duration, future: F) -> Result<F::Output, Elapsed> {
+    spawner().timeout(d, future).await
+}
+
+/// The executor's handle (for its statistics, say).
+pub fn current() -> Spawner {
+    spawner().clone()
+}
+
+/// The monotonic clock.
+pub fn now() -> Instant {
+    crate::clock::now()
+}

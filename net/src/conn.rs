@@ -1,0 +1,453 @@
+//! The transport-agnostic connection driver.
+//!
+//! A [`Connection`] turns a byte stream into request futures and their replies back into
+//! bytes. It does no I/O itself: a transport (smoltcp socket, std/tokio TCP stream, a
+//! test) hands it input with [`Connection::read_buf`]/[`Connection::advance`] (or
+//! [`Connection::receive`]), polls [`Connection::poll_requests`] when woken, and sends
+//! what [`Connection::output`] holds. [`Connection::run`] does all of that over any
+//! [`Transport`].
+//!
+//! Every request becomes its own future; all of a connection's futures are polled
+//! together (`FuturesUnordered`), so a slow `fsync` on one tag never holds up a `read` on
+//! another. Replies go out in completion order.
+//!
+//! Rules the driver enforces:
+//! - A frame whose size is below the header or above the negotiated msize cannot be
+//!   skipped safely: the connection closes. So does a request reusing a tag that is
+//!   still in flight (its reply could not be told apart).
+//! - At [`crate::server::Config::max_in_flight`] outstanding requests (in flight, or
+//!   answered but not yet sent) the connection stops taking input until one is sent
+//!   (backpressure, not an error).
+//! - `Tversion` waits until no request is in flight, and no new request starts until it
+//!   is answered (it resets the session).
+//! - `Tflush(oldtag)`: requests are never cancelled midway (the filesystem's operations
+//!   need not be cancel-safe), so the `Rflush` is sent right after `oldtag`'s reply, or
+//!   at once if `oldtag` is not in flight. Nothing for `oldtag` follows the `Rflush`.
+//! - On disconnect, [`Connection::shutdown`] lets in-flight requests finish (dropping
+//!   their replies), then clunks every fid: open files are released, locks dropped.
+
+use alloc::boxed::Box;
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::rc::Rc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::future::{poll_fn, Future};
+use core::pin::Pin;
+use core::task::{Context, Poll};
+
+use fs::vfs::FileSystem;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::server::{lerror, reply, Server, Session};
+use crate::wire::{self, Header, Rmsg, Tmsg, HEADER_LEN};
+
+/// Type bytes the driver answers itself.
+const TVERSION: u8 = 100;
+const TFLUSH: u8 = 108;
+
+/// A request's future: its tag and its reply frame.
+type RequestFuture = Pin<Box<dyn Future<Output = (u16, Vec<u8>)>>>;
+
+/// Why a connection is closing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// A frame's size field was below 7 or above msize.
+    BadFrameSize(u32),
+    /// A request reused the tag of one still in flight.
+    DuplicateTag(u16),
+}
+
+#[derive(Debug)]
+enum TagState {
+    /// A request in flight, with the tags of the flushes waiting for it.
+    Request { flushers: Vec<u16> },
+    /// A flush waiting for the request with tag `target`.
+    Flush { target: u16 },
+}
+
+#[derive(Debug)]
+enum Version {
+    Idle,
+    /// A `Tversion` waiting for the in-flight requests to drain.
+    Waiting {
+        tag: u16,
+        msize: u32,
+        version: Vec<u8>,
+    },
+    /// Its future is running.
+    Running,
+}
+
+/// One client connection's protocol state. See the module documentation.
+pub struct Connection<F: FileSystem + 'static> {
+    server: Rc<Server<F>>,
+    session: Rc<Session>,
+    /// The frame being assembled: `input[..filled]` has arrived.
+    input: Vec<u8>,
+    filled: usize,
+    in_flight: FuturesUnordered<RequestFuture>,
+    tags: BTreeMap<u16, TagState>,
+    version: Version,
+    output: VecDeque<Vec<u8>>,
+    /// Bytes of `output.front()` already sent.
+    sent: usize,
+    closing: Option<CloseReason>,
+    /// The in-flight limit stopped input (counted once per stop).
+    throttled: bool,
+}
+
+impl<F: FileSystem + 'static> core::fmt::Debug for Connection<F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Connection")
+            .field("session", &self.session.id())
+            .field("in_flight", &self.in_flight.len())
+            .field("queued_replies", &self.output.len())
+            .field("closing", &self.closing)
+            .finish()
+    }
+}
+
+/// A byte stream a [`Connection`] can [`Connection::run`] over (poll-style, so it maps
+/// directly onto smoltcp's socket wakers or tokio's `AsyncRead`/`AsyncWrite`).
+pub trait Transport {
+    /// The transport's error.
+    type Error: core::fmt::Debug;
+    /// Reads into `buf`; `Ok(0)` means the peer closed.
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<Result<usize, Self::Error>>;
+    /// Writes some of `buf`; `Ok(0)` means the peer is gone.
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, Self::Error>>;
+}
+
+/// Reads at least this large go straight into the frame being assembled (no staging
+/// copy): the payload of a big `Twrite`.
+const DIRECT_READ_MIN: usize = 16 * 1024;
+/// Size of [`Connection::run`]'s staging buffer for small frames.
+const STAGING: usize = 64 * 1024;
+/// Rounds of work [`Connection::run`] does before yielding to other tasks.
+const BUDGET: usize = 64;
+
+impl<F: FileSystem + 'static> Connection<F> {
+    /// A new connection of `server`.
+    pub fn new(server: Rc<Server<F>>) -> Self {
+        let session = Rc::new(server.new_session());
+        Connection {
+            server,
+            session,
+            input: Vec::new(),
+            filled: 0,
+            in_flight: FuturesUnordered::new(),
+            tags: BTreeMap::new(),
+            version: Version::Idle,
+            output: VecDeque::new(),
+            sent: 0,
+            closing: None,
+            throttled: false,
+        }
+    }
+
+    /// The connection's session (fids, msize).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Requests in flight (flushes not counted).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Why the connection is closing, if it is. A closing connection takes no input;
+    /// the transport should send the remaining output, then call
+    /// [`Connection::shutdown`].
+    pub fn closing(&self) -> Option<CloseReason> {
+        self.closing
+    }
+
+    /// Whether the connection takes input now.
+    pub fn wants_input(&mut self) -> bool {
+        if self.closing.is_some() || !matches!(self.version, Version::Idle) {
+            return false;
+        }
+        // Replies not yet taken by the transport count too: a client that sends but
+        // never reads cannot make the server queue unbounded replies.
+        let outstanding = self.in_flight.len() + self.output.len();
+        let below_limit = outstanding < self.server.config().max_in_flight;
+        if !below_limit && !self.throttled {
+            self.server.counters().in_flight_limit_hits();
+        }
+        self.throttled = !below_limit;
+        below_limit
+    }
+
+    /// Space for the next input bytes: the rest of the frame being assembled (or of its
+    /// size field). Empty when the connection takes no input now.
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        if !self.wants_input() {
+            return &mut [];
+        }
+        if self.input.is_empty() {
+            self.input.resize(4, 0);
+        }
+        &mut self.input[self.filled..]
+    }
+
+    /// Marks `n` bytes of [`Connection::read_buf`] as received, and starts the request
+    /// if its frame is complete.
+    pub fn advance(&mut self, n: usize) {
+        self.filled += n;
+        assert!(self.filled <= self.input.len(), "advanced past read_buf");
+        if self.filled == 4 && self.input.len() == 4 {
+            let size = wire::frame_size(&self.input).unwrap_or(0);
+            let max = self.session.msize();
+            if (size as usize) < HEADER_LEN || size > max {
+                self.server.counters().bad_frame_sizes();
+                log::debug!(
+                    "9p: conn {}: frame size {size} (msize {max})",
+                    self.session.id()
+                );
+                self.close(CloseReason::BadFrameSize(size));
+                return;
+            }
+            self.input.resize(size as usize, 0);
+        }
+        if self.filled == self.input.len() && self.filled > 4 {
+            let frame = core::mem::take(&mut self.input);
+            self.filled = 0;
+            self.start(frame);
+        }
+    }
+
+    /// Takes input from `bytes` (copying it); returns how many bytes were taken, which is
+    /// fewer than offered when the connection stops taking input.
+    pub fn receive(&mut self, mut bytes: &[u8]) -> usize {
+        let total = bytes.len();
+        while !bytes.is_empty() {
+            let buf = self.read_buf();
+            if buf.is_empty() {
+                break;
+            }
+            let n = buf.len().min(bytes.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            self.advance(n);
+        }
+        total - bytes.len()
+    }
+
+    fn close(&mut self, reason: CloseReason) {
+        self.closing.get_or_insert(reason);
+        self.input = Vec::new();
+        self.filled = 0;
+    }
+
+    /// Starts one complete frame.
+    fn start(&mut self, frame: Vec<u8>) {
+        let header = Header::peek(&frame).expect("frame has a header");
+        let tag = header.tag;
+        if self.tags.contains_key(&tag) {
+            self.server.counters().duplicate_tags();
+            log::debug!("9p: conn {}: duplicate tag {tag}", self.session.id());
+            self.close(CloseReason::DuplicateTag(tag));
+            return;
+        }
+        match header.ty {
+            TVERSION => match Tmsg::decode(&frame) {
+                Ok((_, Tmsg::Version { msize, version })) => {
+                    self.tags
+                        .insert(tag, TagState::Request { flushers: vec![] });
+                    self.version = Version::Waiting {
+                        tag,
+                        msize,
+                        version: version.to_vec(),
+                    };
+                }
+                _ => self.malformed(tag),
+            },
+            TFLUSH => match Tmsg::decode(&frame) {
+                Ok((_, Tmsg::Flush { oldtag })) => self.flush(tag, oldtag),
+                _ => self.malformed(tag),
+            },
+            _ => {
+                self.tags
+                    .insert(tag, TagState::Request { flushers: vec![] });
+                let (server, session) = (self.server.clone(), self.session.clone());
+                self.in_flight.push(Box::pin(async move {
+                    let out = server.handle(&session, &frame).await;
+                    (tag, out)
+                }));
+            }
+        }
+    }
+
+    fn malformed(&mut self, tag: u16) {
+        self.server.counters().decode_errors();
+        self.server.counters().error_replies();
+        self.output.push_back(lerror(tag, fs::vfs::Errno::EPROTO));
+    }
+
+    fn flush(&mut self, tag: u16, oldtag: u16) {
+        self.server.counters().flushes();
+        let target = match self.tags.get(&oldtag) {
+            Some(TagState::Request { .. }) => oldtag,
+            // Flushing a flush waits for what that flush waits for.
+            Some(TagState::Flush { target }) => *target,
+            None => {
+                self.output.push_back(reply(tag, &Rmsg::Flush {}));
+                return;
+            }
+        };
+        if let Some(TagState::Request { flushers }) = self.tags.get_mut(&target) {
+            flushers.push(tag);
+        }
+        self.tags.insert(tag, TagState::Flush { target });
+    }
+
+    /// Queues a finished request's reply, then the `Rflush`es waiting for it.
+    fn complete(&mut self, tag: u16, frame: Vec<u8>) {
+        if matches!(self.version, Version::Running) {
+            self.version = Version::Idle;
+        }
+        let flushers = match self.tags.remove(&tag) {
+            Some(TagState::Request { flushers }) => flushers,
+            other => {
+                debug_assert!(false, "completion for tag {tag} in state {other:?}");
+                Vec::new()
+            }
+        };
+        self.output.push_back(frame);
+        if !flushers.is_empty() {
+            self.server.counters().flushed_replies_sent();
+        }
+        for f in flushers {
+            self.tags.remove(&f);
+            self.output.push_back(reply(f, &Rmsg::Flush {}));
+        }
+    }
+
+    /// Polls the in-flight requests, queueing the replies of those that finish. Ready
+    /// when nothing is in flight; otherwise the waker is registered with every request.
+    pub fn poll_requests(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if self.in_flight.is_empty() {
+                if let Version::Waiting { .. } = self.version {
+                    let Version::Waiting {
+                        tag,
+                        msize,
+                        version,
+                    } = core::mem::replace(&mut self.version, Version::Running)
+                    else {
+                        unreachable!()
+                    };
+                    let (server, session) = (self.server.clone(), self.session.clone());
+                    self.in_flight.push(Box::pin(async move {
+                        (tag, server.version(&session, tag, msize, &version).await)
+                    }));
+                }
+            }
+            match self.in_flight.poll_next_unpin(cx) {
+                Poll::Ready(Some((tag, frame))) => self.complete(tag, frame),
+                Poll::Ready(None) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// The bytes to send next (empty if none).
+    pub fn output(&self) -> &[u8] {
+        self.output.front().map_or(&[], |f| &f[self.sent..])
+    }
+
+    /// Marks `n` bytes of [`Connection::output`] as sent.
+    pub fn consume_output(&mut self, n: usize) {
+        self.sent += n;
+        if let Some(front) = self.output.front() {
+            assert!(self.sent <= front.len(), "consumed past output");
+            if self.sent == front.len() {
+                self.output.pop_front();
+                self.sent = 0;
+            }
+        }
+    }
+
+    /// Takes the next whole reply frame (for transports that take ownership of buffers).
+    /// Must not be mixed with a partially consumed [`Connection::output`].
+    pub fn take_output(&mut self) -> Option<Vec<u8>> {
+        debug_assert_eq!(self.sent, 0);
+        self.output.pop_front()
+    }
+
+    /// Tears the connection down: waits for the requests in flight (their replies are
+    /// dropped), then clunks every fid, releasing open files and locks.
+    pub async fn shutdown(mut self) {
+        while self.in_flight.next().await.is_some() {}
+        self.server.close(&self.session).await;
+    }
+
+    /// Serves the connection over `io` until the peer closes, the transport fails or a
+    /// protocol violation closes it, then [`Connection::shutdown`]s.
+    pub async fn run<T: Transport>(mut self, io: &mut T) -> Result<(), T::Error> {
+        let mut staging = vec![0u8; STAGING];
+        let (mut staged_from, mut staged_to) = (0, 0);
+        let result = poll_fn(|cx| {
+            for _ in 0..BUDGET {
+                let mut progress = false;
+                if staged_from < staged_to {
+                    let n = self.receive(&staging[staged_from..staged_to]);
+                    staged_from += n;
+                    progress |= n > 0;
+                }
+                let _ = self.poll_requests(cx);
+                while !self.output().is_empty() {
+                    match io.poll_write(cx, self.output()) {
+                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(())),
+                        Poll::Ready(Ok(n)) => {
+                            self.consume_output(n);
+                            progress = true;
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => break,
+                    }
+                }
+                if self.closing.is_some() && self.output().is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                if staged_from == staged_to && self.wants_input() {
+                    let direct = self.read_buf().len() >= DIRECT_READ_MIN;
+                    let buf = if direct {
+                        self.read_buf()
+                    } else {
+                        &mut staging[..]
+                    };
+                    match io.poll_read(cx, buf) {
+                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(())),
+                        Poll::Ready(Ok(n)) if direct => {
+                            self.advance(n);
+                            progress = true;
+                        }
+                        Poll::Ready(Ok(n)) => {
+                            (staged_from, staged_to) = (0, n);
+                            progress = true;
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending => {}
+                    }
+                }
+                if !progress {
+                    return Poll::Pending;
+                }
+            }
+            // Out of budget: let other connections run, then continue.
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await;
+        if let Some(reason) = self.closing {
+            log::info!("9p: conn {}: closed: {reason:?}", self.session.id());
+        }
+        self.shutdown().await;
+        result
+    }
+}

@@ -1,0 +1,186 @@
+//! `Tgetattr`, `Tsetattr` and `Tstatfs`.
+
+use alloc::vec::Vec;
+
+use fs::vfs::{Errno, FileSystem, FileType, FsResult, SetAttr, SetTime, Timespec};
+
+use super::fid::FidState;
+use super::perm::{User, MAY_WRITE};
+use super::session::Session;
+use super::{qid_of, reply, Server};
+use crate::wire::{getattr, setattr, Rmsg, V9FS_MAGIC};
+
+/// The fields of a `Tsetattr`.
+#[derive(Debug)]
+pub(super) struct SetattrReq {
+    pub valid: u32,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime: (u64, u64),
+    pub mtime: (u64, u64),
+}
+
+/// What `Rgetattr` fills in.
+const GETATTR_VALID: u64 = getattr::BASIC | getattr::BTIME | getattr::GEN;
+
+impl<F: FileSystem> Server<F> {
+    pub(super) async fn getattr(&self, s: &Session, tag: u16, fid: u32) -> FsResult<Vec<u8>> {
+        let f = s.get(fid)?;
+        let a = self.fs.getattr(f.ino).await?;
+        let time = |t: Timespec| (t.sec as u64, u64::from(t.nsec));
+        let (atime_sec, atime_nsec) = time(a.atime);
+        let (mtime_sec, mtime_nsec) = time(a.mtime);
+        let (ctime_sec, ctime_nsec) = time(a.ctime);
+        let (btime_sec, btime_nsec) = time(a.btime);
+        Ok(reply(
+            tag,
+            &Rmsg::Getattr {
+                valid: GETATTR_VALID,
+                qid: qid_of(&a),
+                mode: a.mode,
+                uid: a.uid,
+                gid: a.gid,
+                nlink: u64::from(a.nlink),
+                rdev: a.rdev,
+                size: a.size,
+                blksize: u64::from(a.blksize),
+                blocks: a.blocks,
+                atime_sec,
+                atime_nsec,
+                mtime_sec,
+                mtime_nsec,
+                ctime_sec,
+                ctime_nsec,
+                btime_sec,
+                btime_nsec,
+                gen: a.generation,
+                data_version: 0,
+            },
+        ))
+    }
+
+    pub(super) async fn setattr(
+        &self,
+        s: &Session,
+        tag: u16,
+        fid: u32,
+        req: SetattrReq,
+    ) -> FsResult<Vec<u8>> {
+        let f = s.get(fid)?;
+        if f.read_only() {
+            return Err(Errno::EROFS);
+        }
+        let attr = self.fs.getattr(f.ino).await?;
+        let user = f.user();
+        let opened_for_write = matches!(f.state, FidState::Open(m) if m.write);
+        let mut ch = SetAttr::default();
+        if req.valid & setattr::MODE != 0 {
+            if !user.owns(&attr) {
+                return Err(Errno::EPERM);
+            }
+            ch.mode = Some(req.mode & 0o7777);
+        }
+        if req.valid & setattr::UID != 0 {
+            if req.uid != attr.uid && !user.is_root() {
+                return Err(Errno::EPERM);
+            }
+            ch.uid = Some(req.uid);
+        }
+        if req.valid & setattr::GID != 0 {
+            let own_group = user.uid == attr.uid && user.in_group(req.gid);
+            if req.gid != attr.gid && !user.is_root() && !own_group {
+                return Err(Errno::EPERM);
+            }
+            ch.gid = Some(req.gid);
+        }
+        if req.valid & setattr::SIZE != 0 {
+            if attr.file_type() == FileType::Directory {
+                return Err(Errno::EISDIR);
+            }
+            // ftruncate on a file opened for writing needs no permission check.
+            if !opened_for_write {
+                user.check(&attr, MAY_WRITE)?;
+            }
+            ch.size = Some(req.size);
+        }
+        let owner_or_writer = |user: &User| {
+            if user.owns(&attr) || opened_for_write {
+                Ok(())
+            } else {
+                user.check(&attr, MAY_WRITE)
+            }
+        };
+        ch.atime = set_time(
+            req.valid,
+            setattr::ATIME,
+            setattr::ATIME_SET,
+            req.atime,
+            user,
+            &attr,
+            owner_or_writer,
+        )?;
+        ch.mtime = set_time(
+            req.valid,
+            setattr::MTIME,
+            setattr::MTIME_SET,
+            req.mtime,
+            user,
+            &attr,
+            owner_or_writer,
+        )?;
+        self.fs.setattr(f.ino, ch).await?;
+        Ok(reply(tag, &Rmsg::Setattr {}))
+    }
+
+    pub(super) async fn statfs(&self, s: &Session, tag: u16, fid: u32) -> FsResult<Vec<u8>> {
+        s.get(fid)?;
+        let st = self.fs.statfs().await?;
+        Ok(reply(
+            tag,
+            &Rmsg::Statfs {
+                fs_type: V9FS_MAGIC,
+                bsize: st.block_size,
+                blocks: st.blocks,
+                bfree: st.blocks_free,
+                bavail: st.blocks_avail,
+                files: st.files,
+                ffree: st.files_free,
+                fsid: st.fsid,
+                namelen: st.name_max,
+            },
+        ))
+    }
+}
+
+/// One timestamp of a `Tsetattr`: to now (owner, or anyone who may write), or to a given
+/// time (owner only, as `utimensat(2)`).
+fn set_time(
+    valid: u32,
+    bit: u32,
+    set_bit: u32,
+    (sec, nsec): (u64, u64),
+    user: &User,
+    attr: &fs::vfs::Attr,
+    owner_or_writer: impl Fn(&User) -> FsResult<()>,
+) -> FsResult<Option<SetTime>> {
+    if valid & bit == 0 {
+        return Ok(None);
+    }
+    if valid & set_bit == 0 {
+        owner_or_writer(user)?;
+        return Ok(Some(SetTime::Now));
+    }
+    if !user.owns(attr) {
+        return Err(Errno::EPERM);
+    }
+    let nsec = u32::try_from(nsec)
+        .ok()
+        .filter(|n| *n < 1_000_000_000)
+        .ok_or(Errno::EINVAL)?;
+    Ok(Some(SetTime::To(Timespec {
+        sec: sec as i64,
+        nsec,
+    })))
+}

@@ -1,0 +1,73 @@
+//! Exports: the directory trees a client can attach to by `aname`, and their options.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// Which users an export maps to its anonymous identity (like NFS's squash options).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Squash {
+    /// Users keep their ids.
+    #[default]
+    None,
+    /// uid 0 becomes the anonymous user (`root_squash`).
+    Root,
+    /// Every user becomes the anonymous user (`all_squash`).
+    All,
+}
+
+/// One exported directory tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Export {
+    /// The `aname` that selects it (`""` is what Linux sends without `-o aname=`).
+    pub name: String,
+    /// Path of the exported directory inside the filesystem, `/`-separated (`/` = root).
+    pub path: String,
+    /// Refuse every change with `EROFS`.
+    pub read_only: bool,
+    /// Identity mapping.
+    pub squash: Squash,
+    /// uid of squashed users.
+    pub anon_uid: u32,
+    /// gid of squashed users.
+    pub anon_gid: u32,
+}
+
+/// uid/gid of `nobody` on Linux, the default anonymous identity.
+pub const NOBODY: u32 = 65534;
+
+impl Export {
+    /// The whole filesystem under `name`, read-write, no squashing.
+    pub fn root(name: &str) -> Export {
+        Export {
+            name: name.into(),
+            path: "/".into(),
+            read_only: false,
+            squash: Squash::None,
+            anon_uid: NOBODY,
+            anon_gid: NOBODY,
+        }
+    }
+
+    /// Whether `aname` selects this export: its name, or its path (as diod takes paths).
+    pub fn matches(&self, aname: &[u8]) -> bool {
+        aname == self.name.as_bytes() || (!aname.is_empty() && aname == self.path.as_bytes())
+    }
+
+    /// The path's components (empty for the root).
+    pub fn components(&self) -> Vec<&[u8]> {
+        self.path
+            .as_bytes()
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
+    /// Maps a client's uid through the squash option; returns `(uid, squashed)`.
+    pub fn map_uid(&self, uid: u32) -> (u32, bool) {
+        match self.squash {
+            Squash::All => (self.anon_uid, true),
+            Squash::Root if uid == 0 => (self.anon_uid, true),
+            _ => (uid, false),
+        }
+    }
+}

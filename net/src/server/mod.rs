@@ -1,0 +1,383 @@
+//! The 9P2000.L server: sessions, fids, exports, permissions, locks, and the mapping of
+//! each request onto [`FileSystem`].
+//!
+//! One [`Server`] serves one filesystem to any number of connections
+//! ([`crate::conn::Connection`]); it holds what connections share (configuration, POSIX
+//! locks, counters). A connection's [`Session`] holds its fid table. Everything is
+//! single-threaded (`Rc`, `Cell`): the appliance has one CPU and the host runs one
+//! executor thread; concurrency comes from many request futures polled together.
+
+mod attr;
+mod dir;
+pub mod export;
+mod fid;
+mod file;
+pub mod locks;
+pub mod perm;
+mod session;
+mod stats;
+mod walk;
+mod xattr;
+
+use alloc::collections::BTreeMap;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cell::{Cell, RefCell};
+
+use fs::vfs::{Attr, Errno, FileSystem, FileType};
+
+use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
+pub use export::{Export, Squash};
+pub use session::Session;
+use stats::Counters;
+pub use stats::Stats;
+
+/// Largest msize the server agrees to by default (what Linux asks for with
+/// `msize=1048576`).
+pub const DEFAULT_MAX_MSIZE: u32 = 1 << 20;
+/// Smallest msize the server accepts: room for a useful `Rread`/`Rreaddir`.
+pub const MIN_MSIZE: u32 = 512;
+
+/// Server-wide settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Largest msize offered in `Rversion` (clamped to at least [`MIN_MSIZE`]).
+    pub max_msize: u32,
+    /// Most fids one connection may hold; more get `EMFILE`.
+    pub max_fids: usize,
+    /// Most requests one connection may have in flight; past it the connection stops
+    /// reading (backpressure) until one completes.
+    pub max_in_flight: usize,
+    /// What attaching clients can select with `aname`.
+    pub exports: Vec<Export>,
+    /// Group membership by uid (9P carries only a uid; without an entry a user is in no
+    /// group, so only owner and other permission bits apply to it).
+    pub groups: BTreeMap<u32, Vec<u32>>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_msize: DEFAULT_MAX_MSIZE,
+            max_fids: 4096,
+            max_in_flight: 128,
+            exports: vec![Export::root("")],
+            groups: BTreeMap::new(),
+        }
+    }
+}
+
+/// A 9P2000.L server over filesystem `F`.
+#[derive(Debug)]
+pub struct Server<F> {
+    fs: F,
+    config: Config,
+    locks: RefCell<locks::LockTable>,
+    counters: Counters,
+    next_conn: Cell<u64>,
+}
+
+impl<F: FileSystem> Server<F> {
+    /// A server for `fs` (already mounted) with `config`.
+    pub fn new(fs: F, config: Config) -> Self {
+        Server {
+            fs,
+            config,
+            locks: RefCell::new(locks::LockTable::default()),
+            counters: Counters::default(),
+            next_conn: Cell::new(1),
+        }
+    }
+
+    /// The filesystem served.
+    pub fn fs(&self) -> &F {
+        &self.fs
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    /// Number of POSIX locks held by all connections.
+    pub fn lock_count(&self) -> usize {
+        self.locks.borrow().len()
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// A new session with a fresh connection id.
+    pub fn new_session(&self) -> Session {
+        let id = self.next_conn.get();
+        self.next_conn.set(id + 1);
+        self.counters.connections_opened();
+        Session::new(id, self.config.max_msize.max(MIN_MSIZE))
+    }
+
+    /// Answers `Tversion`: negotiates msize and version and resets the session (every
+    /// fid clunked). Callers make sure no other request of the session is in flight.
+    pub async fn version(
+        &self,
+        session: &Session,
+        tag: u16,
+        msize: u32,
+        version: &[u8],
+    ) -> Vec<u8> {
+        self.reset(session).await;
+        let max = self.config.max_msize.max(MIN_MSIZE);
+        if msize < MIN_MSIZE {
+            return lerror(tag, Errno::EINVAL);
+        }
+        let msize = msize.min(max);
+        let version = if version == wire::VERSION_9P2000_L {
+            session.set_msize(msize);
+            session.set_versioned(true);
+            wire::VERSION_9P2000_L
+        } else {
+            wire::VERSION_UNKNOWN
+        };
+        reply(tag, &Rmsg::Version { msize, version })
+    }
+
+    /// Clunks every fid of `session` (releasing open files and their locks).
+    pub async fn reset(&self, session: &Session) {
+        for (fid, state) in session.take_all() {
+            self.forget_fid(session, fid, &state).await;
+        }
+        self.locks.borrow_mut().release_conn(session.id());
+    }
+
+    /// Tears a session down at disconnect: as [`Server::reset`], and counted.
+    pub async fn close(&self, session: &Session) {
+        self.reset(session).await;
+        self.counters.connections_closed();
+    }
+
+    /// Answers one request frame other than `Tversion` and `Tflush` (which the connection
+    /// handles). Never fails: errors become `Rlerror`.
+    pub async fn handle(&self, session: &Session, frame: &[u8]) -> Vec<u8> {
+        self.counters.requests();
+        let tag = wire::Header::peek(frame).map_or(wire::NOTAG, |h| h.tag);
+        let out = match Tmsg::decode(frame) {
+            Ok((_, msg)) if !session.versioned() => {
+                let _ = msg;
+                lerror(tag, Errno::EPROTO)
+            }
+            Ok((_, msg)) => match self.dispatch(session, tag, msg).await {
+                Ok(frame) => frame,
+                Err(e) => lerror(tag, e),
+            },
+            Err(DecodeError::UnknownType(ty)) => {
+                log::debug!("9p: conn {}: unknown message type {ty}", session.id());
+                self.counters.decode_errors();
+                lerror(tag, Errno::EOPNOTSUPP)
+            }
+            Err(e) => {
+                log::debug!("9p: conn {}: malformed request: {e}", session.id());
+                self.counters.decode_errors();
+                lerror(tag, Errno::EPROTO)
+            }
+        };
+        if out.get(4) == Some(&7) {
+            self.counters.error_replies();
+        }
+        out
+    }
+
+    async fn dispatch(&self, s: &Session, tag: u16, msg: Tmsg<'_>) -> Result<Vec<u8>, Errno> {
+        match msg {
+            // The connection answers these two itself.
+            Tmsg::Version { .. } | Tmsg::Flush { .. } => Err(Errno::EPROTO),
+            Tmsg::Auth { .. } => Err(Errno::EOPNOTSUPP),
+            Tmsg::Attach {
+                fid,
+                uname,
+                aname,
+                n_uname,
+                ..
+            } => self.attach(s, tag, fid, uname, aname, n_uname).await,
+            Tmsg::Walk { fid, newfid, names } => self.walk(s, tag, fid, newfid, &names).await,
+            Tmsg::Lopen { fid, flags } => self.lopen(s, tag, fid, flags).await,
+            Tmsg::Lcreate {
+                fid,
+                name,
+                flags,
+                mode,
+                gid,
+            } => self.lcreate(s, tag, fid, name, flags, mode, gid).await,
+            Tmsg::Read { fid, offset, count } => self.read(s, tag, fid, offset, count).await,
+            Tmsg::Write { fid, offset, data } => self.write(s, tag, fid, offset, data.0).await,
+            Tmsg::Clunk { fid } => self.clunk(s, tag, fid).await,
+            Tmsg::Remove { fid } => self.remove(s, tag, fid).await,
+            Tmsg::Fsync { fid, datasync } => self.fsync(s, tag, fid, datasync != 0).await,
+            Tmsg::Statfs { fid } => self.statfs(s, tag, fid).await,
+            Tmsg::Getattr { fid, .. } => self.getattr(s, tag, fid).await,
+            Tmsg::Setattr {
+                fid,
+                valid,
+                mode,
+                uid,
+                gid,
+                size,
+                atime_sec,
+                atime_nsec,
+                mtime_sec,
+                mtime_nsec,
+            } => {
+                let req = attr::SetattrReq {
+                    valid,
+                    mode,
+                    uid,
+                    gid,
+                    size,
+                    atime: (atime_sec, atime_nsec),
+                    mtime: (mtime_sec, mtime_nsec),
+                };
+                self.setattr(s, tag, fid, req).await
+            }
+            Tmsg::Readdir { fid, offset, count } => self.readdir(s, tag, fid, offset, count).await,
+            Tmsg::Mkdir {
+                dfid,
+                name,
+                mode,
+                gid,
+            } => self.mkdir(s, tag, dfid, name, mode, gid).await,
+            Tmsg::Mknod {
+                dfid,
+                name,
+                mode,
+                major,
+                minor,
+                gid,
+            } => {
+                self.mknod(s, tag, dfid, name, mode, (major, minor), gid)
+                    .await
+            }
+            Tmsg::Symlink {
+                fid,
+                name,
+                target,
+                gid,
+            } => self.symlink(s, tag, fid, name, target, gid).await,
+            Tmsg::Readlink { fid } => self.readlink(s, tag, fid).await,
+            Tmsg::Link { dfid, fid, name } => self.link(s, tag, dfid, fid, name).await,
+            Tmsg::Rename { fid, dfid, name } => self.rename(s, tag, fid, dfid, name).await,
+            Tmsg::Renameat {
+                olddirfid,
+                oldname,
+                newdirfid,
+                newname,
+            } => {
+                self.renameat(s, tag, olddirfid, oldname, newdirfid, newname)
+                    .await
+            }
+            Tmsg::Unlinkat {
+                dirfid,
+                name,
+                flags,
+            } => self.unlinkat(s, tag, dirfid, name, flags).await,
+            Tmsg::Xattrwalk { fid, newfid, name } => {
+                self.xattrwalk(s, tag, fid, newfid, name).await
+            }
+            Tmsg::Xattrcreate {
+                fid,
+                name,
+                attr_size,
+                flags,
+            } => self.xattrcreate(s, tag, fid, name, attr_size, flags).await,
+            Tmsg::Lock {
+                fid,
+                lock_type,
+                flags: _,
+                start,
+                length,
+                proc_id,
+                client_id,
+            } => {
+                let req = file::LockReq {
+                    lock_type,
+                    start,
+                    length,
+                    proc_id,
+                    client_id,
+                };
+                self.lock(s, tag, fid, req).await
+            }
+            Tmsg::Getlock {
+                fid,
+                lock_type,
+                start,
+                length,
+                proc_id,
+                client_id,
+            } => {
+                let req = file::LockReq {
+                    lock_type,
+                    start,
+                    length,
+                    proc_id,
+                    client_id,
+                };
+                self.getlock(s, tag, fid, req).await
+            }
+        }
+    }
+}
+
+/// Encodes a reply; a reply that cannot be encoded (a field past 9P's limits) becomes
+/// `Rlerror(EIO)` rather than a panic.
+pub(crate) fn reply(tag: u16, msg: &Rmsg<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    match msg.encode(tag, &mut out) {
+        Ok(_) => out,
+        Err(e) => {
+            log::warn!("9p: reply {} not encodable: {e}", msg.msg_type());
+            lerror(tag, Errno::EIO)
+        }
+    }
+}
+
+/// An `Rlerror` frame.
+pub fn lerror(tag: u16, errno: Errno) -> Vec<u8> {
+    let mut out = Vec::with_capacity(11);
+    Rmsg::Lerror { ecode: errno.0 }
+        .encode(tag, &mut out)
+        .expect("Rlerror always encodes");
+    out
+}
+
+/// The qid of an inode: path = inode number, version = low bits of its generation, type
+/// from the file type.
+pub fn qid_of(attr: &Attr) -> Qid {
+    Qid {
+        ty: qid_type_of(attr.file_type()),
+        version: attr.generation as u32,
+        path: attr.ino,
+    }
+}
+
+/// Qid type bits for a file type.
+pub fn qid_type_of(t: FileType) -> u8 {
+    match t {
+        FileType::Directory => qid_type::DIR,
+        FileType::Symlink => qid_type::SYMLINK,
+        _ => qid_type::FILE,
+    }
+}
+
+/// Checks a name a request wants to create or look up: non-empty, no `/`, no NUL (the
+/// filesystem checks length and `.`/`..` for new names).
+pub(crate) fn check_name(name: &[u8]) -> Result<(), Errno> {
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        Err(Errno::EINVAL)
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,59 @@
+//! Per-cause counters of a server, readable at any time.
+
+use core::cell::Cell;
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// A snapshot of a server's counters.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        /// The live counters (single-threaded: plain cells).
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $($name: Cell<u64>,)*
+        }
+
+        impl Counters {
+            $(
+                pub(crate) fn $name(&self) {
+                    self.$name.set(self.$name.get() + 1);
+                }
+            )*
+
+            pub(crate) fn snapshot(&self) -> Stats {
+                Stats { $($name: self.$name.get(),)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Connections accepted.
+    connections_opened,
+    /// Connections torn down.
+    connections_closed,
+    /// Requests started (decoded or not).
+    requests,
+    /// Replies that were `Rlerror`.
+    error_replies,
+    /// Frames that did not decode (answered `Rlerror`).
+    decode_errors,
+    /// Frames whose size field was below the header or above msize (connection closed).
+    bad_frame_sizes,
+    /// Requests reusing a tag still in flight (connection closed).
+    duplicate_tags,
+    /// Requests refused for the per-connection fid limit (`EMFILE`).
+    fid_limit_hits,
+    /// Times a connection stopped reading because its in-flight limit was reached.
+    in_flight_limit_hits,
+    /// `Tflush` requests.
+    flushes,
+    /// Flushed requests whose reply was still sent (they had completed or could not be
+    /// cancelled).
+    flushed_replies_sent,
+    /// Open fids released at clunk or teardown.
+    releases,
+}

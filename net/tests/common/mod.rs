@@ -1,0 +1,205 @@
+//! Shared pieces of the server tests: a clock, an in-memory exchange that drives a
+//! `Connection` directly, and a filesystem wrapper whose `fsync` waits for the test.
+
+#![allow(dead_code)]
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use fs::model::ModelFs;
+use fs::vfs::*;
+use net::conn::Connection;
+use net::server::{Config, Server};
+use net::testing::{Client, Exchange};
+use net::wire::{Rmsg, Tmsg};
+
+/// A clock that ticks one second per reading.
+#[derive(Debug, Default)]
+pub struct Ticks(Cell<i64>);
+
+impl Clock for Ticks {
+    fn now(&self) -> Timespec {
+        self.0.set(self.0.get() + 1);
+        Timespec {
+            sec: 1_700_000_000 + self.0.get(),
+            nsec: 0,
+        }
+    }
+}
+
+pub type Model = ModelFs<Ticks>;
+
+/// A server over a fresh model filesystem.
+pub fn model_server(config: Config) -> Rc<Server<Model>> {
+    Rc::new(Server::new(ModelFs::new(Ticks::default()), config))
+}
+
+/// Polls a connection's requests once with a no-op waker.
+pub fn poll<F: FileSystem + 'static>(conn: &mut Connection<F>) {
+    let mut cx = Context::from_waker(Waker::noop());
+    let _ = conn.poll_requests(&mut cx);
+}
+
+/// Drives a `Connection` in memory: a request is fed in whole, the requests are polled,
+/// and the first queued reply is the answer.
+pub struct Local<F: FileSystem + 'static> {
+    pub conn: Connection<F>,
+}
+
+impl<F: FileSystem + 'static> Exchange for Local<F> {
+    fn exchange(&mut self, request: &[u8]) -> Vec<u8> {
+        assert_eq!(self.conn.receive(request), request.len(), "request taken");
+        poll(&mut self.conn);
+        self.conn.take_output().expect("a reply")
+    }
+}
+
+/// A versioned client on a new connection of `server`.
+pub fn client<F: FileSystem + 'static>(server: &Rc<Server<F>>) -> Client<Local<F>> {
+    let mut c = Client::new(Local {
+        conn: Connection::new(server.clone()),
+    });
+    c.version(1 << 20, b"9P2000.L").unwrap();
+    c
+}
+
+/// Encodes a request frame.
+pub fn frame(tag: u16, msg: Tmsg<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    msg.encode(tag, &mut out).unwrap();
+    out
+}
+
+/// All replies queued on a connection, as (tag, type).
+pub fn replies<F: FileSystem + 'static>(conn: &mut Connection<F>) -> Vec<(u16, u8)> {
+    let mut out = Vec::new();
+    while let Some(f) = conn.take_output() {
+        let (tag, r) = Rmsg::decode(&f).unwrap();
+        out.push((tag, r.msg_type()));
+    }
+    out
+}
+
+/// A gate tests open by hand.
+#[derive(Debug, Default)]
+pub struct Gate {
+    open: Cell<bool>,
+    waiting: RefCell<Vec<Waker>>,
+    pub arrivals: Cell<u32>,
+}
+
+impl Gate {
+    pub fn open(&self) {
+        self.open.set(true);
+        for w in self.waiting.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    async fn pass(&self) {
+        self.arrivals.set(self.arrivals.get() + 1);
+        poll_fn(|cx| {
+            if self.open.get() {
+                Poll::Ready(())
+            } else {
+                self.waiting.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// The model filesystem with an `fsync` that waits for [`Gate::open`].
+pub struct GatedFs {
+    pub inner: Model,
+    pub gate: Rc<Gate>,
+}
+
+impl FileSystem for GatedFs {
+    async fn lookup(&self, dir: Ino, name: &[u8]) -> FsResult<Attr> {
+        self.inner.lookup(dir, name).await
+    }
+    async fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        self.inner.getattr(ino).await
+    }
+    async fn setattr(&self, ino: Ino, changes: SetAttr) -> FsResult<Attr> {
+        self.inner.setattr(ino, changes).await
+    }
+    async fn create(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
+        self.inner.create(dir, name, perm, owner).await
+    }
+    async fn mkdir(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
+        self.inner.mkdir(dir, name, perm, owner).await
+    }
+    async fn mknod(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> FsResult<Attr> {
+        self.inner.mknod(dir, name, mode, rdev, owner).await
+    }
+    async fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> FsResult<Attr> {
+        self.inner.symlink(dir, name, target, owner).await
+    }
+    async fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        self.inner.readlink(ino).await
+    }
+    async fn link(&self, ino: Ino, new_dir: Ino, new_name: &[u8]) -> FsResult<Attr> {
+        self.inner.link(ino, new_dir, new_name).await
+    }
+    async fn unlink(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
+        self.inner.unlink(dir, name).await
+    }
+    async fn rmdir(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
+        self.inner.rmdir(dir, name).await
+    }
+    async fn rename(&self, od: Ino, on: &[u8], nd: Ino, nn: &[u8]) -> FsResult<()> {
+        self.inner.rename(od, on, nd, nn).await
+    }
+    async fn readdir(&self, dir: Ino, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        self.inner.readdir(dir, offset, max).await
+    }
+    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.inner.read(ino, offset, buf).await
+    }
+    async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+        self.inner.write(ino, offset, data).await
+    }
+    async fn clone_range(&self, s: Ino, so: u64, d: Ino, dof: u64, len: u64) -> FsResult<()> {
+        self.inner.clone_range(s, so, d, dof, len).await
+    }
+    async fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.inner.getxattr(ino, name).await
+    }
+    async fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], how: XattrMode) -> FsResult<()> {
+        self.inner.setxattr(ino, name, value, how).await
+    }
+    async fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        self.inner.listxattr(ino).await
+    }
+    async fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        self.inner.removexattr(ino, name).await
+    }
+    async fn statfs(&self) -> FsResult<StatFs> {
+        self.inner.statfs().await
+    }
+    async fn open(&self, ino: Ino) -> FsResult<()> {
+        self.inner.open(ino).await
+    }
+    async fn release(&self, ino: Ino) -> FsResult<()> {
+        self.inner.release(ino).await
+    }
+    async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        self.gate.pass().await;
+        self.inner.fsync(ino, datasync).await
+    }
+    async fn sync(&self) -> FsResult<()> {
+        self.inner.sync().await
+    }
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Makes sure this machine can build and boot the appliance: QEMU (Debian's
+# qemu-system-x86) and the Rust target x86_64-unknown-none of the pinned toolchain.
+# Installs what is missing when it can (apt-get as root, rustup); otherwise says exactly
+# what to install and fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+QEMU=${QEMU:-qemu-system-x86_64}
+missing=0
+
+if ! command -v "$QEMU" >/dev/null 2>&1; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "deps: installing qemu-system-x86 (apt-get)" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            qemu-system-x86 >&2
+    else
+        echo "deps: $QEMU not found. Install it, e.g.: sudo apt-get install qemu-system-x86" >&2
+        missing=1
+    fi
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+    # rust-toolchain.toml selects the pinned toolchain for this directory.
+    if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-none; then
+        echo "deps: adding the Rust target x86_64-unknown-none" >&2
+        rustup target add x86_64-unknown-none >&2 || {
+            echo "deps: could not add it. Run: rustup target add x86_64-unknown-none" >&2
+            missing=1
+        }
+    fi
+elif ! rustc --print target-list 2>/dev/null | grep -qx x86_64-unknown-none; then
+    echo "deps: no rustup; install the toolchain in rust-toolchain.toml with its" \
+        "x86_64-unknown-none target (https://rustup.rs)" >&2
+    missing=1
+fi
+
+exit "$missing"

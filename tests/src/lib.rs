@@ -1,0 +1,353 @@
+//! A harness for booting the appliance in QEMU and reading its serial console.
+//!
+//! ```no_run
+//! use ninefold_tests::Qemu;
+//! use kernel::exit::ExitCode;
+//!
+//! let boot = Qemu::appliance().nvme("serial-1").edu().append("selftest").run();
+//! boot.expect_exit(ExitCode::Success);
+//! boot.expect_line("selftest: msi: ok");
+//! ```
+//!
+//! Every boot runs under a timeout (a hang fails the test) with the serial console on
+//! QEMU's stdout. Failed expectations panic with the QEMU command line, how QEMU ended and
+//! the whole serial log, so a failure explains itself.
+//!
+//! Environment: `NINEFOLD_IMAGE` (default: `build/appliance.elf` in the workspace),
+//! `NINEFOLD_QEMU` (default `qemu-system-x86_64`), `NINEFOLD_ACCEL` (default `tcg`).
+
+use std::fmt;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use kernel::exit::ExitCode;
+
+/// How long a boot may take before it counts as hung. Boots take well under a second
+/// under TCG; this leaves room for a loaded machine.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The appliance image the tests boot.
+pub fn image() -> PathBuf {
+    match std::env::var_os("NINEFOLD_IMAGE") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/appliance.elf"),
+    }
+}
+
+/// A sparse scratch disk file, deleted on drop.
+#[derive(Debug)]
+struct ScratchDisk(PathBuf);
+
+impl ScratchDisk {
+    fn new(size: u64) -> ScratchDisk {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "ninefold-test-{}-{}.img",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let f = std::fs::File::create(&path).expect("creating a scratch disk");
+        f.set_len(size).expect("sizing a scratch disk");
+        ScratchDisk(path)
+    }
+}
+
+impl Drop for ScratchDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A QEMU command line for one boot of the appliance.
+#[derive(Debug)]
+pub struct Qemu {
+    qemu: String,
+    args: Vec<String>,
+    memory: String,
+    append: Vec<String>,
+    timeout: Duration,
+    disks: Vec<ScratchDisk>,
+    next_id: usize,
+}
+
+impl Qemu {
+    /// The appliance with no devices: 128 MiB, one CPU, serial on stdout, the
+    /// `isa-debug-exit` device for exit codes, no display, no reboot on triple fault.
+    pub fn appliance() -> Qemu {
+        let image = image();
+        assert!(
+            image.exists(),
+            "{} does not exist: build it with `make image` (make test does)",
+            image.display()
+        );
+        let accel = std::env::var("NINEFOLD_ACCEL").unwrap_or_else(|_| "tcg".into());
+        let args = [
+            "-accel",
+            &accel,
+            "-smp",
+            "1",
+            "-display",
+            "none",
+            "-vga",
+            "none",
+            "-monitor",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+            "-nodefaults",
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=4",
+            "-kernel",
+            &image.to_string_lossy(),
+        ];
+        Qemu {
+            qemu: std::env::var("NINEFOLD_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".into()),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            memory: "128M".into(),
+            append: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            disks: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    fn id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}{}", self.next_id)
+    }
+
+    fn scratch_drive(&mut self) -> String {
+        let disk = ScratchDisk::new(64 << 20);
+        let id = self.id("drive");
+        let spec = format!("file={},if=none,id={id},format=raw", disk.0.display());
+        self.disks.push(disk);
+        self.args.extend(["-drive".into(), spec]);
+        id
+    }
+
+    /// Guest memory (QEMU `-m`), e.g. `"1G"`.
+    pub fn memory(mut self, size: &str) -> Self {
+        self.memory = size.into();
+        self
+    }
+
+    /// Adds kernel command-line options.
+    pub fn append(mut self, options: &str) -> Self {
+        self.append.push(options.into());
+        self
+    }
+
+    /// Gives up (and fails expectations) after `t`.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Adds raw QEMU arguments.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// An NVMe controller (1b36:0010) with a 64 MiB scratch disk and this serial number.
+    pub fn nvme(mut self, serial: &str) -> Self {
+        let drive = self.scratch_drive();
+        self.args.extend([
+            "-device".into(),
+            format!("nvme,drive={drive},serial={serial}"),
+        ]);
+        self
+    }
+
+    /// A modern virtio-blk device (1af4:1042) with a 64 MiB scratch disk.
+    pub fn virtio_blk(mut self) -> Self {
+        let drive = self.scratch_drive();
+        self.args.extend([
+            "-device".into(),
+            format!("virtio-blk-pci,drive={drive},disable-legacy=on"),
+        ]);
+        self
+    }
+
+    /// A modern virtio-net NIC (1af4:1041) on QEMU user networking.
+    pub fn virtio_net(mut self) -> Self {
+        let id = self.id("net");
+        self.args.extend([
+            "-netdev".into(),
+            format!("user,id={id}"),
+            "-device".into(),
+            format!("virtio-net-pci,netdev={id},disable-legacy=on,romfile="),
+        ]);
+        self
+    }
+
+    /// QEMU's `edu` test device (1234:11e8), which raises an MSI on request.
+    pub fn edu(self) -> Self {
+        self.args(&["-device", "edu"])
+    }
+
+    fn full_args(&self) -> Vec<String> {
+        let mut args = self.args.clone();
+        args.extend(["-m".into(), self.memory.clone()]);
+        args.extend(["-append".into(), self.append.join(" ")]);
+        args
+    }
+
+    /// The command line, shell-quoted, for reports and for reproducing by hand.
+    pub fn command_line(&self) -> String {
+        let quote = |a: &str| {
+            if a.is_empty() || a.contains([' ', '"', '\'']) {
+                format!("'{a}'")
+            } else {
+                a.to_string()
+            }
+        };
+        std::iter::once(self.qemu.as_str())
+            .chain(self.full_args().iter().map(String::as_str))
+            .map(quote)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Boots and waits for QEMU to exit or the timeout to pass.
+    pub fn run(self) -> Boot {
+        let command = self.command_line();
+        let started = Instant::now();
+        let mut child = Command::new(&self.qemu)
+            .args(self.full_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.qemu));
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let out = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = stdout.read_to_end(&mut v);
+            v
+        });
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        let deadline = started + self.timeout;
+        let status = loop {
+            match child.try_wait().expect("waiting for QEMU") {
+                Some(status) => break Some(status),
+                None if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let serial = String::from_utf8_lossy(&out.join().unwrap_or_default()).replace('\r', "");
+        Boot {
+            command,
+            status: status.and_then(|s| s.code()),
+            timed_out: status.is_none(),
+            elapsed: started.elapsed(),
+            serial,
+            stderr: err.join().unwrap_or_default(),
+        }
+    }
+}
+
+/// How a boot ended, and what it printed.
+#[derive(Debug)]
+pub struct Boot {
+    /// The QEMU command line.
+    pub command: String,
+    /// QEMU's exit status (`None` if killed).
+    pub status: Option<i32>,
+    /// The timeout killed QEMU.
+    pub timed_out: bool,
+    /// Wall time of the boot.
+    pub elapsed: Duration,
+    /// The serial console.
+    pub serial: String,
+    /// QEMU's own error output.
+    pub stderr: String,
+}
+
+impl fmt::Display for Boot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "command: {}", self.command)?;
+        if self.timed_out {
+            writeln!(f, "ended:   TIMED OUT after {:?} (hang?)", self.elapsed)?;
+        } else {
+            writeln!(
+                f,
+                "ended:   exit status {:?} after {:?}",
+                self.status, self.elapsed
+            )?;
+        }
+        if !self.stderr.trim().is_empty() {
+            writeln!(f, "qemu stderr:\n{}", self.stderr.trim_end())?;
+        }
+        writeln!(f, "----- serial log -----\n{}", self.serial.trim_end())?;
+        write!(f, "----- end of serial log -----")
+    }
+}
+
+impl Boot {
+    /// Fails (printing everything) with `why`.
+    pub fn fail(&self, why: &str) -> ! {
+        panic!("{why}\n{self}")
+    }
+
+    /// Expects the appliance to have exited through `isa-debug-exit` with `code`.
+    pub fn expect_exit(&self, code: ExitCode) -> &Self {
+        if self.status != Some(code.qemu_status()) {
+            let got = ExitCode::ALL
+                .iter()
+                .find(|c| Some(c.qemu_status()) == self.status)
+                .map_or_else(|| format!("{:?}", self.status), |c| format!("{c:?}"));
+            self.fail(&format!(
+                "expected exit {code:?} (status {}), got {got}",
+                code.qemu_status()
+            ));
+        }
+        self
+    }
+
+    /// The first serial line containing `needle`.
+    pub fn line(&self, needle: &str) -> Option<&str> {
+        self.serial.lines().find(|l| l.contains(needle))
+    }
+
+    /// Expects a serial line containing `needle`, and returns it.
+    pub fn expect_line(&self, needle: &str) -> &str {
+        self.line(needle)
+            .unwrap_or_else(|| self.fail(&format!("no serial line contains {needle:?}")))
+    }
+
+    /// Expects no serial line containing `needle`.
+    pub fn expect_no_line(&self, needle: &str) -> &Self {
+        if let Some(l) = self.line(needle) {
+            self.fail(&format!("unexpected line {l:?}"));
+        }
+        self
+    }
+
+    /// The number right after `prefix` in the first line containing `prefix`.
+    pub fn number_after(&self, prefix: &str) -> u64 {
+        let line = self.expect_line(prefix);
+        let rest = &line[line.find(prefix).unwrap() + prefix.len()..];
+        let digits: String = rest
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| self.fail(&format!("no number after {prefix:?} in {line:?}")))
+    }
+}

@@ -1,0 +1,229 @@
+//! `ninefold serve`: the appliance's filesystem and 9P2000.L server as a Linux process,
+//! over std TCP, for development, debugging and comparisons.
+//!
+//! The request futures are `!Send` (the appliance has one CPU), so all connections run
+//! on one single-threaded tokio runtime (`current_thread` + `LocalSet`), each
+//! connection a local task driving a [`net::conn::Connection`] over its socket.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, ValueEnum};
+use fs::model::ModelFs;
+use fs::vfs::{Clock, FileSystem, Timespec};
+use net::conn::{Connection, Transport};
+use net::server::{Config, Export, Server, Squash};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+/// `ninefold serve` options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Filesystem image to serve.
+    #[arg(required_unless_present = "model")]
+    image: Option<PathBuf>,
+    /// Address to listen on (port 0: any free port; the bound address is printed).
+    #[arg(long, default_value = "127.0.0.1:5640")]
+    listen: SocketAddr,
+    /// Serve an empty in-memory reference filesystem instead of an image (development).
+    #[arg(long, conflicts_with = "image")]
+    model: bool,
+    /// Refuse every change (`EROFS`).
+    #[arg(long)]
+    read_only: bool,
+    /// Map users to the anonymous user: `root` (root_squash) or `all` (all_squash).
+    #[arg(long, value_enum, default_value_t = SquashArg::None)]
+    squash: SquashArg,
+    /// uid of squashed users.
+    #[arg(long, default_value_t = net::server::export::NOBODY)]
+    anon_uid: u32,
+    /// gid of squashed users.
+    #[arg(long, default_value_t = net::server::export::NOBODY)]
+    anon_gid: u32,
+    /// Also export directory PATH under aname NAME (same options); repeatable.
+    #[arg(long = "export", value_name = "NAME=PATH")]
+    exports: Vec<String>,
+    /// Group membership for permission checks, `UID:GID[,GID...]`; repeatable.
+    #[arg(long = "group", value_name = "UID:GIDS")]
+    groups: Vec<String>,
+    /// Largest msize offered.
+    #[arg(long, default_value_t = net::server::DEFAULT_MAX_MSIZE)]
+    msize: u32,
+    /// Most fids per connection.
+    #[arg(long, default_value_t = Config::default().max_fids)]
+    max_fids: usize,
+    /// Most requests in flight per connection.
+    #[arg(long, default_value_t = Config::default().max_in_flight)]
+    max_in_flight: usize,
+    /// Most simultaneous connections; more are closed at once.
+    #[arg(long, default_value_t = 64)]
+    max_connections: usize,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "info")]
+    log_level: log::LevelFilter,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SquashArg {
+    None,
+    Root,
+    All,
+}
+
+/// Wall-clock time for the filesystem.
+#[derive(Debug)]
+struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timespec {
+        let d = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+}
+
+impl ServeArgs {
+    fn config(&self) -> Result<Config, String> {
+        let squash = match self.squash {
+            SquashArg::None => Squash::None,
+            SquashArg::Root => Squash::Root,
+            SquashArg::All => Squash::All,
+        };
+        let export = |name: &str, path: &str| Export {
+            name: name.into(),
+            path: path.into(),
+            read_only: self.read_only,
+            squash,
+            anon_uid: self.anon_uid,
+            anon_gid: self.anon_gid,
+        };
+        let mut exports = vec![export("", "/")];
+        for spec in &self.exports {
+            let (name, path) = spec
+                .split_once('=')
+                .ok_or_else(|| format!("--export {spec}: expected NAME=PATH"))?;
+            exports.push(export(name, path));
+        }
+        let mut groups = BTreeMap::new();
+        for spec in &self.groups {
+            let parse = || -> Option<(u32, Vec<u32>)> {
+                let (uid, gids) = spec.split_once(':')?;
+                let gids = gids
+                    .split(',')
+                    .map(|g| g.parse().ok())
+                    .collect::<Option<_>>()?;
+                Some((uid.parse().ok()?, gids))
+            };
+            let (uid, gids) =
+                parse().ok_or_else(|| format!("--group {spec}: expected UID:GID[,GID...]"))?;
+            groups.insert(uid, gids);
+        }
+        Ok(Config {
+            max_msize: self.msize,
+            max_fids: self.max_fids,
+            max_in_flight: self.max_in_flight,
+            exports,
+            groups,
+        })
+    }
+}
+
+/// Runs the server until killed.
+pub fn run(args: ServeArgs) -> Result<(), String> {
+    env_logger::Builder::new()
+        .filter_level(args.log_level)
+        .format_timestamp_millis()
+        .init();
+    let config = args.config()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    let local = tokio::task::LocalSet::new();
+    if args.model {
+        let server = Rc::new(Server::new(ModelFs::new(SystemClock), config));
+        local.block_on(&runtime, serve(server, args.listen, args.max_connections))
+    } else {
+        let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
+        // TODO(issue 6, waiting on the fs branch): mount the on-disk filesystem from
+        // `image` (FileDisk + the fs mount API) and serve it exactly like the model.
+        Err(format!(
+            "{}: serving an image needs the on-disk filesystem's mount, which is not merged yet; use --model for now",
+            image.display()
+        ))
+    }
+}
+
+/// Accepts connections forever, each served by a local task.
+async fn serve<F: FileSystem + 'static>(
+    server: Rc<Server<F>>,
+    listen: SocketAddr,
+    max_connections: usize,
+) -> Result<(), String> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("listen on {listen}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    // Tests and scripts read the bound address from the first line.
+    println!("listening on {bound}");
+    log::info!("9p: serving on {bound}");
+    let live = Rc::new(Cell::new(0usize));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                log::warn!("9p: accept: {e}");
+                continue;
+            }
+        };
+        if live.get() >= max_connections {
+            log::warn!("9p: {peer}: refused, {max_connections} connections already");
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        live.set(live.get() + 1);
+        let (server, live) = (server.clone(), live.clone());
+        tokio::task::spawn_local(async move {
+            log::info!("9p: {peer}: connected");
+            let conn = Connection::new(server);
+            let result = conn.run(&mut Tcp(stream)).await;
+            live.set(live.get() - 1);
+            match result {
+                Ok(()) => log::info!("9p: {peer}: disconnected"),
+                Err(e) => log::info!("9p: {peer}: disconnected: {e}"),
+            }
+        });
+    }
+}
+
+/// A tokio TCP stream as a [`Transport`].
+struct Tcp(TcpStream);
+
+impl Transport for Tcp {
+    type Error = io::Error;
+
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut rb = ReadBuf::new(buf);
+        match Pin::new(&mut self.0).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+}

@@ -1,0 +1,127 @@
+//! `ninefold serve` over real TCP on the host, driven by the net crate's test client.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use fs::vfs::Errno;
+use net::testing::{Client, Exchange};
+use net::wire::open_flags;
+
+/// One request, one reply, over a blocking socket.
+struct Tcp(TcpStream);
+
+impl Exchange for Tcp {
+    fn exchange(&mut self, request: &[u8]) -> Vec<u8> {
+        self.0.write_all(request).unwrap();
+        let mut size = [0u8; 4];
+        self.0.read_exact(&mut size).unwrap();
+        let mut frame = size.to_vec();
+        frame.resize(u32::from_le_bytes(size) as usize, 0);
+        self.0.read_exact(&mut frame[4..]).unwrap();
+        frame
+    }
+}
+
+/// The server process; killed when dropped.
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(extra: &[&str]) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args([
+            "serve",
+            "--model",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    Served { child, addr }
+}
+
+fn connect(s: &Served) -> Client<Tcp> {
+    let mut c = Client::new(Tcp(TcpStream::connect(&s.addr).unwrap()));
+    assert_eq!(c.version(1 << 20, b"9P2000.L").unwrap().0, 1 << 20);
+    c
+}
+
+#[test]
+fn serves_a_filesystem_over_tcp() {
+    let served = serve(&[]);
+    let mut a = connect(&served);
+    let mut b = connect(&served);
+    a.attach(0, 0, "").unwrap();
+    b.attach(0, 0, "").unwrap();
+    a.walk(0, 1, "").unwrap();
+    a.lcreate(1, "big", open_flags::RDWR, 0o644).unwrap();
+    // Big writes take the driver's direct-read path; small ones the staged one.
+    let data: Vec<u8> = (0..600_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    for (i, chunk) in data.chunks(200_000).enumerate() {
+        let off = (i * 200_000) as u64;
+        assert_eq!(a.write(1, off, chunk).unwrap(), chunk.len() as u32);
+    }
+    a.fsync(1, false).unwrap();
+    // The other connection sees it.
+    b.walk(0, 1, "big").unwrap();
+    b.lopen(1, open_flags::RDONLY).unwrap();
+    let mut back = Vec::new();
+    while back.len() < data.len() {
+        let got = b.read(1, back.len() as u64, 1 << 19).unwrap();
+        assert!(!got.is_empty());
+        back.extend(got);
+    }
+    assert_eq!(back, data);
+    b.walk(0, 2, "").unwrap();
+    b.lopen(2, open_flags::RDONLY).unwrap();
+    let names: Vec<_> = b
+        .readdir_all(2, 8192)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"big".to_vec()]);
+    // A dropped connection does not disturb the other.
+    drop(a);
+    assert_eq!(b.getattr(1).unwrap().size, data.len() as u64);
+}
+
+#[test]
+fn export_options_from_the_command_line() {
+    let served = serve(&["--read-only"]);
+    let mut c = connect(&served);
+    c.attach(0, 0, "").unwrap();
+    assert_eq!(c.mkdir(0, "x", 0o755), Err(Errno::EROFS));
+}
+
+#[test]
+fn image_without_a_mountable_filesystem_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args(["serve", "/nonexistent.img", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ninefold serve:"));
+}
