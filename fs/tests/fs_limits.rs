@@ -510,6 +510,10 @@ fn write_policies_are_pluggable_and_counted() {
     };
     let (lazy, lazy_state) = run(Box::new(fs::volume::PressurePolicy));
     let (eager, eager_state) = run(Box::new(fs::volume::DirtyThresholdPolicy));
+    println!(
+        "checkpoint-only: {:?}\n4 KiB-dirty:     {:?}",
+        lazy.node_writes, eager.node_writes
+    );
     assert_eq!(lazy_state, eager_state);
     let dirty = fs::btree::WriteCause::ALL
         .iter()
