@@ -3,6 +3,10 @@
 //! Each subcommand lives in its own module; this file only parses the command line and
 //! dispatches.
 
+mod dump;
+mod fsck;
+mod image;
+mod mkfs;
 mod serve;
 
 use std::process::ExitCode;
@@ -21,8 +25,25 @@ struct Cli {
 enum Command {
     /// Print the on-disk format version this build reads and writes.
     Version,
+    /// Make a filesystem on an image file.
+    Mkfs(mkfs::MkfsArgs),
+    /// Check an image (exit 0 clean, 4 errors, 8 operational error).
+    Fsck(fsck::FsckArgs),
+    /// Print the superblock, a tree, or an inode's items.
+    Dump(dump::DumpArgs),
     /// Serve a filesystem over 9P2000.L on TCP.
     Serve(serve::ServeArgs),
+}
+
+/// Prints an error from subcommand `name` and fails.
+fn report<E: std::fmt::Display>(name: &str, r: Result<(), E>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ninefold {name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -32,12 +53,9 @@ fn main() -> ExitCode {
             println!("ninefold {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Serve(args) => match serve::run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("ninefold serve: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Mkfs(args) => report("mkfs", mkfs::run(args)),
+        Command::Fsck(args) => fsck::run(args),
+        Command::Dump(args) => report("dump", dump::run(args)),
+        Command::Serve(args) => report("serve", serve::run(args)),
     }
 }

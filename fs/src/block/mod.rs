@@ -137,6 +137,29 @@ pub trait BlockDevice {
     async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError>;
 }
 
+/// A shared reference to a device is a device too (so tools and `fsck` can borrow one).
+impl<T: BlockDevice + ?Sized> BlockDevice for &T {
+    fn geometry(&self) -> Geometry {
+        (**self).geometry()
+    }
+
+    async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        (**self).read(lba, buf).await
+    }
+
+    async fn write(&self, lba: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
+        (**self).write(lba, buf, flags).await
+    }
+
+    async fn flush(&self) -> Result<(), IoError> {
+        (**self).flush().await
+    }
+
+    async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
+        (**self).discard(lba, blocks).await
+    }
+}
+
 /// Checks a request against a geometry: the one validation every implementation shares.
 pub fn check_request(geometry: &Geometry, lba: u64, len: usize) -> Result<(), IoError> {
     let block = geometry.block_size as usize;

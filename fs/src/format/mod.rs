@@ -1,0 +1,76 @@
+//! The on-disk format: layout, superblock, keys and items, bsets and allocation bitmaps.
+//!
+//! Everything here is pure encoding and decoding (no I/O, no state), so that the
+//! filesystem, `fsck`, `dump` and tests share one definition. `docs/format.md` is the
+//! prose description; keep the two in step.
+//!
+//! All integers are little-endian. Disk addresses are in 4 KiB filesystem blocks
+//! ([`BLOCK_SIZE`]), whatever the device's logical block size.
+
+pub mod bitmap;
+pub mod bset;
+pub mod items;
+pub mod key;
+pub mod layout;
+pub mod superblock;
+
+pub use key::{Key, TreeId};
+pub use layout::Layout;
+pub use superblock::Superblock;
+
+/// Filesystem block size: the unit of data, allocation and metadata I/O.
+pub const BLOCK_SIZE: usize = 4096;
+/// `log2(BLOCK_SIZE)`.
+pub const BLOCK_SHIFT: u32 = 12;
+
+/// On-disk format version this code writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Smallest btree node size.
+pub const MIN_NODE_SIZE: u32 = 16 * 1024;
+/// Largest btree node size.
+pub const MAX_NODE_SIZE: u32 = 256 * 1024;
+/// Default btree node size.
+pub const DEFAULT_NODE_SIZE: u32 = 64 * 1024;
+
+/// Largest item value. Every node size can hold several of the largest items, so a
+/// two-way split always makes room.
+pub const MAX_VALUE_LEN: usize = 3 * 1024;
+
+/// Largest data extent, in blocks (1 MiB): bounds checksum items to 1 KiB.
+pub const MAX_EXTENT_BLOCKS: u32 = 256;
+
+/// Feature flags. A filesystem with an unknown `incompat` bit is not mounted; with an
+/// unknown `ro_compat` bit it is mounted read-only; unknown `compat` bits are ignored.
+pub mod features {
+    /// Compatible features this code knows (none yet).
+    pub const COMPAT_SUPPORTED: u64 = 0;
+    /// Read-only-compatible features this code knows (none yet).
+    pub const RO_COMPAT_SUPPORTED: u64 = 0;
+    /// Incompatible features this code knows (none yet).
+    pub const INCOMPAT_SUPPORTED: u64 = 0;
+}
+
+/// Why an on-disk structure failed to decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Corrupt {
+    /// Wrong magic number.
+    Magic,
+    /// Checksum mismatch.
+    Checksum,
+    /// A field is out of range or inconsistent.
+    Field(&'static str),
+    /// The structure is truncated.
+    Truncated,
+}
+
+impl core::fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Corrupt::Magic => f.write_str("bad magic"),
+            Corrupt::Checksum => f.write_str("checksum mismatch"),
+            Corrupt::Field(name) => write!(f, "bad field {name}"),
+            Corrupt::Truncated => f.write_str("truncated"),
+        }
+    }
+}

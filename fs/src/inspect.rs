@@ -1,0 +1,171 @@
+//! Read-only access to an unmounted image: superblocks, nodes, bitmap groups, decoded
+//! items. Shared by `fsck` and `dump`.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::block::BlockDevice;
+use crate::btree::Node;
+use crate::format::bitmap::GroupBlock;
+use crate::format::bset::{parse_node, NodeId};
+use crate::format::items::{
+    decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
+    FileExtent, InodeItem,
+};
+use crate::format::key::kind;
+use crate::format::superblock::{state, NodePtr, Superblock};
+use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::io::Dev;
+use crate::volume::{choose_group, read_superblock, MountError};
+
+/// An image opened for inspection.
+#[derive(Debug)]
+pub struct Image<D> {
+    dev: Dev<D>,
+    /// The current superblock.
+    pub sb: Superblock,
+    /// Which superblock copies decoded.
+    pub sb_valid: [bool; 2],
+}
+
+/// Why reading a node failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeError {
+    /// The device failed.
+    Io(String),
+    /// The node is corrupt.
+    Corrupt(String),
+}
+
+impl<D: BlockDevice> Image<D> {
+    /// Opens `dev`, reading the superblocks.
+    pub async fn open(dev: D) -> Result<Image<D>, MountError> {
+        let dev = Dev::new(dev).map_err(MountError::Device)?;
+        let (sb, sb_valid) = read_superblock(&dev).await?;
+        if sb.layout.total_blocks > dev.blocks() {
+            return Err(MountError::TooSmall);
+        }
+        Ok(Image { dev, sb, sb_valid })
+    }
+
+    /// Whether the image was unmounted cleanly.
+    pub fn clean(&self) -> bool {
+        self.sb.state & state::CLEAN != 0
+    }
+
+    /// Reads `blocks` blocks at `block`.
+    pub async fn read_blocks(&self, block: u64, blocks: u64) -> Result<Vec<u8>, String> {
+        let mut buf = vec![0u8; (blocks as usize) * BLOCK_SIZE];
+        self.dev
+            .read(block, &mut buf)
+            .await
+            .map_err(|e| format!("read of blocks {block}..{}: {e}", block + blocks))?;
+        Ok(buf)
+    }
+
+    /// Reads the node `ptr` points to.
+    pub async fn read_node(
+        &self,
+        tree: TreeId,
+        level: u8,
+        ptr: NodePtr,
+    ) -> Result<Node, NodeError> {
+        let max = self.sb.node_size as usize / BLOCK_SIZE;
+        if ptr.blocks == 0 || ptr.blocks as usize > max {
+            return Err(NodeError::Corrupt(format!(
+                "pointer claims {} blocks",
+                ptr.blocks
+            )));
+        }
+        let buf = self
+            .read_blocks(ptr.addr, u64::from(ptr.blocks))
+            .await
+            .map_err(NodeError::Io)?;
+        let id = NodeId {
+            tree,
+            level,
+            nonce: ptr.nonce,
+        };
+        let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
+            NodeError::Corrupt(format!(
+                "bset at block {}: {}",
+                ptr.addr + u64::from(e.offset_blocks),
+                e.what
+            ))
+        })?;
+        Ok(Node::from_disk(id, ptr.addr, ptr.blocks, &sets))
+    }
+
+    /// Reads bitmap group `g`: the committed version, or why there is none. With
+    /// `strict`, a slot that fails its checksum is an error even if the other is good.
+    pub async fn read_group(&self, g: u32, strict: bool) -> Result<(GroupBlock, usize), String> {
+        let block = self.sb.layout.bitmap_block(g, 0);
+        let buf = self.read_blocks(block, 2).await?;
+        choose_group(&buf, g, self.sb.checkpoint_seq, strict)
+            .map_err(|e| format!("bitmap group {g} at block {block}: {e}"))
+    }
+}
+
+/// A one-line description of an item, for dumps and error messages.
+pub fn describe_item(tree: TreeId, key: &Key, val: &[u8]) -> String {
+    let body = match (tree, key.kind) {
+        (TreeId::Fs, kind::INODE) => match InodeItem::decode(val) {
+            Some(i) => format!(
+                "mode {:o} nlink {} uid {} gid {} size {} bytes {} gen {} next_seq {} mtime {}.{:09}",
+                i.mode, i.nlink, i.uid, i.gid, i.size, i.bytes, i.generation, i.next_seq, i.mtime.sec, i.mtime.nsec
+            ),
+            None => String::from("<undecodable inode>"),
+        },
+        (TreeId::Fs, kind::DIR_ENTRY) => match decode_dir_entries(val) {
+            Some(list) => list
+                .iter()
+                .map(|e| format!("{:?} -> {} ({:?}, index {})", e.name.escape_ascii().to_string(), e.ino, e.file_type, e.index))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => String::from("<undecodable dir entry>"),
+        },
+        (TreeId::Fs, kind::DIR_INDEX) => match DirIndexRec::decode(val) {
+            Some(e) => format!("{:?} -> {} ({:?})", e.name.escape_ascii().to_string(), e.ino, e.file_type),
+            None => String::from("<undecodable dir index>"),
+        },
+        (TreeId::Fs, kind::INODE_REF) => match decode_inode_refs(val) {
+            Some(list) => list
+                .iter()
+                .map(|r| format!("{:?} (index {})", r.name.escape_ascii().to_string(), r.index))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => String::from("<undecodable inode ref>"),
+        },
+        (TreeId::Fs, kind::XATTR) => match decode_xattrs(val) {
+            Some(list) => list
+                .iter()
+                .map(|x| format!("{:?} ({} bytes{})", x.name.escape_ascii().to_string(), x.value_len, if x.inline.is_some() { ", inline" } else { "" }))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => String::from("<undecodable xattr>"),
+        },
+        (TreeId::Fs, kind::EXTENT_DATA) => match FileExtent::decode(val) {
+            Some(e) => format!(
+                "disk {}+{} (extent {}..{}) {} blocks",
+                e.disk_block,
+                e.offset_blocks,
+                e.disk_block,
+                e.disk_block + u64::from(e.disk_blocks),
+                e.num_blocks
+            ),
+            None => String::from("<undecodable file extent>"),
+        },
+        (TreeId::Extent, kind::EXTENT) => match ExtentItem::decode(val) {
+            Some(e) => format!("refs {} owner {}", e.refs, e.owner),
+            None => String::from("<undecodable extent item>"),
+        },
+        (TreeId::Csum, kind::CSUM) => match decode_csums(val) {
+            Some(c) => format!("{} checksums, first {:08x}", c.len(), c[0]),
+            None => String::from("<undecodable checksums>"),
+        },
+        _ => format!("{} bytes", val.len()),
+    };
+    format!("{key:?} {body}")
+}

@@ -1,0 +1,545 @@
+//! Block allocation over the on-disk bitmap groups.
+//!
+//! The in-memory bitmap of a cached group is the *current* state. Blocks move through
+//! these sets, whose rules keep every committed checkpoint self-consistent:
+//!
+//! - **reserved**: set in memory but not yet referenced by the tree (a data write in
+//!   flight, the node pool). A checkpoint writes them as free, so a crash never leaks
+//!   them; they become ordinary allocations when the tree references them.
+//! - **pending free**: no longer referenced, bits still set. The next checkpoint clears
+//!   them (so the state it commits shows them free) and moves them to *pinned*.
+//! - **pinned**: clear, but not reusable until the checkpoint that freed them commits:
+//!   until then the previous checkpoint, which still references them, is the one a crash
+//!   would return to.
+
+use alloc::vec::Vec;
+use core::ops::Range;
+use hashbrown::HashMap;
+
+use crate::format::bitmap::{set_bit, test_bit, GroupBlock, BLOCKS_PER_GROUP, HEADER_LEN};
+use crate::format::{Layout, BLOCK_SIZE, MAX_EXTENT_BLOCKS};
+use crate::util::ranges::RangeSet;
+
+/// Why an allocation cannot proceed now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocNeed {
+    /// This group's bitmap must be read first.
+    Group(u32),
+    /// Not enough free space (a checkpoint may release pinned or pending space).
+    NoSpace,
+}
+
+/// A cached bitmap group.
+#[derive(Debug)]
+struct Group {
+    bits: Vec<u8>,
+    free: u32,
+    dirty: bool,
+    /// The slot holding the newest written version.
+    slot: usize,
+    /// Checkpoint sequence of the newest written version.
+    written_seq: u64,
+    last_used: u64,
+}
+
+/// One bitmap block to write in a checkpoint.
+#[derive(Debug)]
+pub struct GroupWrite {
+    /// Group number.
+    pub group: u32,
+    /// Destination block.
+    pub block: u64,
+    /// The encoded block.
+    pub data: Vec<u8>,
+}
+
+/// Allocator counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    /// Blocks allocated for data.
+    pub data_blocks: u64,
+    /// Nodes placed (counted by the checkpoint that places them).
+    pub node_allocs: u64,
+    /// Blocks freed (committed).
+    pub freed_blocks: u64,
+    /// Bitmap group reads.
+    pub group_loads: u64,
+}
+
+/// The allocator. See the module documentation.
+pub struct Allocator {
+    layout: Layout,
+    node_blocks: u64,
+    groups: HashMap<u32, Group>,
+    /// Free count per group, once known.
+    group_free: Vec<Option<u32>>,
+    free_total: u64,
+    reserved: RangeSet,
+    pending_free: RangeSet,
+    pinned: RangeSet,
+    cursor: u64,
+    node_pool: Vec<u64>,
+    tick: u64,
+    /// Counters.
+    pub stats: AllocStats,
+}
+
+impl core::fmt::Debug for Allocator {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Allocator")
+            .field("free_total", &self.free_total)
+            .field("reserved", &self.reserved.len())
+            .field("pending_free", &self.pending_free.len())
+            .field("pinned", &self.pinned.len())
+            .field("cached_groups", &self.groups.len())
+            .finish()
+    }
+}
+
+impl Allocator {
+    /// An allocator for `layout` whose committed state has `free_blocks` free.
+    pub fn new(layout: Layout, node_size: u32, free_blocks: u64) -> Allocator {
+        Allocator {
+            layout,
+            node_blocks: u64::from(node_size) / BLOCK_SIZE as u64,
+            groups: HashMap::new(),
+            group_free: alloc::vec![None; layout.groups as usize],
+            free_total: free_blocks,
+            reserved: RangeSet::new(),
+            pending_free: RangeSet::new(),
+            pinned: RangeSet::new(),
+            cursor: layout.data_start(),
+            node_pool: Vec::new(),
+            tick: 0,
+            stats: AllocStats::default(),
+        }
+    }
+
+    /// Whether group `g` is cached.
+    pub fn has_group(&self, g: u32) -> bool {
+        self.groups.contains_key(&g)
+    }
+
+    /// Adds a group read from disk: `slot` is the slot its content came from.
+    pub fn insert_group(&mut self, block: GroupBlock, slot: usize) {
+        let g = block.group;
+        if self.groups.contains_key(&g) {
+            return;
+        }
+        self.tick += 1;
+        self.stats.group_loads += 1;
+        self.group_free[g as usize] = Some(block.free);
+        self.groups.insert(
+            g,
+            Group {
+                bits: block.bits,
+                free: block.free,
+                dirty: false,
+                slot,
+                written_seq: block.seq,
+                last_used: self.tick,
+            },
+        );
+    }
+
+    /// Free blocks that may be allocated now (clear and not pinned).
+    pub fn available(&self) -> u64 {
+        self.free_total - self.pinned.len()
+    }
+
+    /// Blocks that will become available once checkpoints commit.
+    pub fn reclaimable(&self) -> u64 {
+        self.pending_free.len() + self.pinned.len()
+    }
+
+    /// Free blocks as the next checkpoint will record them.
+    pub fn committed_free(&self) -> u64 {
+        self.free_total + self.reserved.len()
+    }
+
+    /// Blocks in the node pool.
+    pub fn pool_len(&self) -> usize {
+        self.node_pool.len()
+    }
+
+    fn block_range(&self, g: u32) -> Range<u64> {
+        let start = u64::from(g) * BLOCKS_PER_GROUP;
+        start..start + self.layout.group_len(g)
+    }
+
+    /// Finds free runs totalling `n` blocks, each `min_run..=max_run` long, without
+    /// changing anything.
+    fn find(&self, n: u64, min_run: u64, max_run: u64) -> Result<Vec<Range<u64>>, AllocNeed> {
+        let mut out: Vec<Range<u64>> = Vec::new();
+        let mut need = n;
+        let groups = self.layout.groups;
+        let (start_group, _) = Layout::group_of(self.cursor);
+        for i in 0..=groups {
+            let g = (start_group + i) % groups;
+            if self.group_free[g as usize] == Some(0) {
+                continue;
+            }
+            let Some(group) = self.groups.get(&g) else {
+                return Err(AllocNeed::Group(g));
+            };
+            let range = self.block_range(g);
+            let mut b = if i == 0 {
+                self.cursor.max(range.start)
+            } else {
+                range.start
+            };
+            let end = if i == groups {
+                self.cursor.min(range.end)
+            } else {
+                range.end
+            };
+            while b < end && need > 0 {
+                let bit = (b - range.start) as usize;
+                if bit.is_multiple_of(8) && b + 8 <= end && group.bits[bit / 8] == 0xFF {
+                    b += 8;
+                    continue;
+                }
+                if test_bit(&group.bits, bit) || self.pinned.contains(b) {
+                    b += 1;
+                    continue;
+                }
+                // A free run starts at b.
+                let want = need.max(min_run).min(max_run);
+                let mut e = b;
+                while e < end.min(b + want)
+                    && !test_bit(&group.bits, (e - range.start) as usize)
+                    && !self.pinned.contains(e)
+                {
+                    e += 1;
+                }
+                if e - b >= min_run {
+                    out.push(b..e);
+                    need = need.saturating_sub(e - b);
+                }
+                b = e;
+            }
+            if need == 0 {
+                return Ok(out);
+            }
+        }
+        Err(AllocNeed::NoSpace)
+    }
+
+    fn set_bits(&mut self, r: Range<u64>, v: bool) {
+        let (g, first) = Layout::group_of(r.start);
+        let group = self.groups.get_mut(&g).expect("group cached");
+        for i in 0..(r.end - r.start) as usize {
+            let was = test_bit(&group.bits, first + i);
+            assert_ne!(was, v, "bitmap bit already in the requested state");
+            set_bit(&mut group.bits, first + i, v);
+        }
+        let n = (r.end - r.start) as u32;
+        if v {
+            group.free -= n;
+            self.free_total -= u64::from(n);
+        } else {
+            group.free += n;
+            self.free_total += u64::from(n);
+        }
+        group.dirty = true;
+        self.group_free[g as usize] = Some(group.free);
+    }
+
+    fn take(&mut self, runs: &[Range<u64>]) {
+        for r in runs {
+            self.set_bits(r.clone(), true);
+            self.reserved.insert(r.clone());
+        }
+        if let Some(last) = runs.last() {
+            self.cursor = if last.end >= self.layout.total_blocks {
+                self.layout.data_start()
+            } else {
+                last.end
+            };
+        }
+    }
+
+    /// Reserves `n` data blocks (in runs of at most [`MAX_EXTENT_BLOCKS`]), keeping
+    /// `keep` blocks available for metadata. All or nothing.
+    pub fn alloc_data(&mut self, n: u64, keep: u64) -> Result<Vec<Range<u64>>, AllocNeed> {
+        if self.available() < n + keep {
+            return Err(AllocNeed::NoSpace);
+        }
+        let runs = self.find(n, 1, u64::from(MAX_EXTENT_BLOCKS))?;
+        self.take(&runs);
+        self.stats.data_blocks += n;
+        Ok(runs)
+    }
+
+    /// Fills the node pool to `n` node-sized runs (may dip into the metadata reserve).
+    pub fn fill_pool(&mut self, n: usize) -> Result<(), AllocNeed> {
+        while self.node_pool.len() < n {
+            if self.available() < self.node_blocks {
+                return Err(AllocNeed::NoSpace);
+            }
+            let runs = self.find(self.node_blocks, self.node_blocks, self.node_blocks)?;
+            self.take(&runs);
+            self.node_pool.push(runs[0].start);
+        }
+        Ok(())
+    }
+
+    /// Takes a node location from the pool. It stays reserved until
+    /// [`Allocator::commit_reserved`] (the node is referenced by a committed parent).
+    pub fn take_node(&mut self) -> Option<u64> {
+        self.node_pool.pop()
+    }
+
+    /// Puts an unused location back into the pool.
+    pub fn return_node(&mut self, addr: u64) {
+        self.node_pool.push(addr);
+    }
+
+    /// The tree now references `r` (reserved earlier): it is an ordinary allocation.
+    pub fn commit_reserved(&mut self, r: Range<u64>) {
+        let removed = self.reserved.remove(r.clone());
+        debug_assert_eq!(removed, r.end - r.start, "committing unreserved blocks");
+        let (g, _) = Layout::group_of(r.start);
+        if let Some(group) = self.groups.get_mut(&g) {
+            group.dirty = true;
+        }
+    }
+
+    /// Gives back reserved blocks that were never referenced.
+    pub fn unreserve(&mut self, r: Range<u64>) {
+        let removed = self.reserved.remove(r.clone());
+        debug_assert_eq!(removed, r.end - r.start, "unreserving unreserved blocks");
+        self.set_bits(r, false);
+    }
+
+    /// Frees `r` at the next checkpoint (it stays allocated until then).
+    pub fn free(&mut self, r: Range<u64>) {
+        let ok = self.pending_free.insert(r);
+        debug_assert!(ok, "double free");
+    }
+
+    /// Groups that must be cached before [`Allocator::prepare`] can run, given extra
+    /// blocks that the checkpoint may free.
+    pub fn groups_needed(&self, extra: impl Iterator<Item = u64>) -> Vec<u32> {
+        let mut gs: Vec<u32> = self
+            .pending_free
+            .iter()
+            .flat_map(|r| {
+                let (a, _) = Layout::group_of(r.start);
+                let (b, _) = Layout::group_of(r.end - 1);
+                a..=b
+            })
+            .chain(extra.map(|b| Layout::group_of(b).0))
+            .filter(|g| !self.groups.contains_key(g))
+            .collect();
+        gs.sort_unstable();
+        gs.dedup();
+        gs
+    }
+
+    /// Checkpoint `seq`: applies pending frees (pinning them until the checkpoint
+    /// commits) and encodes every changed group into its other slot.
+    pub fn prepare(&mut self, seq: u64) -> Result<Vec<GroupWrite>, AllocNeed> {
+        if let Some(&g) = self.groups_needed(core::iter::empty()).first() {
+            return Err(AllocNeed::Group(g));
+        }
+        assert!(self.pinned.is_empty(), "previous checkpoint not committed");
+        let frees = self.pending_free.take();
+        for r in frees.iter() {
+            // Split at group boundaries.
+            let mut s = r.start;
+            while s < r.end {
+                let (g, _) = Layout::group_of(s);
+                let e = r.end.min(self.block_range(g).end);
+                self.set_bits(s..e, false);
+                s = e;
+            }
+            self.stats.freed_blocks += r.end - r.start;
+        }
+        self.pinned = frees;
+        let mut writes = Vec::new();
+        let mut dirty: Vec<u32> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.dirty)
+            .map(|(&n, _)| n)
+            .collect();
+        dirty.sort_unstable();
+        for gnum in dirty {
+            let range = self.block_range(gnum);
+            let group = self.groups.get(&gnum).expect("cached");
+            // Reserved blocks are not referenced by the state being committed.
+            let mut bits = group.bits.clone();
+            let mut free = group.free;
+            for r in self.reserved.iter() {
+                let (s, e) = (r.start.max(range.start), r.end.min(range.end));
+                for b in s..e.max(s) {
+                    set_bit(&mut bits, (b - range.start) as usize, false);
+                    free += 1;
+                }
+            }
+            let slot = 1 - group.slot;
+            let data = GroupBlock {
+                group: gnum,
+                seq,
+                free,
+                bits,
+            }
+            .encode();
+            writes.push(GroupWrite {
+                group: gnum,
+                block: self.layout.bitmap_block(gnum, slot),
+                data,
+            });
+            let group = self.groups.get_mut(&gnum).expect("cached");
+            group.slot = slot;
+            group.written_seq = seq;
+            group.dirty = false;
+        }
+        Ok(writes)
+    }
+
+    /// The checkpoint prepared last has committed: its freed blocks are reusable.
+    pub fn committed(&mut self) {
+        self.pinned = RangeSet::new();
+    }
+
+    /// Drops clean cached groups beyond `max_groups` (least recently used first). Groups
+    /// with unwritten changes, reservations or pinned blocks, or whose newest version is
+    /// not committed yet, stay.
+    pub fn evict(&mut self, max_groups: usize, committed_seq: u64) {
+        if self.groups.len() <= max_groups {
+            return;
+        }
+        let mut clean: Vec<(u64, u32)> = self
+            .groups
+            .iter()
+            .filter(|(&g, grp)| {
+                let r = self.block_range(g);
+                !grp.dirty
+                    && grp.written_seq <= committed_seq
+                    && !self.reserved.overlaps(r.clone())
+                    && !self.pinned.overlaps(r.clone())
+                    && !self.pending_free.overlaps(r)
+            })
+            .map(|(&g, grp)| (grp.last_used, g))
+            .collect();
+        clean.sort_unstable();
+        let excess = self.groups.len() - max_groups;
+        for (_, g) in clean.into_iter().take(excess) {
+            self.groups.remove(&g);
+        }
+    }
+
+    /// Whether block `b` is allocated in the current in-memory state (group cached).
+    pub fn is_allocated(&self, b: u64) -> Option<bool> {
+        let (g, bit) = Layout::group_of(b);
+        self.groups.get(&g).map(|grp| test_bit(&grp.bits, bit))
+    }
+}
+
+/// The bitmap bytes of a freshly made filesystem's group `g`: fixed regions allocated,
+/// blocks past the end of the device marked allocated too (never handed out).
+pub fn initial_group(layout: &Layout, g: u32, used: &[Range<u64>]) -> GroupBlock {
+    let mut bits = alloc::vec![0u8; BLOCK_SIZE - HEADER_LEN];
+    let start = u64::from(g) * BLOCKS_PER_GROUP;
+    let len = layout.group_len(g);
+    let mut free = 0;
+    for i in 0..BLOCKS_PER_GROUP {
+        let b = start + i;
+        let in_use = i >= len || b < layout.data_start() || used.iter().any(|r| r.contains(&b));
+        if in_use {
+            set_bit(&mut bits, i as usize, true);
+        } else {
+            free += 1;
+        }
+    }
+    GroupBlock {
+        group: g,
+        seq: 0,
+        free,
+        bits,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocator() -> Allocator {
+        let layout = Layout::for_size(70_000); // three groups
+        let mut a = Allocator::new(layout, 16384, 0);
+        let mut free = 0;
+        for g in 0..layout.groups {
+            let blk = initial_group(&layout, g, &[]);
+            free += u64::from(blk.free);
+            a.insert_group(blk, 0);
+        }
+        a.free_total = free;
+        a
+    }
+
+    #[test]
+    fn alloc_free_pin_commit() {
+        let mut a = allocator();
+        let total = a.available();
+        let runs = a.alloc_data(600, 0).unwrap();
+        assert_eq!(runs.iter().map(|r| r.end - r.start).sum::<u64>(), 600);
+        assert!(runs
+            .iter()
+            .all(|r| r.end - r.start <= u64::from(MAX_EXTENT_BLOCKS)));
+        assert_eq!(a.available(), total - 600);
+        for r in &runs {
+            a.commit_reserved(r.clone());
+        }
+        a.free(runs[0].clone());
+        // Pending frees stay allocated until a checkpoint.
+        assert_eq!(a.available(), total - 600);
+        let writes = a.prepare(1).unwrap();
+        assert!(!writes.is_empty());
+        // Freed by the checkpoint but pinned until it commits.
+        assert_eq!(a.available(), total - 600);
+        let again = a.alloc_data(10, 0).unwrap();
+        assert!(again.iter().all(|r| !a.pinned.overlaps(r.clone())));
+        a.committed();
+        assert_eq!(a.available(), total - 600 - 10 + 256);
+    }
+
+    #[test]
+    fn reserved_blocks_are_written_free() {
+        let mut a = allocator();
+        let runs = a.alloc_data(5, 0).unwrap();
+        let writes = a.prepare(1).unwrap();
+        let g = GroupBlock::decode(&writes[0].data, writes[0].group).unwrap();
+        let (_, bit) = Layout::group_of(runs[0].start);
+        assert!(
+            !test_bit(&g.bits, bit),
+            "a reserved block was committed as allocated"
+        );
+        assert_eq!(a.committed_free(), a.available() + 5);
+    }
+
+    #[test]
+    fn nospace_is_all_or_nothing() {
+        let mut a = allocator();
+        let avail = a.available();
+        assert_eq!(a.alloc_data(avail + 1, 0), Err(AllocNeed::NoSpace));
+        assert_eq!(a.alloc_data(avail - 10, 20), Err(AllocNeed::NoSpace));
+        assert_eq!(a.available(), avail);
+        a.alloc_data(avail, 0).unwrap();
+        assert_eq!(a.available(), 0);
+        assert_eq!(a.fill_pool(1), Err(AllocNeed::NoSpace));
+    }
+
+    #[test]
+    fn nodes_are_contiguous_and_missing_groups_reported() {
+        let layout = Layout::for_size(70_000);
+        let mut a = Allocator::new(layout, 65536, 60_000);
+        assert_eq!(a.fill_pool(1), Err(AllocNeed::Group(0)));
+        a.insert_group(initial_group(&layout, 0, &[]), 0);
+        a.fill_pool(3).unwrap();
+        let n = a.take_node().unwrap();
+        assert_eq!(a.is_allocated(n + 15), Some(true));
+        assert_eq!(a.pool_len(), 2);
+    }
+}

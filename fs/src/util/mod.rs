@@ -1,0 +1,7 @@
+//! Small helpers shared by the on-disk format and the filesystem: checksums, keyed
+//! hashes, little-endian byte cursors and range sets.
+
+pub mod bytes;
+pub mod crc;
+pub mod hash;
+pub mod ranges;

@@ -1,0 +1,252 @@
+//! Checkpoints: the unit of btree durability.
+//!
+//! A checkpoint (1) under the core lock writes nothing yet but *prepares*: it walks the
+//! dirty nodes (leaves before parents) into bset write buffers, places relocated nodes,
+//! applies pending frees to the bitmap and encodes the changed bitmap groups and the new
+//! superblock; then (2) with no lock held it writes all of that, flushes the device, and
+//! writes the superblock with FUA; then (3) it records the commit, which releases the
+//! blocks the checkpoint freed. Operations keep running during (2): their changes belong
+//! to the next checkpoint.
+//!
+//! When a checkpoint runs is decided by a [`WritePolicy`].
+
+use alloc::vec::Vec;
+
+use super::core::{node_blocks, Core, Step, Stop};
+use crate::btree::WriteCause;
+use crate::format::superblock::{state, Superblock};
+use crate::vfs::Errno;
+
+/// Why a checkpoint runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointCause {
+    /// `sync`.
+    Sync,
+    /// `fsync` (until the fsync log exists, fsync checkpoints).
+    Fsync,
+    /// Clean unmount.
+    Unmount,
+    /// The node cache is over its limit with nothing clean left to evict.
+    CacheReclaim,
+    /// The log needs its space back (used by the fsync log).
+    LogReclaim,
+    /// An operation ran out of space; a checkpoint releases freed blocks.
+    Space,
+    /// Too much metadata is dirty for the metadata reserve.
+    Reserve,
+}
+
+impl CheckpointCause {
+    /// All causes, in counter order.
+    pub const ALL: [CheckpointCause; 7] = [
+        CheckpointCause::Sync,
+        CheckpointCause::Fsync,
+        CheckpointCause::Unmount,
+        CheckpointCause::CacheReclaim,
+        CheckpointCause::LogReclaim,
+        CheckpointCause::Space,
+        CheckpointCause::Reserve,
+    ];
+
+    /// The cause counted for leaf writes of such a checkpoint.
+    pub fn leaf_cause(self) -> WriteCause {
+        match self {
+            CheckpointCause::CacheReclaim | CheckpointCause::Reserve => WriteCause::CacheReclaim,
+            CheckpointCause::LogReclaim => WriteCause::LogReclaim,
+            _ => WriteCause::Sync,
+        }
+    }
+
+    fn index(self) -> usize {
+        CheckpointCause::ALL
+            .iter()
+            .position(|&c| c == self)
+            .expect("listed")
+    }
+}
+
+/// What a policy sees when deciding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pressure {
+    /// Memory used by cached nodes.
+    pub cache_mem: usize,
+    /// The configured limit.
+    pub cache_limit: usize,
+    /// Cached nodes with unwritten changes.
+    pub dirty_nodes: usize,
+    /// Nodes the metadata reserve can place.
+    pub reserve_nodes: usize,
+}
+
+/// Decides when checkpoints run. Implementations must be cheap: this is asked after
+/// every operation.
+pub trait WritePolicy {
+    /// Whether a checkpoint must run now, and why.
+    fn checkpoint_due(&self, p: &Pressure) -> Option<CheckpointCause>;
+
+    /// Whether to look for nodes to write ahead of the next checkpoint at all.
+    fn writes_early(&self) -> bool {
+        false
+    }
+
+    /// Whether a node with `pending_bytes` of unwritten changes is to be written now,
+    /// ahead of the next checkpoint (asked only if [`WritePolicy::writes_early`]).
+    fn node_write_due(&self, pending_bytes: usize) -> bool {
+        let _ = pending_bytes;
+        false
+    }
+}
+
+/// The default policy: write only under pressure — when the cache is over its limit
+/// after evicting every clean node it could, or when more nodes are dirty than the
+/// metadata reserve could place.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PressurePolicy;
+
+impl WritePolicy for PressurePolicy {
+    fn checkpoint_due(&self, p: &Pressure) -> Option<CheckpointCause> {
+        if p.cache_mem > p.cache_limit {
+            Some(CheckpointCause::CacheReclaim)
+        } else if p.dirty_nodes > p.reserve_nodes / 2 {
+            Some(CheckpointCause::Reserve)
+        } else {
+            None
+        }
+    }
+}
+
+/// The baseline bcachefs had before journal-reclaim-driven writes: a node is written as
+/// soon as 4 KiB of it is dirty (otherwise as [`PressurePolicy`]). For comparisons.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DirtyThresholdPolicy;
+
+impl WritePolicy for DirtyThresholdPolicy {
+    fn checkpoint_due(&self, p: &Pressure) -> Option<CheckpointCause> {
+        PressurePolicy.checkpoint_due(p)
+    }
+
+    fn writes_early(&self) -> bool {
+        true
+    }
+
+    fn node_write_due(&self, pending_bytes: usize) -> bool {
+        pending_bytes >= crate::format::BLOCK_SIZE
+    }
+}
+
+/// A prepared checkpoint: what to write.
+#[derive(Debug)]
+pub struct Plan {
+    /// The sequence it commits.
+    pub seq: u64,
+    /// Node and bitmap writes: `(block, data)`.
+    pub writes: Vec<(u64, Vec<u8>)>,
+    /// The superblock to write last.
+    pub sb: Superblock,
+    /// The cause.
+    pub cause: CheckpointCause,
+}
+
+impl Core {
+    /// Prepares a checkpoint (see the module documentation). `None` if there is nothing
+    /// to write.
+    pub fn prepare_checkpoint(&mut self, cause: CheckpointCause) -> Step<Option<Plan>> {
+        if !self.changed && cause != CheckpointCause::Unmount {
+            return Ok(None);
+        }
+        // Everything that can stop comes first.
+        let bound = self.trees.flush_bound();
+        self.space.fill_pool(bound).map_err(|e| match e {
+            crate::space::AllocNeed::Group(g) => Stop::Group(g),
+            crate::space::AllocNeed::NoSpace => {
+                log::error!("no space left for a checkpoint ({bound} nodes)");
+                Stop::Errno(Errno::ENOSPC)
+            }
+        })?;
+        let candidates = self.trees.relocation_candidates();
+        if let Some(&g) = self.space.groups_needed(candidates.into_iter()).first() {
+            return Err(Stop::Group(g));
+        }
+
+        let seq = self.seq;
+        let nb = node_blocks(&self.sb);
+        let mut pool = Vec::new();
+        while let Some(a) = self.space.take_node() {
+            pool.push(a);
+        }
+        let res = self.trees.flush(seq, cause.leaf_cause(), &mut pool);
+        for a in pool {
+            self.space.return_node(a);
+        }
+        for &a in &res.placed {
+            self.space.commit_reserved(a..a + nb);
+        }
+        self.space.stats.node_allocs += res.placed.len() as u64;
+        for a in res
+            .freed
+            .into_iter()
+            .chain(core::mem::take(&mut self.trees.freed_nodes))
+        {
+            self.space.free(a..a + nb);
+        }
+        let mut writes: Vec<(u64, Vec<u8>)> = Vec::with_capacity(res.writes.len());
+        for w in res.writes {
+            self.stats.node_writes.count(&w);
+            writes.push((w.block, w.data));
+        }
+        let groups = match self.space.prepare(seq) {
+            Ok(g) => g,
+            Err(_) => {
+                self.failed = true;
+                return Err(Stop::Corrupt("bitmap group vanished during a checkpoint"));
+            }
+        };
+        self.stats.group_writes += groups.len() as u64;
+        writes.extend(groups.into_iter().map(|g| (g.block, g.data)));
+
+        let mut sb = self.sb.clone();
+        sb.roots = self.trees.roots;
+        sb.checkpoint_seq = seq;
+        sb.generation += 1;
+        sb.next_ino = self.next_ino;
+        sb.inode_count = self.inode_count;
+        sb.free_blocks = self.space.committed_free();
+        sb.state = if cause == CheckpointCause::Unmount {
+            state::CLEAN
+        } else {
+            0
+        };
+        self.sb = sb.clone();
+        self.seq = seq + 1;
+        self.trees.set_birth_seq(seq + 1);
+        self.changed = false;
+        Ok(Some(Plan {
+            seq,
+            writes,
+            sb,
+            cause,
+        }))
+    }
+
+    /// The checkpoint `plan` is durable.
+    pub fn checkpoint_committed(&mut self, plan: &Plan) {
+        self.committed_seq = plan.seq;
+        self.space.committed();
+        self.stats.checkpoints[plan.cause.index()] += 1;
+        self.stats.superblock_writes += 1;
+        self.stats.flushes += 1;
+        self.prune_inode_states();
+    }
+
+    /// What the write policy sees.
+    pub fn pressure(&self, cache_limit: usize) -> Pressure {
+        let nb = node_blocks(&self.sb);
+        let reserve_nodes = (self.space.available() / nb.max(1)) as usize;
+        Pressure {
+            cache_mem: self.trees.cache.mem(),
+            cache_limit,
+            dirty_nodes: self.trees.cache.dirty_count(),
+            reserve_nodes,
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The filesystem's in-memory state and the transaction discipline every operation
+//! follows.
+//!
+//! An operation is a synchronous function on [`Core`] that first *reads* (which may stop
+//! with [`Stop::Node`] or [`Stop::Group`] — the driver loads what is missing, with no
+//! lock held, and runs the operation again from the start) and collects its changes in a
+//! [`Txn`]. [`Core::commit`] makes sure every leaf the transaction touches is cached and
+//! only then applies it, so an operation is applied whole or not at all.
+
+use alloc::vec::Vec;
+use core::ops::Range;
+use hashbrown::HashMap;
+
+use crate::btree::Need;
+use crate::btree::Trees;
+use crate::format::items::InodeItem;
+use crate::format::key::kind;
+use crate::format::superblock::{NodePtr, Superblock};
+use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::space::{AllocNeed, Allocator};
+use crate::vfs::{Attr, Errno, FileType, Ino};
+
+use super::stats::FsStats;
+
+/// Why an operation stopped before finishing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// It failed with this errno (nothing was changed).
+    Errno(Errno),
+    /// A btree node must be read first.
+    Node {
+        /// Tree.
+        tree: TreeId,
+        /// Level.
+        level: u8,
+        /// Location.
+        ptr: NodePtr,
+    },
+    /// A bitmap group must be read first.
+    Group(u32),
+    /// Not enough space; a checkpoint may free some.
+    NoSpace,
+    /// Metadata is inconsistent: EIO.
+    Corrupt(&'static str),
+}
+
+impl From<Errno> for Stop {
+    fn from(e: Errno) -> Stop {
+        Stop::Errno(e)
+    }
+}
+
+impl From<Need> for Stop {
+    fn from(n: Need) -> Stop {
+        match n {
+            Need::Node { tree, level, ptr } => Stop::Node { tree, level, ptr },
+            Need::Corrupt(what) => Stop::Corrupt(what),
+        }
+    }
+}
+
+impl From<AllocNeed> for Stop {
+    fn from(n: AllocNeed) -> Stop {
+        match n {
+            AllocNeed::Group(g) => Stop::Group(g),
+            AllocNeed::NoSpace => Stop::NoSpace,
+        }
+    }
+}
+
+/// Result of an operation step.
+pub type Step<T> = Result<T, Stop>;
+
+/// Per-inode in-memory state: open counts, and what the fsync log (issue 5) needs to
+/// decide how much to log. Kept while an inode is open or changed in the current
+/// checkpoint interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InodeState {
+    /// Outstanding `open`s.
+    pub open: u32,
+    /// Checkpoint interval in which the inode last changed.
+    pub last_trans: u64,
+    /// Interval in which it was last logged (set by the fsync log).
+    pub logged_trans: u64,
+    /// Interval in which one of its extents last became shared (clone).
+    pub last_reflink_trans: u64,
+    /// Interval in which one of its names was last removed or renamed.
+    pub last_unlink_trans: u64,
+    /// Known to have no xattrs (cleared when one is set).
+    pub no_xattrs: bool,
+}
+
+/// A set of changes applied atomically by [`Core::commit`].
+#[derive(Debug, Default)]
+pub struct Txn {
+    /// Puts (`Some`) and deletes (`None`), applied in order.
+    ops: Vec<(TreeId, Key, Option<Vec<u8>>)>,
+    /// Blocks no longer referenced once this commits.
+    pub frees: Vec<Range<u64>>,
+    /// Reserved blocks that this transaction makes referenced.
+    pub claims: Vec<Range<u64>>,
+    /// Change in the number of inodes.
+    pub inode_delta: i64,
+    /// Inodes changed (for [`InodeState::last_trans`]).
+    pub touched: Vec<Ino>,
+}
+
+impl Txn {
+    /// An empty transaction.
+    pub fn new() -> Txn {
+        Txn::default()
+    }
+
+    /// Puts `val` at `key`.
+    pub fn put(&mut self, tree: TreeId, key: Key, val: Vec<u8>) {
+        self.ops.push((tree, key, Some(val)));
+    }
+
+    /// Deletes `key`.
+    pub fn del(&mut self, tree: TreeId, key: Key) {
+        self.ops.push((tree, key, None));
+    }
+
+    /// Number of changes.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether there are no changes.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.frees.is_empty() && self.claims.is_empty()
+    }
+
+    /// The value of `key` as this transaction would leave it.
+    pub fn get(&self, c: &mut Core, tree: TreeId, key: &Key) -> Step<Option<Vec<u8>>> {
+        if let Some((_, _, v)) = self
+            .ops
+            .iter()
+            .rev()
+            .find(|(t, k, _)| *t == tree && k == key)
+        {
+            return Ok(v.clone());
+        }
+        Ok(c.trees.get(tree, key)?)
+    }
+
+    /// Entries with `from <= key <= to` as this transaction would leave them.
+    pub fn range(
+        &self,
+        c: &mut Core,
+        tree: TreeId,
+        from: Key,
+        to: Key,
+    ) -> Step<Vec<(Key, Vec<u8>)>> {
+        let mut out: alloc::collections::BTreeMap<Key, Vec<u8>> =
+            alloc::collections::BTreeMap::new();
+        c.trees.range(tree, from, to, |k, v| {
+            out.insert(k, v.to_vec());
+            true
+        })?;
+        for (t, k, v) in &self.ops {
+            if *t == tree && *k >= from && *k <= to {
+                match v {
+                    Some(v) => out.insert(*k, v.clone()),
+                    None => out.remove(k),
+                };
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    /// The inode item of `ino` as this transaction would leave it.
+    pub fn inode(&self, c: &mut Core, ino: Ino) -> Step<InodeItem> {
+        match self.get(c, TreeId::Fs, &inode_key(ino))? {
+            Some(b) => InodeItem::decode(&b).ok_or(Stop::Corrupt("undecodable inode item")),
+            None => Err(Stop::Errno(Errno::ENOENT)),
+        }
+    }
+
+    /// Writes `item` as `ino`'s inode.
+    pub fn put_inode(&mut self, ino: Ino, item: &InodeItem) {
+        self.put(TreeId::Fs, inode_key(ino), item.encode());
+        self.touched.push(ino);
+    }
+}
+
+/// The key of `ino`'s inode item.
+pub fn inode_key(ino: Ino) -> Key {
+    Key::new(ino, kind::INODE, 0)
+}
+
+/// The mutable state of a mounted filesystem (behind one short-held lock).
+pub struct Core {
+    /// The superblock as last written (roots and counters are refreshed by checkpoints).
+    pub sb: Superblock,
+    /// The trees and their node cache.
+    pub trees: Trees,
+    /// Block allocation.
+    pub space: Allocator,
+    /// The checkpoint interval in progress: the next checkpoint commits `seq`.
+    pub seq: u64,
+    /// The last committed checkpoint.
+    pub committed_seq: u64,
+    /// Next inode number.
+    pub next_ino: u64,
+    /// Number of inodes.
+    pub inode_count: u64,
+    /// Per-inode state.
+    pub inodes: HashMap<Ino, InodeState>,
+    /// Something changed since the last checkpoint.
+    pub changed: bool,
+    /// A checkpoint failed: everything fails with EIO from now on.
+    pub failed: bool,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Counters.
+    pub stats: FsStats,
+}
+
+impl core::fmt::Debug for Core {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Core")
+            .field("seq", &self.seq)
+            .field("trees", &self.trees)
+            .field("space", &self.space)
+            .finish()
+    }
+}
+
+/// Blocks a btree node occupies.
+pub fn node_blocks(sb: &Superblock) -> u64 {
+    u64::from(sb.node_size) / BLOCK_SIZE as u64
+}
+
+impl Core {
+    /// The state for a filesystem whose committed superblock is `sb`.
+    pub fn new(sb: Superblock, read_only: bool) -> Core {
+        let seq = sb.checkpoint_seq + 1;
+        Core {
+            trees: Trees::new(sb.roots, sb.node_size, sb.secret, seq),
+            space: Allocator::new(sb.layout, sb.node_size, sb.free_blocks),
+            seq,
+            committed_seq: sb.checkpoint_seq,
+            next_ino: sb.next_ino,
+            inode_count: sb.inode_count,
+            inodes: HashMap::new(),
+            changed: false,
+            failed: false,
+            read_only,
+            stats: FsStats::default(),
+            sb,
+        }
+    }
+
+    /// Fails with `EROFS` on a read-only mount.
+    pub fn writable(&self) -> Step<()> {
+        if self.read_only {
+            Err(Stop::Errno(Errno::EROFS))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The inode item of `ino`.
+    pub fn inode(&mut self, ino: Ino) -> Step<InodeItem> {
+        Txn::new().inode(self, ino)
+    }
+
+    /// Blocks kept free for metadata: enough for the next checkpoint to place every
+    /// node it may write, plus slack for the operations before it.
+    pub fn meta_reserve(&self) -> u64 {
+        let nodes = self.trees.flush_bound() as u64 + 64;
+        let pooled = self.space.pool_len() as u64;
+        nodes.saturating_sub(pooled) * node_blocks(&self.sb)
+    }
+
+    /// Fails with `NoSpace` unless metadata may grow by a few nodes.
+    pub fn check_meta_space(&self) -> Step<()> {
+        if self.space.available() < self.meta_reserve() + 4 * node_blocks(&self.sb) {
+            return Err(Stop::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Applies `tx` atomically.
+    pub fn commit(&mut self, tx: Txn) -> Step<()> {
+        // Every check comes before the first change. An item too large for a node can only
+        // come from a pile of hash collisions in one directory or xattr bucket.
+        if tx.ops.iter().any(|(_, _, v)| {
+            v.as_ref()
+                .is_some_and(|v| v.len() > crate::format::MAX_VALUE_LEN)
+        }) {
+            return Err(Stop::Errno(Errno::ENOSPC));
+        }
+        // Make sure every leaf the transaction touches is cached, so that applying it
+        // cannot stop half way.
+        for (tree, key, _) in &tx.ops {
+            self.trees.ensure(*tree, key)?;
+        }
+        for (tree, key, val) in tx.ops {
+            let r = match val {
+                Some(v) => self.trees.insert(tree, key, v),
+                None => self.trees.remove(tree, &key).map(|_| ()),
+            };
+            if let Err(need) = r {
+                // Unreachable by construction; never leave a half-applied change to be
+                // checkpointed.
+                self.failed = true;
+                log::error!("transaction stopped half way ({need:?}); filesystem failed");
+                return Err(Stop::Corrupt("transaction stopped half way"));
+            }
+        }
+        for r in tx.claims {
+            self.space.commit_reserved(r);
+        }
+        for r in tx.frees {
+            self.space.free(r);
+        }
+        let nb = node_blocks(&self.sb);
+        for a in core::mem::take(&mut self.trees.freed_nodes) {
+            self.space.free(a..a + nb);
+        }
+        self.inode_count = (self.inode_count as i64 + tx.inode_delta) as u64;
+        for ino in tx.touched {
+            self.inodes.entry(ino).or_default().last_trans = self.seq;
+        }
+        self.changed = true;
+        self.stats.commits += 1;
+        Ok(())
+    }
+
+    /// Attributes of `ino` from its inode item.
+    pub fn attr(&self, ino: Ino, item: &InodeItem) -> Attr {
+        let size = match item.file_type() {
+            Some(FileType::Regular | FileType::Directory | FileType::Symlink) => item.size,
+            _ => 0,
+        };
+        Attr {
+            ino,
+            generation: item.generation,
+            mode: item.mode,
+            nlink: item.nlink,
+            uid: item.uid,
+            gid: item.gid,
+            rdev: item.rdev,
+            size,
+            blocks: item.bytes / 512,
+            blksize: BLOCK_SIZE as u32,
+            atime: item.atime,
+            mtime: item.mtime,
+            ctime: item.ctime,
+            btime: item.btime,
+        }
+    }
+
+    /// The in-memory state of `ino`.
+    pub fn state(&mut self, ino: Ino) -> &mut InodeState {
+        self.inodes.entry(ino).or_default()
+    }
+
+    /// Whether `ino` is open.
+    pub fn is_open(&self, ino: Ino) -> bool {
+        self.inodes.get(&ino).is_some_and(|s| s.open > 0)
+    }
+
+    /// Forgets per-inode state nobody needs any more (closed and unchanged since the
+    /// last committed checkpoint).
+    pub fn prune_inode_states(&mut self) {
+        let committed = self.committed_seq;
+        self.inodes
+            .retain(|_, s| s.open > 0 || s.last_trans > committed || s.logged_trans > committed);
+    }
+}

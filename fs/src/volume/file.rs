@@ -1,0 +1,800 @@
+//! File data: extents, reads, copy-on-write writes, truncation, clones, and freeing an
+//! inode's data.
+//!
+//! Data is never overwritten in place. A write reserves fresh blocks, writes them (with
+//! no lock held; partial head and tail blocks are read, merged and rewritten), then one
+//! transaction points the file's range at them, adjusts the reference counts of the
+//! extents it replaced (freeing those that reach zero) and records the new blocks'
+//! checksums. Bytes past a file's size inside its last block are always zero.
+
+use alloc::collections::BTreeMap;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use super::core::{Core, Step, Stop, Txn};
+use super::{NineFs, MAX_FILE_SIZE};
+use crate::block::{BlockDevice, WriteFlags};
+use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent, InodeItem};
+use crate::format::key::kind;
+use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::util::crc::crc32c;
+use crate::vfs::{Errno, FileType, FsResult, Ino, Timespec};
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// Extent items changed per transaction when trimming, deleting or cloning, so one
+/// transaction never needs more than a few leaves in memory.
+const BATCH: usize = 64;
+/// Largest write handled in one transaction.
+const WRITE_CHUNK: usize = 4 << 20;
+
+fn extent_key(ino: Ino, block: u64) -> Key {
+    Key::new(ino, kind::EXTENT_DATA, block.saturating_mul(BS))
+}
+
+/// One piece of a read plan: file blocks `file_block..+len` live at `disk_block..`, with
+/// these checksums (or are a hole when `disk_block` is 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Piece {
+    file_block: u64,
+    len: u64,
+    disk_block: u64,
+    csums: Vec<u32>,
+}
+
+/// Adds `delta` bytes to the data an inode references.
+fn add_bytes(item: &mut InodeItem, delta: i64) {
+    item.bytes = item.bytes.saturating_add_signed(delta);
+}
+
+/// Records a content change made in checkpoint interval `seq`: referenced bytes by
+/// `delta`, mtime and ctime to `now`.
+fn content_changed(item: &mut InodeItem, delta: i64, now: Timespec, seq: u64) {
+    add_bytes(item, delta);
+    item.mtime = now;
+    item.ctime = now;
+    item.transid = seq;
+}
+
+/// Fails unless `item` is a regular file (`EISDIR` for directories, else `EINVAL`).
+fn regular(item: &InodeItem) -> Step<()> {
+    match item.file_type() {
+        Some(FileType::Regular) => Ok(()),
+        Some(FileType::Directory) => Err(Errno::EISDIR.into()),
+        _ => Err(Errno::EINVAL.into()),
+    }
+}
+
+impl Core {
+    /// File extents overlapping blocks `b0..b1`, at most `limit`, in order.
+    fn extents_in(
+        &mut self,
+        ino: Ino,
+        b0: u64,
+        b1: u64,
+        limit: usize,
+    ) -> Step<Vec<(u64, FileExtent)>> {
+        let mut out = Vec::new();
+        if b0 >= b1 {
+            return Ok(out);
+        }
+        if let Some((k, v)) = self.trees.get_le(TreeId::Fs, &extent_key(ino, b0))? {
+            if k.objectid == ino && k.kind == kind::EXTENT_DATA {
+                let fe = FileExtent::decode(&v).ok_or(Stop::Corrupt("undecodable file extent"))?;
+                let fb = k.offset / BS;
+                if fb + u64::from(fe.num_blocks) > b0 {
+                    out.push((fb, fe));
+                }
+            }
+        }
+        let mut corrupt = false;
+        let from = extent_key(ino, b0).successor().expect("not the last key");
+        let to = Key::new(
+            ino,
+            kind::EXTENT_DATA,
+            b1.saturating_mul(BS).saturating_sub(1),
+        );
+        if from <= to && out.len() < limit {
+            self.trees.range(TreeId::Fs, from, to, |k, v| {
+                match FileExtent::decode(v) {
+                    Some(fe) if k.offset.is_multiple_of(BS) => out.push((k.offset / BS, fe)),
+                    _ => corrupt = true,
+                }
+                !corrupt && out.len() < limit
+            })?;
+        }
+        if corrupt {
+            return Err(Stop::Corrupt("undecodable file extent"));
+        }
+        Ok(out)
+    }
+
+    /// Replaces blocks `b0..b1` of `ino` by `pieces` (file block, extent), adjusting
+    /// reference counts; returns the change in referenced blocks.
+    fn replace_range(
+        &mut self,
+        tx: &mut Txn,
+        ino: Ino,
+        b0: u64,
+        b1: u64,
+        pieces: &[(u64, FileExtent)],
+    ) -> Step<i64> {
+        let old = self.extents_in(ino, b0, b1, usize::MAX)?;
+        let mut refs: BTreeMap<(u64, u32), i64> = BTreeMap::new();
+        let mut delta = 0i64;
+        for (fb, fe) in old {
+            let end = fb + u64::from(fe.num_blocks);
+            tx.del(TreeId::Fs, extent_key(ino, fb));
+            *refs.entry((fe.disk_block, fe.disk_blocks)).or_default() -= 1;
+            delta -= i64::from(fe.num_blocks);
+            if fb < b0 {
+                let left = FileExtent {
+                    num_blocks: (b0 - fb) as u32,
+                    ..fe
+                };
+                tx.put(TreeId::Fs, extent_key(ino, fb), left.encode());
+                *refs.entry((fe.disk_block, fe.disk_blocks)).or_default() += 1;
+                delta += i64::from(left.num_blocks);
+            }
+            if end > b1 {
+                let right = FileExtent {
+                    offset_blocks: fe.offset_blocks + (b1 - fb) as u32,
+                    num_blocks: (end - b1) as u32,
+                    ..fe
+                };
+                tx.put(TreeId::Fs, extent_key(ino, b1), right.encode());
+                *refs.entry((fe.disk_block, fe.disk_blocks)).or_default() += 1;
+                delta += i64::from(right.num_blocks);
+            }
+        }
+        for (fb, fe) in pieces {
+            tx.put(TreeId::Fs, extent_key(ino, *fb), fe.encode());
+            *refs.entry((fe.disk_block, fe.disk_blocks)).or_default() += 1;
+            delta += i64::from(fe.num_blocks);
+        }
+        for ((disk, len), d) in refs {
+            if d == 0 {
+                continue;
+            }
+            let key = Key::new(disk, kind::EXTENT, u64::from(len));
+            let cur = match tx.get(self, TreeId::Extent, &key)? {
+                Some(b) => {
+                    ExtentItem::decode(&b)
+                        .ok_or(Stop::Corrupt("undecodable extent item"))?
+                        .refs
+                }
+                None => 0,
+            };
+            let now = i64::from(cur) + d;
+            if now < 0 {
+                return Err(Stop::Corrupt("extent reference count below zero"));
+            }
+            if now == 0 {
+                tx.del(TreeId::Extent, key);
+                tx.del(TreeId::Csum, Key::new(disk, kind::CSUM, 0));
+                tx.frees.push(disk..disk + u64::from(len));
+            } else {
+                let owner = if cur == 0 { ino } else { 0 };
+                tx.put(
+                    TreeId::Extent,
+                    key,
+                    ExtentItem {
+                        refs: now as u32,
+                        owner,
+                    }
+                    .encode(),
+                );
+            }
+        }
+        Ok(delta * BS as i64)
+    }
+
+    /// Removes up to [`BATCH`] extents at or after block `from`; returns whether nothing
+    /// is left there.
+    fn trim_step(&mut self, ino: Ino, from: u64) -> Step<bool> {
+        let found = self.extents_in(ino, from, u64::MAX / BS, BATCH)?;
+        if found.is_empty() {
+            return Ok(true);
+        }
+        let done = found.len() < BATCH;
+        let to = if done {
+            u64::MAX / BS
+        } else {
+            let (fb, fe) = found.last().expect("not empty");
+            fb + u64::from(fe.num_blocks)
+        };
+        let mut tx = Txn::new();
+        let delta = self.replace_range(&mut tx, ino, from, to, &[])?;
+        let mut item = tx.inode(self, ino)?;
+        add_bytes(&mut item, delta);
+        tx.put_inode(ino, &item);
+        self.commit(tx)?;
+        Ok(done)
+    }
+
+    /// A plan to read blocks `b0..b1` of `ino`.
+    fn read_plan(&mut self, ino: Ino, b0: u64, b1: u64) -> Step<Vec<Piece>> {
+        let mut out = Vec::new();
+        for (fb, fe) in self.extents_in(ino, b0, b1, usize::MAX)? {
+            let start = fb.max(b0);
+            let end = (fb + u64::from(fe.num_blocks)).min(b1);
+            let skip = start - fb;
+            let ckey = Key::new(fe.disk_block, kind::CSUM, 0);
+            let all = self
+                .trees
+                .get(TreeId::Csum, &ckey)?
+                .ok_or(Stop::Corrupt("data extent without checksums"))?;
+            let all = decode_csums(&all).ok_or(Stop::Corrupt("undecodable checksum item"))?;
+            let first = fe.offset_blocks as usize + skip as usize;
+            let csums = all
+                .get(first..first + (end - start) as usize)
+                .ok_or(Stop::Corrupt("checksum item shorter than its extent"))?
+                .to_vec();
+            out.push(Piece {
+                file_block: start,
+                len: end - start,
+                disk_block: fe.disk_block + u64::from(fe.offset_blocks) + skip,
+                csums,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// What a write found and reserved.
+struct WritePlan {
+    /// Partially overwritten blocks with old data: (index in the new extent, piece).
+    old: Vec<(usize, Piece)>,
+    /// Reserved runs for the new data.
+    runs: Vec<Range<u64>>,
+}
+
+impl<D: BlockDevice> NineFs<D> {
+    /// Reads and verifies the data of `piece` into `out` (whole blocks). A checksum
+    /// mismatch is reported as `EAGAIN` (the caller re-plans once before failing).
+    async fn read_piece(&self, piece: &Piece, out: &mut [u8]) -> FsResult<()> {
+        debug_assert_eq!(out.len() as u64, piece.len * BS);
+        if let Err(e) = self.dev.read(piece.disk_block, out).await {
+            log::error!(
+                "reading data blocks {}..{}: {e}",
+                piece.disk_block,
+                piece.disk_block + piece.len
+            );
+            return Err(Errno::EIO);
+        }
+        self.core.lock().stats.data_bytes_read += out.len() as u64;
+        for (i, block) in out.chunks(BLOCK_SIZE).enumerate() {
+            if crc32c(block) != piece.csums[i] {
+                return Err(Errno::EAGAIN);
+            }
+        }
+        Ok(())
+    }
+
+    /// `read`.
+    pub(super) async fn read_data(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let mut retried = false;
+        loop {
+            let plan = self
+                .run(|c| {
+                    let item = c.inode(ino)?;
+                    regular(&item)?;
+                    if offset >= item.size || buf.is_empty() {
+                        return Ok(None);
+                    }
+                    let len = (buf.len() as u64).min(item.size - offset);
+                    let (b0, b1) = (offset / BS, (offset + len).div_ceil(BS));
+                    Ok(Some((len as usize, c.read_plan(ino, b0, b1)?)))
+                })
+                .await?;
+            let Some((len, pieces)) = plan else {
+                return Ok(0);
+            };
+            buf[..len].fill(0);
+            let mut bad = None;
+            for p in &pieces {
+                let mut data = vec![0u8; (p.len * BS) as usize];
+                match self.read_piece(p, &mut data).await {
+                    Ok(()) => {}
+                    Err(Errno::EAGAIN) => {
+                        bad = Some(p.disk_block);
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+                // Copy the overlap of [p.file_block*BS, +len*BS) and [offset, offset+len).
+                let pstart = p.file_block * BS;
+                let from = pstart.max(offset);
+                let to = (pstart + p.len * BS).min(offset + len as u64);
+                if from < to {
+                    buf[(from - offset) as usize..(to - offset) as usize]
+                        .copy_from_slice(&data[(from - pstart) as usize..(to - pstart) as usize]);
+                }
+            }
+            match bad {
+                None => return Ok(len),
+                Some(block) if retried => {
+                    log::error!("inode {ino}: data checksum mismatch in blocks from {block}");
+                    self.core.lock().stats.corruptions += 1;
+                    return Err(Errno::EIO);
+                }
+                Some(_) => retried = true,
+            }
+        }
+    }
+
+    /// `write`.
+    pub(super) async fn write_data(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+        self.run(|c| {
+            let item = c.inode(ino)?;
+            regular(&item)?;
+            Ok(())
+        })
+        .await?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        if offset >= MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        self.run(|c| c.writable()).await?;
+        let n = data
+            .len()
+            .min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize);
+        let lock = self.inode_lock(ino);
+        let _guard = lock.lock().await;
+        self.trim_past_eof(ino).await?;
+        let mut done = 0;
+        while done < n {
+            let chunk = (n - done).min(WRITE_CHUNK);
+            match self
+                .write_chunk(ino, offset + done as u64, &data[done..done + chunk])
+                .await
+            {
+                Ok(()) => done += chunk,
+                // Earlier chunks are in: a short write, as POSIX has it.
+                Err(_) if done > 0 => return Ok(done),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Removes extents past the end of file left by a truncation a crash interrupted, so
+    /// extending the file cannot expose them.
+    async fn trim_past_eof(&self, ino: Ino) -> FsResult<()> {
+        loop {
+            let done = self
+                .run(|c| {
+                    let size = c.inode(ino)?.size;
+                    c.trim_step(ino, size.div_ceil(BS))
+                })
+                .await?;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn write_chunk(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<()> {
+        let end = offset + data.len() as u64;
+        let (b0, b1) = (offset / BS, end.div_ceil(BS));
+        let nblocks = b1 - b0;
+        let plan = self
+            .run(|c| {
+                let item = c.inode(ino)?;
+                regular(&item)?;
+                // Blocks only partly overwritten keep their other bytes.
+                let mut partial = Vec::new();
+                if !offset.is_multiple_of(BS) || (b1 - b0 == 1 && !end.is_multiple_of(BS)) {
+                    partial.push(b0);
+                }
+                if !end.is_multiple_of(BS) && b1 - 1 != b0 {
+                    partial.push(b1 - 1);
+                }
+                let mut old = Vec::new();
+                for b in partial {
+                    if b * BS < item.size {
+                        for p in c.read_plan(ino, b, b + 1)? {
+                            old.push(((b - b0) as usize, p));
+                        }
+                    }
+                }
+                let keep = c.meta_reserve();
+                let runs = c.space.alloc_data(nblocks, keep)?;
+                Ok(WritePlan { old, runs })
+            })
+            .await?;
+        let result = self.fill_and_write(&plan, offset - b0 * BS, data).await;
+        let csums = match result {
+            Ok(csums) => csums,
+            Err(e) => {
+                self.release_runs(&plan.runs);
+                return Err(e);
+            }
+        };
+        let now = self.now();
+        let applied = self
+            .run(|c| {
+                let mut tx = Txn::new();
+                let mut pieces = Vec::new();
+                let mut fb = b0;
+                let mut ci = 0;
+                for r in &plan.runs {
+                    let len = r.end - r.start;
+                    pieces.push((
+                        fb,
+                        FileExtent {
+                            disk_block: r.start,
+                            disk_blocks: len as u32,
+                            offset_blocks: 0,
+                            num_blocks: len as u32,
+                        },
+                    ));
+                    tx.put(
+                        TreeId::Csum,
+                        Key::new(r.start, kind::CSUM, 0),
+                        encode_csums(&csums[ci..ci + len as usize]),
+                    );
+                    tx.claims.push(r.clone());
+                    fb += len;
+                    ci += len as usize;
+                }
+                let delta = c.replace_range(&mut tx, ino, b0, b1, &pieces)?;
+                let mut item = tx.inode(c, ino)?;
+                item.size = item.size.max(end);
+                content_changed(&mut item, delta, now, c.seq);
+                tx.put_inode(ino, &item);
+                c.commit(tx)
+            })
+            .await;
+        if applied.is_err() {
+            self.release_runs(&plan.runs);
+        }
+        applied?;
+        self.core.lock().stats.data_bytes_written += nblocks * BS;
+        Ok(())
+    }
+
+    fn release_runs(&self, runs: &[Range<u64>]) {
+        let mut c = self.core.lock();
+        for r in runs {
+            c.space.unreserve(r.clone());
+        }
+    }
+
+    /// Builds the new blocks (old partial blocks merged with `data` at byte `skip` of the
+    /// first block), writes them to the reserved runs and returns their checksums.
+    async fn fill_and_write(&self, plan: &WritePlan, skip: u64, data: &[u8]) -> FsResult<Vec<u32>> {
+        let nblocks: u64 = plan.runs.iter().map(|r| r.end - r.start).sum();
+        let mut buf = vec![0u8; (nblocks * BS) as usize];
+        for (index, piece) in &plan.old {
+            let at = index * BLOCK_SIZE;
+            match self.read_piece(piece, &mut buf[at..at + BLOCK_SIZE]).await {
+                Ok(()) => {}
+                Err(Errno::EAGAIN) => {
+                    log::error!("data checksum mismatch at block {}", piece.disk_block);
+                    self.core.lock().stats.corruptions += 1;
+                    return Err(Errno::EIO);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        buf[skip as usize..skip as usize + data.len()].copy_from_slice(data);
+        let csums: Vec<u32> = buf.chunks(BLOCK_SIZE).map(crc32c).collect();
+        let mut at = 0usize;
+        for r in &plan.runs {
+            let len = ((r.end - r.start) * BS) as usize;
+            if let Err(e) = self
+                .dev
+                .write(r.start, &buf[at..at + len], WriteFlags::NONE)
+                .await
+            {
+                log::error!("writing data blocks {}..{}: {e}", r.start, r.end);
+                return Err(Errno::EIO);
+            }
+            at += len;
+        }
+        Ok(csums)
+    }
+
+    /// Changes the size of regular file `ino` (truncate or extend), setting mtime and
+    /// ctime if it changed.
+    pub(super) async fn set_size(&self, ino: Ino, size: u64) -> FsResult<()> {
+        let lock = self.inode_lock(ino);
+        let _guard = lock.lock().await;
+        let old = self.run(|c| Ok(c.inode(ino)?.size)).await?;
+        if old == size {
+            return Ok(());
+        }
+        self.trim_past_eof(ino).await?;
+        let now = self.now();
+        // A cut inside a block with data: rewrite that block with its tail zeroed.
+        let tail_block = size / BS;
+        let mut zeroed = None;
+        if size < old && !size.is_multiple_of(BS) {
+            let plan = self
+                .run(|c| {
+                    let pieces = c.read_plan(ino, tail_block, tail_block + 1)?;
+                    if pieces.is_empty() {
+                        return Ok(None);
+                    }
+                    let keep = c.meta_reserve();
+                    let runs = c.space.alloc_data(1, keep)?;
+                    Ok(Some(WritePlan {
+                        old: pieces.into_iter().map(|p| (0, p)).collect(),
+                        runs,
+                    }))
+                })
+                .await?;
+            if let Some(plan) = plan {
+                let cut = (size % BS) as usize;
+                let mut block = vec![0u8; BLOCK_SIZE];
+                let read = match self.read_piece(&plan.old[0].1, &mut block).await {
+                    Err(Errno::EAGAIN) => {
+                        log::error!(
+                            "data checksum mismatch at block {}",
+                            plan.old[0].1.disk_block
+                        );
+                        Err(Errno::EIO)
+                    }
+                    r => r,
+                };
+                let wrote = match read {
+                    Ok(()) => {
+                        block[cut..].fill(0);
+                        self.dev
+                            .write(plan.runs[0].start, &block, WriteFlags::NONE)
+                            .await
+                            .map_err(|_| Errno::EIO)
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = wrote {
+                    self.release_runs(&plan.runs);
+                    return Err(e);
+                }
+                zeroed = Some((plan.runs[0].clone(), crc32c(&block)));
+            }
+        }
+        let applied = self
+            .run(|c| {
+                let mut tx = Txn::new();
+                let mut item = tx.inode(c, ino)?;
+                if let Some((run, csum)) = &zeroed {
+                    let fe = FileExtent {
+                        disk_block: run.start,
+                        disk_blocks: 1,
+                        offset_blocks: 0,
+                        num_blocks: 1,
+                    };
+                    tx.put(
+                        TreeId::Csum,
+                        Key::new(run.start, kind::CSUM, 0),
+                        encode_csums(&[*csum]),
+                    );
+                    tx.claims.push(run.clone());
+                    let delta = c.replace_range(
+                        &mut tx,
+                        ino,
+                        tail_block,
+                        tail_block + 1,
+                        &[(tail_block, fe)],
+                    )?;
+                    add_bytes(&mut item, delta);
+                }
+                item.size = size;
+                content_changed(&mut item, 0, now, c.seq);
+                tx.put_inode(ino, &item);
+                c.commit(tx)
+            })
+            .await;
+        if applied.is_err() {
+            if let Some((run, _)) = &zeroed {
+                self.release_runs(core::slice::from_ref(run));
+            }
+        }
+        applied?;
+        // Whole blocks past the new end go in bounded steps; a crash in between leaves
+        // them past the end of file, where nothing reads them and the next extension or
+        // deletion removes them.
+        self.trim_past_eof(ino).await
+    }
+
+    /// `clone_range` (arguments already validated against the model's rules here).
+    pub(super) async fn clone_data(
+        &self,
+        src: Ino,
+        so: u64,
+        dst: Ino,
+        dof: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        // Type checks first (source, then destination).
+        self.run(|c| {
+            regular(&c.inode(src)?)?;
+            regular(&c.inode(dst)?)
+        })
+        .await?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (Some(src_end), Some(dst_end)) = (so.checked_add(len), dof.checked_add(len)) else {
+            return Err(Errno::EINVAL);
+        };
+        self.run(|c| c.writable()).await?;
+        let locks = if src == dst {
+            (self.inode_lock(src), None)
+        } else if src < dst {
+            (self.inode_lock(src), Some(self.inode_lock(dst)))
+        } else {
+            (self.inode_lock(dst), Some(self.inode_lock(src)))
+        };
+        let _g1 = locks.0.lock().await;
+        let _g2 = match &locks.1 {
+            Some(l) => Some(l.lock().await),
+            None => None,
+        };
+        let (src_size, dst_size) = self
+            .run(|c| Ok((c.inode(src)?.size, c.inode(dst)?.size)))
+            .await?;
+        let aligned = |x: u64| x.is_multiple_of(BS);
+        if !aligned(so) || !aligned(dof) || src_end > src_size {
+            return Err(Errno::EINVAL);
+        }
+        if !aligned(len) && (src_end != src_size || dst_end < dst_size) {
+            return Err(Errno::EINVAL);
+        }
+        let span = len.div_ceil(BS) * BS;
+        if src == dst && so < dof + span && dof < so + span {
+            return Err(Errno::EINVAL);
+        }
+        if dst_end > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        self.trim_past_eof(dst).await?;
+        let now = self.now();
+        let (sb0, sb1, db0) = (so / BS, src_end.div_ceil(BS), dof / BS);
+        let mut s = sb0;
+        let mut first = true;
+        while s < sb1 || first {
+            let next = self
+                .run(|c| {
+                    c.check_meta_space()?;
+                    let found = c.extents_in(src, s, sb1, BATCH)?;
+                    let next = if found.len() < BATCH {
+                        sb1
+                    } else {
+                        let (fb, fe) = found.last().expect("not empty");
+                        (fb + u64::from(fe.num_blocks)).min(sb1)
+                    };
+                    let pieces: Vec<(u64, FileExtent)> = found
+                        .iter()
+                        .map(|&(fb, fe)| {
+                            let start = fb.max(s);
+                            let end = (fb + u64::from(fe.num_blocks)).min(next);
+                            let piece = FileExtent {
+                                offset_blocks: fe.offset_blocks + (start - fb) as u32,
+                                num_blocks: (end - start) as u32,
+                                ..fe
+                            };
+                            (db0 + (start - sb0), piece)
+                        })
+                        .filter(|(_, p)| p.num_blocks > 0)
+                        .collect();
+                    let mut tx = Txn::new();
+                    let delta = c.replace_range(
+                        &mut tx,
+                        dst,
+                        db0 + (s - sb0),
+                        db0 + (next - sb0),
+                        &pieces,
+                    )?;
+                    let mut item = tx.inode(c, dst)?;
+                    item.size = item.size.max(dst_end);
+                    content_changed(&mut item, delta, now, c.seq);
+                    tx.put_inode(dst, &item);
+                    c.commit(tx)?;
+                    let seq = c.seq;
+                    c.state(src).last_reflink_trans = seq;
+                    c.state(dst).last_reflink_trans = seq;
+                    Ok(next)
+                })
+                .await?;
+            s = next;
+            first = false;
+        }
+        Ok(())
+    }
+
+    /// Frees `ino` if it has no links and nobody has it open: its data in bounded steps,
+    /// then its remaining items, its inode item and its orphan item together.
+    pub(super) async fn free_if_unlinked(&self, ino: Ino) -> FsResult<()> {
+        let lock = self.inode_lock(ino);
+        let _guard = lock.lock().await;
+        let doomed = self
+            .run(|c| match c.inode(ino) {
+                Ok(item) => Ok(item.nlink == 0 && !c.is_open(ino)),
+                Err(Stop::Errno(Errno::ENOENT)) => Ok(false),
+                Err(e) => Err(e),
+            })
+            .await?;
+        if !doomed {
+            return Ok(());
+        }
+        while !self.run(|c| c.trim_step(ino, 0)).await? {}
+        loop {
+            let done = self
+                .run(|c| {
+                    let mut tx = Txn::new();
+                    let mut keys = Vec::new();
+                    c.trees.range(
+                        TreeId::Fs,
+                        Key::new(ino, 0, 0),
+                        Key::new(ino, u8::MAX, u64::MAX),
+                        |k, _| {
+                            keys.push(k);
+                            keys.len() < 4 * BATCH
+                        },
+                    )?;
+                    let last = keys.len() < 4 * BATCH;
+                    for k in keys {
+                        if k.kind != kind::INODE || last {
+                            tx.del(TreeId::Fs, k);
+                        }
+                    }
+                    if last {
+                        tx.del(TreeId::Fs, Key::new(0, kind::ORPHAN, ino));
+                        tx.inode_delta = -1;
+                    }
+                    c.commit(tx)?;
+                    if last {
+                        c.inodes.remove(&ino);
+                    }
+                    Ok(last)
+                })
+                .await?;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Frees every orphan (run at mount: after a crash, inodes unlinked while open).
+    pub(super) async fn clean_orphans(&self) -> FsResult<()> {
+        loop {
+            let batch = self
+                .run(|c| {
+                    let mut inos = Vec::new();
+                    c.trees.range(
+                        TreeId::Fs,
+                        Key::new(0, kind::ORPHAN, 0),
+                        Key::new(0, kind::ORPHAN, u64::MAX),
+                        |k, _| {
+                            inos.push(k.offset);
+                            inos.len() < BATCH
+                        },
+                    )?;
+                    Ok(inos)
+                })
+                .await?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for ino in batch {
+                self.free_if_unlinked(ino).await?;
+                // An orphan item for an inode that is gone or linked: just drop it.
+                self.run(|c| {
+                    let key = Key::new(0, kind::ORPHAN, ino);
+                    if c.trees.get(TreeId::Fs, &key)?.is_some() {
+                        let mut tx = Txn::new();
+                        tx.del(TreeId::Fs, key);
+                        c.commit(tx)?;
+                    }
+                    Ok(())
+                })
+                .await?;
+            }
+        }
+    }
+}

@@ -1,0 +1,585 @@
+//! A mounted ninefold filesystem: [`NineFs`], which implements
+//! [`FileSystem`](crate::vfs::FileSystem).
+//!
+//! Concurrency: all metadata lives in [`Core`] behind one lock that is only ever held by
+//! synchronous code — never across an `await`. Operations run as retry loops: try the
+//! operation on the cached state; if it needs a node or bitmap group that is not cached,
+//! release the lock, read it, and try again (see [`core`]). File data is read and written
+//! with no lock held; writers of one inode's data are serialised by a per-inode async
+//! mutex, which readers and other inodes never wait for.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+use spin::Mutex;
+
+use crate::block::{BlockDevice, WriteFlags};
+use crate::btree::cache::is_temp_addr;
+use crate::btree::{Node, NodeCache};
+use crate::format::bitmap::GroupBlock;
+use crate::format::bset::{parse_node, NodeId};
+use crate::format::layout::SUPERBLOCK_BLOCKS;
+use crate::format::superblock::{state, NodePtr, Superblock};
+use crate::format::{features, Key, TreeId, BLOCK_SIZE};
+use crate::io::{Dev, DevError};
+use crate::vfs::{Clock, Errno, FsResult, Ino};
+
+pub mod checkpoint;
+pub mod core;
+mod dir;
+mod file;
+mod inode;
+mod mkfs;
+mod ops;
+pub mod stats;
+mod xattr;
+
+pub use self::core::InodeState;
+pub use checkpoint::{
+    CheckpointCause, DirtyThresholdPolicy, Pressure, PressurePolicy, WritePolicy,
+};
+pub use mkfs::{format, FormatError, FormatOptions};
+
+pub use stats::FsStats;
+
+use self::core::{Core, Step, Stop};
+
+/// Largest file size (as Linux: `i64::MAX`).
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+/// Most links an inode may have.
+pub const MAX_LINKS: u32 = 65_000;
+/// Retries of one operation before giving up (each retry loads something).
+const MAX_RETRIES: usize = 10_000;
+
+/// Mount options.
+pub struct MountOptions {
+    /// Memory the node cache may use, in bytes. Dirty nodes are never evicted; when the
+    /// cache is over the limit with nothing clean to evict, a checkpoint runs.
+    pub cache_limit: usize,
+    /// Most bitmap groups (4 KiB each, 127 MiB of disk each) kept in memory.
+    pub max_groups: usize,
+    /// Mount read-only: nothing is ever written.
+    pub read_only: bool,
+    /// When checkpoints run.
+    pub policy: Box<dyn WritePolicy>,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            cache_limit: 16 << 20,
+            max_groups: 256,
+            read_only: false,
+            policy: Box::new(PressurePolicy),
+        }
+    }
+}
+
+impl ::core::fmt::Debug for MountOptions {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.debug_struct("MountOptions")
+            .field("cache_limit", &self.cache_limit)
+            .field("max_groups", &self.max_groups)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+/// Why a mount failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MountError {
+    /// The device cannot hold a filesystem.
+    Device(DevError),
+    /// Reading the superblocks failed.
+    Io(crate::block::IoError),
+    /// Neither superblock copy is valid.
+    NoSuperblock,
+    /// The filesystem uses features this code does not know.
+    Features(u64),
+    /// The device is smaller than the filesystem.
+    TooSmall,
+    /// Something else failed while mounting (recovery, orphan cleanup).
+    Errno(Errno),
+}
+
+impl ::core::fmt::Display for MountError {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        match self {
+            MountError::Device(e) => write!(f, "unusable device: {e:?}"),
+            MountError::Io(e) => write!(f, "reading the superblocks: {e}"),
+            MountError::NoSuperblock => f.write_str("no valid superblock"),
+            MountError::Features(bits) => write!(f, "unknown incompatible features {bits:#x}"),
+            MountError::TooSmall => f.write_str("device smaller than the filesystem"),
+            MountError::Errno(e) => write!(f, "mount failed: {e}"),
+        }
+    }
+}
+
+/// Reads both superblock copies and returns the valid one with the highest generation,
+/// with the validity of each copy.
+pub async fn read_superblock<D: BlockDevice>(
+    dev: &Dev<D>,
+) -> Result<(Superblock, [bool; 2]), MountError> {
+    let mut best: Option<Superblock> = None;
+    let mut valid = [false; 2];
+    for (i, &b) in SUPERBLOCK_BLOCKS.iter().enumerate() {
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        dev.read(b, &mut buf).await.map_err(MountError::Io)?;
+        match Superblock::decode(&buf) {
+            Ok(sb) => {
+                valid[i] = true;
+                if best.as_ref().is_none_or(|x| sb.generation > x.generation) {
+                    best = Some(sb);
+                }
+            }
+            Err(e) => log::warn!("superblock copy {i} at block {b}: {e}"),
+        }
+    }
+    best.map(|sb| (sb, valid)).ok_or(MountError::NoSuperblock)
+}
+
+/// Chooses the committed version of a bitmap group from its two slots: the valid one
+/// with the highest sequence not above `committed`. With `strict`, an invalid slot is
+/// corruption (after a clean shutdown or recovery both slots are always valid).
+pub fn choose_group(
+    slots: &[u8],
+    group: u32,
+    committed: u64,
+    strict: bool,
+) -> Result<(GroupBlock, usize), &'static str> {
+    let mut best: Option<(GroupBlock, usize)> = None;
+    for slot in 0..2 {
+        match GroupBlock::decode(&slots[slot * BLOCK_SIZE..(slot + 1) * BLOCK_SIZE], group) {
+            Ok(g) if g.seq <= committed => {
+                if best.as_ref().is_none_or(|(b, _)| g.seq > b.seq) {
+                    best = Some((g, slot));
+                }
+            }
+            Ok(_) => {}
+            Err(_) if strict => return Err("bitmap slot fails its checksum"),
+            Err(_) => {}
+        }
+    }
+    best.ok_or("no committed bitmap slot")
+}
+
+/// A mounted filesystem on a block device.
+pub struct NineFs<D: BlockDevice> {
+    dev: Dev<D>,
+    core: Mutex<Core>,
+    checkpoint_lock: async_lock::Mutex<()>,
+    inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
+    clock: Box<dyn Clock>,
+    cache_limit: usize,
+    max_groups: usize,
+    policy: Box<dyn WritePolicy>,
+}
+
+impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
+    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+        f.debug_struct("NineFs")
+            .field("core", &*self.core.lock())
+            .finish()
+    }
+}
+
+impl<D: BlockDevice> NineFs<D> {
+    /// Mounts the filesystem on `dev`. After an unclean shutdown this first rewrites every
+    /// bitmap group's stale slot (so torn or uncommitted slot writes can never be taken
+    /// for current), then frees orphans (inodes unlinked while open).
+    pub async fn mount(
+        dev: D,
+        opts: MountOptions,
+        clock: Box<dyn Clock>,
+    ) -> Result<NineFs<D>, MountError> {
+        let dev = Dev::new(dev).map_err(MountError::Device)?;
+        let (mut sb, _) = read_superblock(&dev).await?;
+        if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
+            return Err(MountError::Features(
+                sb.incompat & !features::INCOMPAT_SUPPORTED,
+            ));
+        }
+        let read_only = opts.read_only || sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0;
+        if sb.layout.total_blocks > dev.blocks() {
+            return Err(MountError::TooSmall);
+        }
+        let clean = sb.state & state::CLEAN != 0;
+        if !read_only {
+            if !clean {
+                scrub_groups(&dev, &sb).await.map_err(MountError::Errno)?;
+            }
+            sb.mount_count += 1;
+            sb.generation += 1;
+            sb.state = 0;
+            let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
+            dev.write(slot, &sb.encode(), WriteFlags::FUA)
+                .await
+                .map_err(MountError::Io)?;
+        }
+        let fs = NineFs {
+            dev,
+            core: Mutex::new(Core::new(sb, read_only)),
+            checkpoint_lock: async_lock::Mutex::new(()),
+            inode_locks: Mutex::new(HashMap::new()),
+            clock,
+            cache_limit: opts.cache_limit,
+            max_groups: opts.max_groups.max(4),
+            policy: opts.policy,
+        };
+        if !read_only {
+            fs.clean_orphans().await.map_err(MountError::Errno)?;
+        }
+        Ok(fs)
+    }
+
+    /// Unmounts cleanly: frees inodes that were unlinked while open, writes a final
+    /// checkpoint marked clean, and returns the device.
+    pub async fn unmount(self) -> FsResult<D> {
+        let read_only = self.core.lock().read_only;
+        if !read_only {
+            let open: Vec<Ino> = {
+                let mut c = self.core.lock();
+                c.inodes.values_mut().for_each(|s| s.open = 0);
+                c.inodes.keys().copied().collect()
+            };
+            for ino in open {
+                self.free_if_unlinked(ino).await?;
+            }
+            self.checkpoint(CheckpointCause::Unmount).await?;
+        }
+        Ok(self.dev.into_inner())
+    }
+
+    /// The block device.
+    pub fn device(&self) -> &D {
+        self.dev.inner()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FsStats {
+        let c = self.core.lock();
+        let mut s = c.stats;
+        s.group_loads = c.space.stats.group_loads;
+        s
+    }
+
+    /// Memory used by cached btree nodes, and the number of cached nodes.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        let c = self.core.lock();
+        (c.trees.cache.mem(), c.trees.cache.len())
+    }
+
+    /// The per-inode in-memory state (for the fsync log and tests).
+    pub fn inode_state(&self, ino: Ino) -> Option<InodeState> {
+        self.core.lock().inodes.get(&ino).copied()
+    }
+
+    /// The superblock as last written.
+    pub fn superblock(&self) -> Superblock {
+        self.core.lock().sb.clone()
+    }
+
+    fn now(&self) -> crate::vfs::Timespec {
+        self.clock.now()
+    }
+
+    /// Runs `f` until it no longer needs anything loaded; when it runs out of space and
+    /// a checkpoint would release freed blocks, checkpoints and tries once more.
+    async fn run<T>(&self, mut f: impl FnMut(&mut Core) -> Step<T>) -> FsResult<T> {
+        match self.run_loads(&mut f).await? {
+            Ok(v) => Ok(v),
+            Err(()) => {
+                if self.core.lock().space.reclaimable() == 0 {
+                    return Err(Errno::ENOSPC);
+                }
+                self.checkpoint(CheckpointCause::Space).await?;
+                self.run_loads(&mut f).await?.map_err(|()| Errno::ENOSPC)
+            }
+        }
+    }
+
+    /// Runs `f`, loading what it needs, until it finishes; `Ok(Err(()))` if it ran out of
+    /// space.
+    async fn run_loads<T>(
+        &self,
+        f: &mut impl FnMut(&mut Core) -> Step<T>,
+    ) -> FsResult<Result<T, ()>> {
+        let mut failed_load: Option<NodePtr> = None;
+        for _ in 0..MAX_RETRIES {
+            let r = {
+                let mut c = self.core.lock();
+                if c.failed {
+                    return Err(Errno::EIO);
+                }
+                f(&mut c)
+            };
+            match r {
+                Ok(v) => return Ok(Ok(v)),
+                Err(Stop::Errno(e)) => return Err(e),
+                Err(Stop::NoSpace) => return Ok(Err(())),
+                Err(Stop::Corrupt(what)) => {
+                    log::error!("filesystem metadata inconsistent: {what}");
+                    self.core.lock().stats.corruptions += 1;
+                    return Err(Errno::EIO);
+                }
+                Err(Stop::Node { tree, level, ptr }) => {
+                    let last_try = failed_load == Some(ptr);
+                    match self.load_node(tree, level, ptr, last_try).await {
+                        Ok(()) => {}
+                        // The pointer may have gone stale while we read (the node moved
+                        // and its old place was reused): look again before failing.
+                        Err(Errno::EAGAIN) if !last_try => failed_load = Some(ptr),
+                        Err(Errno::EAGAIN) => return Err(Errno::EIO),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(Stop::Group(g)) => self.load_group(g).await?,
+            }
+        }
+        log::error!("operation did not settle after {MAX_RETRIES} retries");
+        Err(Errno::EIO)
+    }
+
+    /// Reads a node into the cache. A corrupt node gives `EAGAIN` the first time (the
+    /// caller looks again) and EIO with a log line when `last_try`.
+    async fn load_node(
+        &self,
+        tree: TreeId,
+        level: u8,
+        ptr: NodePtr,
+        last_try: bool,
+    ) -> FsResult<()> {
+        let node_size = self.core.lock().sb.node_size;
+        if is_temp_addr(ptr.addr)
+            || ptr.blocks == 0
+            || ptr.blocks as usize * BLOCK_SIZE > node_size as usize
+        {
+            log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
+            return Err(Errno::EIO);
+        }
+        let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
+        if let Err(e) = self.dev.read(ptr.addr, &mut buf).await {
+            log::error!(
+                "{} tree: reading node at block {}: {e}",
+                tree.name(),
+                ptr.addr
+            );
+            return Err(Errno::EIO);
+        }
+        let id = NodeId {
+            tree,
+            level,
+            nonce: ptr.nonce,
+        };
+        match parse_node(&buf, id, ptr.blocks) {
+            Ok(sets) => {
+                let node = Node::from_disk(id, ptr.addr, ptr.blocks, &sets);
+                let mut c = self.core.lock();
+                c.stats.node_loads += 1;
+                c.stats.node_load_bytes += buf.len() as u64;
+                c.trees.cache.insert(node);
+                Ok(())
+            }
+            Err(e) if last_try => {
+                log::error!(
+                    "{} tree: corrupt node at block {} (bset at block {}): {}",
+                    tree.name(),
+                    ptr.addr,
+                    ptr.addr + u64::from(e.offset_blocks),
+                    e.what
+                );
+                self.core.lock().stats.corruptions += 1;
+                Err(Errno::EIO)
+            }
+            Err(_) => Err(Errno::EAGAIN),
+        }
+    }
+
+    async fn load_group(&self, g: u32) -> FsResult<()> {
+        let (block, committed) = {
+            let c = self.core.lock();
+            if c.space.has_group(g) {
+                return Ok(());
+            }
+            (c.sb.layout.bitmap_block(g, 0), c.committed_seq)
+        };
+        let mut buf = vec![0u8; 2 * BLOCK_SIZE];
+        if let Err(e) = self.dev.read(block, &mut buf).await {
+            log::error!("reading bitmap group {g} at block {block}: {e}");
+            return Err(Errno::EIO);
+        }
+        match choose_group(&buf, g, committed, true) {
+            Ok((grp, slot)) => {
+                self.core.lock().space.insert_group(grp, slot);
+                Ok(())
+            }
+            Err(what) => {
+                log::error!("bitmap group {g} at block {block}: {what}");
+                self.core.lock().stats.corruptions += 1;
+                Err(Errno::EIO)
+            }
+        }
+    }
+
+    /// Runs a checkpoint now (if anything changed, or to mark an unmount clean).
+    pub async fn checkpoint(&self, cause: CheckpointCause) -> FsResult<()> {
+        let _guard = self.checkpoint_lock.lock().await;
+        if self.core.lock().read_only {
+            return Ok(());
+        }
+        let prepared = self
+            .run_loads(&mut |c: &mut Core| c.prepare_checkpoint(cause))
+            .await?;
+        let Some(plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
+            return Ok(());
+        };
+        let written: Result<(), crate::block::IoError> = async {
+            for (block, data) in &plan.writes {
+                self.dev.write(*block, data, WriteFlags::NONE).await?;
+            }
+            self.dev.flush().await?;
+            let slot = SUPERBLOCK_BLOCKS[(plan.sb.generation % 2) as usize];
+            self.dev
+                .write(slot, &plan.sb.encode(), WriteFlags::FUA)
+                .await?;
+            if cause == CheckpointCause::Unmount {
+                // Both copies clean and current: on a cleanly unmounted image a damaged
+                // copy is then detectably damage, not a torn last write.
+                let mut other = plan.sb.clone();
+                other.generation += 1;
+                let slot = SUPERBLOCK_BLOCKS[(other.generation % 2) as usize];
+                self.dev
+                    .write(slot, &other.encode(), WriteFlags::FUA)
+                    .await?;
+                self.core.lock().sb.generation = other.generation;
+            }
+            Ok(())
+        }
+        .await;
+        let mut c = self.core.lock();
+        match written {
+            Ok(()) => {
+                c.checkpoint_committed(&plan);
+                Ok(())
+            }
+            Err(e) => {
+                log::error!(
+                    "checkpoint {} failed: {e}; filesystem is now failed",
+                    plan.seq
+                );
+                c.failed = true;
+                Err(Errno::EIO)
+            }
+        }
+    }
+
+    /// Evicts clean nodes over the cache limit and runs a checkpoint if the policy asks.
+    async fn maintain(&self) -> FsResult<()> {
+        let due = {
+            let mut c = self.core.lock();
+            if c.read_only || c.failed {
+                return Ok(());
+            }
+            self.evict(&mut c);
+            self.policy.checkpoint_due(&c.pressure(self.cache_limit))
+        };
+        if let Some(cause) = due {
+            self.checkpoint(cause).await?;
+            let mut c = self.core.lock();
+            self.evict(&mut c);
+        }
+        if self.policy.writes_early() {
+            self.write_early().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the nodes the policy wants written ahead of the next checkpoint. Holds the
+    /// checkpoint lock across the writes, so no checkpoint commits a length these
+    /// writes have not reached yet.
+    async fn write_early(&self) -> FsResult<()> {
+        let _guard = self.checkpoint_lock.lock().await;
+        let writes = {
+            let mut c = self.core.lock();
+            let seq = c.seq;
+            let writes = c.trees.write_early(seq, |p| self.policy.node_write_due(p));
+            for w in &writes {
+                c.stats.node_writes.count(w);
+            }
+            writes
+        };
+        for w in &writes {
+            if let Err(e) = self.dev.write(w.block, &w.data, WriteFlags::NONE).await {
+                log::error!(
+                    "early write of a node at block {}: {e}; filesystem is now failed",
+                    w.block
+                );
+                self.core.lock().failed = true;
+                return Err(Errno::EIO);
+            }
+        }
+        Ok(())
+    }
+
+    fn evict(&self, c: &mut Core) {
+        if c.trees.cache.mem() > self.cache_limit {
+            let committed = c.committed_seq;
+            let n = c.trees.cache.evict(self.cache_limit * 3 / 4, |n, cache| {
+                evictable(n, cache, committed)
+            });
+            c.stats.evictions += n as u64;
+        }
+        let committed = c.committed_seq;
+        c.space.evict(self.max_groups, committed);
+    }
+
+    /// The async mutex serialising data changes of `ino`.
+    fn inode_lock(&self, ino: Ino) -> Arc<async_lock::Mutex<()>> {
+        let mut locks = self.inode_locks.lock();
+        if locks.len() > 1024 {
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+        }
+        locks
+            .entry(ino)
+            .or_insert_with(|| Arc::new(async_lock::Mutex::new(())))
+            .clone()
+    }
+}
+
+/// Whether a cached node may be dropped: it is clean, its last write is committed, and
+/// (for interior nodes) none of its children are cached, so every cached node's
+/// ancestors stay cached.
+fn evictable(n: &Node, cache: &NodeCache, committed: u64) -> bool {
+    if n.is_dirty() || is_temp_addr(n.addr) || n.written_seq > committed {
+        return false;
+    }
+    n.is_leaf()
+        || n.iter_from(&Key::MIN)
+            .all(|(_, v)| NodePtr::from_bytes(v).is_none_or(|p| !cache.contains(&p)))
+}
+
+/// After an unclean shutdown: rewrites each bitmap group's other slot with its committed
+/// version, so a slot written by a checkpoint that never committed (possibly torn) is
+/// gone before anything reads it as current.
+async fn scrub_groups<D: BlockDevice>(dev: &Dev<D>, sb: &Superblock) -> Result<(), Errno> {
+    let mut buf = vec![0u8; 2 * BLOCK_SIZE];
+    for g in 0..sb.layout.groups {
+        let block = sb.layout.bitmap_block(g, 0);
+        dev.read(block, &mut buf).await.map_err(|_| Errno::EIO)?;
+        let (grp, slot) = choose_group(&buf, g, sb.checkpoint_seq, false).map_err(|what| {
+            log::error!("bitmap group {g} at block {block}: {what}");
+            Errno::EIO
+        })?;
+        let other = 1 - slot;
+        if buf[other * BLOCK_SIZE..(other + 1) * BLOCK_SIZE]
+            != buf[slot * BLOCK_SIZE..(slot + 1) * BLOCK_SIZE]
+        {
+            dev.write(block + other as u64, &grp.encode(), WriteFlags::NONE)
+                .await
+                .map_err(|_| Errno::EIO)?;
+        }
+    }
+    dev.flush().await.map_err(|_| Errno::EIO)
+}

@@ -1,0 +1,206 @@
+//! [`FileSystem`] for [`NineFs`]: each operation runs its synchronous part on the core
+//! (see [`super::core`]) and its I/O outside any lock, then lets the write policy
+//! checkpoint if memory or space is short.
+
+use alloc::vec::Vec;
+
+use super::checkpoint::CheckpointCause;
+use super::dir::check_name;
+use super::inode::{check_target, mknod_kind, NewInode};
+use super::xattr::check_xattr_name;
+use super::NineFs;
+use crate::block::BlockDevice;
+use crate::vfs::{Attr, DirEntry, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
+
+impl<D: BlockDevice> NineFs<D> {
+    async fn make(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        what: NewInode<'_>,
+        perm: u32,
+        owner: Owner,
+    ) -> FsResult<Attr> {
+        let now = self.now();
+        let attr = self
+            .run(|c| c.op_make(dir, name, &what, perm, owner, now))
+            .await?;
+        self.maintain().await?;
+        Ok(attr)
+    }
+
+    /// Frees `ino` if an operation left it without links (and it is not open).
+    async fn reap(&self, orphan: Option<Ino>) -> FsResult<()> {
+        if let Some(ino) = orphan {
+            self.free_if_unlinked(ino).await?;
+        }
+        self.maintain().await
+    }
+}
+
+impl<D: BlockDevice> FileSystem for NineFs<D> {
+    async fn lookup(&self, dir: Ino, name: &[u8]) -> FsResult<Attr> {
+        self.run(|c| c.op_lookup(dir, name)).await
+    }
+
+    async fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        self.run(|c| c.op_getattr(ino)).await
+    }
+
+    async fn setattr(&self, ino: Ino, changes: SetAttr) -> FsResult<Attr> {
+        self.run(|c| c.setattr_check(ino, &changes).map(|_| ()))
+            .await?;
+        if changes == SetAttr::default() {
+            return self.getattr(ino).await;
+        }
+        if let Some(size) = changes.size {
+            self.set_size(ino, size).await?;
+        }
+        let now = self.now();
+        let attr = self.run(|c| c.op_setattr(ino, &changes, now)).await?;
+        self.maintain().await?;
+        Ok(attr)
+    }
+
+    async fn create(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
+        self.make(dir, name, NewInode::Regular, perm, owner).await
+    }
+
+    async fn mkdir(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
+        self.make(dir, name, NewInode::Directory, perm, owner).await
+    }
+
+    async fn mknod(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        full_mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> FsResult<Attr> {
+        check_name(name)?;
+        let what = mknod_kind(full_mode, rdev)?;
+        self.make(dir, name, what, full_mode, owner).await
+    }
+
+    async fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> FsResult<Attr> {
+        check_name(name)?;
+        check_target(target)?;
+        self.make(dir, name, NewInode::Symlink(target), 0o777, owner)
+            .await
+    }
+
+    async fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        self.run(|c| c.op_readlink(ino)).await
+    }
+
+    async fn link(&self, ino: Ino, new_dir: Ino, new_name: &[u8]) -> FsResult<Attr> {
+        let now = self.now();
+        let attr = self.run(|c| c.op_link(ino, new_dir, new_name, now)).await?;
+        self.maintain().await?;
+        Ok(attr)
+    }
+
+    async fn unlink(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
+        let now = self.now();
+        let orphan = self.run(|c| c.op_remove(dir, name, false, now)).await?;
+        self.reap(orphan).await
+    }
+
+    async fn rmdir(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
+        let now = self.now();
+        let orphan = self.run(|c| c.op_remove(dir, name, true, now)).await?;
+        self.reap(orphan).await
+    }
+
+    async fn rename(
+        &self,
+        old_dir: Ino,
+        old_name: &[u8],
+        new_dir: Ino,
+        new_name: &[u8],
+    ) -> FsResult<()> {
+        let now = self.now();
+        let orphan = self
+            .run(|c| c.op_rename(old_dir, old_name, new_dir, new_name, now))
+            .await?;
+        self.reap(orphan).await
+    }
+
+    async fn readdir(&self, dir: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
+        self.run(|c| c.op_readdir(dir, offset, max_entries)).await
+    }
+
+    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let n = self.read_data(ino, offset, buf).await?;
+        self.maintain().await?;
+        Ok(n)
+    }
+
+    async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let n = self.write_data(ino, offset, data).await?;
+        self.maintain().await?;
+        Ok(n)
+    }
+
+    async fn clone_range(
+        &self,
+        src: Ino,
+        src_offset: u64,
+        dst: Ino,
+        dst_offset: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        self.clone_data(src, src_offset, dst, dst_offset, len)
+            .await?;
+        self.maintain().await
+    }
+
+    async fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.run(|c| c.op_getxattr(ino, name)).await
+    }
+
+    async fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], how: XattrMode) -> FsResult<()> {
+        check_xattr_name(name)?;
+        let now = self.now();
+        self.run(|c| c.op_setxattr(ino, name, value, how, now))
+            .await?;
+        self.maintain().await
+    }
+
+    async fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        self.run(|c| c.op_listxattr(ino)).await
+    }
+
+    async fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        let now = self.now();
+        self.run(|c| c.op_removexattr(ino, name, now)).await?;
+        self.maintain().await
+    }
+
+    async fn statfs(&self) -> FsResult<StatFs> {
+        Ok(self.core.lock().op_statfs())
+    }
+
+    async fn open(&self, ino: Ino) -> FsResult<()> {
+        self.run(|c| c.op_open(ino)).await
+    }
+
+    async fn release(&self, ino: Ino) -> FsResult<()> {
+        if self.run(|c| c.op_release(ino)).await? {
+            self.free_if_unlinked(ino).await?;
+            self.maintain().await?;
+        }
+        Ok(())
+    }
+
+    async fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
+        self.run(|c| c.inode(ino).map(|_| ())).await?;
+        // Until the fsync log exists, fsync is a full checkpoint: correct, just slow.
+        self.checkpoint(CheckpointCause::Fsync).await
+    }
+
+    async fn sync(&self) -> FsResult<()> {
+        self.checkpoint(CheckpointCause::Sync).await
+    }
+}

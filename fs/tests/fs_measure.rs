@@ -1,0 +1,69 @@
+//! Rough measurements (ignored by default; timings never decide pass or fail):
+//! `cargo test --release -p ninefold-fs --test fs_measure -- --ignored --nocapture`.
+
+use std::time::Instant;
+
+use fs::block::MemDisk;
+use fs::testing::ManualClock;
+use fs::vfs::{FileSystem, Owner, ROOT_INO};
+use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+
+fn fresh(blocks: u64) -> NineFs<MemDisk> {
+    let disk = MemDisk::new(4096, blocks);
+    pollster::block_on(format(&disk, &FormatOptions::default())).unwrap();
+    pollster::block_on(NineFs::mount(disk, MountOptions::default(), Box::new(ManualClock::default()))).unwrap()
+}
+
+#[test]
+#[ignore]
+fn measure() {
+    let owner = Owner::default();
+    let fs = fresh(256 * 1024);
+    let data = vec![0x5au8; 1 << 20];
+    let t = Instant::now();
+    pollster::block_on(async {
+        let f = fs.create(ROOT_INO, b"big", 0o644, owner).await.unwrap();
+        for i in 0..256u64 {
+            fs.write(f.ino, i << 20, &data).await.unwrap();
+        }
+        fs.sync().await.unwrap();
+    });
+    let s = fs.stats();
+    println!(
+        "sequential write 256 MiB (1 MiB writes) + sync: {:?}, {} checkpoints, {} node writes, {} node bytes",
+        t.elapsed(),
+        s.total_checkpoints(),
+        s.node_writes.total_writes(),
+        s.node_writes.total_bytes()
+    );
+    let t = Instant::now();
+    let mut buf = vec![0u8; 1 << 20];
+    pollster::block_on(async {
+        let f = fs.lookup(ROOT_INO, b"big").await.unwrap();
+        for i in 0..256u64 {
+            fs.read(f.ino, i << 20, &mut buf).await.unwrap();
+        }
+    });
+    println!("sequential read 256 MiB (1 MiB reads, checksums verified): {:?}", t.elapsed());
+
+    let fs = fresh(64 * 1024);
+    let t = Instant::now();
+    pollster::block_on(async {
+        for d in 0..10u32 {
+            let dir = fs.mkdir(ROOT_INO, format!("d{d}").as_bytes(), 0o755, owner).await.unwrap();
+            for i in 0..2000u32 {
+                let f = fs.create(dir.ino, format!("file-{i}").as_bytes(), 0o644, owner).await.unwrap();
+                fs.write(f.ino, 0, &[1u8; 100]).await.unwrap();
+            }
+        }
+        fs.sync().await.unwrap();
+    });
+    let s = fs.stats();
+    println!(
+        "20k creates + 100-byte writes + sync: {:?}, {} checkpoints, node writes per cause {:?}, bytes {}",
+        t.elapsed(),
+        s.total_checkpoints(),
+        s.node_writes.writes,
+        s.node_writes.total_bytes()
+    );
+}

@@ -1,0 +1,130 @@
+//! `ninefold dump`: print the superblock, a tree's nodes and items, or one inode's items.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use fs::format::superblock::NodePtr;
+use fs::format::{Key, TreeId};
+use fs::inspect::{describe_item, Image};
+
+use crate::image;
+
+/// Arguments of `ninefold dump`.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// The image file.
+    pub image: PathBuf,
+    /// Print this tree's nodes and items: fs, extent, csum or log.
+    #[arg(long)]
+    pub tree: Option<String>,
+    /// Print the items of this inode (from the fs tree).
+    #[arg(long)]
+    pub inode: Option<u64>,
+}
+
+/// Runs `dump`.
+pub fn run(args: DumpArgs) -> Result<(), String> {
+    let disk = image::open(&args.image, false)?;
+    let img = pollster::block_on(Image::open(&disk)).map_err(|e| e.to_string())?;
+    print_superblock(&img);
+    if let Some(name) = &args.tree {
+        let tree = TreeId::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| format!("unknown tree {name:?} (fs, extent, csum, log)"))?;
+        pollster::block_on(walk(&img, tree, None))?;
+    }
+    if let Some(ino) = args.inode {
+        pollster::block_on(walk(&img, TreeId::Fs, Some(ino)))?;
+    }
+    Ok(())
+}
+
+fn print_superblock<D: fs::block::BlockDevice>(img: &Image<D>) {
+    let sb = &img.sb;
+    let l = sb.layout;
+    println!(
+        "superblock: generation {} checkpoint {} {}",
+        sb.generation,
+        sb.checkpoint_seq,
+        if img.clean() { "clean" } else { "not clean" }
+    );
+    println!(
+        "  label {:?} uuid {} node size {} blocks {} groups {} log {}+{} free {} inodes {} next_ino {} mounts {}",
+        String::from_utf8_lossy(sb.label_bytes()),
+        sb.uuid.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        sb.node_size,
+        l.total_blocks,
+        l.groups,
+        l.log_start,
+        l.log_blocks,
+        sb.free_blocks,
+        sb.inode_count,
+        sb.next_ino,
+        sb.mount_count
+    );
+    for tree in TreeId::ALL {
+        let r = sb.root(tree);
+        println!(
+            "  {} root: block {} ({} blocks committed), level {}",
+            tree.name(),
+            r.ptr.addr,
+            r.ptr.blocks,
+            r.level
+        );
+    }
+}
+
+/// Prints a tree depth-first; with `only`, just that inode's items (and no node lines).
+async fn walk<D: fs::block::BlockDevice>(
+    img: &Image<D>,
+    tree: TreeId,
+    only: Option<u64>,
+) -> Result<(), String> {
+    let root = img.sb.root(tree);
+    if root.ptr.addr == 0 {
+        println!("{} tree: empty", tree.name());
+        return Ok(());
+    }
+    let mut stack: Vec<(u8, NodePtr)> = vec![(root.level, root.ptr)];
+    while let Some((level, ptr)) = stack.pop() {
+        let node = match img.read_node(tree, level, ptr).await {
+            Ok(n) => n,
+            Err(e) => {
+                println!("node at block {}: {e:?}", ptr.addr);
+                continue;
+            }
+        };
+        if only.is_none() {
+            println!(
+                "node block {} level {} committed {} blocks, {} keys, {} bytes of keys",
+                ptr.addr,
+                level,
+                ptr.blocks,
+                node.live_count(),
+                node.live_bytes()
+            );
+        }
+        let entries: Vec<(Key, Vec<u8>)> = node
+            .iter_from(&Key::MIN)
+            .map(|(k, v)| (k, v.to_vec()))
+            .collect();
+        if level > 0 {
+            for (sep, v) in entries.iter().rev() {
+                if let Some(child) = NodePtr::from_bytes(v) {
+                    let next_is_relevant = only.is_none_or(|ino| sep.objectid <= ino);
+                    if next_is_relevant {
+                        stack.push((level - 1, child));
+                    }
+                }
+            }
+            continue;
+        }
+        for (k, v) in entries {
+            if only.is_none_or(|ino| k.objectid == ino) {
+                println!("  {}", describe_item(tree, &k, &v));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! `ninefold mkfs`: make a filesystem on an image file.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use fs::format::DEFAULT_NODE_SIZE;
+use fs::vfs::Timespec;
+use fs::volume::{format, FormatOptions};
+
+use crate::image;
+
+/// Arguments of `ninefold mkfs`.
+#[derive(Debug, Args)]
+pub struct MkfsArgs {
+    /// The image file (created if it does not exist).
+    pub image: PathBuf,
+    /// Size of the image, e.g. `1G` (required when creating it; resizes an existing one).
+    #[arg(long)]
+    pub size: Option<String>,
+    /// Filesystem label (at most 64 bytes).
+    #[arg(long, default_value = "")]
+    pub label: String,
+    /// Btree node size in bytes or with a suffix (16K to 256K, a power of two).
+    #[arg(long, default_value_t = DEFAULT_NODE_SIZE.to_string())]
+    pub node_size: String,
+}
+
+fn random<const N: usize>() -> Result<[u8; N], String> {
+    let mut buf = [0u8; N];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    Ok(buf)
+}
+
+/// Runs `mkfs`.
+pub fn run(args: MkfsArgs) -> Result<(), String> {
+    let size = args.size.as_deref().map(image::parse_size).transpose()?;
+    let node_size = image::parse_size(&args.node_size)?;
+    let node_size = u32::try_from(node_size).map_err(|_| "node size too large".to_string())?;
+    match (args.image.exists(), size) {
+        (false, None) => {
+            return Err(format!(
+                "{} does not exist: give --size",
+                args.image.display()
+            ))
+        }
+        (_, Some(size)) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&args.image)
+                .map_err(|e| format!("{}: {e}", args.image.display()))?;
+            file.set_len(size / 4096 * 4096)
+                .map_err(|e| format!("{}: {e}", args.image.display()))?;
+        }
+        (true, None) => {}
+    }
+    let disk = image::open(&args.image, true)?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let opts = FormatOptions {
+        label: args.label.into_bytes(),
+        node_size,
+        uuid: random()?,
+        secret: u64::from_le_bytes(random()?),
+        now: Timespec {
+            sec: now.as_secs() as i64,
+            nsec: now.subsec_nanos(),
+        },
+        blocks: None,
+    };
+    pollster::block_on(format(&disk, &opts)).map_err(|e| e.to_string())?;
+    let report = pollster::block_on(fs::inspect::Image::open(&disk)).map_err(|e| e.to_string())?;
+    let l = report.sb.layout;
+    println!(
+        "{}: {} MiB, {} blocks of 4 KiB, {} allocation groups, node size {} KiB, log {} KiB, {} blocks free",
+        args.image.display(),
+        (l.total_blocks * 4096) >> 20,
+        l.total_blocks,
+        l.groups,
+        node_size / 1024,
+        l.log_blocks * 4,
+        report.sb.free_blocks
+    );
+    Ok(())
+}

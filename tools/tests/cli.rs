@@ -1,0 +1,107 @@
+//! The `ninefold` binary's mkfs, fsck and dump, end to end on image files.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn ninefold() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ninefold"))
+}
+
+fn temp(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("ninefold-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+#[test]
+fn mkfs_then_fsck_a_1gib_image() {
+    let img = temp("1g.img");
+    let out = ninefold()
+        .args([
+            "mkfs",
+            img.to_str().unwrap(),
+            "--size",
+            "1G",
+            "--label",
+            "test",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 1 << 30);
+    let out = ninefold()
+        .args(["fsck", "-n", img.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("clean"), "{stdout}");
+
+    let out = ninefold()
+        .args(["dump", img.to_str().unwrap(), "--tree", "fs"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(stdout.contains("(1 INODE 0) mode 40755"), "{stdout}");
+    assert!(stdout.contains("label \"test\""), "{stdout}");
+    let out = ninefold()
+        .args(["dump", img.to_str().unwrap(), "--inode", "1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nlink 2"));
+
+    // Damage the root node: errors, exit 4.
+    let bytes = std::fs::read(&img).unwrap();
+    let sb = fs::format::Superblock::decode(&bytes[8192..12288]).unwrap();
+    let fs_root = sb.root(fs::format::TreeId::Fs).ptr.addr as usize;
+    let mut bad = bytes;
+    bad[fs_root * 4096 + 100] ^= 0x40;
+    std::fs::write(&img, &bad).unwrap();
+    let out = ninefold()
+        .args(["fsck", img.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::remove_file(&img).unwrap();
+}
+
+#[test]
+fn operational_errors_exit_8() {
+    let missing = temp("missing.img");
+    let out = ninefold()
+        .args(["fsck", missing.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(8));
+    let zeros = temp("zeros.img");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    let out = ninefold()
+        .args(["fsck", zeros.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(8));
+    std::fs::remove_file(&zeros).unwrap();
+    // mkfs of a missing image without --size is refused.
+    let out = ninefold()
+        .args(["mkfs", missing.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // Too small.
+    let out = ninefold()
+        .args(["mkfs", missing.to_str().unwrap(), "--size", "1M"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let _ = std::fs::remove_file(&missing);
+}
