@@ -18,6 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, ValueEnum};
 use fs::model::ModelFs;
 use fs::vfs::{Clock, FileSystem, Timespec};
+use fs::volume::{MountOptions, NineFs};
 use net::conn::{Connection, Transport};
 use net::server::{Config, Export, Server, Squash};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -65,6 +66,9 @@ pub struct ServeArgs {
     /// Most simultaneous connections; more are closed at once.
     #[arg(long, default_value_t = 64)]
     max_connections: usize,
+    /// Memory for the filesystem's btree node cache, in MiB.
+    #[arg(long, default_value_t = 64)]
+    cache_mib: usize,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log_level: log::LevelFilter,
@@ -153,19 +157,52 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let local = tokio::task::LocalSet::new();
     if args.model {
         let server = Rc::new(Server::new(ModelFs::new(SystemClock), config));
-        local.block_on(&runtime, serve(server, args.listen, args.max_connections))
-    } else {
-        let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
-        // TODO(issue 6, waiting on the fs branch): mount the on-disk filesystem from
-        // `image` (FileDisk + the fs mount API) and serve it exactly like the model.
-        Err(format!(
-            "{}: serving an image needs the on-disk filesystem's mount, which is not merged yet; use --model for now",
-            image.display()
-        ))
+        return local.block_on(&runtime, serve(server, args.listen, args.max_connections));
+    }
+    let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
+    let disk = crate::image::open(image, !args.read_only)?;
+    let opts = MountOptions {
+        read_only: args.read_only,
+        cache_limit: args.cache_mib << 20,
+        ..MountOptions::default()
+    };
+    let fs = runtime
+        .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
+        .map_err(|e| format!("{}: mount: {e}", image.display()))?;
+    log::info!("mounted {}", image.display());
+    let server = Rc::new(Server::new(fs, config));
+    local.block_on(
+        &runtime,
+        serve(server.clone(), args.listen, args.max_connections),
+    )?;
+    // Stopped by a signal: make everything durable before exiting. Connections still
+    // hold the server, so this is a checkpoint (`sync`), not a clean unmount; the next
+    // mount treats the image as not cleanly unmounted, which costs only a bitmap scrub.
+    runtime
+        .block_on(server.fs().sync())
+        .map_err(|e| format!("{}: final sync: {e}", image.display()))?;
+    log::info!("synced {}", image.display());
+    Ok(())
+}
+
+/// Resolves when the process is asked to stop (SIGINT or SIGTERM).
+async fn stop_requested() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(e) => {
+            log::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the server cleanly");
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
-/// Accepts connections forever, each served by a local task.
+/// Accepts connections, each served by a local task, until a stop signal arrives.
 async fn serve<F: FileSystem + 'static>(
     server: Rc<Server<F>>,
     listen: SocketAddr,
@@ -179,8 +216,17 @@ async fn serve<F: FileSystem + 'static>(
     println!("listening on {bound}");
     log::info!("9p: serving on {bound}");
     let live = Rc::new(Cell::new(0usize));
+    let stop = stop_requested();
+    tokio::pin!(stop);
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stop => {
+                log::info!("9p: stop requested; {} connection(s) open", live.get());
+                return Ok(());
+            }
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 log::warn!("9p: accept: {e}");

@@ -36,17 +36,29 @@ impl Drop for Served {
     }
 }
 
+impl Served {
+    /// Asks the server to stop (SIGTERM) and waits for it to exit.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(killed.success());
+        self.child.wait().unwrap()
+    }
+}
+
+/// `ninefold serve --model EXTRA...`
 fn serve(extra: &[&str]) -> Served {
+    let mut args = vec!["--model"];
+    args.extend_from_slice(extra);
+    spawn_server(&args)
+}
+
+/// `ninefold serve ARGS... --listen 127.0.0.1:0`, once it is listening.
+fn spawn_server(args: &[&str]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ninefold"))
-        .args([
-            "serve",
-            "--model",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-level",
-            "warn",
-        ])
-        .args(extra)
+        .arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -116,8 +128,58 @@ fn export_options_from_the_command_line() {
     assert_eq!(c.mkdir(0, "x", 0o755), Err(Errno::EROFS));
 }
 
+fn ninefold(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 #[test]
-fn image_without_a_mountable_filesystem_is_a_clear_error() {
+fn serves_an_image_and_keeps_what_was_written() {
+    let dir = std::env::temp_dir().join(format!("ninefold-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("disk.img");
+    let image = image.to_str().unwrap();
+    assert!(ninefold(&["mkfs", image, "--size", "64M"]).status.success());
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 253) as u8).collect();
+
+    let served = spawn_server(&[image]);
+    let mut c = connect(&served);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "").unwrap();
+    c.lcreate(1, "kept", open_flags::RDWR, 0o600).unwrap();
+    assert_eq!(c.write(1, 0, &data).unwrap(), data.len() as u32);
+    c.fsync(1, false).unwrap();
+    c.mkdir(0, "dir", 0o755).unwrap();
+    assert!(served.stop().success(), "serve exits cleanly on SIGTERM");
+
+    let fsck = ninefold(&["fsck", "-n", image]);
+    assert!(
+        fsck.status.success(),
+        "fsck after serve: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+
+    let served = spawn_server(&[image]);
+    let mut c = connect(&served);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "kept").unwrap();
+    c.lopen(1, open_flags::RDONLY).unwrap();
+    let mut back = Vec::new();
+    while back.len() < data.len() {
+        let got = c.read(1, back.len() as u64, 1 << 17).unwrap();
+        assert!(!got.is_empty());
+        back.extend(got);
+    }
+    assert_eq!(back, data);
+    assert!(c.walk(0, 2, "dir").is_ok());
+    drop(served);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_image_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_ninefold"))
         .args(["serve", "/nonexistent.img", "--listen", "127.0.0.1:0"])
         .output()
