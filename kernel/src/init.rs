@@ -140,6 +140,9 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     if config.selftest {
         return selftest::run(&mem).await;
     }
+    if config.selftest_block {
+        return selftest::run_block().await;
+    }
     if config.poweroff {
         return ExitCode::Success;
     }

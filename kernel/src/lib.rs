@@ -15,6 +15,7 @@
 extern crate alloc;
 
 pub mod config;
+pub mod drivers;
 pub mod exec;
 pub mod exit;
 pub mod mm;

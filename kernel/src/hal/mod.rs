@@ -14,6 +14,8 @@
 //!   [`dma`]: DMA-able buffers.
 //! - [`acpi`]: the identity-mapping handler the `acpi` crate needs.
 //! - [`cpu_local`]: per-CPU values for task context.
+//! - [`virtio`]: what the `virtio-drivers` crate needs (its `Hal`, PCI configuration
+//!   access, and a block-request virtqueue wrapping its `unsafe` queue API).
 
 pub mod acpi;
 pub mod console;
@@ -27,3 +29,4 @@ pub mod memory;
 pub mod mmio;
 pub mod paging;
 pub mod trap;
+pub mod virtio;

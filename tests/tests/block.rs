@@ -1,0 +1,85 @@
+//! The block drivers in QEMU: `selftest=block` puts every NVMe and virtio-blk device
+//! through the kernel's block checks (kernel/src/selftest/block.rs), with interrupt and
+//! with polled completions, and these tests read the verdicts.
+
+use kernel::exit::ExitCode;
+use ninefold_tests::{Boot, Qemu};
+
+const CHECKS: [&str; 9] = [
+    "open",
+    "spread",
+    "fua",
+    "large",
+    "unaligned",
+    "errors",
+    "discard",
+    "drop",
+    "backpressure",
+];
+
+/// The verdict line of `check` for the `kind` device in `mode`.
+fn verdict<'a>(boot: &'a Boot, kind: &str, mode: &str, check: &str) -> &'a str {
+    let prefix = format!("selftest: block {kind} ");
+    let suffix = format!(" {mode}: {check}: ");
+    boot.serial
+        .lines()
+        .find(|l| l.contains(&prefix) && l.contains(&suffix))
+        .unwrap_or_else(|| boot.fail(&format!("no verdict for {kind} {mode} {check}")))
+}
+
+fn expect_all_ok(boot: &Boot, kind: &str) {
+    for mode in ["irq", "poll"] {
+        for check in CHECKS {
+            let line = verdict(boot, kind, mode, check);
+            if !line.contains(&format!("{check}: ok (")) {
+                boot.fail(&format!("{kind} {mode} {check}: {line}"));
+            }
+        }
+        // The spread check reports how many requests were in the device at once.
+        let spread = verdict(boot, kind, mode, "spread");
+        let peak: usize = spread
+            .split("up to ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| boot.fail(&format!("no in-flight count in {spread:?}")));
+        if peak < 32 {
+            boot.fail(&format!("{kind} {mode}: only {peak} requests in flight"));
+        }
+    }
+}
+
+/// Both drivers, both completion modes: every check passes, with at least 32 requests in
+/// flight and every byte verified.
+#[test]
+fn nvme_and_virtio_blk_pass_every_block_check() {
+    let boot = Qemu::appliance()
+        .nvme("nf-block")
+        .virtio_blk()
+        .append("selftest=block")
+        .run();
+    boot.expect_exit(ExitCode::Success);
+    expect_all_ok(&boot, "nvme");
+    expect_all_ok(&boot, "virtio");
+    boot.expect_line("serial \"nf-block\"");
+    boot.expect_line("selftest: 36 passed, 0 failed, 0 skipped");
+    boot.expect_no_line("FAILED");
+}
+
+/// A controller with a 4 MiB MDTS: the largest transfers (1023 pages, see the NVMe
+/// driver's cap) need two chained PRP list pages.
+#[test]
+fn nvme_transfers_up_to_a_4_mib_mdts_use_chained_prp_lists() {
+    let boot = Qemu::appliance()
+        .memory("256M")
+        .nvme_with("nf-mdts", ",mdts=10")
+        .append("selftest=block")
+        .run();
+    boot.expect_exit(ExitCode::Success);
+    expect_all_ok(&boot, "nvme");
+    let large = verdict(&boot, "nvme", "irq", "large");
+    if !large.contains("4092 KiB transfers") {
+        boot.fail(&format!("expected 4092 KiB transfers: {large}"));
+    }
+    boot.expect_line("selftest: 18 passed, 0 failed, 0 skipped");
+}
