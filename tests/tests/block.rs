@@ -5,7 +5,7 @@
 use kernel::exit::ExitCode;
 use ninefold_tests::{Boot, Qemu};
 
-const CHECKS: [&str; 9] = [
+const CHECKS: [&str; 10] = [
     "open",
     "spread",
     "fua",
@@ -15,6 +15,7 @@ const CHECKS: [&str; 9] = [
     "discard",
     "drop",
     "backpressure",
+    "timeout",
 ];
 
 /// The verdict line of `check` for the `kind` device in `mode`.
@@ -50,7 +51,8 @@ fn expect_all_ok(boot: &Boot, kind: &str) {
 }
 
 /// Both drivers, both completion modes: every check passes, with at least 32 requests in
-/// flight and every byte verified.
+/// flight and every byte verified, and a lost completion ends in a timeout, a device
+/// reset and a working device.
 #[test]
 fn nvme_and_virtio_blk_pass_every_block_check() {
     let boot = Qemu::appliance()
@@ -62,7 +64,7 @@ fn nvme_and_virtio_blk_pass_every_block_check() {
     expect_all_ok(&boot, "nvme");
     expect_all_ok(&boot, "virtio");
     boot.expect_line("serial \"nf-block\"");
-    boot.expect_line("selftest: 36 passed, 0 failed, 0 skipped");
+    boot.expect_line("selftest: 40 passed, 0 failed, 0 skipped");
     boot.expect_no_line("FAILED");
 }
 
@@ -81,5 +83,5 @@ fn nvme_transfers_up_to_a_4_mib_mdts_use_chained_prp_lists() {
     if !large.contains("4092 KiB transfers") {
         boot.fail(&format!("expected 4092 KiB transfers: {large}"));
     }
-    boot.expect_line("selftest: 18 passed, 0 failed, 0 skipped");
+    boot.expect_line("selftest: 20 passed, 0 failed, 0 skipped");
 }

@@ -105,6 +105,14 @@ impl Disk {
         }
     }
 
+    /// Fault injection for self-tests: the next completion is lost (see the drivers).
+    pub fn inject_lost_completion(&self) {
+        match self {
+            Disk::Nvme(d) => d.inject_lost_completion(),
+            Disk::VirtioBlk(d) => d.inject_lost_completion(),
+        }
+    }
+
     /// The slot table's counters (requests in flight, back-pressure).
     pub fn slot_stats(&self) -> SlotStats {
         match self {

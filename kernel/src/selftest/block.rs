@@ -27,6 +27,8 @@ use crate::task;
 const SPREAD_REQUESTS: usize = 256;
 /// Requests issued at once in the back-pressure check (more than any queue holds).
 const FLOOD_REQUESTS: usize = 320;
+/// The request timeout of the recovery check.
+const RECOVERY_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Runs the checks on every block device; returns the exit code for the result.
 pub async fn run() -> ExitCode {
@@ -80,6 +82,16 @@ pub async fn run() -> ExitCode {
             record("drop", dropped(&disk, seed).await);
             record("backpressure", backpressure(&disk, seed).await);
             log::info!("selftest: {name}: counters {}", disk.stats_line());
+            drop(disk);
+            // Recovery from a request the device never completes, with a short timeout.
+            let mut options = options;
+            options.nvme.timeout = RECOVERY_TIMEOUT;
+            options.virtio.timeout = RECOVERY_TIMEOUT;
+            let verdict = match open_at(pci, kind, options).await {
+                Ok(disk) => recovery(&disk, seed).await,
+                Err(e) => Verdict::Fail(format!("reopening with a short timeout: {e}")),
+            };
+            tally.record(&format!("{name}: timeout"), verdict);
         }
     }
     tally.finish()
@@ -478,5 +490,45 @@ async fn backpressure(disk: &Disk, seed: u64) -> Verdict {
     }
     Verdict::Pass(format!(
         "{FLOOD_REQUESTS} concurrent writes, {waited} waited for a free slot, {checked} read back"
+    ))
+}
+
+/// A request whose completion is lost fails with [`IoError::Timeout`] (after the driver
+/// aborted it and reset the device), requests in flight with it fail the same way, and
+/// the device works again afterwards.
+async fn recovery(disk: &Disk, seed: u64) -> Verdict {
+    let g = disk.geometry();
+    let bs = g.block_size as usize;
+    let lba = g.num_blocks / 3;
+    let want = pattern(lba, 8 * bs, seed ^ 0x713e);
+    if let Err(e) = disk.write(lba, &want, WriteFlags::NONE).await {
+        return Verdict::Fail(format!("setup write: {e}"));
+    }
+    disk.inject_lost_completion();
+    let started = task::now();
+    let mut lost = vec![0u8; 8 * bs];
+    let r = disk.read(lba, &mut lost).await;
+    let took = task::now().saturating_duration_since(started);
+    ensure!(
+        r == Err(IoError::Timeout),
+        "a request whose completion was lost gave {r:?} after {took:?}"
+    );
+    ensure!(
+        took >= RECOVERY_TIMEOUT && took < Duration::from_secs(10),
+        "the lost request failed after {took:?} (timeout {RECOVERY_TIMEOUT:?})"
+    );
+    let mut back = vec![0u8; 8 * bs];
+    if let Err(e) = disk.read(lba, &mut back).await {
+        return Verdict::Fail(format!("read after the recovery: {e}"));
+    }
+    ensure!(back == want, "data did not read back after the recovery");
+    let next = pattern(lba, 8 * bs, !seed);
+    if let Err(e) = disk.write(lba, &next, WriteFlags::FUA).await {
+        return Verdict::Fail(format!("write after the recovery: {e}"));
+    }
+    Verdict::Pass(format!(
+        "lost completion: Timeout after {} ms, device reset and working again ({})",
+        took.as_millis(),
+        disk.stats_line()
     ))
 }

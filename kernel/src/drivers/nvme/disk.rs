@@ -46,7 +46,7 @@ const MAX_TRANSFER_CAP: usize = (4 << 20) - PAGE;
 const MAX_LIST_PAGES: usize = 8;
 /// The I/O queue pair's identifier.
 const IO_QID: u16 = 1;
-/// After an Abort, how long the command has to come back before we reset.
+/// After an Abort, how long the command has to come back before we reset (at most).
 const ABORT_GRACE: Duration = Duration::from_secs(2);
 /// Dataset Management ranges per command (one 4 KiB page of 16-byte ranges).
 const DSM_RANGES: usize = 256;
@@ -145,6 +145,8 @@ struct Inner {
     stats: Cell<NvmeStats>,
     msix: Option<MsixTable>,
     irqs: Vec<IrqHandle>,
+    /// Fault injection: ignore the next completion, as if the controller lost it.
+    lose_next: Cell<bool>,
 }
 
 /// An NVMe namespace as a [`BlockDevice`]. See the module documentation.
@@ -255,6 +257,7 @@ impl NvmeDisk {
             stats: Cell::new(NvmeStats::default()),
             msix,
             irqs,
+            lose_next: Cell::new(false),
             ctrl,
         });
         assert!(inner.list_pages <= MAX_LIST_PAGES);
@@ -308,6 +311,12 @@ impl NvmeDisk {
         s.slots = i.slots.borrow().stats();
         s.interrupts = i.irqs.get(1).map_or(0, |h| h.count());
         s
+    }
+
+    /// Fault injection for self-tests: the next completion is ignored, as if the
+    /// controller had lost it, so its request runs into the timeout and recovery path.
+    pub fn inject_lost_completion(&self) {
+        self.inner.lose_next.set(true);
     }
 
     /// Reads without checking the range against the namespace size, so the controller
@@ -388,7 +397,7 @@ impl SlotQueue for Inner {
     }
 
     fn stuck(&self, since: Instant) {
-        let limit = self.options.timeout + ABORT_GRACE;
+        let limit = self.options.timeout + self.abort_grace();
         if task::now().saturating_duration_since(since) > limit {
             log::error!("nvme: a dropped request's command is stuck; resetting the controller");
             self.stop_device();
@@ -415,6 +424,10 @@ impl Inner {
         let mut s = self.stats.get();
         f(&mut s);
         self.stats.set(s);
+    }
+
+    fn abort_grace(&self) -> Duration {
+        self.options.timeout.min(ABORT_GRACE)
     }
 
     fn shadow(&self) -> Option<&ShadowPages> {
@@ -478,6 +491,13 @@ impl Inner {
         let (mut n, mut errors) = (0, 0);
         while let Some(c) = qp.pop() {
             n += 1;
+            if self.lose_next.replace(false) {
+                log::warn!(
+                    "nvme: fault injection: ignoring the completion of command {}",
+                    c.cid
+                );
+                continue;
+            }
             let aborted = meta.get(usize::from(c.cid)).is_some_and(|m| m.aborted);
             let result = if c.status.is_success() {
                 Ok(c.result)
@@ -579,7 +599,7 @@ impl Inner {
             {
                 let mut meta = self.meta.borrow_mut();
                 meta[usize::from(cid)].aborted = true;
-                meta[usize::from(cid)].deadline = now + ABORT_GRACE;
+                meta[usize::from(cid)].deadline = now + self.abort_grace();
             }
             self.bump(|s| s.aborts += 1);
             if let Err(e) = self.ctrl.admin(Command::abort(IO_QID, cid)).await {

@@ -137,6 +137,8 @@ struct Inner {
     stats: Cell<VirtioBlkStats>,
     msix: Option<MsixTable>,
     irq: Option<IrqHandle>,
+    /// Fault injection: drop the next completion, as if the device lost it.
+    lose_next: Cell<bool>,
 }
 
 /// A virtio block device. See the module documentation.
@@ -213,6 +215,7 @@ impl VirtioBlk {
             stats: Cell::new(VirtioBlkStats::default()),
             msix,
             irq,
+            lose_next: Cell::new(false),
         });
         task::spawn(reaper::run(
             Rc::downgrade(&inner),
@@ -247,6 +250,12 @@ impl VirtioBlk {
         s.slots = i.slots.borrow().stats();
         s.interrupts = i.irq.as_ref().map_or(0, |h| h.count());
         s
+    }
+
+    /// Fault injection for self-tests: the next completion is dropped, as if the device
+    /// had lost it, so its request runs into the timeout and recovery path.
+    pub fn inject_lost_completion(&self) {
+        self.inner.lose_next.set(true);
     }
 
     /// Reads without checking the range against the capacity, so the device itself
@@ -484,6 +493,10 @@ impl Inner {
                     return;
                 }
             };
+            if self.lose_next.replace(false) {
+                log::warn!("virtio-blk: fault injection: dropping the completion of slot {slot}");
+                continue;
+            }
             let result = wire::result(status);
             if let Err(e) = result {
                 errors += 1;
