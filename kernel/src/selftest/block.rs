@@ -84,7 +84,6 @@ pub async fn run() -> ExitCode {
             log::info!("selftest: {name}: counters {}", disk.stats_line());
             drop(disk);
             // Recovery from a request the device never completes, with a short timeout.
-            let mut options = options;
             options.nvme.timeout = RECOVERY_TIMEOUT;
             options.virtio.timeout = RECOVERY_TIMEOUT;
             let verdict = match open_at(pci, kind, options).await {
