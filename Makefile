@@ -85,3 +85,22 @@ fmt:
 clean:
 	rm -f $(IMAGE) $(BUILD)/accel $(BUILD)/accel-probe.log
 	$(CARGO) clean
+
+# --- Linux guest harness (tests/guest, docs/guests.md) ---------------------------------
+.PHONY: guest test-guest bench-peers bench-devices
+
+## guest: build the Linux test guest from Debian packages (cached in build/guest/out)
+guest:
+	tests/guest/build-guest
+
+## test-guest: smoke test: the guest mounts a host diod export over 9P/TCP, checks file ops
+test-guest:
+	tests/guest/smoke
+
+## bench-peers: fio/dbench/... in the client guest against the peers; PEERS_ARGS=--help
+bench-peers: guest
+	tests/guest/peers $(PEERS_ARGS)
+
+## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
+bench-devices: guest
+	tests/guest/devbench

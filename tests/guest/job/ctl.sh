@@ -1,0 +1,19 @@
+#!/bin/sh
+# Control-port handler of a server guest (run by `nc -ll -e` per connection): reads one
+# command from the client guest and answers it.
+#   stat   one "NAME f1..f17" line per disk in NF_CTL_DEVS (after a sync)
+#   sync   write back the page cache; answers "ok"
+#   quit   ask the server script to shut down; answers "ok"
+. /job/lib/lib.sh
+read -r cmd
+case $cmd in
+stat)
+	sync
+	for s in $NF_CTL_DEVS; do
+		echo "$s $(cat "/sys/block/$(nf_dev "$s")/stat")"
+	done
+	;;
+sync) sync && echo ok ;;
+quit) touch /tmp/nf-quit && echo ok ;;
+*) echo "error: unknown command $cmd" ;;
+esac

@@ -1,0 +1,116 @@
+# Shared shell helpers for scripts running inside the test guest (busybox sh).
+# Source it: . /job/lib/lib.sh
+
+nf_log() { echo "[$(hostname) $(cut -d' ' -f1 /proc/uptime)] $*"; }
+nf_die() {
+	nf_log "error: $*"
+	exit 1
+}
+
+# nf_dev NAME: kernel name (nvme0n1, vdb) of the disk the runner attached with serial NAME.
+nf_dev() {
+	[ -b "/dev/disk/$1" ] || nf_die "no disk with serial $1 (see /dev/disk/)"
+	basename "$(readlink "/dev/disk/$1")"
+}
+
+# nf_wait_tcp ADDR PORT [SECONDS]: wait until a TCP port accepts connections.
+nf_wait_tcp() {
+	i=0
+	while ! nc -w 1 "$1" "$2" </dev/null >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ "$i" -ge "${3:-60}" ] && nf_die "$1:$2 not reachable after ${3:-60} s"
+		sleep 1
+	done
+}
+
+# nf_mount_9p ADDR PORT ANAME MNT [OPTIONS]: mount a 9P2000.L export over TCP, retrying
+# while the server comes up (NF_MOUNT_WAIT seconds, default 60).
+nf_mount_9p() {
+	{ modprobe 9pnet_fd && modprobe 9p; } || nf_die "cannot load the 9p modules"
+	mkdir -p "$4"
+	opts="trans=tcp,port=$2,version=9p2000.L,msize=${NF_MSIZE:-1048576},aname=$3${5:+,$5}"
+	i=0
+	until mount -t 9p -o "$opts" "$1" "$4"; do
+		i=$((i + 1))
+		[ "$i" -ge "${NF_MOUNT_WAIT:-60}" ] && nf_die "mount -t 9p $1 ($opts) failed"
+		sleep 1
+	done
+	nf_log "mounted 9p $1:$2 $3 on $4: $(grep " $4 9p " /proc/mounts | cut -d' ' -f4)"
+}
+
+# nf_mkfs FS DEV: make an ext4 or btrfs filesystem with default options.
+nf_mkfs() {
+	case $1 in
+	ext4) mkfs.ext4 -q -F "$2" ;;
+	btrfs) modprobe btrfs && mkfs.btrfs -q -f "$2" >/dev/null ;;
+	*) nf_die "unknown filesystem $1" ;;
+	esac || nf_die "mkfs.$1 $2 failed"
+}
+
+# nf_mount_local FS DEV MNT: mkfs and mount a local disk.
+nf_mount_local() {
+	nf_mkfs "$1" "$2"
+	modprobe "$1" 2>/dev/null
+	mkdir -p "$3"
+	mount -t "$1" "$2" "$3" || nf_die "mount -t $1 $2 $3 failed"
+	nf_log "mounted $1 $2 on $3: $(grep " $3 $1 " /proc/mounts | cut -d' ' -f4)"
+}
+
+# nf_ctl ADDR:PORT COMMAND: one request to a server guest's control port (ctl.sh).
+nf_ctl() {
+	echo "$2" | nc "${1%:*}" "${1##*:}"
+}
+
+# nf_devstat FILE: snapshot the block-device counters the workload is judged by.
+#   NF_STAT_DEVS     local disks, by serial (e.g. "data")
+#   NF_STAT_REMOTE   ADDR:PORT of a server guest's control port, which reports its disks
+# Each line: "SIDE NAME" + the 17 fields of /sys/block/DEV/stat (Linux >= 5.5; fields 16
+# and 17 count flushes). The page cache is written back first (sync, here and on the
+# server), so deferred writeback is charged to the workload that caused it.
+nf_devstat() {
+	sync
+	: >"$1"
+	for s in ${NF_STAT_DEVS:-}; do
+		echo "local $s $(cat "/sys/block/$(nf_dev "$s")/stat")" >>"$1"
+	done
+	if [ -n "${NF_STAT_REMOTE:-}" ]; then
+		nf_ctl "$NF_STAT_REMOTE" stat | sed 's/^/remote /' >>"$1"
+	fi
+}
+
+# nf_measure NAME COMMAND...: run one workload with its output under /results/NAME:
+#   cmd          the command line          out       its stdout and stderr
+#   stat-before  nf_devstat before          stat-after  and after (incl. writeback)
+#   meta         key=value: name, label, status, started, seconds, kernel, cpus, memory,
+#                write cache mode of each disk
+# The command runs in /results/NAME (so tools can write e.g. out.json there). Returns
+# the command's status.
+nf_measure() {
+	name=$1
+	shift
+	d=/results/$name
+	mkdir -p "$d"
+	echo "$*" >"$d/cmd"
+	nf_devstat "$d/stat-before"
+	t0=$(cut -d" " -f1 /proc/uptime)
+	nf_log "run $name: $*"
+	(cd "$d" && "$@") >"$d/out" 2>&1
+	status=$?
+	t1=$(cut -d" " -f1 /proc/uptime)
+	nf_devstat "$d/stat-after"
+	{
+		echo "name=$name"
+		echo "label=${NF_LABEL:-}"
+		echo "status=$status"
+		echo "started=$t0" # guest uptime, orders the runs of one guest
+		echo "seconds=$(echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}')"
+		echo "kernel=$(uname -r)"
+		echo "cpus=$(grep -c ^processor /proc/cpuinfo)"
+		echo "mem_kib=$(awk '/MemTotal/ {print $2}' /proc/meminfo)"
+		for s in ${NF_STAT_DEVS:-}; do
+			echo "write_cache_$s=$(cat "/sys/block/$(nf_dev "$s")/queue/write_cache")"
+		done
+	} >"$d/meta"
+	[ "$status" = 0 ] || { nf_log "$name failed (status $status):"; tail -n 20 "$d/out"; }
+	return "$status"
+}

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Parse what the guest's bench.sh / devbench.sh left in a results directory.
+
+Each workload ran in /results/NAME (see nf_measure in job/lib.sh); this module turns
+such a directory into one record per workload:
+
+    {"name": "fio-write-j1", "label": "...", "status": 0, "seconds": 15.0,
+     "metrics": {"write_mib_s": 5.2, "fsyncs": 1234, ...},
+     "devices": {"local data": {"bytes_written": .., "write_ios": .., "flushes": ..}},
+     "per_fsync": {"local data": {"bytes_written": .., "flushes": ..}}}
+
+Usage: results.py DIR [DIR..] [--json FILE]   (prints a table; writes JSON if asked)
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+SECTOR = 512
+# /sys/block/DEV/stat fields (Documentation/block/stat.rst), 0-based.
+STAT_FIELDS = {
+    "read_ios": 0, "read_sectors": 2, "write_ios": 4, "write_sectors": 6,
+    "discard_ios": 11, "flushes": 15,
+}  # fmt: skip
+
+
+def parse_stat_file(path):
+    """'SIDE NAME f1..f17' lines -> {"SIDE NAME": [ints]}."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            cols = line.split()
+            if len(cols) >= 2 + 17:
+                out[f"{cols[0]} {cols[1]}"] = [int(x) for x in cols[2:]]
+    return out
+
+
+def device_deltas(before, after):
+    devs = {}
+    for key in sorted(set(before) & set(after)):
+        d = [a - b for a, b in zip(after[key], before[key], strict=True)]
+        devs[key] = {
+            "bytes_written": d[STAT_FIELDS["write_sectors"]] * SECTOR,
+            "write_ios": d[STAT_FIELDS["write_ios"]],
+            "flushes": d[STAT_FIELDS["flushes"]],
+            "bytes_read": d[STAT_FIELDS["read_sectors"]] * SECTOR,
+            "discards": d[STAT_FIELDS["discard_ios"]],
+        }
+    return devs
+
+
+def fio_metrics(path):
+    """Sum over the (group-reported) jobs of fio's JSON output."""
+    with open(path) as f:
+        text = f.read()
+    # fio may print warnings before the JSON document.
+    data = json.loads(text[text.index("{") :])
+    m = {"write_mib_s": 0.0, "write_iops": 0.0, "fsyncs": 0}
+    lat = []
+    for job in data["jobs"]:
+        w = job["write"]
+        m["write_mib_s"] += w["bw_bytes"] / 2**20
+        m["write_iops"] += w["iops"]
+        m["writes"] = m.get("writes", 0) + w["total_ios"]
+        sync = job.get("sync", {})
+        # fio counts fsync calls in total_ios, fdatasync calls only in lat_ns.N.
+        n_sync = sync.get("total_ios") or sync.get("lat_ns", {}).get("N", 0)
+        m["fsyncs"] += n_sync
+        if n_sync:
+            lat.append((n_sync, sync["lat_ns"]))
+        if w["total_ios"]:
+            clat = w["clat_ns"]
+            m["write_clat_mean_us"] = clat["mean"] / 1000
+            pct = clat.get("percentile", {})
+            if "99.000000" in pct:
+                m["write_clat_p99_us"] = pct["99.000000"] / 1000
+    if lat:
+        n = sum(c for c, _ in lat)
+        m["fsync_lat_mean_us"] = sum(c * ln["mean"] for c, ln in lat) / n / 1000
+        m["fsync_lat_max_us"] = max(ln["max"] for _, ln in lat) / 1000
+        p99 = [ln.get("percentile", {}).get("99.000000") for _, ln in lat]
+        if all(p99):
+            m["fsync_lat_p99_us"] = max(p99) / 1000
+    m["write_mib_s"] = round(m["write_mib_s"], 3)
+    return m
+
+
+DBENCH_TPUT = re.compile(r"Throughput ([\d.]+) MB/sec\s+(\d+) clients")
+DBENCH_OP = re.compile(r"^\s*(\w+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s*$")
+
+
+def dbench_metrics(text):
+    m = DBENCH_TPUT.search(text)
+    if not m:
+        raise ValueError("no dbench throughput line")
+    ops = {o.group(1): int(o.group(2)) for o in map(DBENCH_OP.match, text.splitlines()) if o}
+    # dbench's "Flush" operations are fsync(2) calls in its file-system backend.
+    return {"mb_s": float(m.group(1)), "clients": int(m.group(2)), "fsyncs": ops.get("Flush", 0)}
+
+
+# bonnie++ 2.00 CSV (format 1.98): column index of each figure we report.
+BONNIE_CSV = {
+    "put_block_kib_s": 11, "rewrite_kib_s": 13, "get_block_kib_s": 17, "seeks_s": 19,
+    "seq_create_s": 26, "seq_delete_s": 30, "ran_create_s": 32, "ran_delete_s": 36,
+}  # fmt: skip
+
+
+def bonnie_metrics(text):
+    for line in text.splitlines():
+        cols = line.split(",")
+        if len(cols) > 36 and cols[0].startswith("1.9"):
+            # "+++++" means too fast to measure; blank means skipped.
+            return {
+                k: (float(cols[i]) if re.fullmatch(r"[\d.]+", cols[i]) else None)
+                for k, i in BONNIE_CSV.items()
+            }
+    raise ValueError("no bonnie++ CSV line")
+
+
+def fsmark_metrics(text):
+    rows = [
+        line.split()
+        for line in text.splitlines()
+        if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+\s+\d+\s*$", line)
+    ]
+    if not rows:
+        raise ValueError("no fs_mark result row")
+    files = sum(int(r[1]) for r in rows)
+    return {
+        "files_s": sum(float(r[3]) for r in rows) / len(rows),
+        "files": files,
+        "fsyncs": files,  # -S 1: one fsync per file
+    }
+
+
+def parse_workload(d):
+    meta = {}
+    with open(os.path.join(d, "meta")) as f:
+        for line in f:
+            k, _, v = line.rstrip("\n").partition("=")
+            meta[k] = v
+    rec = {
+        "name": meta.get("name", os.path.basename(d)),
+        "label": meta.get("label", ""),
+        "status": int(meta.get("status", -1)),
+        "seconds": float(meta.get("seconds", 0)),
+        "meta": meta,
+        "metrics": {},
+    }
+    out = open(os.path.join(d, "out"), errors="replace").read()
+    name = rec["name"]
+    try:
+        if os.path.exists(os.path.join(d, "out.json")):
+            rec["metrics"] = fio_metrics(os.path.join(d, "out.json"))
+        elif name.startswith("dbench"):
+            rec["metrics"] = dbench_metrics(out)
+        elif name.startswith("bonnie"):
+            rec["metrics"] = bonnie_metrics(out)
+        elif name.startswith("fsmark"):
+            rec["metrics"] = fsmark_metrics(out)
+    except (ValueError, KeyError, json.JSONDecodeError) as e:
+        rec["error"] = f"cannot parse output: {e}"
+    sb, sa = os.path.join(d, "stat-before"), os.path.join(d, "stat-after")
+    if os.path.exists(sb) and os.path.exists(sa):
+        rec["devices"] = device_deltas(parse_stat_file(sb), parse_stat_file(sa))
+        fsyncs = rec["metrics"].get("fsyncs")
+        if fsyncs:
+            rec["per_fsync"] = {
+                dev: {k: round(dd[k] / fsyncs, 2) for k in ("bytes_written", "flushes")}
+                for dev, dd in rec["devices"].items()
+            }
+    return rec
+
+
+def parse_dir(root):
+    """All workload records under a results directory, in run order."""
+    recs = []
+    for name in os.listdir(root):
+        d = os.path.join(root, name)
+        if os.path.isfile(os.path.join(d, "meta")):
+            recs.append(parse_workload(d))
+    return sorted(recs, key=lambda r: (float(r["meta"].get("started", 0)), r["name"]))
+
+
+def headline(rec):
+    """The figure a workload is compared by, as (value, unit)."""
+    m = rec["metrics"]
+    for key, unit in (
+        ("write_mib_s", "MiB/s"),
+        ("mb_s", "MB/s"),
+        ("files_s", "files/s"),
+        ("put_block_kib_s", "KiB/s"),
+    ):
+        if m.get(key) is not None:
+            return m[key], unit
+    return None, ""
+
+
+def table(recs):
+    """A plain-text table: one row per workload and device."""
+    lines = [
+        f"{'label':<20} {'workload':<24} {'result':>14} {'fsyncs':>7} {'fsync ms':>8}  "
+        f"{'device':<12} {'KiB/fsync':>9} {'flush/fsync':>11}"
+    ]
+    for r in recs:
+        v, unit = headline(r)
+        m = r["metrics"]
+        res = "FAILED" if r["status"] else ("-" if v is None else f"{v:.2f} {unit}")
+        lat = f"{m['fsync_lat_mean_us'] / 1000:.2f}" if "fsync_lat_mean_us" in m else "-"
+        left = f"{r['label']:<20} {r['name']:<24} {res:>14} {m.get('fsyncs', '-'):>7} {lat:>8}"
+        devs = r.get("per_fsync") or {k: None for k in r.get("devices", {})} or {"-": None}
+        for dev, pf in devs.items():
+            kib = f"{pf['bytes_written'] / 1024:.1f}" if pf else "-"
+            fl = f"{pf['flushes']:.2f}" if pf else "-"
+            lines.append(f"{left}  {dev:<12} {kib:>9} {fl:>11}")
+            left = " " * len(left)
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--json", help="write all records to this file")
+    a = ap.parse_args()
+    recs = [r for d in a.dirs for r in parse_dir(d)]
+    print(table(recs))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(recs, f, indent=1)
+    return 1 if any(r["status"] or "error" in r for r in recs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
