@@ -12,7 +12,8 @@
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
-//! | `bench=dev` | run the device benchmark on the disk (`disk=`), print results, power off | off |
+//! | `bench=dev` | run the device benchmark on the `disk=` device (all disks without `disk=`), print results, power off | off |
+//! | `benchtime=SECS` | seconds per benchmark workload | `10` |
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
 //! | `poweroff` | power off once boot is complete (for probes) | off |
 //!
@@ -66,6 +67,9 @@ pub enum Crash {
     Panic,
 }
 
+/// Default seconds per benchmark workload.
+pub const DEFAULT_BENCH_SECONDS: u32 = 10;
+
 /// A benchmark to run instead of serving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bench {
@@ -94,6 +98,8 @@ pub struct Config {
     pub nvme_poll: bool,
     /// Run a benchmark and power off.
     pub bench: Option<Bench>,
+    /// Seconds per benchmark workload.
+    pub bench_seconds: u32,
     /// Crash deliberately after boot.
     pub crash: Option<Crash>,
     /// Power off once boot is complete.
@@ -112,6 +118,7 @@ impl Default for Config {
             selftest_block: false,
             nvme_poll: false,
             bench: None,
+            bench_seconds: DEFAULT_BENCH_SECONDS,
             crash: None,
             poweroff: false,
         }
@@ -209,6 +216,13 @@ impl Config {
                     "irq" => false,
                     _ => return Err(Some("expected irq or poll")),
                 }
+            }
+            "benchtime" => {
+                self.bench_seconds = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|s| (1..=3600).contains(s))
+                    .ok_or(Some("expected 1-3600 seconds"))?
             }
             "bench" => {
                 self.bench = match need(value)? {
@@ -320,6 +334,9 @@ impl fmt::Display for Config {
         if self.bench == Some(Bench::Device) {
             f.write_str(" bench=dev")?;
         }
+        if self.bench_seconds != DEFAULT_BENCH_SECONDS {
+            write!(f, " benchtime={}", self.bench_seconds)?;
+        }
         if self.poweroff {
             f.write_str(" poweroff")?;
         }
@@ -425,19 +442,19 @@ mod tests {
 
     #[test]
     fn block_options() {
-        let (c, ignored) = parse("selftest=block nvme=poll bench=dev disk=virtio0");
+        let (c, ignored) = parse("selftest=block nvme=poll bench=dev disk=virtio0 benchtime=3");
         assert!(ignored.is_empty(), "{ignored:?}");
         assert!(c.selftest_block && !c.selftest && c.nvme_poll);
-        assert_eq!(c.bench, Some(Bench::Device));
+        assert_eq!((c.bench, c.bench_seconds), (Some(Bench::Device), 3));
         assert_eq!(
             c.to_string(),
-            "log=info ip=dhcp gw=none port=564 disk=virtio0 nvme=poll selftest=block bench=dev"
+            "log=info ip=dhcp gw=none port=564 disk=virtio0 nvme=poll selftest=block bench=dev benchtime=3"
         );
         assert_eq!(parse(&c.to_string()).0, c);
         assert!(!parse("nvme=poll nvme=irq").0.nvme_poll);
-        let (c, ignored) = parse("selftest=disk nvme=spin bench= bench=fs");
+        let (c, ignored) = parse("selftest=disk nvme=spin bench= bench=fs benchtime=0");
         assert_eq!(c, Config::default());
-        assert_eq!(ignored.len(), 4, "{ignored:?}");
+        assert_eq!(ignored.len(), 5, "{ignored:?}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
 use crate::mm::setup::MemorySummary;
 use crate::platform::{self, PlatformInfo};
-use crate::{clock, crash, irq, klog, mm, pci, selftest, task};
+use crate::{bench, clock, crash, irq, klog, mm, pci, selftest, task};
 
 const MIB: u64 = 1 << 20;
 
@@ -142,6 +142,9 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     }
     if config.selftest_block {
         return selftest::run_block().await;
+    }
+    if config.bench == Some(crate::config::Bench::Device) {
+        return bench::device(&config).await;
     }
     if config.poweroff {
         return ExitCode::Success;

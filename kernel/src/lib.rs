@@ -30,6 +30,8 @@ pub mod hal;
 #[cfg(target_os = "none")]
 pub mod apic;
 #[cfg(target_os = "none")]
+mod bench;
+#[cfg(target_os = "none")]
 pub mod clock;
 #[cfg(target_os = "none")]
 mod crash;
