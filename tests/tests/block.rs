@@ -85,3 +85,49 @@ fn nvme_transfers_up_to_a_4_mib_mdts_use_chained_prp_lists() {
     }
     boot.expect_line("selftest: 20 passed, 0 failed, 0 skipped");
 }
+
+/// `bench=dev disk=virtio0` opens just that device (through the disk selection) and
+/// reports every workload in the machine-readable form `make bench-dev` reads. Only the
+/// form is checked here, never the figures: timing stays out of pass/fail tests.
+#[test]
+fn the_device_benchmark_runs_on_the_selected_disk() {
+    let boot = Qemu::appliance()
+        .nvme("nf-bench")
+        .virtio_blk()
+        .append("bench=dev benchtime=1 disk=virtio0")
+        .run();
+    boot.expect_exit(ExitCode::Success);
+    let results: Vec<&str> = boot
+        .serial
+        .lines()
+        .filter_map(|l| l.split("bench-result: ").nth(1))
+        .collect();
+    let workloads = [
+        "randwrite-4k-qd1",
+        "randwrite-4k-qd32",
+        "write-128k",
+        "write-flush-4k",
+    ];
+    if results.len() != workloads.len() {
+        boot.fail(&format!(
+            "expected {} results, got {results:?}",
+            workloads.len()
+        ));
+    }
+    for (r, w) in results.iter().zip(workloads) {
+        let ops: u64 = r
+            .split("\"ops\":")
+            .nth(1)
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if !r.starts_with(&format!("{{\"device\":\"virtio-blk\",\"workload\":\"{w}\""))
+            || ops == 0
+            || r.contains("error")
+            || !r.ends_with('}')
+        {
+            boot.fail(&format!("bad result line for {w}: {r}"));
+        }
+    }
+    boot.expect_no_line("bench: nvme");
+}

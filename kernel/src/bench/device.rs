@@ -23,7 +23,7 @@ use core::time::Duration;
 use fs::block::{BlockDevice, WriteFlags};
 
 use crate::config::Config;
-use crate::drivers::disk::{open, open_at, Disk, DiskOptions};
+use crate::drivers::disk::{open, open_at, Disk, DiskOptions, IoCounters};
 use crate::drivers::select::DiskKind;
 use crate::drivers::CompletionMode;
 use crate::exit::ExitCode;
@@ -96,8 +96,13 @@ struct Outcome {
     /// Sum of flush latencies and how many.
     flush_ns: u64,
     flushes: u64,
+    /// The slowest write and flush.
+    write_max_ns: u64,
+    flush_max_ns: u64,
     /// The first error, if any.
     error: Option<String>,
+    /// Device interaction during the workload.
+    counters: IoCounters,
 }
 
 fn name(kind: DiskKind) -> &'static str {
@@ -118,17 +123,28 @@ async fn bench_disk(disk: Rc<Disk>, runtime: Duration) {
         span >> 20,
         runtime.as_secs()
     );
+    if let Some(ns) = disk.time_register_reads(10_000) {
+        log::info!("bench: {device}: one register read (an MMIO exit) takes {ns} ns");
+    }
     for workload in [
         "randwrite-4k-qd1",
         "randwrite-4k-qd32",
         "write-128k",
         "write-flush-4k",
     ] {
-        let outcome = match workload {
+        let before = disk.io_counters();
+        let mut outcome = match workload {
             "randwrite-4k-qd1" => random_writes(&disk, span, 1, runtime).await,
             "randwrite-4k-qd32" => random_writes(&disk, span, DEPTH, runtime).await,
             "write-128k" => sequential(&disk, span, 128 << 10, false, runtime).await,
             _ => sequential(&disk, span, 4096, true, runtime).await,
+        };
+        let after = disk.io_counters();
+        outcome.counters = IoCounters {
+            requests: after.requests - before.requests,
+            doorbell_writes: after.doorbell_writes - before.doorbell_writes,
+            interrupts: after.interrupts - before.interrupts,
+            reaps: after.reaps - before.reaps,
         };
         report(device, workload, &outcome);
     }
@@ -144,20 +160,28 @@ fn report(device: &str, workload: &str, o: &Outcome) {
             ns as f64 / n as f64 / 1000.0
         }
     };
+    let c = &o.counters;
+    let per_request = |n: u64| n as f64 / c.requests.max(1) as f64;
     let error = match &o.error {
         Some(e) => format!(",\"error\":\"{e}\""),
         None => String::new(),
     };
     // One line per workload, for tests/bench/device.py.
     log::info!(
-        "bench-result: {{\"device\":\"{device}\",\"workload\":\"{workload}\",\"ops\":{},\"seconds\":{:.3},\"iops\":{:.1},\"mib_s\":{:.2},\"write_lat_us\":{:.1},\"flush_lat_us\":{:.1},\"iteration_us\":{:.1}{error}}}",
+        "bench-result: {{\"device\":\"{device}\",\"workload\":\"{workload}\",\"ops\":{},\"seconds\":{:.3},\"iops\":{:.1},\"mib_s\":{:.2},\"write_lat_us\":{:.1},\"flush_lat_us\":{:.1},\"write_lat_max_us\":{:.1},\"flush_lat_max_us\":{:.1},\"iteration_us\":{:.1},\"requests\":{},\"doorbells_per_request\":{:.3},\"interrupts_per_request\":{:.3},\"reaps_per_request\":{:.3}{error}}}",
         o.ops,
         secs,
         o.ops as f64 / secs,
         o.bytes as f64 / secs / (1 << 20) as f64,
         per_op_us(o.write_ns, o.ops),
         per_op_us(o.flush_ns, o.flushes),
+        o.write_max_ns as f64 / 1000.0,
+        o.flush_max_ns as f64 / 1000.0,
         if o.ops == 0 { 0.0 } else { secs * 1e6 / o.ops as f64 },
+        c.requests,
+        per_request(c.doorbell_writes),
+        per_request(c.interrupts),
+        per_request(c.reaps),
     );
 }
 
@@ -223,7 +247,9 @@ async fn random_writes(disk: &Rc<Disk>, span: u64, depth: usize, runtime: Durati
                         o.error = Some(format!("{e}"));
                         break;
                     }
-                    o.write_ns += since(t);
+                    let ns = since(t);
+                    o.write_ns += ns;
+                    o.write_max_ns = o.write_max_ns.max(ns);
                     o.ops += 1;
                 }
                 o
@@ -235,6 +261,7 @@ async fn random_writes(disk: &Rc<Disk>, span: u64, depth: usize, runtime: Durati
         let o = w.await;
         total.ops += o.ops;
         total.write_ns += o.write_ns;
+        total.write_max_ns = total.write_max_ns.max(o.write_max_ns);
         total.error = total.error.or(o.error);
     }
     total.bytes = total.ops * 4096;
@@ -266,14 +293,18 @@ async fn sequential(
             o.error = Some(format!("{e}"));
             break;
         }
-        o.write_ns += since(t);
+        let ns = since(t);
+        o.write_ns += ns;
+        o.write_max_ns = o.write_max_ns.max(ns);
         if flush {
             let t = task::now();
             if let Err(e) = disk.flush().await {
                 o.error = Some(format!("flush: {e}"));
                 break;
             }
-            o.flush_ns += since(t);
+            let ns = since(t);
+            o.flush_ns += ns;
+            o.flush_max_ns = o.flush_max_ns.max(ns);
             o.flushes += 1;
         }
         o.ops += 1;

@@ -313,6 +313,15 @@ impl NvmeDisk {
         s
     }
 
+    /// Reads CSTS `n` times; nanoseconds per read (what one MMIO exit costs).
+    pub fn time_register_reads(&self, n: u32) -> u64 {
+        let start = task::now();
+        for _ in 0..n {
+            core::hint::black_box(self.inner.ctrl.regs.read32(super::regs::CSTS));
+        }
+        task::now().saturating_duration_since(start).as_nanos() as u64 / u64::from(n.max(1))
+    }
+
     /// Fault injection for self-tests: the next completion is ignored, as if the
     /// controller had lost it, so its request runs into the timeout and recovery path.
     pub fn inject_lost_completion(&self) {
