@@ -190,6 +190,13 @@ impl Controller {
     }
 }
 
+impl Drop for Controller {
+    fn drop(&mut self) {
+        // Never leave a controller running over freed queues (also on failed bring-ups).
+        self.disable_now();
+    }
+}
+
 /// Gives the admin turn back when the command is done (or its future dropped).
 struct Release<'a>(&'a RefCell<Slots<()>>, u16);
 

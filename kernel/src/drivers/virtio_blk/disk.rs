@@ -184,19 +184,36 @@ impl VirtioBlk {
         if t.device_type() != DeviceType::Block {
             return Err(VirtioBlkError::NotBlock);
         }
-        let (features, cfg, mut ring) = init_device(&pci, &mut t)?;
-        let geometry = wire::geometry(features, &cfg).map_err(VirtioBlkError::Config)?;
-        let (mut msix, mut irq, mut event) = (None, None, None);
-        if options.mode == CompletionMode::Interrupt {
-            let table = pci.msix().map_err(|_| VirtioBlkError::NoMsix)?;
-            let (handle, e) = irq_event().map_err(|_| VirtioBlkError::NoVector)?;
-            table.set(0, &handle);
-            virtio::route_queue_msix(&pci, 0, 0).map_err(VirtioBlkError::Route)?;
-            table.enable();
-            (msix, irq, event) = (Some(table), Some(handle), Some(e));
-        } else {
-            ring.set_interrupts(false);
-        }
+        let setup = init_device(&pci, &mut t).and_then(|(features, cfg, mut ring)| {
+            let geometry = wire::geometry(features, &cfg).map_err(VirtioBlkError::Config)?;
+            let irq = match options.mode {
+                CompletionMode::Interrupt => {
+                    let table = pci.msix().map_err(|_| VirtioBlkError::NoMsix)?;
+                    let (handle, e) = irq_event().map_err(|_| VirtioBlkError::NoVector)?;
+                    table.set(0, &handle);
+                    virtio::route_queue_msix(&pci, 0, 0).map_err(VirtioBlkError::Route)?;
+                    table.enable();
+                    Some((table, handle, e))
+                }
+                CompletionMode::Poll => {
+                    ring.set_interrupts(false);
+                    None
+                }
+            };
+            Ok((features, cfg, ring, geometry, irq))
+        });
+        let (features, cfg, ring, geometry, irq) = match setup {
+            Ok(s) => s,
+            Err(e) => {
+                // Reset: the device must not keep a queue whose memory is gone.
+                t.set_status(DeviceStatus::empty());
+                return Err(e);
+            }
+        };
+        let (msix, irq, event) = match irq {
+            Some((m, h, e)) => (Some(m), Some(h), Some(e)),
+            None => (None, None, None),
+        };
         t.finish_init();
         let inner = Rc::new(Inner {
             pci,
