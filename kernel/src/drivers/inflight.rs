@@ -27,6 +27,7 @@ use core::cell::RefCell;
 use core::future::{poll_fn, Future};
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
+use core::time::Duration;
 
 use crate::time::Instant;
 
@@ -342,10 +343,21 @@ pub trait SlotQueue {
     /// The current time.
     fn now(&self) -> Instant;
 
-    /// Called while a dropped request spins for its completion, waiting since `since`.
-    /// The driver decides when the device has taken too long, and then stops it (a reset
-    /// ends all DMA) and completes every slot it owns with an error.
-    fn stuck(&self, since: Instant);
+    /// How long a dropped request waits for the device before giving up on it.
+    fn drop_wait_limit(&self) -> Duration;
+
+    /// Stops the device (a reset, which ends all its DMA) and completes every slot it
+    /// owns with an error.
+    fn stop_device(&self);
+
+    /// Called while a dropped request spins for its completion, waiting since `since`:
+    /// past the limit, stops the device.
+    fn stuck(&self, since: Instant) {
+        if self.now().saturating_duration_since(since) > self.drop_wait_limit() {
+            log::error!("a dropped request is stuck in the device; stopping the device");
+            self.stop_device();
+        }
+    }
 }
 
 /// One request's hold on a slot, from acquisition to completion.
@@ -639,13 +651,14 @@ mod tests {
             self.clock.set(self.clock.get() + 1000);
             Instant::from_nanos(self.clock.get())
         }
-        fn stuck(&self, since: Instant) {
-            if self.now().saturating_duration_since(since).as_millis() > 1 {
-                self.stopped.set(true);
-                let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
-                for s in busy {
-                    self.slots.borrow_mut().complete(s, 0);
-                }
+        fn drop_wait_limit(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+        fn stop_device(&self) {
+            self.stopped.set(true);
+            let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
+            for s in busy {
+                self.slots.borrow_mut().complete(s, 0);
             }
         }
     }

@@ -405,12 +405,12 @@ impl SlotQueue for Inner {
         task::now()
     }
 
-    fn stuck(&self, since: Instant) {
-        let limit = self.options.timeout + self.abort_grace();
-        if task::now().saturating_duration_since(since) > limit {
-            log::error!("nvme: a dropped request's command is stuck; resetting the controller");
-            self.stop_device();
-        }
+    fn drop_wait_limit(&self) -> Duration {
+        self.options.timeout + self.abort_grace()
+    }
+
+    fn stop_device(&self) {
+        Inner::stop_device(self);
     }
 }
 

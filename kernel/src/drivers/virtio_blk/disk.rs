@@ -358,11 +358,12 @@ impl SlotQueue for Inner {
         task::now()
     }
 
-    fn stuck(&self, since: Instant) {
-        if task::now().saturating_duration_since(since) > self.options.timeout + STUCK_GRACE {
-            log::error!("virtio-blk: a dropped request is stuck in the device; resetting it");
-            self.stop_device();
-        }
+    fn drop_wait_limit(&self) -> Duration {
+        self.options.timeout + STUCK_GRACE
+    }
+
+    fn stop_device(&self) {
+        Inner::stop_device(self);
     }
 }
 
