@@ -512,8 +512,10 @@ async fn recovery(disk: &Disk, seed: u64) -> Verdict {
         r == Err(IoError::Timeout),
         "a request whose completion was lost gave {r:?} after {took:?}"
     );
+    // Never before its deadline; the upper bound only catches a recovery that never
+    // ends before the harness's own timeout does (it is not a performance check).
     ensure!(
-        took >= RECOVERY_TIMEOUT && took < Duration::from_secs(10),
+        took >= RECOVERY_TIMEOUT && took < Duration::from_secs(60),
         "the lost request failed after {took:?} (timeout {RECOVERY_TIMEOUT:?})"
     );
     let mut back = vec![0u8; 8 * bs];
