@@ -114,3 +114,9 @@ bench-peers: guest
 ## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
 bench-devices: guest
 	tests/guest/devbench
+
+## bench-dev: device benchmark, the appliance's drivers vs Linux's (fio) on the same emulated
+## NVMe and virtio-blk disks; writes build/bench/device.json (BENCH_ARGS=--help)
+.PHONY: bench-dev
+bench-dev: image guest
+	tests/bench/device.py $(BENCH_ARGS)

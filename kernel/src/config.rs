@@ -11,6 +11,10 @@
 //! | `fs=disk\|memory` | what 9P serves: the filesystem on the disk, or an empty in-memory one (development only: nothing is stored) | `disk` |
 //! | `disk=nvme0\|virtio0\|BB:DD.F` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex) | the first one found |
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
+//! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
+//! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
+//! | `bench=dev` | run the device benchmark on the `disk=` device (all disks without `disk=`), print results, power off | off |
+//! | `benchtime=SECS` | seconds per benchmark workload | `10` |
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
 //! | `poweroff` | power off once boot is complete (for probes) | off |
 //!
@@ -74,6 +78,16 @@ pub enum Crash {
     Panic,
 }
 
+/// Default seconds per benchmark workload.
+pub const DEFAULT_BENCH_SECONDS: u32 = 10;
+
+/// A benchmark to run instead of serving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bench {
+    /// Raw block-device workloads on the disk (`bench=dev`).
+    Device,
+}
+
 /// The effective configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -91,6 +105,14 @@ pub struct Config {
     pub disk: Option<DiskSelector>,
     /// Run the self-checks and power off.
     pub selftest: bool,
+    /// Run the block-device self-checks and power off.
+    pub selftest_block: bool,
+    /// Poll for NVMe completions instead of taking interrupts.
+    pub nvme_poll: bool,
+    /// Run a benchmark and power off.
+    pub bench: Option<Bench>,
+    /// Seconds per benchmark workload.
+    pub bench_seconds: u32,
     /// Crash deliberately after boot.
     pub crash: Option<Crash>,
     /// Power off once boot is complete.
@@ -107,6 +129,10 @@ impl Default for Config {
             fs: FsSource::Disk,
             disk: None,
             selftest: false,
+            selftest_block: false,
+            nvme_poll: false,
+            bench: None,
+            bench_seconds: DEFAULT_BENCH_SECONDS,
             crash: None,
             poweroff: false,
         }
@@ -200,6 +226,30 @@ impl Config {
                     "panic" => Crash::Panic,
                     _ => return Err(Some("expected pagefault, stackoverflow or panic")),
                 })
+            }
+            "selftest" if value.is_some() => match value {
+                Some("block") => self.selftest_block = true,
+                _ => return Err(Some("expected selftest (kernel checks) or selftest=block")),
+            },
+            "nvme" => {
+                self.nvme_poll = match need(value)? {
+                    "poll" => true,
+                    "irq" => false,
+                    _ => return Err(Some("expected irq or poll")),
+                }
+            }
+            "benchtime" => {
+                self.bench_seconds = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|s| (1..=3600).contains(s))
+                    .ok_or(Some("expected 1-3600 seconds"))?
+            }
+            "bench" => {
+                self.bench = match need(value)? {
+                    "dev" => Some(Bench::Device),
+                    _ => return Err(Some("expected dev")),
+                }
             }
             "selftest" | "poweroff" => {
                 if value.is_some() {
@@ -296,8 +346,20 @@ impl fmt::Display for Config {
         if self.fs == FsSource::Memory {
             f.write_str(" fs=memory")?;
         }
+        if self.nvme_poll {
+            f.write_str(" nvme=poll")?;
+        }
         if self.selftest {
             f.write_str(" selftest")?;
+        }
+        if self.selftest_block {
+            f.write_str(" selftest=block")?;
+        }
+        if self.bench == Some(Bench::Device) {
+            f.write_str(" bench=dev")?;
+        }
+        if self.bench_seconds != DEFAULT_BENCH_SECONDS {
+            write!(f, " benchtime={}", self.bench_seconds)?;
         }
         if self.poweroff {
             f.write_str(" poweroff")?;
@@ -401,6 +463,23 @@ mod tests {
         assert_eq!(c.port, 2000);
         assert_eq!(c.log, LevelFilter::Warn);
         assert_eq!(ignored.len(), 2);
+    }
+
+    #[test]
+    fn block_options() {
+        let (c, ignored) = parse("selftest=block nvme=poll bench=dev disk=virtio0 benchtime=3");
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert!(c.selftest_block && !c.selftest && c.nvme_poll);
+        assert_eq!((c.bench, c.bench_seconds), (Some(Bench::Device), 3));
+        assert_eq!(
+            c.to_string(),
+            "log=info ip=dhcp gw=none port=564 disk=virtio0 nvme=poll selftest=block bench=dev benchtime=3"
+        );
+        assert_eq!(parse(&c.to_string()).0, c);
+        assert!(!parse("nvme=poll nvme=irq").0.nvme_poll);
+        let (c, ignored) = parse("selftest=disk nvme=spin bench= bench=fs benchtime=0");
+        assert_eq!(c, Config::default());
+        assert_eq!(ignored.len(), 5, "{ignored:?}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
 use crate::mm::setup::MemorySummary;
 use crate::platform::{self, PlatformInfo};
-use crate::{clock, crash, irq, klog, mm, net, pci, selftest, task};
+use crate::{bench, clock, crash, irq, klog, mm, net, pci, selftest, task};
 
 const MIB: u64 = 1 << 20;
 
@@ -141,6 +141,12 @@ fn init_interrupts(platform: &PlatformInfo) {
 async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     if config.selftest {
         return selftest::run(&mem).await;
+    }
+    if config.selftest_block {
+        return selftest::run_block().await;
+    }
+    if config.bench == Some(crate::config::Bench::Device) {
+        return bench::device(&config).await;
     }
     if config.poweroff {
         return ExitCode::Success;

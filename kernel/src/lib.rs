@@ -16,6 +16,7 @@
 extern crate alloc;
 
 pub mod config;
+pub mod drivers;
 pub mod exec;
 pub mod exit;
 pub mod mm;
@@ -30,6 +31,8 @@ pub mod hal;
 
 #[cfg(target_os = "none")]
 pub mod apic;
+#[cfg(target_os = "none")]
+mod bench;
 #[cfg(target_os = "none")]
 pub mod clock;
 #[cfg(target_os = "none")]

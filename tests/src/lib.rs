@@ -158,11 +158,16 @@ impl Qemu {
     }
 
     /// An NVMe controller (1b36:0010) with a 64 MiB scratch disk and this serial number.
-    pub fn nvme(mut self, serial: &str) -> Self {
+    pub fn nvme(self, serial: &str) -> Self {
+        self.nvme_with(serial, "")
+    }
+
+    /// Like [`Qemu::nvme`], with extra device properties (e.g. `",mdts=10"`).
+    pub fn nvme_with(mut self, serial: &str, properties: &str) -> Self {
         let drive = self.scratch_drive();
         self.args.extend([
             "-device".into(),
-            format!("nvme,drive={drive},serial={serial}"),
+            format!("nvme,drive={drive},serial={serial}{properties}"),
         ]);
         self
     }

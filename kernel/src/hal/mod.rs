@@ -14,9 +14,9 @@
 //!   [`dma`]: DMA-able buffers.
 //! - [`acpi`]: the identity-mapping handler the `acpi` crate needs.
 //! - [`cpu_local`]: per-CPU values for task context.
-//! - [`virtio`]: the `virtio-drivers` crate's `Hal`; [`virtio_pci`]: its PCI transport
-//!   over our configuration access; [`virtio_net`]: ownership of a virtio-net device's
-//!   queue buffers.
+//! - [`virtio`]: what the `virtio-drivers` crate needs (its `Hal`, PCI configuration
+//!   access, MSI-X routing, and a block-request virtqueue wrapping its `unsafe` queue
+//!   API); [`virtio_net`]: ownership of a virtio-net device's queue buffers.
 
 pub mod acpi;
 pub mod console;
@@ -32,4 +32,3 @@ pub mod paging;
 pub mod trap;
 pub mod virtio;
 pub mod virtio_net;
-pub mod virtio_pci;

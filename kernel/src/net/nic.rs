@@ -19,25 +19,15 @@ use virtio_drivers::transport::pci::PciTransport;
 
 use super::stats::NicStats;
 use crate::exec::IrqEvent;
+use crate::hal::virtio;
 use crate::hal::virtio_net::{NetQueues, MAX_FRAME};
-use crate::hal::virtio_pci;
 use crate::irq::{self, IrqHandle};
-use crate::pci::caps::CAP_VENDOR;
 use crate::pci::device::{self, MsixTable, PciDevice};
 
 /// PCI ids of a modern virtio-net function.
 const VIRTIO_VENDOR: u16 = 0x1af4;
 const VIRTIO_NET_MODERN: u16 = 0x1041;
 
-/// virtio 1.0 PCI capability type of the common configuration structure.
-const VIRTIO_PCI_CAP_COMMON_CFG: u8 = 1;
-/// Registers of the common configuration structure (virtio 1.0, 4.1.4.3).
-const COMMON_MSIX_CONFIG: usize = 0x10;
-const COMMON_QUEUE_SELECT: usize = 0x16;
-const COMMON_QUEUE_MSIX_VECTOR: usize = 0x1a;
-const COMMON_CFG_LEN: usize = 0x38;
-/// "No MSI-X vector" in the virtio registers.
-const VIRTIO_NO_VECTOR: u16 = 0xffff;
 /// virtio-net queue numbers.
 const RX_QUEUE: u16 = 0;
 const TX_QUEUE: u16 = 1;
@@ -100,15 +90,9 @@ impl Nic {
 
     /// Brings up `dev`: queues, receive buffers, MSI-X (or polling).
     pub fn new(dev: PciDevice) -> Result<Nic, NicError> {
-        // virtio-drivers maps the BARs itself but leaves memory decoding and bus mastering
-        // to us.
-        for (i, bar) in dev.bars() {
-            if matches!(bar, crate::pci::Bar::Memory { .. }) {
-                let _ = dev.map_bar(i);
-            }
-        }
+        // The transport maps the BARs; bus mastering is ours to enable.
         dev.enable_bus_master();
-        let transport = virtio_pci::transport(&dev).map_err(NicError::Transport)?;
+        let transport = virtio::pci_transport(&dev).map_err(NicError::Transport)?;
         let queues = NetQueues::new(transport).map_err(NicError::Device)?;
         let event = Arc::new(IrqEvent::new());
         let (irq, interrupts) = match route_msix(&dev, &event) {
@@ -167,33 +151,21 @@ fn route_msix(
     dev: &PciDevice,
     event: &Arc<IrqEvent>,
 ) -> Result<(IrqHandle, MsixTable), &'static str> {
-    let common = dev
-        .capabilities()
-        .filter(|(id, _)| *id == CAP_VENDOR)
-        .find(|(_, off)| (dev.read32(*off) >> 24) as u8 == VIRTIO_PCI_CAP_COMMON_CFG)
-        .map(|(_, off)| {
-            let bar = (dev.read32(off + 4) & 0xff) as u8;
-            let offset = dev.read32(off + 8) as usize;
-            (bar, offset)
-        })
-        .ok_or("no virtio common configuration capability")?;
-    let regs = dev
-        .map_bar(common.0)
-        .map_err(|_| "cannot map the common configuration")?
-        .subregion(common.1, COMMON_CFG_LEN);
     let table = dev.msix().map_err(|_| "no MSI-X capability")?;
     let e = event.clone();
     let handle = irq::allocate(move || e.signal()).map_err(|_| "no free vector")?;
     table.set(0, &handle);
     table.enable();
-    regs.write16(COMMON_MSIX_CONFIG, VIRTIO_NO_VECTOR);
     for queue in [RX_QUEUE, TX_QUEUE] {
-        regs.write16(COMMON_QUEUE_SELECT, queue);
-        regs.write16(COMMON_QUEUE_MSIX_VECTOR, 0);
-        // The device answers NO_VECTOR if it could not allocate the vector.
-        if regs.read16(COMMON_QUEUE_MSIX_VECTOR) != 0 {
+        if let Err(why) = virtio::route_queue_msix(dev, queue, 0) {
             table.disable();
-            return Err("the device refused the MSI-X vector");
+            return Err(match why {
+                virtio::MsixRouteError::NoCommonConfig => {
+                    "no virtio common configuration capability"
+                }
+                virtio::MsixRouteError::Bar(_) => "cannot map the common configuration",
+                virtio::MsixRouteError::Refused => "the device refused the MSI-X vector",
+            });
         }
     }
     Ok((handle, table))

@@ -154,6 +154,12 @@ impl PciDevice {
         self.set_command(regs::CMD_BUS_MASTER, true);
     }
 
+    /// Stops the device from mastering the bus (no more DMA or MSI writes): the last
+    /// resort when a device does not respond to its own reset.
+    pub fn disable_bus_master(&self) {
+        self.set_command(regs::CMD_BUS_MASTER, false);
+    }
+
     /// `(id, offset)` of each capability.
     pub fn capabilities(&self) -> impl Iterator<Item = (u8, u16)> {
         caps::capabilities(&PortIo, self.info.addr)

@@ -1,4 +1,5 @@
-//! Boot self-checks (`selftest` on the command line).
+//! Boot self-checks (`selftest` on the command line; `selftest=block` runs the
+//! block-device checks of [`block`] instead).
 //!
 //! Each check exercises one piece of the kernel on the real (virtual) hardware and logs
 //! `selftest: NAME: ok (details)` or `selftest: NAME: FAILED: why`; checks whose device is
@@ -6,9 +7,12 @@
 //! powers off with [`ExitCode::Success`] or [`ExitCode::SelftestFailed`]. The QEMU boot
 //! tests (`tests/`) read these lines.
 
+mod block;
 mod clock;
 mod devices;
 mod memory;
+
+pub use block::run as run_block;
 
 use alloc::string::String;
 
@@ -25,23 +29,53 @@ pub enum Verdict {
     Skip(&'static str),
 }
 
-/// Runs every check; returns the exit code for the result.
+/// Counts verdicts and logs each one.
+#[derive(Debug, Default)]
+pub struct Tally {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+impl Tally {
+    /// Logs `selftest: NAME: ok (...)`, `FAILED: ...` or `skipped (...)`.
+    pub fn record(&mut self, name: &str, v: Verdict) {
+        match v {
+            Verdict::Pass(detail) => {
+                self.passed += 1;
+                log::info!("selftest: {name}: ok ({detail})");
+            }
+            Verdict::Fail(why) => {
+                self.failed += 1;
+                log::error!("selftest: {name}: FAILED: {why}");
+            }
+            Verdict::Skip(why) => {
+                self.skipped += 1;
+                log::info!("selftest: {name}: skipped ({why})");
+            }
+        }
+    }
+
+    /// Logs the summary line and returns the exit code for it.
+    pub fn finish(self) -> ExitCode {
+        let Tally {
+            passed,
+            failed,
+            skipped,
+        } = self;
+        log::info!("selftest: {passed} passed, {failed} failed, {skipped} skipped");
+        if failed == 0 {
+            ExitCode::Success
+        } else {
+            ExitCode::SelftestFailed
+        }
+    }
+}
+
+/// Runs every kernel check (`selftest`); returns the exit code for the result.
 pub async fn run(mem: &MemorySummary) -> ExitCode {
-    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    let mut record = |name: &str, v: Verdict| match v {
-        Verdict::Pass(detail) => {
-            passed += 1;
-            log::info!("selftest: {name}: ok ({detail})");
-        }
-        Verdict::Fail(why) => {
-            failed += 1;
-            log::error!("selftest: {name}: FAILED: {why}");
-        }
-        Verdict::Skip(why) => {
-            skipped += 1;
-            log::info!("selftest: {name}: skipped ({why})");
-        }
-    };
+    let mut tally = Tally::default();
+    let mut record = |name: &str, v: Verdict| tally.record(name, v);
     record("heap", memory::heap(mem));
     record("frames", memory::frames());
     record("paging", memory::paging());
@@ -51,12 +85,7 @@ pub async fn run(mem: &MemorySummary) -> ExitCode {
     record("ioapic", devices::ioapic().await);
     record("msi", devices::msi().await);
     record("msix", devices::msix().await);
-    log::info!("selftest: {passed} passed, {failed} failed, {skipped} skipped");
-    if failed == 0 {
-        ExitCode::Success
-    } else {
-        ExitCode::SelftestFailed
-    }
+    tally.finish()
 }
 
 /// `return Verdict::Fail(format!(...))` unless `cond`.

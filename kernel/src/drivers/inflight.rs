@@ -1,0 +1,742 @@
+//! In-flight request slots: the bookkeeping both block drivers share.
+//!
+//! A device queue can hold a fixed number of requests. Each request takes a *slot* (for
+//! NVMe the slot number is the command identifier; for virtio-blk it indexes the driver's
+//! per-request memory) and keeps it until the device has completed the request:
+//!
+//! ```text
+//!   Free --acquire--> Reserved --submitted--> Waiting --complete--> Done --take--> Free
+//!                        |                       |
+//!                        +--release--> Free      +--abandon--> Abandoned --complete--> Free
+//! ```
+//!
+//! - **Back-pressure.** When every slot is taken, [`Slots::poll_acquire`] queues the caller
+//!   (first come, first served) and wakes it when a slot is freed, so a burst of requests
+//!   waits asynchronously instead of failing.
+//! - **Abandoned requests.** A request whose future is dropped while the device still owns
+//!   the slot is *abandoned*: the slot stays taken until the completion arrives, so the
+//!   driver's per-slot memory (bounce buffers, PRP lists) is not reused under the device.
+//! - **Stray completions** (a slot that is not waiting) are reported, not trusted.
+//!
+//! The table knows no hardware; the drivers keep it in a `RefCell` next to their queue
+//! state and never hold the borrow across an `await`.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::cell::RefCell;
+use core::future::{poll_fn, Future};
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
+use core::time::Duration;
+
+use crate::time::Instant;
+
+/// A slot's life (see the module documentation).
+#[derive(Debug)]
+enum State<R> {
+    Free,
+    Reserved,
+    Waiting(Option<Waker>),
+    Done(R),
+    Abandoned,
+}
+
+/// What [`Slots::complete`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completed {
+    /// The waiting request was woken with its result.
+    Delivered,
+    /// The request had been abandoned; its slot is free again (release its resources).
+    Freed,
+    /// The slot was not waiting for a completion: the device reported a request we did not
+    /// submit (or completed one twice). Nothing changed.
+    Stray,
+}
+
+/// Counters, per cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotStats {
+    /// Slots handed out.
+    pub acquired: u64,
+    /// Acquisitions that had to wait for a free slot (queue full).
+    pub waited: u64,
+    /// Requests abandoned while in flight.
+    pub abandoned: u64,
+    /// Completions for slots that were not waiting.
+    pub stray: u64,
+    /// Most requests the device owned at once.
+    pub peak_in_device: usize,
+}
+
+/// A fixed set of request slots with a FIFO of callers waiting for one.
+#[derive(Debug)]
+pub struct Slots<R> {
+    states: Vec<State<R>>,
+    /// Free slots, most recently freed last (reused first: its memory is cache-warm).
+    free: Vec<u16>,
+    /// Callers waiting for a slot, oldest first, by ticket.
+    waiters: VecDeque<(u64, Waker)>,
+    next_ticket: u64,
+    /// Slots waiting or abandoned (the device owns them).
+    in_device: usize,
+    stats: SlotStats,
+}
+
+/// A place in the queue for a slot; see [`Slots::poll_acquire`].
+#[derive(Debug, Default)]
+pub struct Ticket(Option<u64>);
+
+impl<R> Slots<R> {
+    /// `count` free slots, numbered `0..count`.
+    ///
+    /// # Panics
+    /// If `count` is 0 or above 65536.
+    pub fn new(count: usize) -> Slots<R> {
+        assert!(count > 0 && count <= 1 << 16, "bad slot count {count}");
+        Slots {
+            states: (0..count).map(|_| State::Free).collect(),
+            free: (0..count as u32).rev().map(|s| s as u16).collect(),
+            waiters: VecDeque::new(),
+            next_ticket: 0,
+            in_device: 0,
+            stats: SlotStats::default(),
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Slots not free (reserved, waiting, done but not taken, or abandoned).
+    pub fn busy(&self) -> usize {
+        self.states.len() - self.free.len()
+    }
+
+    /// Slots whose request the device owns (waiting or abandoned).
+    pub fn in_device(&self) -> usize {
+        self.in_device
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SlotStats {
+        self.stats
+    }
+
+    /// Takes a free slot if one is free and nobody is queued for one.
+    pub fn try_acquire(&mut self) -> Option<u16> {
+        if !self.waiters.is_empty() {
+            return None;
+        }
+        self.take_free()
+    }
+
+    fn take_free(&mut self) -> Option<u16> {
+        let slot = self.free.pop()?;
+        debug_assert!(matches!(self.states[usize::from(slot)], State::Free));
+        self.states[usize::from(slot)] = State::Reserved;
+        self.stats.acquired += 1;
+        Some(slot)
+    }
+
+    /// Takes a slot, or queues `ticket` for one and returns `Pending` (the waker is woken
+    /// when it is this ticket's turn). Callers must pass the same ticket on every poll and
+    /// call [`Slots::cancel`] with it if they give up.
+    pub fn poll_acquire(&mut self, ticket: &mut Ticket, cx: &mut Context<'_>) -> Poll<u16> {
+        match ticket.0 {
+            None => {
+                if let Some(slot) = self.try_acquire() {
+                    return Poll::Ready(slot);
+                }
+                let t = self.next_ticket;
+                self.next_ticket += 1;
+                self.stats.waited += 1;
+                self.waiters.push_back((t, cx.waker().clone()));
+                ticket.0 = Some(t);
+                Poll::Pending
+            }
+            Some(t) => {
+                let first = self.waiters.front().map(|w| w.0) == Some(t);
+                if first {
+                    if let Some(slot) = self.take_free() {
+                        self.waiters.pop_front();
+                        ticket.0 = None;
+                        self.wake_first_if_free();
+                        return Poll::Ready(slot);
+                    }
+                }
+                if let Some(w) = self.waiters.iter_mut().find(|w| w.0 == t) {
+                    w.1.clone_from(cx.waker());
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Gives up a queued ticket (the acquiring future was dropped). If it was first in line
+    /// and a slot is free, the next caller is woken instead.
+    pub fn cancel(&mut self, ticket: &mut Ticket) {
+        if let Some(t) = ticket.0.take() {
+            self.waiters.retain(|w| w.0 != t);
+            self.wake_first_if_free();
+        }
+    }
+
+    fn wake_first_if_free(&self) {
+        if !self.free.is_empty() {
+            if let Some((_, w)) = self.waiters.front() {
+                w.wake_by_ref();
+            }
+        }
+    }
+
+    fn free_slot(&mut self, slot: u16) {
+        self.states[usize::from(slot)] = State::Free;
+        self.free.push(slot);
+        self.wake_first_if_free();
+    }
+
+    /// Returns a reserved slot whose request was never submitted.
+    ///
+    /// # Panics
+    /// If the slot is not reserved.
+    pub fn release(&mut self, slot: u16) {
+        assert!(
+            matches!(self.states[usize::from(slot)], State::Reserved),
+            "releasing slot {slot} that is not reserved"
+        );
+        self.free_slot(slot);
+    }
+
+    /// The reserved slot's request is now owned by the device.
+    ///
+    /// # Panics
+    /// If the slot is not reserved.
+    pub fn submitted(&mut self, slot: u16) {
+        let s = &mut self.states[usize::from(slot)];
+        assert!(
+            matches!(s, State::Reserved),
+            "submitting slot {slot} that is not reserved"
+        );
+        *s = State::Waiting(None);
+        self.in_device += 1;
+        self.stats.peak_in_device = self.stats.peak_in_device.max(self.in_device);
+    }
+
+    /// The device completed the request in `slot` with `result`.
+    pub fn complete(&mut self, slot: u16, result: R) -> Completed {
+        let Some(s) = self.states.get_mut(usize::from(slot)) else {
+            self.stats.stray += 1;
+            return Completed::Stray;
+        };
+        match s {
+            State::Waiting(waker) => {
+                if let Some(w) = waker.take() {
+                    w.wake();
+                }
+                *s = State::Done(result);
+                self.in_device -= 1;
+                Completed::Delivered
+            }
+            State::Abandoned => {
+                self.in_device -= 1;
+                self.free_slot(slot);
+                Completed::Freed
+            }
+            State::Free | State::Reserved | State::Done(_) => {
+                self.stats.stray += 1;
+                Completed::Stray
+            }
+        }
+    }
+
+    /// The request's result once the device has completed it; the slot is then free.
+    /// Otherwise registers the waker and returns `Pending`.
+    ///
+    /// # Panics
+    /// If the slot holds no submitted request.
+    pub fn poll_result(&mut self, slot: u16, cx: &mut Context<'_>) -> Poll<R> {
+        match self.take_result(slot) {
+            Some(r) => Poll::Ready(r),
+            None => {
+                if let State::Waiting(w) = &mut self.states[usize::from(slot)] {
+                    match w {
+                        Some(w) => w.clone_from(cx.waker()),
+                        None => *w = Some(cx.waker().clone()),
+                    }
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The result if the request has completed (freeing the slot), without waiting.
+    ///
+    /// # Panics
+    /// If the slot holds no submitted request.
+    pub fn take_result(&mut self, slot: u16) -> Option<R> {
+        let s = &mut self.states[usize::from(slot)];
+        match s {
+            State::Done(_) => {
+                let State::Done(r) = core::mem::replace(s, State::Free) else {
+                    unreachable!()
+                };
+                self.free.push(slot);
+                self.wake_first_if_free();
+                Some(r)
+            }
+            State::Waiting(_) => None,
+            _ => panic!("slot {slot} holds no submitted request"),
+        }
+    }
+
+    /// The request's future is gone. Returns true if the slot is free again (it had
+    /// completed, or was never submitted); false if the device still owns it, in which
+    /// case the slot frees itself on completion ([`Completed::Freed`]).
+    pub fn abandon(&mut self, slot: u16) -> bool {
+        let s = &mut self.states[usize::from(slot)];
+        match s {
+            State::Waiting(_) => {
+                *s = State::Abandoned;
+                self.stats.abandoned += 1;
+                false
+            }
+            State::Done(_) | State::Reserved => {
+                self.free_slot(slot);
+                true
+            }
+            State::Abandoned => false,
+            State::Free => true,
+        }
+    }
+
+    /// Whether the device owns `slot` now (waiting or abandoned).
+    pub fn is_in_device(&self, slot: u16) -> bool {
+        matches!(
+            self.states.get(usize::from(slot)),
+            Some(State::Waiting(_) | State::Abandoned)
+        )
+    }
+
+    /// Every slot the device owns, for timeout scans and for failing everything after a
+    /// reset.
+    pub fn in_device_slots(&self) -> impl Iterator<Item = u16> + '_ {
+        self.states
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, State::Waiting(_) | State::Abandoned))
+            .map(|(i, _)| i as u16)
+    }
+}
+
+/// A device queue whose requests live in [`Slots`]: what [`Request`] needs from a driver.
+pub trait SlotQueue {
+    /// What a completed request yields.
+    type Output;
+
+    /// The queue's slot table.
+    fn slots(&self) -> &RefCell<Slots<Self::Output>>;
+
+    /// Processes every completion the device has posted (completing slots).
+    fn reap(&self);
+
+    /// The current time.
+    fn now(&self) -> Instant;
+
+    /// How long a dropped request waits for the device before giving up on it.
+    fn drop_wait_limit(&self) -> Duration;
+
+    /// Stops the device (a reset, which ends all its DMA) and completes every slot it
+    /// owns with an error.
+    fn stop_device(&self);
+
+    /// Called while a dropped request spins for its completion, waiting since `since`:
+    /// past the limit, stops the device.
+    fn stuck(&self, since: Instant) {
+        if self.now().saturating_duration_since(since) > self.drop_wait_limit() {
+            log::error!("a dropped request is stuck in the device; stopping the device");
+            self.stop_device();
+        }
+    }
+}
+
+/// One request's hold on a slot, from acquisition to completion.
+///
+/// Dropping it is always safe for the memory the request lent the device:
+/// - before [`Request::submitted`], the slot is simply released;
+/// - after, if the request was submitted with `borrows_caller_memory` (zero-copy), the
+///   drop *waits*, spinning on [`SlotQueue::reap`], until the device has completed it (or
+///   the driver stopped the device), so the caller's buffer is never touched after the
+///   future is gone;
+/// - otherwise (the device only touches driver-owned memory, e.g. a bounce buffer), the
+///   slot is abandoned and frees itself when the completion arrives.
+#[derive(Debug)]
+pub struct Request<'q, Q: SlotQueue> {
+    queue: &'q Q,
+    slot: u16,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Reserved,
+    Submitted { borrows_caller_memory: bool },
+    Finished,
+}
+
+impl<'q, Q: SlotQueue> Request<'q, Q> {
+    /// Waits (first come, first served) for a free slot of `queue`.
+    pub async fn acquire(queue: &'q Q) -> Request<'q, Q> {
+        let slot = acquire(queue.slots()).await;
+        Request {
+            queue,
+            slot,
+            phase: Phase::Reserved,
+        }
+    }
+
+    /// The slot number.
+    pub fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// Marks the request as handed to the device; call before the device can see it.
+    pub fn submitted(&mut self, borrows_caller_memory: bool) {
+        assert_eq!(self.phase, Phase::Reserved, "request submitted twice");
+        self.queue.slots().borrow_mut().submitted(self.slot);
+        self.phase = Phase::Submitted {
+            borrows_caller_memory,
+        };
+    }
+
+    /// Waits for the device to complete the request.
+    pub async fn wait(&mut self) -> Q::Output {
+        assert!(
+            matches!(self.phase, Phase::Submitted { .. }),
+            "waiting for a request that was not submitted"
+        );
+        let (slots, slot) = (self.queue.slots(), self.slot);
+        let out = poll_fn(|cx| slots.borrow_mut().poll_result(slot, cx)).await;
+        self.phase = Phase::Finished;
+        out
+    }
+}
+
+impl<Q: SlotQueue> Drop for Request<'_, Q> {
+    fn drop(&mut self) {
+        let slots = self.queue.slots();
+        match self.phase {
+            Phase::Finished => {}
+            Phase::Reserved => slots.borrow_mut().release(self.slot),
+            Phase::Submitted {
+                borrows_caller_memory,
+            } => {
+                let freed = slots.borrow_mut().abandon(self.slot);
+                if freed || !borrows_caller_memory {
+                    return;
+                }
+                let since = self.queue.now();
+                loop {
+                    self.queue.reap();
+                    if !slots.borrow().is_in_device(self.slot) {
+                        break;
+                    }
+                    self.queue.stuck(since);
+                    core::hint::spin_loop();
+                }
+            }
+        }
+    }
+}
+
+/// Waits (first come, first served) for a slot of `slots`. The caller owns the slot and
+/// must release it.
+pub fn acquire<R>(slots: &RefCell<Slots<R>>) -> impl Future<Output = u16> + '_ {
+    Acquire {
+        slots,
+        ticket: Ticket::default(),
+    }
+}
+
+/// The future of [`acquire`]: gives up its place in line when dropped.
+struct Acquire<'a, R> {
+    slots: &'a RefCell<Slots<R>>,
+    ticket: Ticket,
+}
+
+impl<R> Future for Acquire<'_, R> {
+    type Output = u16;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u16> {
+        let this = self.get_mut();
+        this.slots.borrow_mut().poll_acquire(&mut this.ticket, cx)
+    }
+}
+
+impl<R> Drop for Acquire<'_, R> {
+    fn drop(&mut self) {
+        if self.ticket.0.is_some() {
+            self.slots.borrow_mut().cancel(&mut self.ticket);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::sync::Arc;
+    use alloc::task::Wake;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Default)]
+    struct Counter(AtomicUsize);
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<Counter>, Waker) {
+        let c = Arc::new(Counter::default());
+        (c.clone(), Waker::from(c))
+    }
+
+    fn woken(c: &Counter) -> usize {
+        c.0.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn acquire_submit_complete_take() {
+        let mut s: Slots<u32> = Slots::new(2);
+        let (c, w) = waker();
+        let cx = &mut Context::from_waker(&w);
+        let a = s.try_acquire().unwrap();
+        s.submitted(a);
+        assert!(s.poll_result(a, cx).is_pending());
+        assert_eq!(s.complete(a, 7), Completed::Delivered);
+        assert_eq!(woken(&c), 1);
+        assert_eq!(s.poll_result(a, cx), Poll::Ready(7));
+        assert_eq!(s.busy(), 0);
+        assert_eq!(s.complete(a, 8), Completed::Stray);
+        assert_eq!(s.stats().stray, 1);
+        assert_eq!(s.complete(99, 8), Completed::Stray);
+    }
+
+    #[test]
+    fn full_table_queues_callers_in_order() {
+        let mut s: Slots<()> = Slots::new(1);
+        let held = s.try_acquire().unwrap();
+        let (c1, w1) = waker();
+        let (c2, w2) = waker();
+        let (mut t1, mut t2) = (Ticket::default(), Ticket::default());
+        assert!(s
+            .poll_acquire(&mut t1, &mut Context::from_waker(&w1))
+            .is_pending());
+        assert!(s
+            .poll_acquire(&mut t2, &mut Context::from_waker(&w2))
+            .is_pending());
+        // A newcomer may not jump the queue.
+        assert_eq!(s.try_acquire(), None);
+        s.release(held);
+        assert_eq!((woken(&c1), woken(&c2)), (1, 0));
+        // The second in line cannot take it either.
+        assert!(s
+            .poll_acquire(&mut t2, &mut Context::from_waker(&w2))
+            .is_pending());
+        let got = s.poll_acquire(&mut t1, &mut Context::from_waker(&w1));
+        assert_eq!(got, Poll::Ready(held));
+        s.release(held);
+        assert_eq!(woken(&c2), 1);
+        assert_eq!(
+            s.poll_acquire(&mut t2, &mut Context::from_waker(&w2)),
+            Poll::Ready(held)
+        );
+        assert_eq!(s.stats().waited, 2);
+    }
+
+    #[test]
+    fn a_cancelled_first_waiter_passes_its_turn_on() {
+        let mut s: Slots<()> = Slots::new(1);
+        let held = s.try_acquire().unwrap();
+        let (c1, w1) = waker();
+        let (c2, w2) = waker();
+        let (mut t1, mut t2) = (Ticket::default(), Ticket::default());
+        let _ = s.poll_acquire(&mut t1, &mut Context::from_waker(&w1));
+        let _ = s.poll_acquire(&mut t2, &mut Context::from_waker(&w2));
+        s.release(held);
+        assert_eq!(woken(&c1), 1);
+        s.cancel(&mut t1);
+        assert_eq!(woken(&c2), 1);
+        assert!(s
+            .poll_acquire(&mut t2, &mut Context::from_waker(&w2))
+            .is_ready());
+    }
+
+    #[test]
+    fn abandoned_slots_stay_taken_until_the_device_completes() {
+        let mut s: Slots<u8> = Slots::new(1);
+        let a = s.try_acquire().unwrap();
+        s.submitted(a);
+        assert!(!s.abandon(a));
+        assert_eq!(s.try_acquire(), None, "the device still owns the slot");
+        assert_eq!(s.in_device_slots().collect::<Vec<_>>(), [a]);
+        assert_eq!(s.complete(a, 1), Completed::Freed);
+        assert_eq!(s.try_acquire(), Some(a));
+        // Abandoning a completed (not yet taken) or never-submitted request frees at once.
+        s.submitted(a);
+        s.complete(a, 2);
+        assert!(s.abandon(a));
+        let b = s.try_acquire().unwrap();
+        assert!(s.abandon(b));
+        assert_eq!(s.busy(), 0);
+        assert_eq!(s.stats().abandoned, 1);
+    }
+
+    #[test]
+    fn results_are_per_slot() {
+        let mut s: Slots<usize> = Slots::new(64);
+        let slots: Vec<u16> = (0..64).map(|_| s.try_acquire().unwrap()).collect();
+        for &x in &slots {
+            s.submitted(x);
+        }
+        assert_eq!(s.in_device(), 64);
+        assert_eq!(s.stats().peak_in_device, 64);
+        for &x in slots.iter().rev() {
+            assert_eq!(s.complete(x, usize::from(x) * 3), Completed::Delivered);
+        }
+        for &x in &slots {
+            assert_eq!(s.take_result(x), Some(usize::from(x) * 3));
+        }
+        assert_eq!(s.busy(), 0);
+    }
+
+    /// A fake device: completes requests when told to, counts reaps.
+    struct FakeQueue {
+        slots: RefCell<Slots<u32>>,
+        /// Slots the "device" will complete on the next reap.
+        ready: RefCell<Vec<u16>>,
+        reaps: core::cell::Cell<u64>,
+        stopped: core::cell::Cell<bool>,
+        clock: core::cell::Cell<u64>,
+    }
+
+    impl FakeQueue {
+        fn new(n: usize) -> FakeQueue {
+            FakeQueue {
+                slots: RefCell::new(Slots::new(n)),
+                ready: RefCell::new(Vec::new()),
+                reaps: core::cell::Cell::new(0),
+                stopped: core::cell::Cell::new(false),
+                clock: core::cell::Cell::new(0),
+            }
+        }
+    }
+
+    impl SlotQueue for FakeQueue {
+        type Output = u32;
+        fn slots(&self) -> &RefCell<Slots<u32>> {
+            &self.slots
+        }
+        fn reap(&self) {
+            self.reaps.set(self.reaps.get() + 1);
+            // The device finishes its work after a few looks.
+            if self.reaps.get().is_multiple_of(3) {
+                for s in self.ready.borrow_mut().drain(..) {
+                    self.slots.borrow_mut().complete(s, 100 + u32::from(s));
+                }
+            }
+        }
+        fn now(&self) -> Instant {
+            // Every look at the clock takes a microsecond.
+            self.clock.set(self.clock.get() + 1000);
+            Instant::from_nanos(self.clock.get())
+        }
+        fn drop_wait_limit(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+        fn stop_device(&self) {
+            self.stopped.set(true);
+            let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
+            for s in busy {
+                self.slots.borrow_mut().complete(s, 0);
+            }
+        }
+    }
+
+    fn poll_once<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
+        let (_, w) = waker();
+        f.poll(&mut Context::from_waker(&w))
+    }
+
+    #[test]
+    fn a_request_goes_through_its_phases() {
+        let q = FakeQueue::new(2);
+        let mut req = pollster::block_on(Request::acquire(&q));
+        let slot = req.slot();
+        req.submitted(true);
+        q.ready.borrow_mut().push(slot);
+        {
+            let mut wait = core::pin::pin!(req.wait());
+            assert!(poll_once(wait.as_mut()).is_pending());
+            for _ in 0..3 {
+                q.reap();
+            }
+            assert_eq!(poll_once(wait.as_mut()), Poll::Ready(100 + u32::from(slot)));
+        }
+        drop(req);
+        assert_eq!(q.slots.borrow().busy(), 0);
+    }
+
+    #[test]
+    fn dropping_a_zero_copy_request_waits_for_the_device() {
+        let q = FakeQueue::new(2);
+        let mut req = pollster::block_on(Request::acquire(&q));
+        let slot = req.slot();
+        req.submitted(true);
+        q.ready.borrow_mut().push(slot);
+        drop(req);
+        assert!(q.reaps.get() >= 3, "the drop reaped until completion");
+        assert!(!q.stopped.get());
+        assert_eq!(q.slots.borrow().busy(), 0);
+    }
+
+    #[test]
+    fn dropping_a_request_on_a_stuck_device_stops_the_device() {
+        let q = FakeQueue::new(2);
+        let mut req = pollster::block_on(Request::acquire(&q));
+        req.submitted(true);
+        drop(req); // never completes by itself
+        assert!(q.stopped.get());
+        assert_eq!(q.slots.borrow().busy(), 0);
+    }
+
+    #[test]
+    fn dropping_a_bounced_request_abandons_it() {
+        let q = FakeQueue::new(1);
+        let mut req = pollster::block_on(Request::acquire(&q));
+        let slot = req.slot();
+        req.submitted(false);
+        drop(req);
+        assert_eq!(q.reaps.get(), 0, "no waiting");
+        assert_eq!(q.slots.borrow().busy(), 1, "the device still owns the slot");
+        assert_eq!(q.slots.borrow_mut().complete(slot, 1), Completed::Freed);
+        // Unsubmitted requests just give their slot back.
+        let req = pollster::block_on(Request::acquire(&q));
+        drop(req);
+        assert_eq!(q.slots.borrow().busy(), 0);
+    }
+
+    #[test]
+    fn a_dropped_acquire_leaves_the_line() {
+        let q = FakeQueue::new(1);
+        let held = pollster::block_on(Request::acquire(&q));
+        let mut second = alloc::boxed::Box::pin(Request::acquire(&q));
+        assert!(poll_once(second.as_mut()).is_pending());
+        let mut third = core::pin::pin!(Request::acquire(&q));
+        assert!(poll_once(third.as_mut()).is_pending());
+        drop(held);
+        // `second` was first in line; it goes away without taking the slot.
+        drop(second);
+        assert!(matches!(poll_once(third.as_mut()), Poll::Ready(_)));
+    }
+}

@@ -1,0 +1,102 @@
+//! Block-device drivers: NVMe (our own) and virtio-blk (over the `virtio-drivers`
+//! crate), both implementing the filesystem's [`fs::block::BlockDevice`], and [`disk`],
+//! which picks the device named by `disk=` on the command line.
+//!
+//! Shared design (details in `docs/drivers.md`):
+//! - every request takes a slot in an [`inflight::Slots`] table (back-pressure when the
+//!   device queue is full) and holds it through an [`inflight::Request`] guard, whose drop
+//!   never leaves the device touching freed memory;
+//! - a *reaper* task per device consumes completions (woken by MSI-X, or polling while
+//!   requests are outstanding), rings the submission doorbell once for all requests
+//!   queued since it last ran, and enforces request timeouts;
+//! - caller buffers are handed to the device directly when its addressing rules allow
+//!   (the kernel identity-maps RAM, so a buffer's address is its bus address), and
+//!   bounced through driver-owned DMA memory otherwise.
+//!
+//! The wire formats and the slot table are pure and host-tested; the rest runs only on
+//! the appliance.
+
+pub mod inflight;
+pub mod nvme;
+#[cfg(target_os = "none")]
+pub mod reaper;
+pub mod select;
+pub mod virtio_blk;
+
+#[cfg(target_os = "none")]
+pub mod disk;
+
+#[cfg(target_os = "none")]
+mod glue {
+    use alloc::boxed::Box;
+    use alloc::sync::Arc;
+    use alloc::vec::Vec;
+    use core::future::{poll_fn, Future};
+    use core::pin::Pin;
+    use core::task::Poll;
+
+    use crate::exec::IrqEvent;
+    use crate::irq::{self, IrqHandle, NoFreeVector};
+
+    /// An interrupt vector whose handler signals an event a driver task awaits.
+    pub fn irq_event() -> Result<(IrqHandle, Arc<IrqEvent>), NoFreeVector> {
+        let event = Arc::new(IrqEvent::new());
+        let e = event.clone();
+        let handle = irq::allocate(move || e.signal())?;
+        Ok((handle, event))
+    }
+
+    /// Runs `futures` concurrently on the current task; their outputs in order.
+    pub async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+        let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+        let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+        poll_fn(|cx| {
+            let mut pending = false;
+            for (f, o) in futures.iter_mut().zip(out.iter_mut()) {
+                if o.is_none() {
+                    match f.as_mut().poll(cx) {
+                        Poll::Ready(v) => *o = Some(v),
+                        Poll::Pending => pending = true,
+                    }
+                }
+            }
+            if pending {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await;
+        out.into_iter()
+            .map(|o| o.expect("every future finished"))
+            .collect()
+    }
+
+    /// Lets every other ready task run once before continuing (used by polling loops).
+    pub async fn yield_now() {
+        let mut yielded = false;
+        poll_fn(|cx| {
+            if yielded {
+                Poll::Ready(())
+            } else {
+                yielded = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(target_os = "none")]
+pub use glue::{irq_event, join_all, yield_now};
+
+/// How a driver learns that the device completed requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionMode {
+    /// MSI-X interrupts wake the reaper.
+    Interrupt,
+    /// The reaper polls the completion queue while requests are outstanding (the CPU
+    /// spins; lowest latency under emulation, where interrupt delivery is slow).
+    Poll,
+}
