@@ -11,7 +11,12 @@ use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 fn fresh(blocks: u64) -> NineFs<MemDisk> {
     let disk = MemDisk::new(4096, blocks);
     pollster::block_on(format(&disk, &FormatOptions::default())).unwrap();
-    pollster::block_on(NineFs::mount(disk, MountOptions::default(), Box::new(ManualClock::default()))).unwrap()
+    pollster::block_on(NineFs::mount(
+        disk,
+        MountOptions::default(),
+        Box::new(ManualClock::default()),
+    ))
+    .unwrap()
 }
 
 #[test]
@@ -44,15 +49,24 @@ fn measure() {
             fs.read(f.ino, i << 20, &mut buf).await.unwrap();
         }
     });
-    println!("sequential read 256 MiB (1 MiB reads, checksums verified): {:?}", t.elapsed());
+    println!(
+        "sequential read 256 MiB (1 MiB reads, checksums verified): {:?}",
+        t.elapsed()
+    );
 
     let fs = fresh(64 * 1024);
     let t = Instant::now();
     pollster::block_on(async {
         for d in 0..10u32 {
-            let dir = fs.mkdir(ROOT_INO, format!("d{d}").as_bytes(), 0o755, owner).await.unwrap();
+            let dir = fs
+                .mkdir(ROOT_INO, format!("d{d}").as_bytes(), 0o755, owner)
+                .await
+                .unwrap();
             for i in 0..2000u32 {
-                let f = fs.create(dir.ino, format!("file-{i}").as_bytes(), 0o644, owner).await.unwrap();
+                let f = fs
+                    .create(dir.ino, format!("file-{i}").as_bytes(), 0o644, owner)
+                    .await
+                    .unwrap();
                 fs.write(f.ino, 0, &[1u8; 100]).await.unwrap();
             }
         }
