@@ -366,6 +366,8 @@ impl Core {
         for (dir, hash, child) in tx.removals {
             let st = self.inodes.entry(dir).or_default();
             st.log.removed.push(hash, child, cur, committed);
+            let st = self.inodes.entry(child).or_default();
+            st.log.lost.push(hash, dir, cur, committed);
         }
         self.changed = true;
         self.stats.commits += 1;

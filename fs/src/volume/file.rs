@@ -775,7 +775,19 @@ impl<D: BlockDevice> NineFs<D> {
                     }
                     c.commit(tx)?;
                     if last {
-                        c.inodes.remove(&ino);
+                        // A removed directory's list of removed names stays until the
+                        // checkpoint: a log record removing the directory must account
+                        // for the entries it had in the checkpoint.
+                        let committed = c.committed_seq;
+                        let keep = c.inodes.get(&ino).is_some_and(|s| {
+                            s.log
+                                .removed
+                                .since(committed)
+                                .is_none_or(|mut r| r.next().is_some())
+                        });
+                        if !keep {
+                            c.inodes.remove(&ino);
+                        }
                     }
                     Ok(last)
                 })

@@ -27,7 +27,7 @@ use spin::Mutex;
 
 use super::track::{Changes, View};
 use super::LogState;
-use crate::format::items::{decode_inode_refs, DirIndexRec, InodeItem};
+use crate::format::items::{decode_dir_entries, decode_inode_refs, DirIndexRec, InodeItem};
 use crate::format::key::kind;
 use crate::format::log::{put_name, rec, RecordWriter};
 use crate::format::{Key, TreeId};
@@ -462,34 +462,65 @@ impl Core {
                 b.work.push((y, Why::Conflict));
             }
         }
+        // Names it lost: replay removes them, so whoever holds such a name now (a rename
+        // over it) must have its names logged too, or the rename shows half done.
+        let lost: Vec<(u64, Ino)> = match self.inodes.get(&ino) {
+            None => Vec::new(),
+            Some(st) => match st.log.lost.since(b.committed) {
+                None => return Ok(Some(Built::Fallback(Fallback::RemovedOverflow))),
+                Some(it) => it.collect(),
+            },
+        };
+        for (hash, dir) in lost {
+            let key = Key::new(dir, kind::DIR_ENTRY, hash);
+            if let Some(v) = self.trees.get(TreeId::Fs, &key)? {
+                let list =
+                    decode_dir_entries(&v).ok_or(Stop::Corrupt("undecodable directory entry"))?;
+                for e in list.into_iter().filter(|e| e.ino != ino) {
+                    b.work.push((e.ino, Why::Conflict));
+                }
+            }
+        }
         Ok(None)
     }
 
     /// Inodes removed from `dir` since the checkpoint (with name hash `only.0`, other
     /// than `only.1`, if given) that still have names: replay drops their old entries,
-    /// so their names must be logged. `None` if `dir` lost too many names to know.
+    /// so their names must be logged. A removed directory that is gone had entries in
+    /// the checkpoint that replay drops with it; its removed inodes count too. `None` if
+    /// a directory lost too many names to know.
     fn conflicts(
         &mut self,
         b: &Build<'_>,
         dir: Ino,
         only: Option<(u64, Ino)>,
     ) -> Step<Option<Vec<Ino>>> {
-        let removed: Vec<(u64, Ino)> = match self.inodes.get(&dir) {
-            None => Vec::new(),
-            Some(st) => match st.log.removed.since(b.committed) {
-                None => return Ok(None),
-                Some(it) => it.collect(),
-            },
-        };
         let mut out = Vec::new();
-        for (hash, y) in removed {
-            if only.is_some_and(|(h, x)| h != hash || x == y) {
+        let mut dirs = vec![(dir, only)];
+        let mut visited = Vec::new();
+        while let Some((d, only)) = dirs.pop() {
+            if visited.contains(&d) || visited.len() > MAX_INODES {
                 continue;
             }
-            match self.inode(y) {
-                Ok(i) if i.nlink > 0 => out.push(y),
-                Ok(_) | Err(Stop::Errno(Errno::ENOENT)) => {}
-                Err(e) => return Err(e),
+            visited.push(d);
+            let removed: Vec<(u64, Ino)> = match self.inodes.get(&d) {
+                None => Vec::new(),
+                Some(st) => match st.log.removed.since(b.committed) {
+                    None => return Ok(None),
+                    Some(it) => it.collect(),
+                },
+            };
+            for (hash, y) in removed {
+                if only.is_some_and(|(h, x)| h != hash || x == y) {
+                    continue;
+                }
+                match self.inode(y) {
+                    Ok(i) if i.nlink > 0 => out.push(y),
+                    Ok(_) => {}
+                    // Gone: if it was a directory, what it held goes with it.
+                    Err(Stop::Errno(Errno::ENOENT)) => dirs.push((y, None)),
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(Some(out))
@@ -560,9 +591,9 @@ impl Core {
         for (_, e) in &entries {
             b.work.push((e.ino, Why::Child));
         }
-        let linked = self
-            .conflicts(b, dir, None)?
-            .ok_or(Stop::Corrupt("removed names vanished"))?;
+        let Some(linked) = self.conflicts(b, dir, None)? else {
+            return Ok(Some(Built::Fallback(Fallback::RemovedOverflow)));
+        };
         for y in linked {
             b.work.push((y, Why::Conflict));
         }

@@ -316,8 +316,12 @@ impl<D: BlockDevice> NineFs<D> {
                 self.run(|c| c.replay_refs(disk, len, d, sums)).await?;
             }
         }
-        for &ino in &r.touched {
-            self.run(|c| c.replay_fixup(ino)).await?;
+        let mut work: Vec<Ino> = r.touched.iter().copied().collect();
+        let mut done = BTreeSet::new();
+        while let Some(ino) = work.pop() {
+            if done.insert(ino) {
+                work.extend(self.run(|c| c.replay_fixup(ino)).await?);
+            }
         }
         Ok(())
     }
@@ -632,14 +636,17 @@ impl Core {
 
     /// Recomputes what replay may have left inconsistent about `ino`: a file's link
     /// count (an orphan item if it has no names left), a directory's link count, size
-    /// and index counter.
-    fn replay_fixup(&mut self, ino: Ino) -> Step<()> {
+    /// and index counter. A directory left without a name (removed by the log) loses
+    /// its remaining entries and becomes an orphan; returns the inodes that lost those
+    /// names (to fix up in turn).
+    fn replay_fixup(&mut self, ino: Ino) -> Step<Vec<Ino>> {
         let mut tx = Txn::new();
         let mut item = match tx.inode(self, ino) {
             Ok(i) => i,
-            Err(Stop::Errno(Errno::ENOENT)) => return Ok(()),
+            Err(Stop::Errno(Errno::ENOENT)) => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
+        let mut detached = Vec::new();
         let before = item;
         let names: u32 = tx
             .range(
@@ -659,16 +666,27 @@ impl Core {
                 Key::new(ino, kind::DIR_INDEX, u64::MAX),
             )?;
             let mut subdirs = 0;
+            let nameless = names == 0 && ino != ROOT_INO;
             for (k, v) in &entries {
                 let e =
                     DirIndexRec::decode(v).ok_or(Stop::Corrupt("undecodable directory index"))?;
                 subdirs += u32::from(e.file_type == FileType::Directory);
                 item.next_seq = item.next_seq.max(k.offset + 1);
+                if nameless {
+                    let hash = self.name_hash(&e.name);
+                    detached.extend(self.unbind(&mut tx, ino, hash, Some(&e.name), Some(e.ino))?);
+                }
             }
-            item.size = entries.len() as u64;
-            if names == 0 && ino != ROOT_INO {
-                log::error!("log replay: directory {ino} has no name");
+            if nameless {
+                // Removed (rmdir) as the log says: an orphan, freed after mount.
+                item.size = 0;
+                item.nlink = 0;
+                let orphan = Key::new(0, kind::ORPHAN, ino);
+                if tx.get(self, TreeId::Fs, &orphan)?.is_none() {
+                    tx.put(TreeId::Fs, orphan, Vec::new());
+                }
             } else {
+                item.size = entries.len() as u64;
                 item.nlink = 2 + subdirs;
             }
         } else {
@@ -687,6 +705,6 @@ impl Core {
         if !tx.is_empty() {
             self.commit(tx)?;
         }
-        Ok(())
+        Ok(detached)
     }
 }

@@ -136,9 +136,10 @@ impl<T: Marks> Tracked<T> {
     }
 }
 
-/// Names removed from a directory since the committed checkpoint: `(name hash, inode,
-/// interval)`. Replay must not let a base entry that was removed hide a new one, and a
-/// directory fsync must remove them; both need to know what was there.
+/// Names removed since the committed checkpoint: `(name hash, inode, interval)` — for a
+/// directory the entries it lost (with the child), for an inode the names it lost (with
+/// the directory). Replay must not let a base entry that was removed hide a new one, and
+/// a directory fsync must remove them; both need to know what was there.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Removed {
     list: Vec<(u64, Ino, u64)>,
@@ -184,8 +185,12 @@ pub struct LogTrack {
     pub changes: Tracked<Changes>,
     /// Unlogged new entries (directories).
     pub entries: Tracked<NewEntries>,
-    /// Removed entries (directories).
+    /// Removed entries (directories): `(name hash, child)`.
     pub removed: Removed,
+    /// Names this inode lost: `(name hash, directory)`. A name it lost may now be
+    /// another inode's; replay of this inode's names removes it, so that inode's names
+    /// are logged too.
+    pub lost: Removed,
     /// A complete record of the inode is in the log (it needs no full logging even if
     /// it is not in the committed checkpoint yet).
     pub in_log: bool,
