@@ -302,10 +302,13 @@ impl<'a> RecordWriter<'a> {
         self.buf
     }
 
-    /// Ends the record (patches its length).
+    /// Ends the record (patches its length; nothing to patch once the buffer
+    /// overflowed, as its content is then thrown away).
     pub fn end(self) {
-        let body = self.buf.len() - self.start - RECORD_HEADER_LEN;
-        self.buf.patch(self.start + 1, &(body as u32).to_le_bytes());
+        if !self.buf.overflowed() {
+            let body = self.buf.len() - self.start - RECORD_HEADER_LEN;
+            self.buf.patch(self.start + 1, &(body as u32).to_le_bytes());
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`RecordingDisk`] records writes, FLUSHes and discards with issue and completion
 //!   times, and counts them.
 //! - [`FaultDisk`] fails requests or flips bits by rule.
+//! - [`CountingDisk`] only counts (for benchmarks).
 //! - [`TraceDisk`] logs requests through `log`.
 //! - [`YieldDisk`] makes every request yield once, so joined futures overlap.
 //!
@@ -19,6 +20,7 @@
 
 #[cfg(feature = "testing")]
 pub mod contract;
+mod counting;
 mod crash;
 mod fault;
 mod overlay;
@@ -28,6 +30,7 @@ pub mod suite;
 mod trace;
 mod yielding;
 
+pub use counting::CountingDisk;
 pub use crash::{enumerate, summary, CrashDesc, CrashParams, CrashState, CrashStates, Torn};
 pub use fault::{Fault, FaultCounters, FaultDisk};
 pub use overlay::{BlockRef, CrashDisk, Layer};

@@ -591,15 +591,46 @@ impl<D: BlockDevice> NineFs<D> {
     /// writes have not reached yet.
     async fn write_early(&self) -> FsResult<()> {
         let _guard = self.checkpoint_lock.lock().await;
-        let writes = {
-            let mut c = self.core.lock();
-            let seq = c.seq;
-            let writes = c.trees.write_early(seq, |p| self.policy.node_write_due(p));
-            for w in &writes {
-                c.stats.node_writes.count(w);
-            }
-            writes
-        };
+        let prepared = self
+            .run_loads(&mut |c: &mut Core| {
+                // Locations for nodes that need one (new, or too full to append).
+                let want = c
+                    .trees
+                    .cache
+                    .nodes()
+                    .filter(|n| n.is_dirty() && self.policy.node_write_due(n.pending_bytes()))
+                    .count();
+                c.space.fill_pool(want)?;
+                let mut pool = Vec::new();
+                while let Some(a) = c.space.take_node() {
+                    pool.push(a);
+                }
+                let seq = c.seq;
+                let res = c
+                    .trees
+                    .write_early(seq, |p| self.policy.node_write_due(p), &mut pool);
+                for a in pool {
+                    c.space.return_node(a);
+                }
+                let nb = self::core::node_blocks(&c.sb);
+                for &a in &res.placed {
+                    c.space.commit_reserved(a..a + nb);
+                }
+                c.space.stats.node_allocs += res.placed.len() as u64;
+                for &a in &res.freed {
+                    c.space.free(a..a + nb);
+                }
+                for w in &res.writes {
+                    c.stats.node_writes.count(w);
+                }
+                if !res.writes.is_empty() {
+                    c.changed = true;
+                }
+                Ok(res.writes)
+            })
+            .await?;
+        // Out of space for locations: the next checkpoint writes them.
+        let writes = prepared.unwrap_or_default();
         for w in &writes {
             if let Err(e) = self.dev.write(w.block, &w.data, WriteFlags::NONE).await {
                 log::error!(
