@@ -15,7 +15,7 @@ use fs::sim::CrashParams;
 /// How much of the suite to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Size {
-    /// Scenarios, every 4th ACE sequence and 150 random sequences (well under a minute).
+    /// Scenarios, every 4th ACE sequence and 100 random sequences (a minute or so).
     Quick,
     /// Scenarios, every ACE sequence and the random sequences.
     Full,
@@ -43,6 +43,10 @@ struct Args {
     /// Failure reports printed.
     #[arg(long, default_value_t = 3)]
     reports: usize,
+    /// Also crash the recovery (log replay) of every Nth crash state that replays (0:
+    /// never; default 8 for the full suite, 32 for the quick one).
+    #[arg(long)]
+    recovery_every: Option<usize>,
 }
 
 fn workload(id: &str) -> Option<Workload> {
@@ -66,7 +70,7 @@ fn select(args: &Args) -> Result<Vec<Workload>, String> {
         Size::Quick => {
             all.extend(suite::ace().into_iter().step_by(4));
             // Seeds the full suite does not use.
-            all.extend((1_000_000..1_000_150).map(suite::fsx));
+            all.extend((1_000_000..1_000_100).map(suite::fsx));
         }
         Size::Full => {
             all.extend(suite::ace());
@@ -90,6 +94,10 @@ fn main() -> ExitCode {
         seed: args.seed,
         ..CrashParams::default()
     };
+    let recovery_every = args.recovery_every.unwrap_or(match args.size {
+        Size::Quick => 32,
+        Size::Full => 8,
+    });
     let count = workloads.len();
     println!(
         "crash suite: {count} workloads on {} threads (seed {})",
@@ -97,29 +105,37 @@ fn main() -> ExitCode {
     );
     let started = Instant::now();
     let every = (count / 20).max(1);
-    let totals = suite::run(workloads, params, args.threads, args.reports, &|o, t| {
-        if o.failure.is_some() {
-            println!(
-                "FAIL {}: {} violations, {} fsck errors",
-                o.id, o.violations, o.fsck_errors
-            );
-        }
-        if t.workloads % every == 0 || args.replay.is_some() {
-            println!(
-                "  {}/{count} workloads, {} states, {:.0} s",
-                t.workloads,
-                t.states,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    });
+    let totals = suite::run(
+        workloads,
+        params,
+        recovery_every,
+        args.threads,
+        args.reports,
+        &|o, t| {
+            if o.failure.is_some() {
+                println!(
+                    "FAIL {}: {} violations, {} fsck errors",
+                    o.id, o.violations, o.fsck_errors
+                );
+            }
+            if t.workloads % every == 0 || args.replay.is_some() {
+                println!(
+                    "  {}/{count} workloads, {} states, {:.0} s",
+                    t.workloads,
+                    t.states,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        },
+    );
     for r in &totals.reports {
         println!("\n{r}");
     }
     println!(
-        "{} workloads in {:.1} s",
+        "{} workloads in {:.1} s; {} of the crash states are crashes during a recovery",
         totals.workloads,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        totals.recovery_states
     );
     println!(
         "crash states: {}, violations: {}, fsck errors: {}",

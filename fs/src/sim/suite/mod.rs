@@ -39,8 +39,10 @@ pub const DISK_BLOCKS: u64 = 2048;
 pub struct Outcome {
     /// The workload.
     pub id: String,
-    /// Crash states checked.
+    /// Crash states checked (those of the workload and those of recoveries).
     pub states: usize,
+    /// Of those, crash states of a recovery (a crash during log replay).
+    pub recovery_states: usize,
     /// States whose recovered view broke the contract (or that did not mount).
     pub violations: usize,
     /// States whose committed image fsck found damaged.
@@ -86,8 +88,12 @@ pub fn replay_command(id: &str, seed: u64) -> String {
     )
 }
 
-/// Records `w` and checks every crash state (see the module documentation).
-pub fn check(w: &Workload, params: &CrashParams) -> Outcome {
+/// Records `w` and checks every crash state (see the module documentation). Every
+/// `recovery_every`-th state whose mount replays the log (0: none) is also crashed
+/// *during* that recovery: the recovery's writes are recorded and each of their crash
+/// states is mounted and checked against the same crash time (a crash during replay
+/// must lead to the same guarantees).
+pub fn check(w: &Workload, params: &CrashParams, recovery_every: usize) -> Outcome {
     let mut out = Outcome {
         id: w.id.clone(),
         ..Outcome::default()
@@ -118,30 +124,92 @@ pub fn check(w: &Workload, params: &CrashParams) -> Outcome {
         geometry,
     } = recorded;
     let checker = Checker::new(run);
-    for state in enumerate(base, geometry, &recording, params) {
-        out.states += 1;
+    for (i, state) in enumerate(base, geometry, &recording, params).enumerate() {
         let desc = state.desc;
-        let fs = match mount(state.disk, ManualClock::default()) {
-            Ok(fs) => fs,
-            Err(e) => {
-                out.violations += 1;
-                fail(&mut out, format!("{desc}\n{e}"));
-                continue;
-            }
-        };
-        let report =
-            pollster::block_on(fsck(fs.device(), &FsckOptions::default())).expect("fsck runs");
-        if !report.is_clean() {
-            out.fsck_errors += 1;
-            fail(&mut out, format!("{desc}\nfsck: {:#?}", report.errors));
-        }
-        let recovered = VisibleState::capture_blocking(&fs);
-        if let Err(v) = checker.check(desc.time, &recovered) {
-            out.violations += 1;
-            fail(&mut out, failure_report(&desc, &v, &recovered));
+        let sample = recovery_every > 0 && i % recovery_every == 0;
+        let image = sample.then(|| state.disk.to_mem_disk().snapshot());
+        let replayed = check_state(&mut out, &checker, state.disk, &desc, &|o, what| {
+            fail(o, format!("{desc}\n{what}"))
+        });
+        if let (Some(image), true) = (image, replayed) {
+            check_recovery(
+                &mut out,
+                &checker,
+                image,
+                geometry,
+                &desc,
+                params,
+                &|o, what| fail(o, what),
+            );
         }
     }
     out
+}
+
+/// Mounts one crash state, runs fsck on what mount committed, and checks what a client
+/// sees against the contract at `desc.time`. Returns whether mount replayed the log.
+fn check_state<D: BlockDevice>(
+    out: &mut Outcome,
+    checker: &Checker,
+    disk: D,
+    desc: &super::CrashDesc,
+    fail: &dyn Fn(&mut Outcome, String),
+) -> bool {
+    out.states += 1;
+    let fs = match mount(disk, ManualClock::default()) {
+        Ok(fs) => fs,
+        Err(e) => {
+            out.violations += 1;
+            fail(out, e);
+            return false;
+        }
+    };
+    let report = pollster::block_on(fsck(fs.device(), &FsckOptions::default())).expect("fsck runs");
+    if !report.is_clean() {
+        out.fsck_errors += 1;
+        fail(out, format!("fsck: {:#?}", report.errors));
+    }
+    let recovered = VisibleState::capture_blocking(&fs);
+    if let Err(v) = checker.check(desc.time, &recovered) {
+        out.violations += 1;
+        fail(out, failure_report(desc, &v, &recovered));
+    }
+    fs.stats().log.replayed_commits > 0
+}
+
+/// Crashes the recovery of crash state `image` (taken at `outer.time`) at every point
+/// and checks each result like the original state.
+fn check_recovery(
+    out: &mut Outcome,
+    checker: &Checker,
+    image: Vec<u8>,
+    geometry: crate::block::Geometry,
+    outer: &super::CrashDesc,
+    params: &CrashParams,
+    fail: &dyn Fn(&mut Outcome, String),
+) {
+    let base: Arc<[u8]> = image.clone().into();
+    let (disk, recorder) = RecordingDisk::new(MemDisk::from_bytes(geometry.block_size, image));
+    match mount(disk, ManualClock::default()) {
+        Ok(fs) => drop(fs), // crashed right after mounting
+        Err(e) => {
+            out.violations += 1;
+            fail(out, format!("{outer}\nrecording the recovery: {e}"));
+            return;
+        }
+    }
+    let recording = recorder.snapshot();
+    for state in enumerate(base, geometry, &recording, params) {
+        out.recovery_states += 1;
+        let inner = state.desc.clone();
+        let what = |o: &mut Outcome, w: String| {
+            fail(
+                o,
+                format!("{outer}\nthen a crash during its recovery: {inner}\n{w}"),
+            )
+        };
+        check_state(out, checker, state.disk, outer, &what);
+    }
 }
 
 /// A recorded workload.
@@ -255,6 +323,8 @@ pub struct Totals {
     pub workloads: usize,
     /// Crash states checked.
     pub states: usize,
+    /// Of those, crash states during a recovery.
+    pub recovery_states: usize,
     /// Contract violations (and mount failures).
     pub violations: usize,
     /// States with fsck errors.
@@ -267,6 +337,7 @@ pub struct Totals {
 pub fn run(
     workloads: Vec<Workload>,
     params: CrashParams,
+    recovery_every: usize,
     threads: usize,
     max_reports: usize,
     progress: &(dyn Fn(&Outcome, &Totals) + Sync),
@@ -281,10 +352,11 @@ pub fn run(
                 let Some(w) = workloads.get(i) else {
                     break;
                 };
-                let o = check(w, &params);
+                let o = check(w, &params, recovery_every);
                 let mut t = totals.lock().expect("totals");
                 t.workloads += 1;
                 t.states += o.states;
+                t.recovery_states += o.recovery_states;
                 t.violations += o.violations;
                 t.fsck_errors += o.fsck_errors;
                 if let Some(f) = &o.failure {
