@@ -383,7 +383,10 @@ fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
             for _ in 0..n {
                 let fb = r.u64()?;
                 let fe = FileExtent::decode(r.bytes(FileExtent::LEN)?)?;
-                if fb < start || fb + u64::from(fe.num_blocks) > end {
+                if fb < start
+                    || fb.checked_add(u64::from(fe.num_blocks))? > end
+                    || fe.disk_blocks > super::MAX_EXTENT_BLOCKS
+                {
                     return None;
                 }
                 pieces.push((fb, fe));

@@ -328,7 +328,26 @@ impl<D: BlockDevice> NineFs<D> {
 }
 
 impl Core {
+    /// Whether `ino` can be an inode number (not the orphan list's 0, not absurd).
+    fn valid_ino(ino: Ino) -> Step<()> {
+        if ino < ROOT_INO || ino >= 1 << 62 {
+            return Err(Stop::Corrupt("log replay: invalid inode number"));
+        }
+        Ok(())
+    }
+
+    /// Whether data extent `disk+len` lies in the data area.
+    fn valid_extent(&self, disk: u64, len: u32) -> Step<()> {
+        let l = self.sb.layout;
+        let end = disk.checked_add(u64::from(len));
+        if disk < l.data_start() || end.is_none_or(|e| e > l.total_blocks) || len == 0 {
+            return Err(Stop::Corrupt("log replay: data extent outside the data area"));
+        }
+        Ok(())
+    }
+
     fn replay_inode(&mut self, ino: Ino, item: &[u8]) -> Step<()> {
+        Self::valid_ino(ino)?;
         let decoded = InodeItem::decode(item).ok_or(Stop::Corrupt("undecodable logged inode"))?;
         let mut tx = Txn::new();
         let existed = tx.get(self, TreeId::Fs, &inode_key(ino))?.is_some();
@@ -456,6 +475,10 @@ impl Core {
 
     /// Makes the names of `ino` exactly `names`.
     fn replay_names(&mut self, ino: Ino, names: &[LoggedName]) -> Step<Vec<Ino>> {
+        Self::valid_ino(ino)?;
+        for n in names {
+            Self::valid_ino(n.parent)?;
+        }
         let mut tx = Txn::new();
         if !self.exists(&tx, ino)? {
             return Ok(Vec::new());
@@ -489,6 +512,10 @@ impl Core {
 
     /// Makes the xattr items of `ino` exactly `items`.
     fn replay_xattrs(&mut self, ino: Ino, items: &[(u8, u64, Vec<u8>)]) -> Step<()> {
+        Self::valid_ino(ino)?;
+        if items.iter().any(|(_, _, v)| v.len() > crate::format::MAX_VALUE_LEN) {
+            return Err(Stop::Corrupt("log replay: xattr item too large"));
+        }
         let mut tx = Txn::new();
         if !self.exists(&tx, ino)? {
             return Ok(());
@@ -520,6 +547,10 @@ impl Core {
         end: u64,
         pieces: &[(u64, FileExtent)],
     ) -> Step<RefChanges> {
+        Self::valid_ino(ino)?;
+        for (_, fe) in pieces {
+            self.valid_extent(fe.disk_block, fe.disk_blocks)?;
+        }
         let mut tx = Txn::new();
         if !self.exists(&tx, ino)? {
             return Ok(RefChanges::new());
@@ -530,6 +561,7 @@ impl Core {
     }
 
     fn replay_symlink(&mut self, ino: Ino, target: &[u8]) -> Step<()> {
+        Self::valid_ino(ino)?;
         let mut tx = Txn::new();
         if !self.exists(&tx, ino)? {
             return Ok(());
@@ -560,6 +592,10 @@ impl Core {
         entries: &[LoggedEntry],
         removed: &[(u64, Ino)],
     ) -> Step<Vec<Ino>> {
+        Self::valid_ino(dir)?;
+        for e in entries {
+            Self::valid_ino(e.ino)?;
+        }
         let mut tx = Txn::new();
         if !self.exists(&tx, dir)? {
             return Ok(Vec::new());
@@ -577,6 +613,7 @@ impl Core {
 
     /// Applies the summed reference change `d` of data extent `disk+len`.
     fn replay_refs(&mut self, disk: u64, len: u32, d: i64, sums: Option<&Vec<u32>>) -> Step<()> {
+        self.valid_extent(disk, len)?;
         let key = Key::new(disk, kind::EXTENT, u64::from(len));
         let cur = match self.trees.get(TreeId::Extent, &key)? {
             Some(b) => i64::from(
