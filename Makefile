@@ -29,7 +29,7 @@ APPEND ?=
 # Accelerator: empty = probe (scripts/accel.sh: kvm only if it really works here).
 ACCEL ?=
 
-.PHONY: all deps image run test test-host test-qemu lint fmt clean bench-net
+.PHONY: all deps image run test test-host test-qemu lint fmt clean bench-net crash crash-quick bench-meta
 
 all: test
 
@@ -65,9 +65,27 @@ run: deps image $(DISK)
 test: test-host test-qemu
 
 ## test-host: unit, property and integration tests of every crate that runs on the host
-## (fs, net, tools, and the pure parts of kernel and boot)
+## (fs, net, tools, and the pure parts of kernel and boot), then a slice of the crash suite
 test-host:
 	$(CARGO) test --workspace --locked --exclude ninefold-tests
+	$(MAKE) crash-quick
+
+## crash: the crash suite (docs/durability.md): ACE-style sequences, seeded random
+## sequences, fstests scenarios and concurrent fsyncs; every crash state is mounted
+## (log replay), fsck'd and checked against the contract. Ends with
+## `crash states: N, violations: V, fsck errors: E`. CRASH_ARGS=--help for options.
+CRASH_FSX ?= 3000
+crash:
+	$(CARGO) run --locked --profile crash -p ninefold-tools --bin ninefold-crash -- --size full --fsx $(CRASH_FSX) $(CRASH_ARGS)
+
+## bench-meta: an fs_mark-like workload under the reclaim-driven write policy and the 4 KiB
+## baseline, and group commit at 1/4/16 fsyncers: build/bench/btree-writes.json
+bench-meta:
+	$(CARGO) run --locked --release -p ninefold-tools --bin ninefold-bench-meta -- --out $(BUILD)/bench/btree-writes.json $(BENCH_ARGS)
+
+## crash-quick: the slice of the crash suite `make test` runs
+crash-quick:
+	$(CARGO) run --locked --profile crash -p ninefold-tools --bin ninefold-crash -- --size quick $(CRASH_ARGS)
 
 ## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults, the
 ## 9P service over TCP, and a Linux guest mounting it (the guest is built first, cached)

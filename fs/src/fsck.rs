@@ -135,6 +135,16 @@ pub async fn fsck<D: BlockDevice>(dev: D, opts: &FsckOptions) -> Result<Report, 
         overlaps: 0,
     };
     c.check_superblocks();
+    if !c.img.clean() {
+        let commits = c.img.log_commits().await;
+        if !commits.is_empty() {
+            let records: usize = commits.iter().map(|c| c.records.len()).sum();
+            c.warn(format!(
+                "the fsync log holds {} commits ({records} records) that mount will replay; this check covers the checkpoint only",
+                commits.len()
+            ));
+        }
+    }
     for tree in TreeId::ALL {
         let root = c.img.sb.root(tree);
         if root.ptr.addr == 0 {

@@ -55,6 +55,21 @@ impl<D: BlockDevice> Image<D> {
         self.sb.state & state::CLEAN != 0
     }
 
+    /// The commits the log holds past the checkpoint (what mount would replay, before
+    /// it checks the last commit's data).
+    pub async fn log_commits(&self) -> Vec<crate::volume::synclog::replay::LoggedCommit> {
+        let l = self.sb.layout;
+        let (commits, _) = crate::volume::synclog::replay::scan(
+            &self.dev,
+            l.log_start,
+            l.log_blocks,
+            self.sb.log_epoch,
+            self.sb.log_tail,
+        )
+        .await;
+        commits
+    }
+
     /// Reads `blocks` blocks at `block`.
     pub async fn read_blocks(&self, block: u64, blocks: u64) -> Result<Vec<u8>, String> {
         let mut buf = vec![0u8; (blocks as usize) * BLOCK_SIZE];

@@ -152,42 +152,111 @@ impl Trees {
         self.cache.nodes().any(Node::is_dirty)
     }
 
-    /// Appends the changes of every placed node for which `due(pending bytes)` holds
-    /// and whose append fits, ahead of checkpoint `seq`. The appends stay invisible until
-    /// that checkpoint records the nodes' new lengths in their parents (which its walk
-    /// does for every cached node whose length changed). Nodes that would need a new
-    /// location wait for the checkpoint.
-    pub fn write_early(&mut self, seq: u64, due: impl Fn(usize) -> bool) -> Vec<NodeWrite> {
+    /// Writes, ahead of checkpoint `seq`, every dirty node for which `due(pending
+    /// bytes)` holds: an append if the node has a location and the append fits, else a
+    /// rewrite to a fresh location from `pool` (new nodes from splits get their first
+    /// location this way; their parent's pointer is updated in memory). The writes stay
+    /// invisible until that checkpoint records the nodes' new lengths and locations in
+    /// their parents (its walk does so for every cached node that changed). Nodes that
+    /// need a location wait if the pool is empty.
+    pub fn write_early(
+        &mut self,
+        seq: u64,
+        due: impl Fn(usize) -> bool,
+        pool: &mut Vec<u64>,
+    ) -> FlushResult {
         let node_blocks = self.node_size / BLOCK_SIZE as u32;
         let ready: Vec<u64> = self
             .cache
             .nodes()
-            .filter(|n| {
-                let blocks = (HEADER_LEN + n.pending_bytes()).div_ceil(BLOCK_SIZE) as u32;
-                n.is_dirty()
-                    && !is_temp_addr(n.addr)
-                    && n.written_blocks > 0
-                    && n.written_blocks + blocks <= node_blocks
-                    && due(n.pending_bytes())
-            })
+            .filter(|n| n.is_dirty() && due(n.pending_bytes()))
             .map(|n| n.addr)
             .collect();
-        let mut out = Vec::with_capacity(ready.len());
+        let mut out = FlushResult::default();
         for addr in ready {
             let node = self.cache.node(addr).expect("listed");
-            let data = node.encode_append(seq);
-            let offset = node.written_blocks;
-            let written = offset + (data.len() / BLOCK_SIZE) as u32;
-            out.push(NodeWrite {
-                block: addr + u64::from(offset),
+            let blocks = (HEADER_LEN + node.pending_bytes()).div_ceil(BLOCK_SIZE) as u32;
+            let can_append = !is_temp_addr(addr)
+                && node.written_blocks > 0
+                && node.written_blocks + blocks <= node_blocks;
+            let cause = if node.written_blocks == 0 && node.from_split {
+                WriteCause::Split
+            } else {
+                WriteCause::Dirty
+            };
+            let tree = node.id.tree;
+            if can_append {
+                let data = node.encode_append(seq);
+                let offset = node.written_blocks;
+                let written = offset + (data.len() / BLOCK_SIZE) as u32;
+                out.writes.push(NodeWrite {
+                    block: addr + u64::from(offset),
+                    data,
+                    cause,
+                    relocated: false,
+                    tree,
+                });
+                self.cache.modify(addr, |n| n.mark_written(written, seq));
+                continue;
+            }
+            let Some(parent) = self.parent_entry(tree, addr) else {
+                continue;
+            };
+            let Some(new_addr) = pool.pop() else {
+                break;
+            };
+            let id = self.new_id(tree, node.level());
+            if !is_temp_addr(addr) {
+                out.freed.push(addr);
+            }
+            out.placed.push(new_addr);
+            self.cache.rekey(addr, new_addr);
+            self.cache.modify(new_addr, |n| n.relocate(id, new_addr));
+            let data = self.cache.node(new_addr).expect("cached").encode_full(seq);
+            let written = (data.len() / BLOCK_SIZE) as u32;
+            out.writes.push(NodeWrite {
+                block: new_addr,
                 data,
-                cause: WriteCause::Dirty,
-                relocated: false,
-                tree: node.id.tree,
+                cause,
+                relocated: true,
+                tree,
             });
-            self.cache.modify(addr, |n| n.mark_written(written, seq));
+            self.cache
+                .modify(new_addr, |n| n.mark_written(written, seq));
+            let ptr = NodePtr {
+                addr: new_addr,
+                nonce: id.nonce,
+                blocks: written,
+            };
+            match parent {
+                Some((paddr, sep)) => {
+                    self.cache
+                        .modify(paddr, |p| p.insert(sep, ptr.to_bytes().into()));
+                }
+                None => self.roots[tree as usize].ptr = ptr,
+            }
         }
         out
+    }
+
+    /// Where the node at `addr` hangs: `Some(Some((parent, separator)))`, or
+    /// `Some(None)` for the root; `None` if its parent is not found among the cached
+    /// nodes.
+    fn parent_entry(&self, tree: TreeId, addr: u64) -> Option<Option<(u64, Key)>> {
+        if self.roots[tree as usize].ptr.addr == addr {
+            return Some(None);
+        }
+        self.cache
+            .nodes()
+            .filter(|n| n.id.tree == tree && n.level() > 0)
+            .find_map(|n| {
+                n.iter_from(&Key::MIN).find_map(|(k, v)| {
+                    NodePtr::from_bytes(v)
+                        .filter(|p| p.addr == addr)
+                        .map(|_| (n.addr, k))
+                })
+            })
+            .map(Some)
     }
 
     /// Writes every dirty node of every tree in checkpoint `seq`. New locations come

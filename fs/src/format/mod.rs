@@ -1,4 +1,5 @@
-//! The on-disk format: layout, superblock, keys and items, bsets and allocation bitmaps.
+//! The on-disk format: layout, superblock, keys and items, bsets, allocation bitmaps and
+//! the fsync log.
 //!
 //! Everything here is pure encoding and decoding (no I/O, no state), so that the
 //! filesystem, `fsck`, `dump` and tests share one definition. `docs/format.md` is the
@@ -12,6 +13,7 @@ pub mod bset;
 pub mod items;
 pub mod key;
 pub mod layout;
+pub mod log;
 pub mod superblock;
 
 pub use key::{Key, TreeId};
@@ -47,8 +49,11 @@ pub mod features {
     pub const COMPAT_SUPPORTED: u64 = 0;
     /// Read-only-compatible features this code knows (none yet).
     pub const RO_COMPAT_SUPPORTED: u64 = 0;
-    /// Incompatible features this code knows (none yet).
-    pub const INCOMPAT_SUPPORTED: u64 = 0;
+    /// The log region holds an fsync log that must be replayed at mount (set by mkfs
+    /// and by every mount; code that does not know the log must not mount the image).
+    pub const INCOMPAT_LOG: u64 = 1;
+    /// Incompatible features this code knows.
+    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG;
 }
 
 /// Why an on-disk structure failed to decode.

@@ -119,6 +119,12 @@ pub struct Superblock {
     pub created: Timespec,
     /// Number of mounts.
     pub mount_count: u64,
+    /// Sequence number of the first log block to replay (the log head when this
+    /// checkpoint was prepared).
+    pub log_tail: u64,
+    /// The log epoch: log blocks carry it, and blocks of another epoch are stale. Each
+    /// mount picks a new one before writing to the log.
+    pub log_epoch: u64,
 }
 
 fn encode_time(w: &mut Writer, t: Timespec) {
@@ -166,6 +172,7 @@ impl Superblock {
             .u64(self.inode_count);
         encode_time(&mut w, self.created);
         w.u64(self.mount_count);
+        w.u64(self.log_tail).u64(self.log_epoch);
         let mut b = w.finish();
         assert!(b.len() <= BLOCK_SIZE, "superblock fields overflow a block");
         b.resize(BLOCK_SIZE, 0);
@@ -215,6 +222,8 @@ impl Superblock {
         let inode_count = r.u64()?;
         let created = decode_time(r)?;
         let mount_count = r.u64()?;
+        let log_tail = r.u64()?;
+        let log_epoch = r.u64()?;
         let layout = Layout {
             total_blocks,
             groups,
@@ -240,6 +249,8 @@ impl Superblock {
             inode_count,
             created,
             mount_count,
+            log_tail,
+            log_epoch,
         };
         Some(sb.validate(block_size))
     }
@@ -314,6 +325,8 @@ pub(crate) mod tests {
             inode_count: 3,
             created: Timespec { sec: 1, nsec: 2 },
             mount_count: 2,
+            log_tail: 77,
+            log_epoch: 3,
         }
     }
 

@@ -305,6 +305,36 @@ impl Allocator {
         }
     }
 
+    /// Fails with the first group of `r` that is not cached.
+    pub fn ensure_groups(&self, r: Range<u64>) -> Result<(), AllocNeed> {
+        let (first, _) = Layout::group_of(r.start);
+        let (last, _) = Layout::group_of(r.end.saturating_sub(1).max(r.start));
+        match (first..=last).find(|g| !self.groups.contains_key(g)) {
+            Some(g) => Err(AllocNeed::Group(g)),
+            None => Ok(()),
+        }
+    }
+
+    /// Log replay: marks `r` allocated and referenced (blocks of an extent the log
+    /// references, free in the checkpoint). Its groups must be cached
+    /// ([`Allocator::ensure_groups`]). Returns false (changing nothing) if any block is
+    /// already allocated.
+    pub fn claim_replayed(&mut self, r: Range<u64>) -> bool {
+        if r.clone()
+            .any(|b| self.is_allocated(b) != Some(false) || self.pinned.contains(b))
+        {
+            return false;
+        }
+        let mut s = r.start;
+        while s < r.end {
+            let (g, _) = Layout::group_of(s);
+            let e = r.end.min(self.block_range(g).end);
+            self.set_bits(s..e, true);
+            s = e;
+        }
+        true
+    }
+
     /// Gives back reserved blocks that were never referenced.
     pub fn unreserve(&mut self, r: Range<u64>) {
         let removed = self.reserved.remove(r.clone());

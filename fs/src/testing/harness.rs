@@ -192,6 +192,64 @@ impl<F: FileSystem> DualRunner<F> {
         Ok(())
     }
 
+    /// Runs `ops` — syncs only (fsync, fdatasync, directory fsync, sync), which change
+    /// nothing a client sees — on the model one after another and on the filesystem all
+    /// at once (their futures polled together, so a filesystem may serve them with one
+    /// commit). `done(i)` is called the moment op `i` completes on the filesystem.
+    /// Records them in the order they completed.
+    pub fn step_concurrent(
+        &mut self,
+        ops: &[Op],
+        mut done: impl FnMut(usize),
+    ) -> Result<Vec<usize>, Mismatch> {
+        assert!(
+            ops.iter()
+                .all(|op| matches!(op, Op::Fsync { .. } | Op::FsyncDir { .. } | Op::Sync)),
+            "only syncs run concurrently"
+        );
+        let index = self.records.len();
+        let time = op_time(index + 1);
+        self.clock.set(time);
+        let fs = self.fs.as_ref().expect("present between ops");
+        let mut handles: Vec<Handles> = ops.iter().map(|_| self.handles.1.clone()).collect();
+        let mut order = Vec::new();
+        let real: Vec<Applied> = {
+            let futs: Vec<_> = ops
+                .iter()
+                .zip(handles.iter_mut())
+                .map(|(op, h)| alloc::boxed::Box::pin(super::apply::apply(fs, h, op)))
+                .collect();
+            pollster::block_on(JoinAll {
+                futs: futs.into_iter().map(Some).collect(),
+                out: ops.iter().map(|_| None).collect(),
+                done: &mut |i| {
+                    order.push(i);
+                    done(i)
+                },
+            })
+        };
+        for &i in &order {
+            let op = &ops[i];
+            let model = apply_blocking(&self.model, &mut self.handles.0, op);
+            let real = real[i].clone();
+            self.learn(&model, &real);
+            self.records.push(StepRecord {
+                op: op.clone(),
+                model: model.clone(),
+                real: real.clone(),
+                time,
+            });
+            if !model.outcome.same(&real.outcome, self.options.times) {
+                return Err(self.mismatch(Some((model.outcome, real.outcome)), Vec::new()));
+            }
+            if self.options.keep_model_states {
+                let state = VisibleState::capture_blocking(&self.model);
+                self.model_states.push(state);
+            }
+        }
+        Ok(order)
+    }
+
     /// Compares the visible states now.
     pub fn check_state(&mut self) -> Result<(), Mismatch> {
         let model_state = VisibleState::capture_blocking(&self.model);
@@ -259,6 +317,42 @@ impl<F: FileSystem> DualRunner<F> {
             ops: self.records.iter().map(|r| r.op.clone()).collect(),
             outcomes: outcomes.map(alloc::boxed::Box::new),
             state_diff,
+        }
+    }
+}
+
+/// Polls futures together until all are done, reporting each completion.
+struct JoinAll<'a, F: core::future::Future> {
+    futs: Vec<Option<core::pin::Pin<alloc::boxed::Box<F>>>>,
+    out: Vec<Option<F::Output>>,
+    done: &'a mut dyn FnMut(usize),
+}
+
+impl<F: core::future::Future> core::future::Future for JoinAll<'_, F>
+where
+    F::Output: Clone + Unpin,
+{
+    type Output = Vec<F::Output>;
+
+    fn poll(
+        self: core::pin::Pin<&mut Self>,
+        cx: &mut core::task::Context<'_>,
+    ) -> core::task::Poll<Vec<F::Output>> {
+        // Every field is Unpin (futures are boxed).
+        let this = self.get_mut();
+        for i in 0..this.futs.len() {
+            if let Some(f) = this.futs[i].as_mut() {
+                if let core::task::Poll::Ready(v) = f.as_mut().poll(cx) {
+                    this.futs[i] = None;
+                    this.out[i] = Some(v);
+                    (this.done)(i);
+                }
+            }
+        }
+        if this.futs.iter().all(Option::is_none) {
+            core::task::Poll::Ready(this.out.iter().map(|o| o.clone().expect("done")).collect())
+        } else {
+            core::task::Poll::Pending
         }
     }
 }

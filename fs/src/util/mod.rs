@@ -1,7 +1,8 @@
 //! Small helpers shared by the on-disk format and the filesystem: checksums, keyed
-//! hashes, little-endian byte cursors and range sets.
+//! hashes, little-endian byte cursors, range sets and fixed-capacity encode buffers.
 
 pub mod bytes;
 pub mod crc;
 pub mod hash;
 pub mod ranges;
+pub mod scratch;

@@ -22,23 +22,25 @@ use crate::vfs::Errno;
 pub enum CheckpointCause {
     /// `sync`.
     Sync,
-    /// `fsync` (until the fsync log exists, fsync checkpoints).
+    /// An fsync the log does not handle (a trouble case, see `log::Fallback`).
     Fsync,
     /// Clean unmount.
     Unmount,
     /// The node cache is over its limit with nothing clean left to evict.
     CacheReclaim,
-    /// The log needs its space back (used by the fsync log).
+    /// The log needs its space back (more than half used, or full).
     LogReclaim,
     /// An operation ran out of space; a checkpoint releases freed blocks.
     Space,
     /// Too much metadata is dirty for the metadata reserve.
     Reserve,
+    /// Mount replayed the log: commit what it recovered and start a new log epoch.
+    Replay,
 }
 
 impl CheckpointCause {
     /// All causes, in counter order.
-    pub const ALL: [CheckpointCause; 7] = [
+    pub const ALL: [CheckpointCause; 8] = [
         CheckpointCause::Sync,
         CheckpointCause::Fsync,
         CheckpointCause::Unmount,
@@ -46,18 +48,34 @@ impl CheckpointCause {
         CheckpointCause::LogReclaim,
         CheckpointCause::Space,
         CheckpointCause::Reserve,
+        CheckpointCause::Replay,
     ];
 
     /// The cause counted for leaf writes of such a checkpoint.
     pub fn leaf_cause(self) -> WriteCause {
         match self {
             CheckpointCause::CacheReclaim | CheckpointCause::Reserve => WriteCause::CacheReclaim,
-            CheckpointCause::LogReclaim => WriteCause::LogReclaim,
+            CheckpointCause::LogReclaim | CheckpointCause::Replay => WriteCause::LogReclaim,
             _ => WriteCause::Sync,
         }
     }
 
-    fn index(self) -> usize {
+    /// A short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckpointCause::Sync => "sync",
+            CheckpointCause::Fsync => "fsync_fallback",
+            CheckpointCause::Unmount => "unmount",
+            CheckpointCause::CacheReclaim => "cache_reclaim",
+            CheckpointCause::LogReclaim => "log_reclaim",
+            CheckpointCause::Space => "space",
+            CheckpointCause::Reserve => "reserve",
+            CheckpointCause::Replay => "replay",
+        }
+    }
+
+    /// Index in the counters ([`CheckpointCause::ALL`] order).
+    pub fn index(self) -> usize {
         CheckpointCause::ALL
             .iter()
             .position(|&c| c == self)
@@ -76,6 +94,10 @@ pub struct Pressure {
     pub dirty_nodes: usize,
     /// Nodes the metadata reserve can place.
     pub reserve_nodes: usize,
+    /// Log blocks in use (since the committed checkpoint).
+    pub log_used: u64,
+    /// Blocks in the log region.
+    pub log_blocks: u64,
 }
 
 /// Decides when checkpoints run. Implementations must be cheap: this is asked after
@@ -97,9 +119,10 @@ pub trait WritePolicy {
     }
 }
 
-/// The default policy: write only under pressure — when the cache is over its limit
-/// after evicting every clean node it could, or when more nodes are dirty than the
-/// metadata reserve could place.
+/// The default policy: write only when something must be reclaimed (bcachefs's
+/// journal-reclaim-driven writes) — log space (more than half the log region in use),
+/// memory (the cache over its limit after evicting every clean node it could), or the
+/// metadata reserve (more nodes dirty than it could place).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PressurePolicy;
 
@@ -109,6 +132,8 @@ impl WritePolicy for PressurePolicy {
             Some(CheckpointCause::CacheReclaim)
         } else if p.dirty_nodes > p.reserve_nodes / 2 {
             Some(CheckpointCause::Reserve)
+        } else if p.log_used * 2 > p.log_blocks {
+            Some(CheckpointCause::LogReclaim)
         } else {
             None
         }
@@ -145,13 +170,22 @@ pub struct Plan {
     pub sb: Superblock,
     /// The cause.
     pub cause: CheckpointCause,
+    /// Log batches up to this id are covered by this checkpoint.
+    pub log_absorbed: u64,
 }
 
 impl Core {
     /// Prepares a checkpoint (see the module documentation). `None` if there is nothing
     /// to write.
     pub fn prepare_checkpoint(&mut self, cause: CheckpointCause) -> Step<Option<Plan>> {
-        if !self.changed && cause != CheckpointCause::Unmount {
+        // Unmount marks the image clean and log reclaim moves the log tail even when no
+        // node changed.
+        if !self.changed
+            && !matches!(
+                cause,
+                CheckpointCause::Unmount | CheckpointCause::LogReclaim
+            )
+        {
             return Ok(None);
         }
         // Everything that can stop comes first.
@@ -225,6 +259,7 @@ impl Core {
             writes,
             sb,
             cause,
+            log_absorbed: 0,
         }))
     }
 
@@ -239,7 +274,7 @@ impl Core {
     }
 
     /// What the write policy sees.
-    pub fn pressure(&self, cache_limit: usize) -> Pressure {
+    pub fn pressure(&self, cache_limit: usize, log_used: u64) -> Pressure {
         let nb = node_blocks(&self.sb);
         let reserve_nodes = (self.space.available() / nb.max(1)) as usize;
         Pressure {
@@ -247,6 +282,8 @@ impl Core {
             cache_limit,
             dirty_nodes: self.trees.cache.dirty_count(),
             reserve_nodes,
+            log_used,
+            log_blocks: self.sb.layout.log_blocks,
         }
     }
 }

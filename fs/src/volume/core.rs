@@ -11,6 +11,7 @@ use alloc::vec::Vec;
 use core::ops::Range;
 use hashbrown::HashMap;
 
+use super::synclog::track::LogTrack;
 use crate::btree::Need;
 use crate::btree::Trees;
 use crate::format::items::InodeItem;
@@ -71,10 +72,10 @@ impl From<AllocNeed> for Stop {
 /// Result of an operation step.
 pub type Step<T> = Result<T, Stop>;
 
-/// Per-inode in-memory state: open counts, and what the fsync log (issue 5) needs to
-/// decide how much to log. Kept while an inode is open or changed in the current
-/// checkpoint interval.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Per-inode in-memory state: open counts, and what the fsync log needs to decide how
+/// much to log. Kept while an inode is open, or changed or logged since the committed
+/// checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InodeState {
     /// Outstanding `open`s.
     pub open: u32,
@@ -88,6 +89,8 @@ pub struct InodeState {
     pub last_unlink_trans: u64,
     /// Known to have no xattrs (cleared when one is set).
     pub no_xattrs: bool,
+    /// What the log still has to carry for this inode.
+    pub log: LogTrack,
 }
 
 /// A set of changes applied atomically by [`Core::commit`].
@@ -103,6 +106,10 @@ pub struct Txn {
     pub inode_delta: i64,
     /// Inodes changed (for [`InodeState::last_trans`]).
     pub touched: Vec<Ino>,
+    /// File blocks whose mapping changes: `(inode, blocks)` (for the log).
+    pub extent_marks: Vec<(Ino, Range<u64>)>,
+    /// Directory entries removed: `(directory, name hash, child)` (for the log).
+    pub removals: Vec<(Ino, u64, Ino)>,
 }
 
 impl Txn {
@@ -181,6 +188,11 @@ impl Txn {
     pub fn put_inode(&mut self, ino: Ino, item: &InodeItem) {
         self.put(TreeId::Fs, inode_key(ino), item.encode());
         self.touched.push(ino);
+    }
+
+    /// Records that the mapping of file blocks `blocks` of `ino` changes.
+    pub fn mark_extents(&mut self, ino: Ino, blocks: Range<u64>) {
+        self.extent_marks.push((ino, blocks));
     }
 }
 
@@ -297,6 +309,13 @@ impl Core {
         for (tree, key, _) in &tx.ops {
             self.trees.ensure(*tree, key)?;
         }
+        // What the log has to carry, from the keys changed.
+        let marks: Vec<(Ino, u8, u64, bool)> = tx
+            .ops
+            .iter()
+            .filter(|(tree, key, _)| *tree == TreeId::Fs && key.objectid != 0)
+            .map(|(_, key, val)| (key.objectid, key.kind, key.offset, val.is_some()))
+            .collect();
         for (tree, key, val) in tx.ops {
             let r = match val {
                 Some(v) => self.trees.insert(tree, key, v),
@@ -321,8 +340,34 @@ impl Core {
             self.space.free(a..a + nb);
         }
         self.inode_count = (self.inode_count as i64 + tx.inode_delta) as u64;
+        let (cur, committed) = (self.seq, self.committed_seq);
         for ino in tx.touched {
-            self.inodes.entry(ino).or_default().last_trans = self.seq;
+            self.inodes.entry(ino).or_default().last_trans = cur;
+        }
+        for (ino, k, offset, put) in marks {
+            let track = &mut self.inodes.entry(ino).or_default().log;
+            match k {
+                kind::INODE => track.changes.mark(cur, committed).inode = true,
+                kind::INODE_REF => track.changes.mark(cur, committed).names = true,
+                kind::XATTR | kind::XATTR_CHUNK => {
+                    track.changes.mark(cur, committed).xattrs = true;
+                }
+                kind::DIR_INDEX if put => {
+                    let first = &mut track.entries.mark(cur, committed).first_index;
+                    *first = Some(first.map_or(offset, |f| f.min(offset)));
+                }
+                _ => {}
+            }
+        }
+        for (ino, blocks) in tx.extent_marks {
+            let st = self.inodes.entry(ino).or_default();
+            st.log.mark_extents(blocks, cur, committed);
+        }
+        for (dir, hash, child) in tx.removals {
+            let st = self.inodes.entry(dir).or_default();
+            st.log.removed.push(hash, child, cur, committed);
+            let st = self.inodes.entry(child).or_default();
+            st.log.lost.push(hash, dir, cur, committed);
         }
         self.changed = true;
         self.stats.commits += 1;

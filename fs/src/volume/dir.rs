@@ -30,7 +30,8 @@ pub fn check_name(name: &[u8]) -> Result<(), Errno> {
 pub const FIRST_INDEX: u64 = 2;
 
 impl Core {
-    fn name_hash(&self, name: &[u8]) -> u64 {
+    /// The keyed hash of a directory entry name (the `DIR_ENTRY` key offset).
+    pub fn name_hash(&self, name: &[u8]) -> u64 {
         keyed_hash(self.sb.secret, domain::DIR_NAME, name)
     }
 
@@ -167,7 +168,8 @@ impl Core {
         name: &[u8],
         now: Timespec,
     ) -> Step<DirEntryRec> {
-        let key = Key::new(dir, kind::DIR_ENTRY, self.name_hash(name));
+        let hash = self.name_hash(name);
+        let key = Key::new(dir, kind::DIR_ENTRY, hash);
         let b = tx
             .get(self, TreeId::Fs, &key)?
             .ok_or(Stop::Errno(Errno::ENOENT))?;
@@ -178,6 +180,7 @@ impl Core {
             .position(|e| e.name == name)
             .ok_or(Stop::Errno(Errno::ENOENT))?;
         let rec = list.remove(pos);
+        tx.removals.push((dir, hash, rec.ino));
         if list.is_empty() {
             tx.del(TreeId::Fs, key);
         } else {

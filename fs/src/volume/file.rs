@@ -28,9 +28,13 @@ const BATCH: usize = 64;
 /// Largest write handled in one transaction.
 const WRITE_CHUNK: usize = 4 << 20;
 
-fn extent_key(ino: Ino, block: u64) -> Key {
+/// The key of the file extent item of `ino` starting at file block `block`.
+pub(super) fn extent_key(ino: Ino, block: u64) -> Key {
     Key::new(ino, kind::EXTENT_DATA, block.saturating_mul(BS))
 }
+
+/// Changes of reference counts per data extent `(first block, blocks)`.
+pub(super) type RefChanges = BTreeMap<(u64, u32), i64>;
 
 /// One piece of a read plan: file blocks `file_block..+len` live at `disk_block..`, with
 /// these checksums (or are a hole when `disk_block` is 0).
@@ -67,7 +71,7 @@ fn regular(item: &InodeItem) -> Step<()> {
 
 impl Core {
     /// File extents overlapping blocks `b0..b1`, at most `limit`, in order.
-    fn extents_in(
+    pub(super) fn extents_in(
         &mut self,
         ino: Ino,
         b0: u64,
@@ -119,8 +123,28 @@ impl Core {
         b1: u64,
         pieces: &[(u64, FileExtent)],
     ) -> Step<i64> {
+        let (delta, refs) = self.edit_extents(tx, ino, b0, b1, pieces)?;
+        for ((disk, len), d) in refs {
+            self.change_refs(tx, ino, disk, len, d)?;
+        }
+        Ok(delta)
+    }
+
+    /// The file-extent half of [`Core::replace_range`]: maps blocks `b0..b1` of `ino`
+    /// exactly by `pieces` (splitting extents that cross the edges) and returns the change
+    /// in referenced bytes and the change in references per data extent
+    /// `(disk block, blocks)`. Log replay applies the reference changes itself.
+    pub(super) fn edit_extents(
+        &mut self,
+        tx: &mut Txn,
+        ino: Ino,
+        b0: u64,
+        b1: u64,
+        pieces: &[(u64, FileExtent)],
+    ) -> Step<(i64, RefChanges)> {
+        tx.mark_extents(ino, b0..b1);
         let old = self.extents_in(ino, b0, b1, usize::MAX)?;
-        let mut refs: BTreeMap<(u64, u32), i64> = BTreeMap::new();
+        let mut refs = RefChanges::new();
         let mut delta = 0i64;
         for (fb, fe) in old {
             let end = fb + u64::from(fe.num_blocks);
@@ -152,41 +176,43 @@ impl Core {
             *refs.entry((fe.disk_block, fe.disk_blocks)).or_default() += 1;
             delta += i64::from(fe.num_blocks);
         }
-        for ((disk, len), d) in refs {
-            if d == 0 {
-                continue;
+        refs.retain(|_, d| *d != 0);
+        Ok((delta * BS as i64, refs))
+    }
+
+    /// Changes the reference count of data extent `disk+len` by `d`; an extent left
+    /// without references is freed with its checksums.
+    fn change_refs(&mut self, tx: &mut Txn, ino: Ino, disk: u64, len: u32, d: i64) -> Step<()> {
+        let key = Key::new(disk, kind::EXTENT, u64::from(len));
+        let cur = match tx.get(self, TreeId::Extent, &key)? {
+            Some(b) => {
+                ExtentItem::decode(&b)
+                    .ok_or(Stop::Corrupt("undecodable extent item"))?
+                    .refs
             }
-            let key = Key::new(disk, kind::EXTENT, u64::from(len));
-            let cur = match tx.get(self, TreeId::Extent, &key)? {
-                Some(b) => {
-                    ExtentItem::decode(&b)
-                        .ok_or(Stop::Corrupt("undecodable extent item"))?
-                        .refs
-                }
-                None => 0,
-            };
-            let now = i64::from(cur) + d;
-            if now < 0 {
-                return Err(Stop::Corrupt("extent reference count below zero"));
-            }
-            if now == 0 {
-                tx.del(TreeId::Extent, key);
-                tx.del(TreeId::Csum, Key::new(disk, kind::CSUM, 0));
-                tx.frees.push(disk..disk + u64::from(len));
-            } else {
-                let owner = if cur == 0 { ino } else { 0 };
-                tx.put(
-                    TreeId::Extent,
-                    key,
-                    ExtentItem {
-                        refs: now as u32,
-                        owner,
-                    }
-                    .encode(),
-                );
-            }
+            None => 0,
+        };
+        let now = i64::from(cur) + d;
+        if now < 0 {
+            return Err(Stop::Corrupt("extent reference count below zero"));
         }
-        Ok(delta * BS as i64)
+        if now == 0 {
+            tx.del(TreeId::Extent, key);
+            tx.del(TreeId::Csum, Key::new(disk, kind::CSUM, 0));
+            tx.frees.push(disk..disk + u64::from(len));
+        } else {
+            let owner = if cur == 0 { ino } else { 0 };
+            tx.put(
+                TreeId::Extent,
+                key,
+                ExtentItem {
+                    refs: now as u32,
+                    owner,
+                }
+                .encode(),
+            );
+        }
+        Ok(())
     }
 
     /// Removes up to [`BATCH`] extents at or after block `from`; returns whether nothing
@@ -749,7 +775,19 @@ impl<D: BlockDevice> NineFs<D> {
                     }
                     c.commit(tx)?;
                     if last {
-                        c.inodes.remove(&ino);
+                        // A removed directory's list of removed names stays until the
+                        // checkpoint: a log record removing the directory must account
+                        // for the entries it had in the checkpoint.
+                        let committed = c.committed_seq;
+                        let keep = c.inodes.get(&ino).is_some_and(|s| {
+                            s.log
+                                .removed
+                                .since(committed)
+                                .is_none_or(|mut r| r.next().is_some())
+                        });
+                        if !keep {
+                            c.inodes.remove(&ino);
+                        }
                     }
                     Ok(last)
                 })

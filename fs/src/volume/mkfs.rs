@@ -154,7 +154,7 @@ pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(),
         version: FORMAT_VERSION,
         compat: features::COMPAT_SUPPORTED,
         ro_compat: 0,
-        incompat: 0,
+        incompat: features::INCOMPAT_LOG,
         uuid: opts.uuid,
         secret: opts.secret,
         label,
@@ -169,6 +169,8 @@ pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(),
         inode_count: 1,
         created: opts.now,
         mount_count: 0,
+        log_tail: 0,
+        log_epoch: 0,
     };
     // Copy B (generation 0) and copy A (generation 1): both valid, A current.
     write(SUPERBLOCK_BLOCKS[0], sb.encode()).await?;

@@ -34,6 +34,7 @@ mod inode;
 mod mkfs;
 mod ops;
 pub mod stats;
+pub mod synclog;
 mod xattr;
 
 pub use self::core::InodeState;
@@ -45,6 +46,7 @@ pub use mkfs::{format, FormatError, FormatOptions};
 pub use stats::FsStats;
 
 use self::core::{Core, Step, Stop};
+use self::synclog::LogState;
 
 /// Largest file size (as Linux: `i64::MAX`).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -169,7 +171,11 @@ pub fn choose_group(
 pub struct NineFs<D: BlockDevice> {
     dev: Dev<D>,
     core: Mutex<Core>,
+    /// The fsync log's ring and batches (taken after `core` when both are needed).
+    log: Mutex<LogState>,
     checkpoint_lock: async_lock::Mutex<()>,
+    /// Held by the log committer across one commit's I/O.
+    commit_lock: async_lock::Mutex<()>,
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
     clock: Box<dyn Clock>,
     cache_limit: usize,
@@ -188,14 +194,16 @@ impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
 impl<D: BlockDevice> NineFs<D> {
     /// Mounts the filesystem on `dev`. After an unclean shutdown this first rewrites every
     /// bitmap group's stale slot (so torn or uncommitted slot writes can never be taken
-    /// for current), then frees orphans (inodes unlinked while open).
+    /// for current), then replays the fsync log (committing the result with a
+    /// checkpoint), then frees orphans (inodes unlinked while open). Every writable
+    /// mount starts a new log epoch before anything is logged.
     pub async fn mount(
         dev: D,
         opts: MountOptions,
         clock: Box<dyn Clock>,
     ) -> Result<NineFs<D>, MountError> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
-        let (mut sb, _) = read_superblock(&dev).await?;
+        let (sb, _) = read_superblock(&dev).await?;
         if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
             return Err(MountError::Features(
                 sb.incompat & !features::INCOMPAT_SUPPORTED,
@@ -206,29 +214,84 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(MountError::TooSmall);
         }
         let clean = sb.state & state::CLEAN != 0;
-        if !read_only {
-            if !clean {
-                scrub_groups(&dev, &sb).await.map_err(MountError::Errno)?;
-            }
-            sb.mount_count += 1;
-            sb.generation += 1;
-            sb.state = 0;
-            let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
-            dev.write(slot, &sb.encode(), WriteFlags::FUA)
-                .await
-                .map_err(MountError::Io)?;
+        if !read_only && !clean {
+            scrub_groups(&dev, &sb).await.map_err(MountError::Errno)?;
         }
+        let layout = sb.layout;
+        let log = LogState::new(
+            layout.log_start,
+            layout.log_blocks,
+            sb.log_epoch,
+            sb.log_tail,
+        );
         let fs = NineFs {
             dev,
             core: Mutex::new(Core::new(sb, read_only)),
+            log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
+            commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(HashMap::new()),
             clock,
             cache_limit: opts.cache_limit,
             max_groups: opts.max_groups.max(4),
             policy: opts.policy,
         };
+        // A cleanly unmounted image has an empty log (its tail is the head).
+        let replayed = if clean {
+            synclog::replay::ReplaySummary::default()
+        } else {
+            fs.replay().await.map_err(MountError::Errno)?
+        };
+        {
+            let mut l = fs.log.lock();
+            let s = &mut l.stats;
+            s.replayed_commits = replayed.commits;
+            s.replayed_records = replayed.records;
+            s.replayed_inodes = replayed.inodes;
+            s.replayed_bytes = replayed.bytes;
+            s.dropped_commits = replayed.dropped;
+        }
         if !read_only {
+            let end = if clean {
+                fs.log.lock().head
+            } else {
+                replayed.end
+            };
+            // The next superblock written gets generation + 1: that is the new epoch,
+            // unique to this mount, so no block written to the log before (by an
+            // earlier mount, torn or not) is ever taken for one of this mount's.
+            let epoch = {
+                let mut c = fs.core.lock();
+                c.sb.mount_count += 1;
+                c.sb.state = 0;
+                c.sb.incompat |= features::INCOMPAT_LOG;
+                c.sb.log_epoch = c.sb.generation + 1;
+                c.sb.log_tail = end;
+                c.sb.log_epoch
+            };
+            {
+                let mut l = fs.log.lock();
+                l.epoch = epoch;
+                l.head = end;
+                l.tail = end;
+            }
+            if replayed.commits > 0 {
+                fs.checkpoint(CheckpointCause::Replay)
+                    .await
+                    .map_err(MountError::Errno)?;
+            } else {
+                let sb = {
+                    let mut c = fs.core.lock();
+                    c.sb.generation += 1;
+                    c.sb.clone()
+                };
+                debug_assert_eq!(sb.generation, epoch);
+                let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
+                fs.dev
+                    .write(slot, &sb.encode(), WriteFlags::FUA)
+                    .await
+                    .map_err(MountError::Io)?;
+            }
             fs.clean_orphans().await.map_err(MountError::Errno)?;
         }
         Ok(fs)
@@ -259,10 +322,20 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// Counters.
     pub fn stats(&self) -> FsStats {
-        let c = self.core.lock();
-        let mut s = c.stats;
-        s.group_loads = c.space.stats.group_loads;
+        let mut s = {
+            let c = self.core.lock();
+            let mut s = c.stats;
+            s.group_loads = c.space.stats.group_loads;
+            s
+        };
+        s.log = self.log.lock().stats;
         s
+    }
+
+    /// Log blocks in use and the log region's size.
+    pub fn log_usage(&self) -> (u64, u64) {
+        let l = self.log.lock();
+        (l.used(), l.capacity)
     }
 
     /// Memory used by cached btree nodes, and the number of cached nodes.
@@ -273,7 +346,7 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// The per-inode in-memory state (for the fsync log and tests).
     pub fn inode_state(&self, ino: Ino) -> Option<InodeState> {
-        self.core.lock().inodes.get(&ino).copied()
+        self.core.lock().inodes.get(&ino).cloned()
     }
 
     /// The superblock as last written.
@@ -430,7 +503,18 @@ impl<D: BlockDevice> NineFs<D> {
             return Ok(());
         }
         let prepared = self
-            .run_loads(&mut |c: &mut Core| c.prepare_checkpoint(cause))
+            .run_loads(&mut |c: &mut Core| {
+                let mut plan = c.prepare_checkpoint(cause)?;
+                if let Some(p) = plan.as_mut() {
+                    // Every record built so far describes state this checkpoint holds:
+                    // the log after it starts at the head, and the open batch is covered.
+                    let (tail, absorbed) = self.log.lock().absorb();
+                    p.sb.log_tail = tail;
+                    c.sb.log_tail = tail;
+                    p.log_absorbed = absorbed;
+                }
+                Ok(plan)
+            })
             .await?;
         let Some(plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
             return Ok(());
@@ -462,6 +546,10 @@ impl<D: BlockDevice> NineFs<D> {
         match written {
             Ok(()) => {
                 c.checkpoint_committed(&plan);
+                drop(c);
+                self.log
+                    .lock()
+                    .checkpoint_committed(plan.sb.log_tail, plan.log_absorbed);
                 Ok(())
             }
             Err(e) => {
@@ -483,7 +571,9 @@ impl<D: BlockDevice> NineFs<D> {
                 return Ok(());
             }
             self.evict(&mut c);
-            self.policy.checkpoint_due(&c.pressure(self.cache_limit))
+            let log_used = self.log.lock().used();
+            self.policy
+                .checkpoint_due(&c.pressure(self.cache_limit, log_used))
         };
         if let Some(cause) = due {
             self.checkpoint(cause).await?;
@@ -501,15 +591,46 @@ impl<D: BlockDevice> NineFs<D> {
     /// writes have not reached yet.
     async fn write_early(&self) -> FsResult<()> {
         let _guard = self.checkpoint_lock.lock().await;
-        let writes = {
-            let mut c = self.core.lock();
-            let seq = c.seq;
-            let writes = c.trees.write_early(seq, |p| self.policy.node_write_due(p));
-            for w in &writes {
-                c.stats.node_writes.count(w);
-            }
-            writes
-        };
+        let prepared = self
+            .run_loads(&mut |c: &mut Core| {
+                // Locations for nodes that need one (new, or too full to append).
+                let want = c
+                    .trees
+                    .cache
+                    .nodes()
+                    .filter(|n| n.is_dirty() && self.policy.node_write_due(n.pending_bytes()))
+                    .count();
+                c.space.fill_pool(want)?;
+                let mut pool = Vec::new();
+                while let Some(a) = c.space.take_node() {
+                    pool.push(a);
+                }
+                let seq = c.seq;
+                let res = c
+                    .trees
+                    .write_early(seq, |p| self.policy.node_write_due(p), &mut pool);
+                for a in pool {
+                    c.space.return_node(a);
+                }
+                let nb = self::core::node_blocks(&c.sb);
+                for &a in &res.placed {
+                    c.space.commit_reserved(a..a + nb);
+                }
+                c.space.stats.node_allocs += res.placed.len() as u64;
+                for &a in &res.freed {
+                    c.space.free(a..a + nb);
+                }
+                for w in &res.writes {
+                    c.stats.node_writes.count(w);
+                }
+                if !res.writes.is_empty() {
+                    c.changed = true;
+                }
+                Ok(res.writes)
+            })
+            .await?;
+        // Out of space for locations: the next checkpoint writes them.
+        let writes = prepared.unwrap_or_default();
         for w in &writes {
             if let Err(e) = self.dev.write(w.block, &w.data, WriteFlags::NONE).await {
                 log::error!(

@@ -194,10 +194,9 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
         Ok(())
     }
 
-    async fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
-        self.run(|c| c.inode(ino).map(|_| ())).await?;
-        // Until the fsync log exists, fsync is a full checkpoint: correct, just slow.
-        self.checkpoint(CheckpointCause::Fsync).await
+    async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        self.sync_inode(ino, datasync).await?;
+        self.maintain().await
     }
 
     async fn sync(&self) -> FsResult<()> {

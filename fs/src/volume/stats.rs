@@ -1,6 +1,7 @@
 //! Counters of a mounted filesystem, per cause where there is one (as bcachefs keeps
 //! them), so policies can be compared by what they cost.
 
+use super::synclog::LogStats;
 use crate::btree::NodeWriteCounters;
 
 /// Filesystem counters.
@@ -9,7 +10,7 @@ pub struct FsStats {
     /// Transactions committed.
     pub commits: u64,
     /// Checkpoints committed, indexed like [`super::CheckpointCause::ALL`].
-    pub checkpoints: [u64; 7],
+    pub checkpoints: [u64; super::CheckpointCause::ALL.len()],
     /// Node writes and bytes per cause.
     pub node_writes: NodeWriteCounters,
     /// Bitmap group blocks written.
@@ -32,6 +33,8 @@ pub struct FsStats {
     pub evictions: u64,
     /// Checksum or decoding failures seen (each also logged).
     pub corruptions: u64,
+    /// The fsync log.
+    pub log: LogStats,
 }
 
 impl FsStats {

@@ -1,0 +1,747 @@
+//! Log replay at mount.
+//!
+//! 1. **Scan** from the committed checkpoint's tail: a block is accepted only with the
+//!    right magic, checksum, epoch and sequence number, a commit only with all its
+//!    blocks. The first block that fails ends the log.
+//! 2. **Verify** the last complete commit's data against the checksums logged with it:
+//!    every commit before it was flushed before the next one was written, but the last
+//!    one's FLUSH may not have completed, so its data may be missing (its fsyncs were
+//!    never acknowledged). If any block fails, that commit is dropped.
+//! 3. **Apply** the records in order (inode items of a commit first, so names can point
+//!    to them), in memory: names, xattrs, directory entries are made exactly what was
+//!    logged; file mappings are edited and their reference changes summed.
+//! 4. **Finish**: apply the summed reference changes (new extents get their checksum
+//!    items and their blocks allocated; extents left unreferenced are freed), then fix
+//!    link counts, directory sizes and index counters of every inode replay touched
+//!    (an inode left without names gets an orphan item).
+//!
+//! Nothing is written here; the caller runs a checkpoint that commits the result and
+//! starts a new log epoch. A crash before that checkpoint commits replays the same log
+//! again from the same committed checkpoint: replay is idempotent.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::block::BlockDevice;
+use crate::format::items::{
+    decode_csums, decode_dir_entries, decode_inode_refs, encode_csums, encode_dir_entries,
+    encode_inode_refs, DirEntryRec, DirIndexRec, ExtentItem, FileExtent, InodeItem, InodeRefRec,
+};
+use crate::format::key::kind;
+use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
+use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::util::crc::crc32c;
+use crate::vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
+
+use super::super::core::{inode_key, Core, Step, Stop, Txn};
+use super::super::file::RefChanges;
+use super::super::NineFs;
+
+/// Symlink targets are stored in chunks of this many bytes (as `inode.rs` does).
+const SYMLINK_CHUNK: usize = 2048;
+
+/// What a replay did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplaySummary {
+    /// Sequence number after the last block read (where the next epoch continues).
+    pub end: u64,
+    /// Commits applied.
+    pub commits: u64,
+    /// Records applied.
+    pub records: u64,
+    /// Distinct inodes named by records.
+    pub inodes: u64,
+    /// Record bytes applied.
+    pub bytes: u64,
+    /// Complete commits dropped because their data was not on the disk.
+    pub dropped: u64,
+}
+
+/// A commit read from the log.
+#[derive(Debug)]
+pub struct LoggedCommit {
+    /// Sequence number of its first block.
+    pub seq: u64,
+    /// Its records.
+    pub records: Vec<Record>,
+    /// Payload bytes.
+    pub bytes: usize,
+}
+
+/// Reads the log of `dev` from `tail` in `epoch`: the complete commits, and the sequence
+/// number after the last one. Also used by fsck and dump.
+pub async fn scan<D: BlockDevice>(
+    dev: &crate::io::Dev<D>,
+    start: u64,
+    capacity: u64,
+    epoch: u64,
+    tail: u64,
+) -> (Vec<LoggedCommit>, u64) {
+    let mut out = Vec::new();
+    let mut seq = tail;
+    let mut buf = vec![0u8; BLOCK_SIZE];
+    let read = ReadLog {
+        start,
+        capacity,
+        epoch,
+    };
+    'commits: while seq - tail < capacity {
+        let Some((h, first)) = read.block(dev, seq, &mut buf).await else {
+            break;
+        };
+        let n = u64::from(h.commit_blocks);
+        if h.commit_seq != seq || seq + n - tail > capacity {
+            break;
+        }
+        let mut payload = first;
+        for i in 1..n {
+            match read.block(dev, seq + i, &mut buf).await {
+                Some((hi, p)) if hi.commit_seq == seq && hi.commit_blocks == h.commit_blocks => {
+                    payload.extend_from_slice(&p);
+                }
+                _ => break 'commits,
+            }
+        }
+        match decode_records(&payload) {
+            Ok(records) => out.push(LoggedCommit {
+                seq,
+                records,
+                bytes: payload.len(),
+            }),
+            Err(e) => {
+                log::error!(
+                    "log commit at sequence {seq}: undecodable records ({e}); log ends there"
+                );
+                break;
+            }
+        }
+        seq += n;
+    }
+    (out, seq)
+}
+
+/// Where and what to read.
+#[derive(Clone, Copy, Debug)]
+struct ReadLog {
+    start: u64,
+    capacity: u64,
+    epoch: u64,
+}
+
+impl ReadLog {
+    /// Block `seq` of the log, if it is a valid block of this epoch with that number.
+    async fn block<D: BlockDevice>(
+        &self,
+        dev: &crate::io::Dev<D>,
+        seq: u64,
+        buf: &mut [u8],
+    ) -> Option<(LogBlockHeader, Vec<u8>)> {
+        dev.read(self.start + seq % self.capacity, buf).await.ok()?;
+        let (h, p) = LogBlockHeader::decode_block(buf).ok()?;
+        (h.epoch == self.epoch && h.seq == seq).then(|| (h, p.to_vec()))
+    }
+}
+
+/// Replay's working state.
+#[derive(Debug, Default)]
+struct Replay {
+    /// Inodes whose link counts, sizes and index counters need fixing.
+    touched: BTreeSet<Ino>,
+    /// Inodes named by records.
+    inodes: BTreeSet<Ino>,
+    /// Reference changes per data extent `(disk block, blocks)`.
+    refs: RefChanges,
+    /// Checksums logged per data extent.
+    csums: BTreeMap<u64, Vec<u32>>,
+}
+
+impl<D: BlockDevice> NineFs<D> {
+    /// Replays the log (see the module documentation) into memory.
+    pub(in crate::volume) async fn replay(&self) -> FsResult<ReplaySummary> {
+        let (start, capacity, epoch, tail) = {
+            let c = self.core.lock();
+            let l = c.sb.layout;
+            (l.log_start, l.log_blocks, c.sb.log_epoch, c.sb.log_tail)
+        };
+        let (mut commits, end) = scan(&self.dev, start, capacity, epoch, tail).await;
+        let mut summary = ReplaySummary {
+            end,
+            ..ReplaySummary::default()
+        };
+        if commits.is_empty() {
+            return Ok(summary);
+        }
+        let mut r = Replay::default();
+        for c in &commits {
+            for rec in &c.records {
+                if let Record::Csum { disk_block, csums } = rec {
+                    r.csums.insert(*disk_block, csums.clone());
+                }
+            }
+        }
+        let last = commits.pop().expect("not empty");
+        for c in &commits {
+            self.apply_commit(&mut r, c, &mut summary).await?;
+        }
+        if self.data_present(&r, &last).await? {
+            self.apply_commit(&mut r, &last, &mut summary).await?;
+        } else {
+            log::warn!(
+                "log replay: the last commit (sequence {}) lacks its data on disk; it was never acknowledged and is dropped",
+                last.seq
+            );
+            summary.dropped += 1;
+        }
+        self.finish_replay(&r).await?;
+        summary.inodes = r.inodes.len() as u64;
+        log::info!(
+            "log replay: {} commits, {} records, {} inodes, {} bytes replayed ({} dropped)",
+            summary.commits,
+            summary.records,
+            summary.inodes,
+            summary.bytes,
+            summary.dropped
+        );
+        Ok(summary)
+    }
+
+    /// Whether every data block the records of `commit` map is on the disk (matches its
+    /// logged or committed checksum).
+    async fn data_present(&self, r: &Replay, commit: &LoggedCommit) -> FsResult<bool> {
+        for rec in &commit.records {
+            let Record::Extents { pieces, .. } = rec else {
+                continue;
+            };
+            for (_, fe) in pieces {
+                let sums = match r.csums.get(&fe.disk_block) {
+                    Some(s) => s.clone(),
+                    None => {
+                        let key = Key::new(fe.disk_block, kind::CSUM, 0);
+                        let got = self.run(|c| Ok(c.trees.get(TreeId::Csum, &key)?)).await?;
+                        match got.as_deref().and_then(decode_csums) {
+                            Some(s) => s,
+                            None => return Ok(false),
+                        }
+                    }
+                };
+                let first = fe.offset_blocks as usize;
+                let n = fe.num_blocks as usize;
+                let Some(want) = sums.get(first..first + n) else {
+                    return Ok(false);
+                };
+                let mut buf = vec![0u8; n * BLOCK_SIZE];
+                if self.dev.read(fe.first_block(), &mut buf).await.is_err() {
+                    return Ok(false);
+                }
+                if buf
+                    .chunks(BLOCK_SIZE)
+                    .zip(want)
+                    .any(|(b, &c)| crc32c(b) != c)
+                {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    async fn apply_commit(
+        &self,
+        r: &mut Replay,
+        commit: &LoggedCommit,
+        summary: &mut ReplaySummary,
+    ) -> FsResult<()> {
+        // Inode items first: names may point to inodes logged later in the commit.
+        for rec in &commit.records {
+            if let Record::Inode { ino, item } = rec {
+                self.run(|c| c.replay_inode(*ino, item)).await?;
+                r.touched.insert(*ino);
+                r.inodes.insert(*ino);
+            }
+        }
+        for rec in &commit.records {
+            match rec {
+                Record::Inode { .. } | Record::Csum { .. } => {}
+                Record::Names { ino, names } => {
+                    let t = self.run(|c| c.replay_names(*ino, names)).await?;
+                    r.touched.extend(t);
+                    r.inodes.insert(*ino);
+                }
+                Record::Xattrs { ino, items } => {
+                    self.run(|c| c.replay_xattrs(*ino, items)).await?;
+                    r.inodes.insert(*ino);
+                }
+                Record::Extents {
+                    ino,
+                    start,
+                    end,
+                    pieces,
+                } => {
+                    let refs = self
+                        .run(|c| c.replay_extents(*ino, *start, *end, pieces))
+                        .await?;
+                    for (k, d) in refs {
+                        *r.refs.entry(k).or_default() += d;
+                    }
+                    r.inodes.insert(*ino);
+                }
+                Record::Symlink { ino, target } => {
+                    self.run(|c| c.replay_symlink(*ino, target)).await?;
+                    r.inodes.insert(*ino);
+                }
+                Record::Dentries {
+                    dir,
+                    entries,
+                    removed,
+                } => {
+                    let t = self
+                        .run(|c| c.replay_dentries(*dir, entries, removed))
+                        .await?;
+                    r.touched.extend(t);
+                    r.inodes.insert(*dir);
+                }
+            }
+        }
+        summary.commits += 1;
+        summary.records += commit.records.len() as u64;
+        summary.bytes += commit.bytes as u64;
+        Ok(())
+    }
+
+    async fn finish_replay(&self, r: &Replay) -> FsResult<()> {
+        for (&(disk, len), &d) in &r.refs {
+            if d != 0 {
+                let sums = r.csums.get(&disk);
+                self.run(|c| c.replay_refs(disk, len, d, sums)).await?;
+            }
+        }
+        let mut work: Vec<Ino> = r.touched.iter().copied().collect();
+        let mut done = BTreeSet::new();
+        while let Some(ino) = work.pop() {
+            if done.insert(ino) {
+                work.extend(self.run(|c| c.replay_fixup(ino)).await?);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Core {
+    /// Whether `ino` can be an inode number (not the orphan list's 0, not absurd).
+    fn valid_ino(ino: Ino) -> Step<()> {
+        if ino < ROOT_INO || ino >= 1 << 62 {
+            return Err(Stop::Corrupt("log replay: invalid inode number"));
+        }
+        Ok(())
+    }
+
+    /// Whether data extent `disk+len` lies in the data area.
+    fn valid_extent(&self, disk: u64, len: u32) -> Step<()> {
+        let l = self.sb.layout;
+        let end = disk.checked_add(u64::from(len));
+        if disk < l.data_start() || end.is_none_or(|e| e > l.total_blocks) || len == 0 {
+            return Err(Stop::Corrupt("log replay: data extent outside the data area"));
+        }
+        Ok(())
+    }
+
+    fn replay_inode(&mut self, ino: Ino, item: &[u8]) -> Step<()> {
+        Self::valid_ino(ino)?;
+        let decoded = InodeItem::decode(item).ok_or(Stop::Corrupt("undecodable logged inode"))?;
+        let mut tx = Txn::new();
+        let existed = tx.get(self, TreeId::Fs, &inode_key(ino))?.is_some();
+        tx.put_inode(ino, &decoded);
+        if !existed {
+            tx.inode_delta = 1;
+        }
+        self.commit(tx)?;
+        self.next_ino = self.next_ino.max(ino + 1);
+        Ok(())
+    }
+
+    fn exists(&mut self, tx: &Txn, ino: Ino) -> Step<bool> {
+        Ok(tx.get(self, TreeId::Fs, &inode_key(ino))?.is_some())
+    }
+
+    /// Removes the entry `name` of `dir` if it names `ino` (any inode if `None`): the
+    /// hashed entry, the index entry and the inode's back-reference. Returns the inode
+    /// that lost the name.
+    fn unbind(
+        &mut self,
+        tx: &mut Txn,
+        dir: Ino,
+        hash: u64,
+        name: Option<&[u8]>,
+        ino: Option<Ino>,
+    ) -> Step<Option<Ino>> {
+        let key = Key::new(dir, kind::DIR_ENTRY, hash);
+        let Some(b) = tx.get(self, TreeId::Fs, &key)? else {
+            return Ok(None);
+        };
+        let mut list =
+            decode_dir_entries(&b).ok_or(Stop::Corrupt("undecodable directory entry"))?;
+        let Some(pos) = list
+            .iter()
+            .position(|e| name.is_none_or(|n| e.name == n) && ino.is_none_or(|i| e.ino == i))
+        else {
+            return Ok(None);
+        };
+        let e = list.remove(pos);
+        if list.is_empty() {
+            tx.del(TreeId::Fs, key);
+        } else {
+            tx.put(TreeId::Fs, key, encode_dir_entries(&list));
+        }
+        tx.del(TreeId::Fs, Key::new(dir, kind::DIR_INDEX, e.index));
+        let rkey = Key::new(e.ino, kind::INODE_REF, dir);
+        if let Some(b) = tx.get(self, TreeId::Fs, &rkey)? {
+            let mut refs = decode_inode_refs(&b).ok_or(Stop::Corrupt("undecodable inode ref"))?;
+            refs.retain(|r| r.index != e.index);
+            if refs.is_empty() {
+                tx.del(TreeId::Fs, rkey);
+            } else {
+                tx.put(TreeId::Fs, rkey, encode_inode_refs(&refs));
+            }
+        }
+        Ok(Some(e.ino))
+    }
+
+    /// Makes `dir/name` name `ino` with readdir index `index`, replacing whatever had
+    /// that name or index. Returns the inodes touched; nothing if `dir` does not exist.
+    fn bind(
+        &mut self,
+        tx: &mut Txn,
+        dir: Ino,
+        name: &[u8],
+        ino: Ino,
+        ft: FileType,
+        index: u64,
+    ) -> Step<Vec<Ino>> {
+        if !self.exists(tx, dir)? || !self.exists(tx, ino)? {
+            log::warn!("log replay: entry {name:?} of {dir} -> {ino}: an inode is missing");
+            return Ok(Vec::new());
+        }
+        let hash = self.name_hash(name);
+        if let Some(e) = self.find_entry(tx, dir, name)? {
+            if e.ino == ino && e.index == index {
+                return Ok(Vec::new());
+            }
+        }
+        let mut touched = vec![dir, ino];
+        touched.extend(self.unbind(tx, dir, hash, Some(name), None)?);
+        if let Some(b) = tx.get(self, TreeId::Fs, &Key::new(dir, kind::DIR_INDEX, index))? {
+            let old =
+                DirIndexRec::decode(&b).ok_or(Stop::Corrupt("undecodable directory index"))?;
+            let h = self.name_hash(&old.name);
+            touched.extend(self.unbind(tx, dir, h, Some(&old.name), Some(old.ino))?);
+        }
+        let key = Key::new(dir, kind::DIR_ENTRY, hash);
+        let mut list = match tx.get(self, TreeId::Fs, &key)? {
+            Some(b) => {
+                decode_dir_entries(&b).ok_or(Stop::Corrupt("undecodable directory entry"))?
+            }
+            None => Vec::new(),
+        };
+        list.push(DirEntryRec {
+            ino,
+            file_type: ft,
+            index,
+            name: name.to_vec(),
+        });
+        tx.put(TreeId::Fs, key, encode_dir_entries(&list));
+        let idx = DirIndexRec {
+            ino,
+            file_type: ft,
+            name: name.to_vec(),
+        };
+        tx.put(
+            TreeId::Fs,
+            Key::new(dir, kind::DIR_INDEX, index),
+            idx.encode(),
+        );
+        let rkey = Key::new(ino, kind::INODE_REF, dir);
+        let mut refs = match tx.get(self, TreeId::Fs, &rkey)? {
+            Some(b) => decode_inode_refs(&b).ok_or(Stop::Corrupt("undecodable inode ref"))?,
+            None => Vec::new(),
+        };
+        refs.push(InodeRefRec {
+            index,
+            name: name.to_vec(),
+        });
+        tx.put(TreeId::Fs, rkey, encode_inode_refs(&refs));
+        Ok(touched)
+    }
+
+    /// Makes the names of `ino` exactly `names`.
+    fn replay_names(&mut self, ino: Ino, names: &[LoggedName]) -> Step<Vec<Ino>> {
+        Self::valid_ino(ino)?;
+        for n in names {
+            Self::valid_ino(n.parent)?;
+        }
+        let mut tx = Txn::new();
+        if !self.exists(&tx, ino)? {
+            return Ok(Vec::new());
+        }
+        let current = tx.range(
+            self,
+            TreeId::Fs,
+            Key::new(ino, kind::INODE_REF, 0),
+            Key::new(ino, kind::INODE_REF, u64::MAX),
+        )?;
+        let mut touched = vec![ino];
+        for (k, v) in current {
+            let refs = decode_inode_refs(&v).ok_or(Stop::Corrupt("undecodable inode ref"))?;
+            for r in refs {
+                let keep = names
+                    .iter()
+                    .any(|n| n.parent == k.offset && n.index == r.index && n.name == r.name);
+                if !keep {
+                    let hash = self.name_hash(&r.name);
+                    self.unbind(&mut tx, k.offset, hash, Some(&r.name), Some(ino))?;
+                    touched.push(k.offset);
+                }
+            }
+        }
+        for n in names {
+            touched.extend(self.bind(&mut tx, n.parent, &n.name, ino, n.file_type, n.index)?);
+        }
+        self.commit(tx)?;
+        Ok(touched)
+    }
+
+    /// Makes the xattr items of `ino` exactly `items`.
+    fn replay_xattrs(&mut self, ino: Ino, items: &[(u8, u64, Vec<u8>)]) -> Step<()> {
+        Self::valid_ino(ino)?;
+        if items.iter().any(|(_, _, v)| v.len() > crate::format::MAX_VALUE_LEN) {
+            return Err(Stop::Corrupt("log replay: xattr item too large"));
+        }
+        let mut tx = Txn::new();
+        if !self.exists(&tx, ino)? {
+            return Ok(());
+        }
+        let old = tx.range(
+            self,
+            TreeId::Fs,
+            Key::new(ino, kind::XATTR, 0),
+            Key::new(ino, kind::XATTR_CHUNK, u64::MAX),
+        )?;
+        for (k, _) in old {
+            tx.del(TreeId::Fs, k);
+        }
+        for (k, off, v) in items {
+            if *k != kind::XATTR && *k != kind::XATTR_CHUNK {
+                return Err(Stop::Corrupt("logged xattr item of another kind"));
+            }
+            tx.put(TreeId::Fs, Key::new(ino, *k, *off), v.clone());
+        }
+        self.commit(tx)
+    }
+
+    /// Maps file blocks `start..end` of `ino` exactly by `pieces`; returns the reference
+    /// changes (applied at the end of replay).
+    fn replay_extents(
+        &mut self,
+        ino: Ino,
+        start: u64,
+        end: u64,
+        pieces: &[(u64, FileExtent)],
+    ) -> Step<RefChanges> {
+        Self::valid_ino(ino)?;
+        for (_, fe) in pieces {
+            self.valid_extent(fe.disk_block, fe.disk_blocks)?;
+        }
+        let mut tx = Txn::new();
+        if !self.exists(&tx, ino)? {
+            return Ok(RefChanges::new());
+        }
+        let (_, refs) = self.edit_extents(&mut tx, ino, start, end, pieces)?;
+        self.commit(tx)?;
+        Ok(refs)
+    }
+
+    fn replay_symlink(&mut self, ino: Ino, target: &[u8]) -> Step<()> {
+        Self::valid_ino(ino)?;
+        let mut tx = Txn::new();
+        if !self.exists(&tx, ino)? {
+            return Ok(());
+        }
+        let old = tx.range(
+            self,
+            TreeId::Fs,
+            Key::new(ino, kind::SYMLINK, 0),
+            Key::new(ino, kind::SYMLINK, u64::MAX),
+        )?;
+        for (k, _) in old {
+            tx.del(TreeId::Fs, k);
+        }
+        for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
+            tx.put(
+                TreeId::Fs,
+                Key::new(ino, kind::SYMLINK, i as u64),
+                chunk.to_vec(),
+            );
+        }
+        self.commit(tx)
+    }
+
+    /// Removes the listed entries of `dir` and adds the logged ones.
+    fn replay_dentries(
+        &mut self,
+        dir: Ino,
+        entries: &[LoggedEntry],
+        removed: &[(u64, Ino)],
+    ) -> Step<Vec<Ino>> {
+        Self::valid_ino(dir)?;
+        for e in entries {
+            Self::valid_ino(e.ino)?;
+        }
+        let mut tx = Txn::new();
+        if !self.exists(&tx, dir)? {
+            return Ok(Vec::new());
+        }
+        let mut touched = vec![dir];
+        for &(hash, ino) in removed {
+            touched.extend(self.unbind(&mut tx, dir, hash, None, Some(ino))?);
+        }
+        for e in entries {
+            touched.extend(self.bind(&mut tx, dir, &e.name, e.ino, e.file_type, e.index)?);
+        }
+        self.commit(tx)?;
+        Ok(touched)
+    }
+
+    /// Applies the summed reference change `d` of data extent `disk+len`.
+    fn replay_refs(&mut self, disk: u64, len: u32, d: i64, sums: Option<&Vec<u32>>) -> Step<()> {
+        self.valid_extent(disk, len)?;
+        let key = Key::new(disk, kind::EXTENT, u64::from(len));
+        let cur = match self.trees.get(TreeId::Extent, &key)? {
+            Some(b) => i64::from(
+                ExtentItem::decode(&b)
+                    .ok_or(Stop::Corrupt("undecodable extent item"))?
+                    .refs,
+            ),
+            None => 0,
+        };
+        let now = cur + d;
+        if now < 0 {
+            return Err(Stop::Corrupt(
+                "log replay: extent reference count below zero",
+            ));
+        }
+        let range = disk..disk + u64::from(len);
+        let mut tx = Txn::new();
+        if now == 0 {
+            tx.del(TreeId::Extent, key);
+            tx.del(TreeId::Csum, Key::new(disk, kind::CSUM, 0));
+            tx.frees.push(range);
+            return self.commit(tx);
+        }
+        tx.put(
+            TreeId::Extent,
+            key,
+            ExtentItem {
+                refs: now as u32,
+                owner: 0,
+            }
+            .encode(),
+        );
+        if cur > 0 {
+            return self.commit(tx);
+        }
+        // A new extent: its checksums come from the log, its blocks were free in the
+        // checkpoint.
+        let sums = sums.ok_or(Stop::Corrupt("log replay: new extent without checksums"))?;
+        if sums.len() != len as usize {
+            return Err(Stop::Corrupt("log replay: checksum count"));
+        }
+        tx.put(
+            TreeId::Csum,
+            Key::new(disk, kind::CSUM, 0),
+            encode_csums(sums),
+        );
+        self.space.ensure_groups(range.clone())?;
+        self.commit(tx)?;
+        if !self.space.claim_replayed(range) {
+            self.failed = true;
+            return Err(Stop::Corrupt(
+                "log replay: a logged extent's blocks are in use in the checkpoint",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Recomputes what replay may have left inconsistent about `ino`: a file's link
+    /// count (an orphan item if it has no names left), a directory's link count, size
+    /// and index counter. A directory left without a name (removed by the log) loses
+    /// its remaining entries and becomes an orphan; returns the inodes that lost those
+    /// names (to fix up in turn).
+    fn replay_fixup(&mut self, ino: Ino) -> Step<Vec<Ino>> {
+        let mut tx = Txn::new();
+        let mut item = match tx.inode(self, ino) {
+            Ok(i) => i,
+            Err(Stop::Errno(Errno::ENOENT)) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut detached = Vec::new();
+        let before = item;
+        let names: u32 = tx
+            .range(
+                self,
+                TreeId::Fs,
+                Key::new(ino, kind::INODE_REF, 0),
+                Key::new(ino, kind::INODE_REF, u64::MAX),
+            )?
+            .iter()
+            .map(|(_, v)| decode_inode_refs(v).map_or(0, |r| r.len() as u32))
+            .sum();
+        if item.is_dir() {
+            let entries = tx.range(
+                self,
+                TreeId::Fs,
+                Key::new(ino, kind::DIR_INDEX, 0),
+                Key::new(ino, kind::DIR_INDEX, u64::MAX),
+            )?;
+            let mut subdirs = 0;
+            let nameless = names == 0 && ino != ROOT_INO;
+            for (k, v) in &entries {
+                let e =
+                    DirIndexRec::decode(v).ok_or(Stop::Corrupt("undecodable directory index"))?;
+                subdirs += u32::from(e.file_type == FileType::Directory);
+                item.next_seq = item.next_seq.max(k.offset + 1);
+                if nameless {
+                    let hash = self.name_hash(&e.name);
+                    detached.extend(self.unbind(&mut tx, ino, hash, Some(&e.name), Some(e.ino))?);
+                }
+            }
+            if nameless {
+                // Removed (rmdir) as the log says: an orphan, freed after mount.
+                item.size = 0;
+                item.nlink = 0;
+                let orphan = Key::new(0, kind::ORPHAN, ino);
+                if tx.get(self, TreeId::Fs, &orphan)?.is_none() {
+                    tx.put(TreeId::Fs, orphan, Vec::new());
+                }
+            } else {
+                item.size = entries.len() as u64;
+                item.nlink = 2 + subdirs;
+            }
+        } else {
+            item.nlink = names;
+            let orphan = Key::new(0, kind::ORPHAN, ino);
+            let has_orphan = tx.get(self, TreeId::Fs, &orphan)?.is_some();
+            if names == 0 && !has_orphan {
+                tx.put(TreeId::Fs, orphan, Vec::new());
+            } else if names > 0 && has_orphan {
+                tx.del(TreeId::Fs, orphan);
+            }
+        }
+        if item != before {
+            tx.put_inode(ino, &item);
+        }
+        if !tx.is_empty() {
+            self.commit(tx)?;
+        }
+        Ok(detached)
+    }
+}
