@@ -18,18 +18,24 @@ MEM ?= 512M
 PORT ?= 5640
 # The appliance's 9P port (passed as port= on its command line).
 NINEP_PORT ?= 564
-# The disk image attached as an NVMe namespace (created sparse if missing).
+# Host TCP port (on 127.0.0.1) forwarded to the appliance's counters service (stats=).
+STATS_PORT ?= 5641
+# The disk image attached as an NVMe namespace (created and formatted with `ninefold mkfs`
+# if missing).
 DISK ?= $(BUILD)/disk.img
 DISK_SIZE ?= 1G
-# What 9P serves: `memory` = an empty in-memory filesystem (development mode: nothing is
-# stored) until the on-disk filesystem is wired in; `disk` = the filesystem on DISK.
-FS ?= memory
+# What 9P serves: `disk` = the filesystem on DISK; `memory` = an empty in-memory
+# filesystem (development mode: nothing is stored).
+FS ?= disk
 # Extra kernel command-line options, e.g. APPEND="log=debug ip=10.0.2.15/24 gw=10.0.2.2".
 APPEND ?=
 # Accelerator: empty = probe (scripts/accel.sh: kvm only if it really works here).
 ACCEL ?=
 
-.PHONY: all deps image run test test-host test-qemu lint fmt clean bench-net
+.PHONY: all deps image tool run test test-host test-qemu lint fmt clean bench-net
+
+## The host tool (mkfs, fsck, dump, serve).
+TOOL := target/debug/ninefold
 
 all: test
 
@@ -43,22 +49,27 @@ image:
 	@mkdir -p $(BUILD)
 	cp $(KERNEL_ELF) $(IMAGE)
 
-$(DISK):
-	@mkdir -p $(dir $(DISK))
-	truncate -s $(DISK_SIZE) $(DISK)
+## tool: the host CLI, target/debug/ninefold (mkfs, fsck, dump, serve)
+tool:
+	$(CARGO) build --locked -p ninefold-tools
 
-## run: boot the appliance with an NVMe disk and a NIC; 127.0.0.1:$(PORT) reaches its 9P port
+$(DISK): | tool
+	@mkdir -p $(dir $(DISK))
+	$(TOOL) mkfs $(DISK) --size $(DISK_SIZE) --label ninefold
+
+## run: boot the appliance with an NVMe disk and a NIC; 127.0.0.1:$(PORT) reaches its 9P
+## port, 127.0.0.1:$(STATS_PORT) its counters
 run: deps image $(DISK)
 	@accel="$(ACCEL)"; [[ -n $$accel ]] || accel=$$(QEMU=$(QEMU) scripts/accel.sh $(IMAGE)); \
 	cpu=; [[ $$accel == kvm ]] && cpu="-cpu host"; \
-	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT) (quit: Ctrl-A X)"; \
+	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (quit: Ctrl-A X)"; \
 	exec $(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
 		-serial mon:stdio -no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
 		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) fs=$(FS) $(APPEND))" \
 		-drive file=$(DISK),if=none,id=disk0,format=raw \
 		-device nvme,drive=disk0,serial=ninefold0 \
-		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT) \
+		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT),hostfwd=tcp:127.0.0.1:$(STATS_PORT)-:5641 \
 		-device virtio-net-pci,netdev=net0,disable-legacy=on,romfile=
 
 ## test: everything CI runs: host tests, then the QEMU boot tests

@@ -69,7 +69,10 @@ fn file_lifecycle() {
     let (bsize, _, namelen) = c.statfs(0).unwrap();
     assert_eq!((bsize, namelen), (4096, 255));
     // Everything opened was released.
-    assert_eq!(server.stats().releases, 2);
+    let stats = server.stats();
+    assert_eq!(stats.releases, 2);
+    // The acknowledged writes and fsyncs (the write refused above is not counted).
+    assert_eq!((stats.writes, stats.fsyncs, stats.datasyncs), (1, 2, 1));
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! | [`service`] | the 9P listener (a pool of listening sockets) and connection tasks |
 //! | [`limits`] | connection limit and socket buffer sizing |
 //! | [`stats`] | per-cause counters |
+//! | [`stats_port`] | the read-only counters service (`stats=PORT`) |
 //!
 //! The service is generic over the filesystem ([`fs::vfs::FileSystem`]): [`serve`] takes
 //! whatever the boot sequence mounted.
@@ -23,6 +24,8 @@ pub mod service;
 pub mod stack;
 #[cfg(target_os = "none")]
 pub mod stats;
+#[cfg(target_os = "none")]
+pub mod stats_port;
 #[cfg(target_os = "none")]
 pub mod tcp;
 

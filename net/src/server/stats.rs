@@ -56,4 +56,10 @@ counters! {
     flushed_replies_sent,
     /// Open fids released at clunk or teardown.
     releases,
+    /// `Tfsync` requests answered successfully (the fsyncs a client saw acknowledged).
+    fsyncs,
+    /// ... of which with `datasync` set (fdatasync).
+    datasyncs,
+    /// `Twrite` requests answered successfully.
+    writes,
 }
