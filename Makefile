@@ -81,9 +81,10 @@ test-host:
 	$(CARGO) test --workspace --locked --exclude ninefold-tests
 
 ## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults, the
-## 9P service over TCP, and a Linux guest mounting it (the guest is built first, cached)
-test-qemu: deps image guest
-	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
+## disk's filesystem served over 9P/TCP (images made and checked with the host tool), a
+## short kill test, and a Linux guest mounting it (the guest is built first, cached)
+test-qemu: deps image guest tool
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
 		$(CARGO) test --locked -p ninefold-tests -- --test-threads=2
 
 ## bench-net: 9P throughput (1 MiB messages) and small-request latency from the host
