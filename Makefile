@@ -134,8 +134,15 @@ test-guest:
 	tests/guest/smoke
 
 ## bench-peers: fio/dbench/... in the client guest against the peers; PEERS_ARGS=--help
-bench-peers: guest
+bench-peers: image tool guest
 	tests/guest/peers $(PEERS_ARGS)
+
+## bench: the appliance against the Linux peers (fio fsync=1 at 1/4/16 jobs, randwrite,
+## dbench, bonnie++, fs_mark) in one run; writes build/bench/report.{json,md} and charts.
+## ~35 min; BENCH_ARGS=--quick (~5 min) or --system/--workload/--runtime (--help)
+.PHONY: bench
+bench: image tool guest
+	tests/bench/fs.py $(BENCH_ARGS)
 
 ## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
 bench-devices: guest

@@ -4,8 +4,9 @@
 //! memory — and its formats:
 //!
 //! - one JSON document (the periodic `stats:` log line and the counters service);
-//! - `/sys/block/DEV/stat`-style lines (17 fields), so scripts that judge Linux disks by
-//!   their block-layer counters read the appliance's the same way.
+//! - `/sys/block/DEV/stat`-style lines (its 17 fields and an 18th, FUA writes, as the
+//!   guest harness reports Linux disks), so scripts that judge Linux disks by their
+//!   block-layer counters read the appliance's the same way.
 //!
 //! The counters service (`stats=PORT`, `kernel/src/net/stats_port.rs`) answers one
 //! request per connection; [`Request::parse`] reads its first line:
@@ -209,11 +210,13 @@ impl Snapshot {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
-    /// One `/sys/block/DEV/stat`-style line per device: the name, then 17 fields (read
-    /// I/Os, merges, sectors, ms; write I/Os, merges, sectors, ms; in flight, I/O ms,
-    /// queue ms; discard I/Os, merges, sectors, ms; flushes, flush ms). Sectors are 512
-    /// bytes; merges and queue times are 0 (there is no merging block layer); flushes
-    /// are those the device performs (emulated FUA included, as Linux counts them).
+    /// One `/sys/block/DEV/stat`-style line per device: the name, then the 17 fields of
+    /// Linux's file (read I/Os, merges, sectors, ms; write I/Os, merges, sectors, ms; in
+    /// flight, I/O ms, queue ms; discard I/Os, merges, sectors, ms; flushes, flush ms)
+    /// and an 18th, FUA writes (the guest harness appends the same for Linux disks).
+    /// Sectors are 512 bytes; merges and queue times are 0 (there is no merging block
+    /// layer); flushes are those the device performs (emulated FUA included, as Linux
+    /// counts them).
     pub fn sysfs_lines(&self) -> String {
         let mut out = String::new();
         for d in &self.devices {
@@ -222,7 +225,7 @@ impl Snapshot {
             let discard_sectors = c.blocks_discarded * u64::from(d.block_size) / 512;
             let _ = writeln!(
                 out,
-                "{} {} 0 {} {} {} 0 {} {} 0 0 0 {} 0 {} {} {} {}",
+                "{} {} 0 {} {} {} 0 {} {} 0 0 0 {} 0 {} {} {} {} {}",
                 d.name,
                 c.reads,
                 c.bytes_read / 512,
@@ -235,6 +238,7 @@ impl Snapshot {
                 ms(c.discard_ns),
                 d.device_flushes,
                 ms(c.flush_ns),
+                c.fua_writes,
             );
         }
         out
@@ -354,16 +358,17 @@ mod tests {
     }
 
     #[test]
-    fn sysfs_lines_have_seventeen_fields_in_linux_order() {
+    fn sysfs_lines_have_linux_fields_in_order_then_fua() {
         let s = snapshot().sysfs_lines();
         let f: Vec<&str> = s.trim().split(' ').collect();
-        assert_eq!(f.len(), 18, "{s}");
+        assert_eq!(f.len(), 19, "{s}");
         assert_eq!(f[0], "nvme@00:04.0");
         let n: Vec<u64> = f[1..].iter().map(|x| x.parse().unwrap()).collect();
         assert_eq!((n[0], n[2]), (3, 24), "read I/Os and sectors");
         assert_eq!((n[4], n[6], n[7]), (10, 80, 5), "write I/Os, sectors, ms");
         assert_eq!((n[11], n[13]), (1, 16), "discard I/Os and sectors");
         assert_eq!(n[15], 4, "flushes");
+        assert_eq!(n[17], 2, "FUA writes");
     }
 
     #[test]

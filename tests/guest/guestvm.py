@@ -330,7 +330,9 @@ class Guest:
                     buf += chunk
                     *lines, buf = buf.split("\n")
                     for line in lines:
-                        print(f"[{self.name}] {line.rstrip()}", flush=True)
+                        # tee may be a pattern: echo only the matching lines (progress).
+                        if self.tee is True or re.search(self.tee, line):
+                            print(f"[{self.name}] {line.rstrip()}", flush=True)
                 elif self._stop_tee.is_set():
                     return
                 else:
