@@ -50,9 +50,9 @@ nf_mkfs() {
 # nf_trace_start: count block requests per device and kind (rwbs) from now on, with a
 # tracefs histogram on block_rq_issue: /sys/block/DEV/stat has no FUA count (nf_fua).
 nf_trace_start() {
-	local t=/sys/kernel/tracing
-	[ -d "$t/events" ] || mount -t tracefs nodev "$t" 2>/dev/null
-	echo 'hist:keys=dev,rwbs:size=256' >"$t/events/block/block_rq_issue/trigger" 2>/dev/null ||
+	nf_tr=/sys/kernel/tracing
+	[ -d "$nf_tr/events" ] || mount -t tracefs nodev "$nf_tr" 2>/dev/null
+	echo 'hist:keys=dev,rwbs:size=256' >"$nf_tr/events/block/block_rq_issue/trigger" 2>/dev/null ||
 		nf_log "warning: no block_rq_issue histogram; FUA writes will not be counted"
 }
 
@@ -60,8 +60,11 @@ nf_trace_start() {
 # or -1 if not counted. rwbs is [F]OP[F][A][S][M]...: a leading F is a preflush, an F
 # after the operation FUA.
 nf_fua() {
-	local h=/sys/kernel/tracing/events/block/block_rq_issue/hist
-	[ -r "$h" ] && grep -q hitcount "$h" 2>/dev/null || { echo -1; return; }
+	nf_hist=/sys/kernel/tracing/events/block/block_rq_issue/hist
+	if ! grep -q hitcount "$nf_hist" 2>/dev/null; then
+		echo -1
+		return
+	fi
 	awk -v want="$(awk -F: '{print $1 * 1048576 + $2}' "/sys/block/$1/dev")" '
 		/hitcount:/ {
 			dev = $0; sub(/.*dev: */, "", dev); sub(/[^0-9].*/, "", dev)
@@ -71,7 +74,7 @@ nf_fua() {
 			if (length(rwbs) > 1 && substr(rwbs, 1, 1) == "F" && index("WRDNF", substr(rwbs, 2, 1))) rwbs = substr(rwbs, 2)
 			if (substr(rwbs, 1, 1) == "W" && index(substr(rwbs, 2), "F")) fua += n
 		}
-		END { print fua + 0 }' "$h"
+		END { print fua + 0 }' "$nf_hist"
 }
 
 # nf_mount_local FS DEV MNT: mkfs and mount a local disk.
@@ -102,10 +105,9 @@ nf_ctl() {
 nf_devstat() {
 	sync
 	: >"$1"
-	local s dev
-	for s in ${NF_STAT_DEVS:-}; do
-		dev=$(nf_dev "$s")
-		echo "local $s $(cat "/sys/block/$dev/stat") $(nf_fua "$dev")" >>"$1"
+	for nf_s in ${NF_STAT_DEVS:-}; do
+		nf_blk=$(nf_dev "$nf_s")
+		echo "local $nf_s $(cat "/sys/block/$nf_blk/stat") $(nf_fua "$nf_blk")" >>"$1"
 	done
 	if [ -n "${NF_STAT_REMOTE:-}" ]; then
 		nf_ctl "$NF_STAT_REMOTE" stat | sed 's/^/remote /' >>"$1"
