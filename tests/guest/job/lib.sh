@@ -61,7 +61,7 @@ nf_trace_start() {
 # after the operation FUA.
 nf_fua() {
 	nf_hist=/sys/kernel/tracing/events/block/block_rq_issue/hist
-	if ! grep -q hitcount "$nf_hist" 2>/dev/null; then
+	if ! grep -q "Hits:" "$nf_hist" 2>/dev/null; then
 		echo -1
 		return
 	fi
