@@ -107,6 +107,7 @@ impl<F: FileSystem + Reporting + 'static> Monitor<F> {
             // Logged when the work counters changed; the clock and the heap always do.
             let key = Snapshot {
                 uptime_ms: 0,
+                idle_ms: 0,
                 heap: HeapReport::default(),
                 ..s.clone()
             }
@@ -123,6 +124,7 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
     async fn snapshot(&self) -> Snapshot {
         let fs = self.service.server().fs();
         let p = self.service.server().stats();
+        let t = self.service.server().timings();
         let conns = self.service.stats();
         let heap = hal::heap::stats();
         let mut fs_report = fs.fs_report().await;
@@ -131,6 +133,7 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
         }
         Snapshot {
             uptime_ms: clock::uptime().as_millis() as u64,
+            idle_ms: task::idle_time().as_millis() as u64,
             devices: fs.devices(),
             fs: fs_report,
             ninep: Some(NinepReport {
@@ -143,6 +146,10 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 datasyncs: p.datasyncs,
                 rx_bytes: conns.rx_bytes.get(),
                 tx_bytes: conns.tx_bytes.get(),
+                write_ns: t.write_ns,
+                fsync_ns: t.fsync_ns,
+                read_ns: t.read_ns,
+                other_ns: t.other_ns,
             }),
             heap: HeapReport {
                 bytes: heap.claimed,

@@ -37,6 +37,9 @@ use crate::drivers::counted::DeviceCounters;
 pub struct Snapshot {
     /// Milliseconds since boot.
     pub uptime_ms: u64,
+    /// Milliseconds the CPU was idle (halted) since boot: `1 - idle/uptime` is how busy
+    /// the appliance was.
+    pub idle_ms: u64,
     /// The block devices in use.
     pub devices: Vec<DeviceReport>,
     /// The mounted filesystem (absent when none is mounted, e.g. `fs=memory`).
@@ -193,6 +196,14 @@ pub struct NinepReport {
     pub rx_bytes: u64,
     /// Bytes sent to clients.
     pub tx_bytes: u64,
+    /// Nanoseconds requests spent in the server (decode to reply), by kind.
+    pub write_ns: u64,
+    /// See [`NinepReport::write_ns`].
+    pub fsync_ns: u64,
+    /// See [`NinepReport::write_ns`].
+    pub read_ns: u64,
+    /// See [`NinepReport::write_ns`].
+    pub other_ns: u64,
 }
 
 /// The kernel heap.
@@ -308,6 +319,7 @@ mod tests {
         stats.node_writes.bytes[3] = 20480;
         Snapshot {
             uptime_ms: 1234,
+            idle_ms: 1000,
             devices: alloc::vec![DeviceReport {
                 name: "nvme@00:04.0".to_string(),
                 block_size: 512,

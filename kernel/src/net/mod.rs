@@ -83,7 +83,11 @@ mod serve_impl {
             async move { stack.run().await }
         });
         let address = stack.wait_configured().await;
-        let server = Rc::new(Server::new(fs, NinepConfig::default()));
+        let config9p = NinepConfig {
+            clock: Some(|| crate::clock::now().as_nanos()),
+            ..NinepConfig::default()
+        };
+        let server = Rc::new(Server::new(fs, config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets());
         let service = Service::new(stack, server, config.port, buffer);
         task::spawn(service.clone().run());
