@@ -18,18 +18,24 @@ MEM ?= 512M
 PORT ?= 5640
 # The appliance's 9P port (passed as port= on its command line).
 NINEP_PORT ?= 564
-# The disk image attached as an NVMe namespace (created sparse if missing).
+# Host TCP port (on 127.0.0.1) forwarded to the appliance's counters service (stats=).
+STATS_PORT ?= 5641
+# The disk image attached as an NVMe namespace (created and formatted with `ninefold mkfs`
+# if missing).
 DISK ?= $(BUILD)/disk.img
 DISK_SIZE ?= 1G
-# What 9P serves: `memory` = an empty in-memory filesystem (development mode: nothing is
-# stored) until the on-disk filesystem is wired in; `disk` = the filesystem on DISK.
-FS ?= memory
+# What 9P serves: `disk` = the filesystem on DISK; `memory` = an empty in-memory
+# filesystem (development mode: nothing is stored).
+FS ?= disk
 # Extra kernel command-line options, e.g. APPEND="log=debug ip=10.0.2.15/24 gw=10.0.2.2".
 APPEND ?=
 # Accelerator: empty = probe (scripts/accel.sh: kvm only if it really works here).
 ACCEL ?=
 
-.PHONY: all deps image run test test-host test-qemu lint fmt clean bench-net crash crash-quick bench-meta
+.PHONY: all deps image tool run test test-host test-qemu lint fmt clean bench-net crash crash-quick bench-meta
+
+## The host tool (mkfs, fsck, dump, serve).
+TOOL := target/debug/ninefold
 
 all: test
 
@@ -43,22 +49,27 @@ image:
 	@mkdir -p $(BUILD)
 	cp $(KERNEL_ELF) $(IMAGE)
 
-$(DISK):
-	@mkdir -p $(dir $(DISK))
-	truncate -s $(DISK_SIZE) $(DISK)
+## tool: the host CLI, target/debug/ninefold (mkfs, fsck, dump, serve)
+tool:
+	$(CARGO) build --locked -p ninefold-tools
 
-## run: boot the appliance with an NVMe disk and a NIC; 127.0.0.1:$(PORT) reaches its 9P port
+$(DISK): | tool
+	@mkdir -p $(dir $(DISK))
+	$(TOOL) mkfs $(DISK) --size $(DISK_SIZE) --label ninefold
+
+## run: boot the appliance with an NVMe disk and a NIC; 127.0.0.1:$(PORT) reaches its 9P
+## port, 127.0.0.1:$(STATS_PORT) its counters
 run: deps image $(DISK)
 	@accel="$(ACCEL)"; [[ -n $$accel ]] || accel=$$(QEMU=$(QEMU) scripts/accel.sh $(IMAGE)); \
 	cpu=; [[ $$accel == kvm ]] && cpu="-cpu host"; \
-	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT) (quit: Ctrl-A X)"; \
+	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (quit: Ctrl-A X)"; \
 	exec $(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
 		-serial mon:stdio -no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
 		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) fs=$(FS) $(APPEND))" \
 		-drive file=$(DISK),if=none,id=disk0,format=raw \
 		-device nvme,drive=disk0,serial=ninefold0 \
-		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT) \
+		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT),hostfwd=tcp:127.0.0.1:$(STATS_PORT)-:5641 \
 		-device virtio-net-pci,netdev=net0,disable-legacy=on,romfile=
 
 ## test: everything CI runs: host tests, then the QEMU boot tests
@@ -74,8 +85,13 @@ test-host:
 ## sequences, fstests scenarios and concurrent fsyncs; every crash state is mounted
 ## (log replay), fsck'd and checked against the contract. Ends with
 ## `crash states: N, violations: V, fsck errors: E`. CRASH_ARGS=--help for options.
+## The full kill test (crash-kill, below) runs first so the suite's line ends the output.
 CRASH_FSX ?= 3000
-crash:
+crash: crash-kill crash-sim
+
+## crash-sim: the crash simulator part of `make crash` alone (host only, no QEMU)
+.PHONY: crash-sim
+crash-sim:
 	$(CARGO) run --locked --profile crash -p ninefold-tools --bin ninefold-crash -- --size full --fsx $(CRASH_FSX) $(CRASH_ARGS)
 
 ## bench-meta: an fs_mark-like workload under the reclaim-driven write policy and the 4 KiB
@@ -88,10 +104,25 @@ crash-quick:
 	$(CARGO) run --locked --profile crash -p ninefold-tools --bin ninefold-crash -- --size quick $(CRASH_ARGS)
 
 ## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults, the
-## 9P service over TCP, and a Linux guest mounting it (the guest is built first, cached)
-test-qemu: deps image guest
-	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
+## disk's filesystem served over 9P/TCP (images made and checked with the host tool), a
+## short kill test, and a Linux guest mounting it (the guest is built first, cached)
+test-qemu: deps image guest tool
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
 		$(CARGO) test --locked -p ninefold-tests -- --test-threads=2
+
+## crash-kill: the full kill test: SIGKILL the appliance at random moments under
+## fsync-heavy 9P writes, 20 times on NVMe (8 writers) and 10 on virtio-blk; fsck after
+## every kill, every acknowledged byte after every restart. KILL_SEED=N repeats a run.
+.PHONY: crash-kill
+crash-kill: deps image tool
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
+		NINEFOLD_KILLS=$${KILLS:-20} NINEFOLD_KILL_WRITERS=8 NINEFOLD_KILL_PORT=15843 \
+		$${KILL_SEED:+NINEFOLD_KILL_SEED=$$KILL_SEED} \
+		$(CARGO) test --locked -p ninefold-tests --test kill -- --nocapture acknowledged_fsyncs_survive_kills
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
+		NINEFOLD_KILLS=10 NINEFOLD_KILL_DISK=virtio NINEFOLD_KILL_PORT=15845 \
+		$${KILL_SEED:+NINEFOLD_KILL_SEED=$$KILL_SEED} \
+		$(CARGO) test --locked -p ninefold-tests --test kill -- --nocapture acknowledged_fsyncs_survive_kills
 
 ## bench-net: 9P throughput (1 MiB messages) and small-request latency from the host
 ## against the appliance in QEMU (TCG): docs/benchmarks.md, section Network
@@ -126,8 +157,15 @@ test-guest:
 	tests/guest/smoke
 
 ## bench-peers: fio/dbench/... in the client guest against the peers; PEERS_ARGS=--help
-bench-peers: guest
+bench-peers: image tool guest
 	tests/guest/peers $(PEERS_ARGS)
+
+## bench: the appliance against the Linux peers (fio fsync=1 at 1/4/16 jobs, randwrite,
+## dbench, bonnie++, fs_mark) in one run; writes build/bench/report.{json,md} and charts.
+## ~35 min; BENCH_ARGS=--quick (~5 min) or --system/--workload/--runtime (--help)
+.PHONY: bench
+bench: image tool guest
+	tests/bench/fs.py $(BENCH_ARGS)
 
 ## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
 bench-devices: guest

@@ -10,6 +10,9 @@
 //! | `port=N` | TCP port of the 9P server | `564` |
 //! | `fs=disk\|memory` | what 9P serves: the filesystem on the disk, or an empty in-memory one (development only: nothing is stored) | `disk` |
 //! | `disk=nvme0\|virtio0\|BB:DD.F` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex) | the first one found |
+//! | `mkfs` | format the disk first if it holds no ninefold filesystem (a disk with a damaged one is refused) | off |
+//! | `mkfs=force` | format the disk first, whatever it holds (erases it) | off |
+//! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
@@ -78,6 +81,21 @@ pub enum Crash {
     Panic,
 }
 
+/// Whether to format the disk before mounting it (`mkfs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mkfs {
+    /// Never: a disk without a filesystem is reported and left alone.
+    Off,
+    /// Format a disk that holds no ninefold filesystem at all (no superblock magic in
+    /// either copy); a damaged filesystem is still refused.
+    IfBlank,
+    /// Format whatever the disk holds.
+    Force,
+}
+
+/// The default TCP port of the counters service (`stats=`).
+pub const DEFAULT_STATS_PORT: u16 = 5641;
+
 /// Default seconds per benchmark workload.
 pub const DEFAULT_BENCH_SECONDS: u32 = 10;
 
@@ -103,6 +121,10 @@ pub struct Config {
     pub fs: FsSource,
     /// The block device for the filesystem; `None` picks the first one found.
     pub disk: Option<DiskSelector>,
+    /// Format the disk before mounting it.
+    pub mkfs: Mkfs,
+    /// TCP port of the counters service; `None`: off.
+    pub stats_port: Option<u16>,
     /// Run the self-checks and power off.
     pub selftest: bool,
     /// Run the block-device self-checks and power off.
@@ -128,6 +150,8 @@ impl Default for Config {
             port: DEFAULT_9P_PORT,
             fs: FsSource::Disk,
             disk: None,
+            mkfs: Mkfs::Off,
+            stats_port: Some(DEFAULT_STATS_PORT),
             selftest: false,
             selftest_block: false,
             nvme_poll: false,
@@ -202,14 +226,19 @@ impl Config {
                 let v = need(value)?;
                 self.gateway = Some(v.parse().map_err(|_| Some("not an IPv4 address"))?);
             }
-            "port" => {
-                let port: u16 = need(value)?
-                    .parse()
-                    .map_err(|_| Some("not a port number (1-65535)"))?;
-                if port == 0 {
-                    return Err(Some("port 0 is not a port"));
+            "port" => self.port = parse_port(need(value)?)?,
+            "stats" => {
+                self.stats_port = match need(value)? {
+                    "off" => None,
+                    v => Some(parse_port(v)?),
                 }
-                self.port = port;
+            }
+            "mkfs" => {
+                self.mkfs = match value {
+                    None => Mkfs::IfBlank,
+                    Some("force") => Mkfs::Force,
+                    Some(_) => return Err(Some("expected mkfs or mkfs=force")),
+                }
             }
             "disk" => self.disk = Some(parse_disk(need(value)?)?),
             "fs" => {
@@ -264,6 +293,14 @@ impl Config {
         }
         Ok(())
     }
+}
+
+fn parse_port(v: &str) -> Result<u16, Option<&'static str>> {
+    let port: u16 = v.parse().map_err(|_| Some("not a port number (1-65535)"))?;
+    if port == 0 {
+        return Err(Some("port 0 is not a port"));
+    }
+    Ok(port)
 }
 
 fn parse_level(v: &str) -> Result<LevelFilter, Option<&'static str>> {
@@ -345,6 +382,16 @@ impl fmt::Display for Config {
         }
         if self.fs == FsSource::Memory {
             f.write_str(" fs=memory")?;
+        }
+        match self.mkfs {
+            Mkfs::Off => {}
+            Mkfs::IfBlank => f.write_str(" mkfs")?,
+            Mkfs::Force => f.write_str(" mkfs=force")?,
+        }
+        match self.stats_port {
+            Some(DEFAULT_STATS_PORT) => {}
+            Some(p) => write!(f, " stats={p}")?,
+            None => f.write_str(" stats=off")?,
         }
         if self.nvme_poll {
             f.write_str(" nvme=poll")?;
@@ -480,6 +527,24 @@ mod tests {
         let (c, ignored) = parse("selftest=disk nvme=spin bench= bench=fs benchtime=0");
         assert_eq!(c, Config::default());
         assert_eq!(ignored.len(), 5, "{ignored:?}");
+    }
+
+    #[test]
+    fn disk_service_options() {
+        let (c, ignored) = parse("mkfs stats=15641");
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!((c.mkfs, c.stats_port), (Mkfs::IfBlank, Some(15641)));
+        assert_eq!(
+            c.to_string(),
+            "log=info ip=dhcp gw=none port=564 disk=auto mkfs stats=15641"
+        );
+        assert_eq!(parse(&c.to_string()).0, c);
+        let (c, _) = parse("mkfs=force stats=off");
+        assert_eq!((c.mkfs, c.stats_port), (Mkfs::Force, None));
+        assert_eq!(parse(&c.to_string()).0, c);
+        let (c, ignored) = parse("mkfs=yes stats=0 stats=http");
+        assert_eq!(c, Config::default());
+        assert_eq!(ignored.len(), 3, "{ignored:?}");
     }
 
     #[test]

@@ -12,8 +12,9 @@ use crate::config::{Config, FsSource};
 use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
 use crate::mm::setup::MemorySummary;
+use crate::monitor::{Monitor, Reporting};
 use crate::platform::{self, PlatformInfo};
-use crate::{bench, clock, crash, irq, klog, mm, net, pci, selftest, task};
+use crate::{bench, clock, crash, irq, klog, mm, net, pci, selftest, storage, task};
 
 const MIB: u64 = 1 << 20;
 
@@ -154,24 +155,36 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     match config.fs {
         FsSource::Memory => {
             warn!("fs: DEVELOPMENT MODE (fs=memory): serving an empty in-memory filesystem; nothing is stored on disk");
-            serve(&config, ModelFs::new(WallClock::new()), &mem).await;
+            serve(&config, ModelFs::new(WallClock::new()), 0, &mem).await;
         }
-        FsSource::Disk => {
-            // TODO(issue 6): mount the on-disk filesystem (branches `fs`, `drivers`) here
-            // and `serve` it exactly like the model.
-            error!("fs: serving the disk needs the on-disk filesystem and block drivers, which are not merged yet; boot with fs=memory to serve an in-memory filesystem");
-            info!("ready: idle (nothing to serve)");
-        }
+        FsSource::Disk => match storage::mount(&config, mem.heap).await {
+            Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
+            Err(e) => {
+                error!("fs: {e}");
+                info!("ready: idle (nothing to serve)");
+            }
+        },
     }
     loop {
         task::sleep(Duration::from_secs(3600)).await;
     }
 }
 
-/// Serves `fs` over 9P until power-off; logs why not if the network cannot start.
-async fn serve<F: fs::vfs::FileSystem + 'static>(config: &Config, fs: F, mem: &MemorySummary) {
+/// Serves `fs` over 9P until power-off, with its counters on the stats port and in the
+/// log; logs why not if the network cannot start.
+async fn serve<F>(config: &Config, fs: F, cache_limit: usize, mem: &MemorySummary)
+where
+    F: fs::vfs::FileSystem + Reporting + 'static,
+{
     match net::serve(config, fs, mem.heap).await {
-        Ok(_) => info!("ready: serving 9P on port {}", config.port),
+        Ok(service) => {
+            let monitor = Monitor::new(service.clone(), cache_limit);
+            task::spawn(monitor.clone().log_periodically());
+            if let Some(port) = config.stats_port {
+                task::spawn(net::stats_port::run(service.stack().clone(), port, monitor));
+            }
+            info!("ready: serving 9P on port {}", config.port);
+        }
         Err(e) => {
             error!("net: {e}; not serving 9P");
             info!("ready: idle (no network)");

@@ -4,7 +4,7 @@
 //! - pure modules (build everywhere, unit-tested on the host): [`config`] (command line),
 //!   [`exec`] (async executor), [`mm`] (memory map, frame allocator), [`net`] (sizing
 //!   rules; the network stack and 9P service build only for the appliance), [`pci`] (decoding,
-//!   enumeration, capabilities), [`time`], [`sync`], [`exit`];
+//!   enumeration, capabilities), [`report`] (counter snapshots and their formats), [`time`], [`sync`], [`exit`];
 //! - hardware modules (only for `x86_64-unknown-none`): `hal` (all `unsafe` code),
 //!   `apic`, `clock`, `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`, and
 //!   `init` (the boot sequence, [`kmain`]).
@@ -22,6 +22,8 @@ pub mod exit;
 pub mod mm;
 pub mod net;
 pub mod pci;
+pub mod report;
+pub mod storage;
 pub mod sync;
 pub mod time;
 
@@ -45,6 +47,8 @@ mod init;
 pub mod irq;
 #[cfg(target_os = "none")]
 mod klog;
+#[cfg(target_os = "none")]
+mod monitor;
 #[cfg(target_os = "none")]
 pub mod platform;
 #[cfg(target_os = "none")]

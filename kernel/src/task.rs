@@ -3,6 +3,7 @@
 
 use core::cell::OnceCell;
 use core::future::Future;
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 
 use crate::apic::lapic;
@@ -31,8 +32,19 @@ impl Platform for KernelPlatform {
             Some(d) => lapic::arm_oneshot(d - self.now()),
             None => lapic::disarm(),
         }
+        let halted = self.now();
         cpu::enable_interrupts_and_halt();
+        IDLE_NS.fetch_add((self.now() - halted).as_nanos() as u64, Ordering::Relaxed);
     }
+}
+
+/// Nanoseconds this CPU spent halted, waiting for work (interrupt handlers that ran
+/// during the halt included: they are short).
+static IDLE_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Time this CPU has spent idle (halted) since boot: with the uptime, how busy it is.
+pub fn idle_time() -> Duration {
+    Duration::from_nanos(IDLE_NS.load(Ordering::Relaxed))
 }
 
 static SPAWNER: CpuLocal<OnceCell<Spawner>> = CpuLocal::new(OnceCell::new());

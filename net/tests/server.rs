@@ -69,7 +69,10 @@ fn file_lifecycle() {
     let (bsize, _, namelen) = c.statfs(0).unwrap();
     assert_eq!((bsize, namelen), (4096, 255));
     // Everything opened was released.
-    assert_eq!(server.stats().releases, 2);
+    let stats = server.stats();
+    assert_eq!(stats.releases, 2);
+    // The acknowledged writes and fsyncs (the write refused above is not counted).
+    assert_eq!((stats.writes, stats.fsyncs, stats.datasyncs), (1, 2, 1));
 }
 
 #[test]
@@ -273,6 +276,37 @@ fn teardown_releases_open_files() {
     );
     let stats = server.stats();
     assert_eq!((stats.connections_opened, stats.connections_closed), (1, 1));
+}
+
+#[test]
+fn timings_split_by_request_kind() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // Every reading of this clock is 1000 ns after the last.
+    fn clock() -> u64 {
+        static T: AtomicU64 = AtomicU64::new(0);
+        T.fetch_add(1000, Ordering::Relaxed)
+    }
+    let untimed = model_server(Config::default());
+    let mut c = client(&untimed);
+    c.attach(0, 0, "").unwrap();
+    assert_eq!(untimed.timings(), net::server::Timings::default());
+
+    let server = model_server(Config {
+        clock: Some(clock),
+        ..Config::default()
+    });
+    let mut c = client(&server);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "").unwrap();
+    c.lcreate(1, "f", RDWR, 0o644).unwrap();
+    let t0 = server.timings();
+    assert!(t0.other_ns > 0 && t0.write_ns == 0 && t0.fsync_ns == 0 && t0.read_ns == 0);
+    c.write(1, 0, b"data").unwrap();
+    c.fsync(1, false).unwrap();
+    c.read(1, 0, 4).unwrap();
+    let t = server.timings();
+    assert!(t.write_ns > 0 && t.fsync_ns > 0 && t.read_ns > 0, "{t:?}");
+    assert_eq!(t.other_ns, t0.other_ns);
 }
 
 #[test]

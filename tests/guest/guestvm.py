@@ -115,6 +115,10 @@ class Net:
     10.0.2.15; `hostfwd` entries like "tcp:127.0.0.1:25642-:564" reach guest ports.
     mode "listen"/"connect": a point-to-point link to another guest over a TCP socket on
     the host (QEMU -netdev stream); start the listening guest first.
+    mode "dgram": the same link over UDP (QEMU -netdev dgram): each side sends its frames
+    to the other's `peer_port` and receives on its own `port`; no start order. Unlike
+    stream, it adds no latency of its own (QEMU's stream socket keeps Nagle's algorithm,
+    which costs each small frame up to a delayed-ACK period on the host; docs/benchmarks.md).
     """
 
     mode: str = "none"
@@ -124,6 +128,7 @@ class Net:
     ip: str | None = None
     gw: str | None = None
     mac: str | None = None
+    peer_port: int = 0
 
     @staticmethod
     def user(*hostfwd, ip="10.0.2.15/24", gw="10.0.2.2"):
@@ -136,6 +141,10 @@ class Net:
     @staticmethod
     def connect(port, ip, host="127.0.0.1"):
         return Net("connect", host=host, port=port, ip=ip)
+
+    @staticmethod
+    def dgram(port, peer_port, ip, host="127.0.0.1"):
+        return Net("dgram", host=host, port=port, peer_port=peer_port, ip=ip)
 
     @staticmethod
     def parse(spec):
@@ -155,6 +164,11 @@ class Net:
             return []
         if self.mode == "user":
             nd = "user,id=n0" + "".join(f",hostfwd={f}" for f in self.hostfwd)
+        elif self.mode == "dgram":
+            nd = (
+                f"dgram,id=n0,local.type=inet,local.host={self.host},local.port={self.port},"
+                f"remote.type=inet,remote.host={self.host},remote.port={self.peer_port}"
+            )
         else:
             server = "on" if self.mode == "listen" else "off"
             nd = (
@@ -330,7 +344,9 @@ class Guest:
                     buf += chunk
                     *lines, buf = buf.split("\n")
                     for line in lines:
-                        print(f"[{self.name}] {line.rstrip()}", flush=True)
+                        # tee may be a pattern: echo only the matching lines (progress).
+                        if self.tee is True or re.search(self.tee, line):
+                            print(f"[{self.name}] {line.rstrip()}", flush=True)
                 elif self._stop_tee.is_set():
                     return
                 else:

@@ -6,8 +6,10 @@ such a directory into one record per workload:
 
     {"name": "fio-write-j1", "label": "...", "status": 0, "seconds": 15.0,
      "metrics": {"write_mib_s": 5.2, "fsyncs": 1234, ...},
-     "devices": {"local data": {"bytes_written": .., "write_ios": .., "flushes": ..}},
-     "per_fsync": {"local data": {"bytes_written": .., "flushes": ..}}}
+     "devices": {"local data": {"bytes_written": .., "write_ios": .., "flushes": ..,
+                                "fua_writes": ..}},
+     "per_fsync": {"local data": {"bytes_written": .., "flushes": .., "fua_writes": ..}},
+     "appliance": {...}}   # the appliance's own counters (stat-*.json), as deltas
 
 Usage: results.py DIR [DIR..] [--json FILE]   (prints a table; writes JSON if asked)
 """
@@ -24,6 +26,8 @@ STAT_FIELDS = {
     "read_ios": 0, "read_sectors": 2, "write_ios": 4, "write_sectors": 6,
     "discard_ios": 11, "flushes": 15,
 }  # fmt: skip
+# The harness appends an 18th field to each stat line: FUA writes (-1: not counted).
+FUA_FIELD = 17
 
 
 def parse_stat_file(path):
@@ -37,9 +41,25 @@ def parse_stat_file(path):
     return out
 
 
+def json_deltas(before, after):
+    """after - before for every number in two JSON documents of the same shape."""
+    if isinstance(after, dict):
+        return {
+            k: d for k in after if k in before
+            for d in [json_deltas(before[k], after[k])] if d is not None
+        }  # fmt: skip
+    if isinstance(after, list) and isinstance(before, list) and len(after) == len(before):
+        return [json_deltas(b, a) for b, a in zip(before, after, strict=True)]
+    if isinstance(after, (int, float)) and not isinstance(after, bool):
+        return after - before
+    return None
+
+
 def device_deltas(before, after):
     devs = {}
     for key in sorted(set(before) & set(after)):
+        if len(after[key]) != len(before[key]):
+            continue
         d = [a - b for a, b in zip(after[key], before[key], strict=True)]
         devs[key] = {
             "bytes_written": d[STAT_FIELDS["write_sectors"]] * SECTOR,
@@ -48,6 +68,8 @@ def device_deltas(before, after):
             "bytes_read": d[STAT_FIELDS["read_sectors"]] * SECTOR,
             "discards": d[STAT_FIELDS["discard_ios"]],
         }
+        counted = len(after[key]) > FUA_FIELD and min(after[key][FUA_FIELD], before[key][FUA_FIELD]) >= 0
+        devs[key]["fua_writes"] = d[FUA_FIELD] if counted else None
     return devs
 
 
@@ -168,9 +190,19 @@ def parse_workload(d):
         fsyncs = rec["metrics"].get("fsyncs")
         if fsyncs:
             rec["per_fsync"] = {
-                dev: {k: round(dd[k] / fsyncs, 2) for k in ("bytes_written", "flushes")}
+                dev: {
+                    k: (None if dd.get(k) is None else round(dd[k] / fsyncs, 2))
+                    for k in ("bytes_written", "flushes", "fua_writes")
+                }
                 for dev, dd in rec["devices"].items()
             }
+    jb, ja = sb + ".json", sa + ".json"
+    if os.path.exists(jb) and os.path.exists(ja):
+        try:
+            with open(jb) as fb, open(ja) as fa:
+                rec["appliance"] = json_deltas(json.load(fb), json.load(fa))
+        except (ValueError, KeyError) as e:
+            rec["error"] = f"cannot parse the appliance's counters: {e}"
     return rec
 
 

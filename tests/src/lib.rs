@@ -14,11 +14,12 @@
 //! the whole serial log, so a failure explains itself.
 //!
 //! Environment: `NINEFOLD_IMAGE` (default: `build/appliance.elf` in the workspace),
-//! `NINEFOLD_QEMU` (default `qemu-system-x86_64`), `NINEFOLD_ACCEL` (default `tcg`).
+//! `NINEFOLD_QEMU` (default `qemu-system-x86_64`), `NINEFOLD_ACCEL` (default `tcg`),
+//! `NINEFOLD_TOOL` (the host CLI, default `target/debug/ninefold`: `make tool`).
 
 use std::fmt;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant};
 use kernel::exit::ExitCode;
 
 pub mod ninep;
+pub mod stats;
 
 /// How long a boot may take before it counts as hung. Boots take well under a second
 /// under TCG; this leaves room for a loaded machine.
@@ -41,18 +43,31 @@ pub fn image() -> PathBuf {
     }
 }
 
+/// The host CLI (`ninefold mkfs`, `fsck`, ...).
+pub fn tool() -> PathBuf {
+    match std::env::var_os("NINEFOLD_TOOL") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/ninefold"),
+    }
+}
+
+/// A fresh path for a temporary disk file.
+fn temp_disk_path(what: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    std::env::temp_dir().join(format!(
+        "ninefold-{what}-{}-{}.img",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
 /// A sparse scratch disk file, deleted on drop.
 #[derive(Debug)]
 struct ScratchDisk(PathBuf);
 
 impl ScratchDisk {
     fn new(size: u64) -> ScratchDisk {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "ninefold-test-{}-{}.img",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
+        let path = temp_disk_path("test");
         let f = std::fs::File::create(&path).expect("creating a scratch disk");
         f.set_len(size).expect("sizing a scratch disk");
         ScratchDisk(path)
@@ -62,6 +77,84 @@ impl ScratchDisk {
 impl Drop for ScratchDisk {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A disk image file for the appliance's filesystem, deleted on drop: formatted by the
+/// host tool (`ninefold mkfs`, as a user would) or left blank, and checked afterwards
+/// with `ninefold fsck`.
+#[derive(Debug)]
+pub struct FsImage(PathBuf);
+
+impl FsImage {
+    /// A `size` image (e.g. `"256M"`) formatted with `ninefold mkfs`.
+    pub fn formatted(size: &str) -> FsImage {
+        let image = FsImage(temp_disk_path("fs"));
+        let out = Command::new(tool())
+            .arg("mkfs")
+            .arg(&image.0)
+            .args(["--size", size, "--label", "test"])
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run {}: {e} (make tool builds it)", tool().display())
+            });
+        assert!(
+            out.status.success(),
+            "ninefold mkfs failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        image
+    }
+
+    /// A sparse image of `bytes` holding nothing.
+    pub fn blank(bytes: u64) -> FsImage {
+        let image = FsImage(temp_disk_path("blank"));
+        let f = std::fs::File::create(&image.0).expect("creating an image");
+        f.set_len(bytes).expect("sizing an image");
+        image
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Runs `ninefold fsck` on it; returns its exit status and output.
+    pub fn fsck_status(&self) -> (Option<i32>, String) {
+        let out = Command::new(tool())
+            .arg("fsck")
+            .arg(&self.0)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", tool().display()));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    }
+
+    /// Requires `ninefold fsck` to find it clean (exit status 0); returns its report.
+    pub fn fsck(&self) -> String {
+        let (status, text) = self.fsck_status();
+        assert_eq!(
+            status,
+            Some(0),
+            "ninefold fsck {} failed:\n{text}",
+            self.0.display()
+        );
+        text
+    }
+}
+
+impl Drop for FsImage {
+    fn drop(&mut self) {
+        if !std::thread::panicking() || std::env::var_os("NINEFOLD_KEEP_IMAGES").is_none() {
+            let _ = std::fs::remove_file(&self.0);
+        } else {
+            eprintln!("kept image {}", self.0.display());
+        }
     }
 }
 
@@ -172,6 +265,30 @@ impl Qemu {
         self
     }
 
+    /// An NVMe controller whose namespace is `image` (not deleted with the boot).
+    pub fn nvme_image(mut self, serial: &str, image: &FsImage) -> Self {
+        let id = self.id("drive");
+        self.args.extend([
+            "-drive".into(),
+            format!("file={},if=none,id={id},format=raw", image.path().display()),
+            "-device".into(),
+            format!("nvme,drive={id},serial={serial}"),
+        ]);
+        self
+    }
+
+    /// A modern virtio-blk device on `image`.
+    pub fn virtio_blk_image(mut self, image: &FsImage) -> Self {
+        let id = self.id("drive");
+        self.args.extend([
+            "-drive".into(),
+            format!("file={},if=none,id={id},format=raw", image.path().display()),
+            "-device".into(),
+            format!("virtio-blk-pci,drive={id},disable-legacy=on"),
+        ]);
+        self
+    }
+
     /// A modern virtio-blk device (1af4:1042) with a 64 MiB scratch disk.
     pub fn virtio_blk(mut self) -> Self {
         let drive = self.scratch_drive();
@@ -196,11 +313,20 @@ impl Qemu {
 
     /// A modern virtio-net NIC on QEMU user networking with `127.0.0.1:host_port` on the
     /// host forwarded to the appliance's TCP `guest_port`.
-    pub fn virtio_net_forward(mut self, host_port: u16, guest_port: u16) -> Self {
+    pub fn virtio_net_forward(self, host_port: u16, guest_port: u16) -> Self {
+        self.virtio_net_forwards(&[(host_port, guest_port)])
+    }
+
+    /// Like [`Qemu::virtio_net_forward`], with several `(host_port, guest_port)` pairs.
+    pub fn virtio_net_forwards(mut self, ports: &[(u16, u16)]) -> Self {
         let id = self.id("net");
+        let fwd: String = ports
+            .iter()
+            .map(|(h, g)| format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"))
+            .collect();
         self.args.extend([
             "-netdev".into(),
-            format!("user,id={id},hostfwd=tcp:127.0.0.1:{host_port}-:{guest_port}"),
+            format!("user,id={id}{fwd}"),
             "-device".into(),
             format!("virtio-net-pci,netdev={id},disable-legacy=on,romfile="),
         ]);

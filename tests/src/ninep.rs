@@ -48,9 +48,64 @@ pub fn stream(port: u16) -> TcpStream {
 /// A versioned client (msize 1 MiB) on `127.0.0.1:port`, retrying for up to `wait` while
 /// the appliance comes up.
 pub fn connect(port: u16, wait: Duration) -> Client<Tcp> {
+    let s = versioned(port, wait)
+        .unwrap_or_else(|| panic!("no 9P server answered on 127.0.0.1:{port} within {wait:?}"));
+    Client::new(Tcp(s))
+}
+
+/// Like [`connect`], but the client survives the server's death: see [`Lossy`]. If no
+/// server answers within `wait`, the client starts out gone.
+pub fn connect_lossy(port: u16, wait: Duration) -> Client<Lossy> {
+    Client::new(Lossy(versioned(port, wait)))
+}
+
+/// A connection to a server that may die at any moment (the kill test): once the socket
+/// fails, every request (the one in flight included) gets `Rlerror(ECONNRESET)`, so a
+/// reply is seen only if the server really sent it.
+#[derive(Debug)]
+pub struct Lossy(Option<TcpStream>);
+
+/// The errno [`Lossy`] answers with once the connection is gone.
+pub const GONE: fs::vfs::Errno = fs::vfs::Errno(104);
+
+impl Lossy {
+    /// Whether the connection has failed.
+    pub fn is_gone(&self) -> bool {
+        self.0.is_none()
+    }
+}
+
+impl Exchange for Lossy {
+    fn exchange(&mut self, request: &[u8]) -> Vec<u8> {
+        if let Some(s) = self.0.as_mut() {
+            match s.write_all(request).and_then(|()| read_frame(s)) {
+                Ok(reply) => return reply,
+                Err(_) => self.0 = None,
+            }
+        }
+        let mut frame = Vec::new();
+        let tag = u16::from_le_bytes([request[5], request[6]]);
+        net::wire::Rmsg::Lerror { ecode: GONE.0 }
+            .encode(tag, &mut frame)
+            .expect("Rlerror encodes");
+        frame
+    }
+}
+
+/// A TCP connection to `127.0.0.1:port` on which `Tversion` (msize 1 MiB) succeeded,
+/// tried for up to `wait`.
+fn versioned(port: u16, wait: Duration) -> Option<TcpStream> {
     let deadline = Instant::now() + wait;
     loop {
-        let mut s = stream(port);
+        if Instant::now() >= deadline {
+            return None;
+        }
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        s.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        s.set_nodelay(true).unwrap();
         let mut frame = Vec::new();
         net::wire::Tmsg::Version {
             msize: 1 << 20,
@@ -60,12 +115,8 @@ pub fn connect(port: u16, wait: Duration) -> Client<Tcp> {
         .unwrap();
         let ok = s.write_all(&frame).is_ok() && read_frame(&mut s).is_ok();
         if ok {
-            return Client::new(Tcp(s));
+            return Some(s);
         }
-        assert!(
-            Instant::now() < deadline,
-            "no 9P server answered on 127.0.0.1:{port} within {wait:?}"
-        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -1,19 +1,42 @@
-//! End to end with a real Linux 9P client: the appliance boots in QEMU serving the
-//! in-memory filesystem; the Linux test guest (tests/guest, `make guest`) boots in a
-//! second QEMU, mounts it through the host forward (10.0.2.2:PORT from the guest's user
-//! network) with `trans=tcp,version=9p2000.L,msize=1048576` and runs the file-operation
-//! job (`tests/guest/job/fsops.sh`, with xattrs). Afterwards the host checks over 9P what
-//! the guest left behind.
+//! End to end with a real Linux 9P client: the appliance boots in QEMU (128 MiB) serving
+//! its filesystem from an NVMe disk formatted by `ninefold mkfs`; the Linux test guest
+//! (tests/guest, `make guest`) boots in a second QEMU, mounts it through the host forward
+//! (10.0.2.2:PORT from the guest's user network) with
+//! `trans=tcp,version=9p2000.L,msize=1048576` and runs the file-operation job
+//! (`tests/guest/job/fsops.sh`, with xattrs). Afterwards the host checks over 9P what the
+//! guest left behind, kills the appliance, requires `ninefold fsck` to find the image
+//! clean, boots it again and finds the file the guest fsynced.
 //!
-//! Host port: 15760.
+//! Host port: 15830.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use net::wire::open_flags;
-use ninefold_tests::ninep::connect;
-use ninefold_tests::Qemu;
+use ninefold_tests::ninep::{connect, Tcp};
+use ninefold_tests::{FsImage, Qemu, Running};
+
+/// Boots the appliance on `image`, 9P forwarded from `port`.
+fn boot(image: &FsImage, port: u16) -> Running {
+    let mut vm = Qemu::appliance()
+        .memory("128M")
+        .nvme_image("nf-e2e", image)
+        .virtio_net_forward(port, 564)
+        .timeout(Duration::from_secs(600))
+        .spawn();
+    vm.wait_for_line("9p: listening on");
+    vm
+}
+
+/// Reads `fsops/kept.txt` over 9P.
+fn kept(c: &mut net::testing::Client<Tcp>) -> String {
+    c.walk(0, 2, "fsops/kept.txt").unwrap();
+    c.lopen(2, open_flags::RDONLY).unwrap();
+    let text = String::from_utf8(c.read(2, 0, 4096).unwrap()).unwrap();
+    c.clunk(2).unwrap();
+    text
+}
 
 #[test]
 fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
@@ -26,14 +49,9 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
         "the Linux test guest is not built in {}: run `make guest` (make test does)",
         build.display()
     );
-    let port = 15760;
-    let mut vm = Qemu::appliance()
-        .memory("256M")
-        .virtio_net_forward(port, 564)
-        .append("fs=memory")
-        .timeout(Duration::from_secs(600))
-        .spawn();
-    vm.wait_for_line("9p: listening on");
+    let port = 15830;
+    let image = FsImage::formatted("512M");
+    let mut vm = boot(&image, port);
 
     let token = format!("{:x}", std::process::id() as u64 * 2654435761);
     let console = std::env::temp_dir().join(format!("ninefold-e2e-{}.log", std::process::id()));
@@ -84,13 +102,23 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
         .collect();
     names.sort();
     assert_eq!(names, [".", "..", "kept.txt"]);
-    c.walk(0, 2, "fsops/kept.txt").unwrap();
-    c.lopen(2, open_flags::RDONLY).unwrap();
+    let want = format!("ninefold {token}\n");
+    assert_eq!(kept(&mut c), want);
+    drop(c);
+    // Killed, as a crash would: the image is consistent and the fsynced file survives.
+    let first = vm.stop();
+    first.expect_no_line("!!!");
+    image.fsck();
+    let mut vm = boot(&image, port);
+    vm.wait_for_line("NOT cleanly unmounted");
+    let mut c = connect(port, Duration::from_secs(10));
+    c.attach(0, 0, "").unwrap();
     assert_eq!(
-        String::from_utf8(c.read(2, 0, 4096).unwrap()).unwrap(),
-        format!("ninefold {token}\n")
+        kept(&mut c),
+        want,
+        "the fsynced file after a kill and a reboot"
     );
     drop(c);
-    let boot = vm.stop();
-    boot.expect_no_line("!!!");
+    vm.stop().expect_no_line("!!!");
+    image.fsck();
 }

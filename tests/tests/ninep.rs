@@ -1,8 +1,12 @@
 //! The appliance's 9P service over real TCP: QEMU user networking forwards a host port
 //! to the appliance's port 564; the net crate's test client talks to it from the host.
-//! The appliance serves the in-memory filesystem (`fs=memory`).
+//! The appliance serves its real filesystem from an NVMe disk (a virtio-blk one in one
+//! test) formatted by `ninefold mkfs`, in 128 MiB; after each test QEMU is killed and
+//! `ninefold fsck` must find the image clean. One test keeps the in-memory development
+//! filesystem (`fs=memory`) working.
 //!
-//! Host ports: this suite uses 15751-15754 (one per test, so tests run in parallel).
+//! Host ports: 9P on 15811-15815, the counters service on 15821-15825 (one pair per
+//! test, so tests run in parallel).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -13,22 +17,64 @@ use fs::vfs::Errno;
 use net::testing::Client;
 use net::wire::{open_flags, Tmsg};
 use ninefold_tests::ninep::{connect, read_frame, stream, Tcp};
-use ninefold_tests::{Qemu, Running};
+use ninefold_tests::{stats, FsImage, Qemu, Running};
 
 const MIB: usize = 1 << 20;
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
 const UP: Duration = Duration::from_secs(60);
 
-/// Boots the appliance serving the in-memory filesystem, forwarded from `port`.
-fn appliance(port: u16) -> Running {
-    let mut vm = Qemu::appliance()
-        .memory("256M")
-        .virtio_net_forward(port, 564)
-        .append("fs=memory")
-        .timeout(Duration::from_secs(300))
-        .spawn();
+/// What the appliance serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backing {
+    /// An NVMe disk formatted by `ninefold mkfs`.
+    Nvme,
+    /// A virtio-blk disk formatted by `ninefold mkfs`.
+    VirtioBlk,
+    /// The in-memory development filesystem.
+    Memory,
+}
+
+/// A booted appliance, its disk image, and its forwarded ports.
+struct Appliance {
+    vm: Running,
+    image: Option<FsImage>,
+    stats_port: u16,
+}
+
+/// Boots the appliance serving `backing`, its 9P port forwarded from `port` and its
+/// counters service from `port + 10`.
+fn appliance(port: u16, backing: Backing) -> Appliance {
+    let stats_port = port + 10;
+    let image = (backing != Backing::Memory).then(|| FsImage::formatted("256M"));
+    let mut q = Qemu::appliance()
+        .memory("128M")
+        .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])
+        .timeout(Duration::from_secs(300));
+    q = match (backing, &image) {
+        (Backing::Nvme, Some(i)) => q.nvme_image("nf-test", i),
+        (Backing::VirtioBlk, Some(i)) => q.virtio_blk_image(i),
+        _ => q.append("fs=memory"),
+    };
+    let mut vm = q.spawn();
     vm.wait_for_line("9p: listening on 10.0.2.15:564");
-    vm
+    Appliance {
+        vm,
+        image,
+        stats_port,
+    }
+}
+
+impl Appliance {
+    /// Kills QEMU (the appliance has no shutdown: every stop is a crash), checks the log
+    /// and requires `ninefold fsck` to find the image clean.
+    fn finish(self) {
+        let boot = self.vm.stop();
+        boot.expect_no_line("!!!");
+        boot.expect_no_line("ERROR");
+        if let Some(image) = self.image {
+            image.fsck();
+        }
+    }
 }
 
 /// A recognisable byte pattern for `len` bytes, different per `seed`.
@@ -55,12 +101,24 @@ fn read_all(c: &mut Client<Tcp>, fid: u32, len: usize, chunk: u32) -> Vec<u8> {
     data
 }
 
-/// The file lifecycle over TCP: attach, create, write (1 MiB messages and small ones),
-/// fsync, read back, readdir, unlink, seen from a second connection too.
+/// The file lifecycle over TCP on an NVMe disk.
 #[test]
 fn file_lifecycle_over_tcp() {
-    let port = 15751;
-    let mut vm = appliance(port);
+    file_lifecycle(15811, Backing::Nvme);
+}
+
+/// The same on a virtio-blk disk.
+#[test]
+fn file_lifecycle_on_virtio_blk() {
+    file_lifecycle(15815, Backing::VirtioBlk);
+}
+
+/// The file lifecycle over TCP: attach, create, write (1 MiB messages and small ones),
+/// fsync, read back, readdir, unlink, seen from a second connection too; the counters
+/// service shows the fsync and what it cost the device.
+fn file_lifecycle(port: u16, backing: Backing) {
+    let mut app = appliance(port, backing);
+    let before = stats::json(app.stats_port);
     let mut a = attached(port);
     a.walk(0, 1, "").unwrap();
     a.mkdir(0, "dir", 0o755).unwrap();
@@ -77,6 +135,26 @@ fn file_lifecycle_over_tcp() {
         off += n;
     }
     a.fsync(2, false).unwrap();
+    let after = stats::json(app.stats_port);
+    let delta = |p: &str| stats::counter(&after, p) - stats::counter(&before, p);
+    assert_eq!(delta("/9p/fsyncs"), 1, "{after}");
+    assert!(delta("/9p/writes") >= 4, "{after}");
+    // The data reached the device and was made durable: at least one flush or FUA write.
+    assert!(
+        delta("/devices/0/counters/bytes_written") >= data.len() as u64,
+        "{after}"
+    );
+    assert!(
+        delta("/devices/0/counters/flushes") + delta("/devices/0/counters/fua_writes") >= 1,
+        "{after}"
+    );
+    assert!(
+        stats::request(app.stats_port, "stat").starts_with(if backing == Backing::Nvme {
+            "nvme@"
+        } else {
+            "virtio@"
+        })
+    );
     assert_eq!(a.getattr(2).unwrap().size, data.len() as u64);
     assert!(
         read_all(&mut a, 2, data.len(), (MIB - 11) as u32) == data,
@@ -119,17 +197,16 @@ fn file_lifecycle_over_tcp() {
     assert_eq!(b.read(3, 0, 100).unwrap(), b"hello 3");
     drop(a);
     drop(b);
-    vm.wait_for_line("9p: conn 1: closed by peer");
-    vm.wait_for_line("9p: conn 2: closed by peer");
-    let boot = vm.stop();
-    boot.expect_no_line("!!!");
+    app.vm.wait_for_line("9p: conn 1: closed by peer");
+    app.vm.wait_for_line("9p: conn 2: closed by peer");
+    app.finish();
 }
 
 /// 64 clients connected at once, each with its own files, all served; then all close.
 #[test]
 fn sixty_four_concurrent_connections() {
-    let port = 15752;
-    let mut vm = appliance(port);
+    let port = 15812;
+    let mut app = appliance(port, Backing::Nvme);
     let mut clients: Vec<Client<Tcp>> = (0..64).map(|_| attached(port)).collect();
     // Interleave the clients' requests so every connection is open and busy together.
     for (i, c) in clients.iter_mut().enumerate() {
@@ -149,24 +226,28 @@ fn sixty_four_concurrent_connections() {
     clients[63].walk(0, 2, "").unwrap();
     clients[63].lopen(2, open_flags::RDONLY).unwrap();
     assert_eq!(clients[63].readdir_all(2, 8192).unwrap().len(), 64 + 2);
-    vm.wait_for_line("64 accepted, 64 active");
+    // Every connection fsyncs its file at once: one group of concurrent fsyncs.
+    for c in clients.iter_mut() {
+        c.fsync(1, false).unwrap();
+    }
+    app.vm.wait_for_line("64 accepted, 64 active");
     drop(clients);
-    vm.wait_for_line("64 accepted, 0 active");
+    app.vm.wait_for_line("64 accepted, 0 active");
     // And the service takes new connections afterwards.
     let mut c = attached(port);
     c.walk(0, 1, "f17").unwrap();
     assert_eq!(c.getattr(1).unwrap().size, 20_017);
     drop(c);
-    let boot = vm.stop();
-    boot.expect_no_line("!!!");
+    app.finish();
 }
 
 /// A frame whose size field exceeds msize closes that connection only; a well-framed
-/// request that does not decode gets an error reply and the connection continues.
+/// request that does not decode gets an error reply and the connection continues. (On
+/// the in-memory filesystem: this keeps the development mode tested.)
 #[test]
 fn malformed_frame_closes_only_its_connection() {
-    let port = 15753;
-    let mut vm = appliance(port);
+    let port = 15813;
+    let Appliance { mut vm, .. } = appliance(port, Backing::Memory);
     let mut good = attached(port);
     good.walk(0, 1, "").unwrap();
     good.lcreate(1, "keep", open_flags::RDWR, 0o644).unwrap();
@@ -212,8 +293,9 @@ fn malformed_frame_closes_only_its_connection() {
 /// connections are torn down and others work.
 #[test]
 fn dropped_connections_leave_the_server_healthy() {
-    let port = 15754;
-    let mut vm = appliance(port);
+    let port = 15814;
+    let mut app = appliance(port, Backing::Nvme);
+    let vm = &mut app.vm;
     let mut setup = attached(port);
     setup.walk(0, 1, "").unwrap();
     setup.lcreate(1, "target", open_flags::RDWR, 0o644).unwrap();
@@ -281,6 +363,5 @@ fn dropped_connections_leave_the_server_healthy() {
     assert_eq!(c.write(1, 0, b"ok").unwrap(), 2);
     drop((c, setup));
     vm.wait_for_line("5 accepted, 0 active");
-    let boot = vm.stop();
-    boot.expect_no_line("!!!");
+    app.finish();
 }

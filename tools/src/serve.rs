@@ -81,6 +81,12 @@ enum SquashArg {
     All,
 }
 
+/// Nanoseconds on a monotonic clock (the server's request timings).
+fn monotonic_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
 /// Wall-clock time for the filesystem.
 #[derive(Debug)]
 struct SystemClock;
@@ -139,6 +145,7 @@ impl ServeArgs {
             max_in_flight: self.max_in_flight,
             exports,
             groups,
+            clock: Some(monotonic_ns),
         })
     }
 }

@@ -25,7 +25,6 @@ use fs::block::{BlockDevice, WriteFlags};
 use crate::config::Config;
 use crate::drivers::disk::{open, open_at, Disk, DiskOptions, IoCounters};
 use crate::drivers::select::DiskKind;
-use crate::drivers::CompletionMode;
 use crate::exit::ExitCode;
 use crate::pci::device;
 use crate::task;
@@ -40,10 +39,7 @@ const DEPTH: usize = 32;
 /// device when none is named.
 pub async fn run(config: &Config) -> ExitCode {
     let runtime = Duration::from_secs(u64::from(config.bench_seconds));
-    let mut options = DiskOptions::default();
-    if config.nvme_poll {
-        options.nvme.mode = CompletionMode::Poll;
-    }
+    let options = DiskOptions::for_config(config);
     let disks: Vec<Result<Disk, String>> = match config.disk {
         Some(sel) => vec![open(Some(sel), options).await.map_err(|e| format!("{e}"))],
         None => {

@@ -9,7 +9,7 @@ use super::inflight::SlotStats;
 use super::nvme::{self, NvmeDisk, NvmeError};
 use super::select::{select, DiskKind, SelectError};
 use super::virtio_blk::{self, VirtioBlk, VirtioBlkError};
-use crate::config::DiskSelector;
+use crate::config::{Config, DiskSelector};
 use crate::pci::device::{self, PciDevice};
 use crate::pci::PciAddress;
 
@@ -20,6 +20,17 @@ pub struct DiskOptions {
     pub nvme: nvme::Options,
     /// For virtio-blk devices.
     pub virtio: virtio_blk::Options,
+}
+
+impl DiskOptions {
+    /// The options the command line asks for (`nvme=poll`).
+    pub fn for_config(config: &Config) -> DiskOptions {
+        let mut options = DiskOptions::default();
+        if config.nvme_poll {
+            options.nvme.mode = super::CompletionMode::Poll;
+        }
+        options
+    }
 }
 
 /// Why the disk could not be opened.

@@ -16,6 +16,7 @@
 //! The wire formats and the slot table are pure and host-tested; the rest runs only on
 //! the appliance.
 
+pub mod counted;
 pub mod inflight;
 pub mod nvme;
 #[cfg(target_os = "none")]

@@ -9,6 +9,7 @@
 //! | [`service`] | the 9P listener (a pool of listening sockets) and connection tasks |
 //! | [`limits`] | connection limit and socket buffer sizing |
 //! | [`stats`] | per-cause counters |
+//! | [`stats_port`] | the read-only counters service (`stats=PORT`) |
 //!
 //! The service is generic over the filesystem ([`fs::vfs::FileSystem`]): [`serve`] takes
 //! whatever the boot sequence mounted.
@@ -23,6 +24,8 @@ pub mod service;
 pub mod stack;
 #[cfg(target_os = "none")]
 pub mod stats;
+#[cfg(target_os = "none")]
+pub mod stats_port;
 #[cfg(target_os = "none")]
 pub mod tcp;
 
@@ -80,7 +83,11 @@ mod serve_impl {
             async move { stack.run().await }
         });
         let address = stack.wait_configured().await;
-        let server = Rc::new(Server::new(fs, NinepConfig::default()));
+        let config9p = NinepConfig {
+            clock: Some(|| crate::clock::now().as_nanos()),
+            ..NinepConfig::default()
+        };
+        let server = Rc::new(Server::new(fs, config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets());
         let service = Service::new(stack, server, config.port, buffer);
         task::spawn(service.clone().run());

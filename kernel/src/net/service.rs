@@ -84,6 +84,11 @@ impl<F: FileSystem + 'static> Service<F> {
         &self.server
     }
 
+    /// The network stack it listens on.
+    pub fn stack(&self) -> &Rc<Stack> {
+        &self.stack
+    }
+
     /// A new socket listening on the port.
     fn listener(&self) -> Option<SocketHandle> {
         let mut s = tcp::Socket::new(

@@ -29,6 +29,8 @@ use crate::{clock, task};
 
 /// How often the stack polls a NIC without interrupts.
 pub const POLL_FALLBACK: Duration = Duration::from_millis(1);
+/// Frames taken in before the sockets may send (ACKs, window updates): see `poll`.
+pub const ACK_EVERY_FRAMES: usize = 2;
 
 /// The current time on smoltcp's clock (the kernel's monotonic clock).
 pub fn now() -> smoltcp::time::Instant {
@@ -146,7 +148,24 @@ impl Stack {
         let mut iface = self.iface.borrow_mut();
         let mut sockets = self.sockets.borrow_mut();
         let mut nic = self.nic.borrow_mut();
-        iface.poll(now, &mut *nic, &mut sockets);
+        // smoltcp's `poll` takes in every frame waiting before it sends anything, so a
+        // burst of data segments gets one ACK at the end (a stretch ACK). Sending what
+        // the sockets want after every few frames keeps the ACKs (and window updates) of
+        // a bulk transfer flowing, which is what clocks the client's sender.
+        iface.poll_maintenance(now);
+        loop {
+            let mut ingress = 0;
+            while ingress < ACK_EVERY_FRAMES {
+                match iface.poll_ingress_single(now, &mut *nic, &mut sockets) {
+                    smoltcp::iface::PollIngressSingleResult::None => break,
+                    _ => ingress += 1,
+                }
+            }
+            while iface.poll_egress(now, &mut *nic, &mut sockets) != smoltcp::iface::PollResult::None {}
+            if ingress < ACK_EVERY_FRAMES {
+                break;
+            }
+        }
         self.polls.set(self.polls.get() + 1);
         if let Some(h) = self.dhcp {
             let event = sockets.get_mut::<dhcpv4::Socket>(h).poll();

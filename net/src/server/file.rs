@@ -199,7 +199,9 @@ impl<F: FileSystem> Server<F> {
                 } else {
                     offset
                 };
-                self.fs.write(f.ino, offset, data).await?
+                let n = self.fs.write(f.ino, offset, data).await?;
+                self.counters.writes();
+                n
             }
             FidState::XattrWrite(w) => {
                 let mut w = w.borrow_mut();
@@ -235,6 +237,10 @@ impl<F: FileSystem> Server<F> {
             return Err(Errno::EBADF);
         }
         self.fs.fsync(f.ino, datasync).await?;
+        self.counters.fsyncs();
+        if datasync {
+            self.counters.datasyncs();
+        }
         Ok(reply(tag, &Rmsg::Fsync {}))
     }
 

@@ -29,8 +29,8 @@ use fs::vfs::{Attr, Errno, FileSystem, FileType};
 use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
 pub use export::{Export, Squash};
 pub use session::Session;
-use stats::Counters;
-pub use stats::Stats;
+use stats::{Counters, TimingCells};
+pub use stats::{Stats, Timings};
 
 /// Largest msize the server agrees to by default (what Linux asks for with
 /// `msize=1048576`).
@@ -53,6 +53,8 @@ pub struct Config {
     /// Group membership by uid (9P carries only a uid; without an entry a user is in no
     /// group, so only owner and other permission bits apply to it).
     pub groups: BTreeMap<u32, Vec<u32>>,
+    /// A monotonic clock in nanoseconds: with one, the server keeps [`Timings`].
+    pub clock: Option<fn() -> u64>,
 }
 
 impl Default for Config {
@@ -63,6 +65,7 @@ impl Default for Config {
             max_in_flight: 128,
             exports: vec![Export::root("")],
             groups: BTreeMap::new(),
+            clock: None,
         }
     }
 }
@@ -74,6 +77,7 @@ pub struct Server<F> {
     config: Config,
     locks: RefCell<locks::LockTable>,
     counters: Counters,
+    timings: TimingCells,
     next_conn: Cell<u64>,
 }
 
@@ -85,6 +89,7 @@ impl<F: FileSystem> Server<F> {
             config,
             locks: RefCell::new(locks::LockTable::default()),
             counters: Counters::default(),
+            timings: TimingCells::default(),
             next_conn: Cell::new(1),
         }
     }
@@ -102,6 +107,11 @@ impl<F: FileSystem> Server<F> {
     /// Current counters.
     pub fn stats(&self) -> Stats {
         self.counters.snapshot()
+    }
+
+    /// Time spent in requests so far (all zero without [`Config::clock`]).
+    pub fn timings(&self) -> Timings {
+        self.timings.snapshot()
     }
 
     /// Number of POSIX locks held by all connections.
@@ -164,6 +174,7 @@ impl<F: FileSystem> Server<F> {
     /// handles). Never fails: errors become `Rlerror`.
     pub async fn handle(&self, session: &Session, frame: &[u8]) -> Vec<u8> {
         self.counters.requests();
+        let started = self.config.clock.map(|now| now());
         let tag = wire::Header::peek(frame).map_or(wire::NOTAG, |h| h.tag);
         let out = match Tmsg::decode(frame) {
             Ok((_, msg)) if !session.versioned() => {
@@ -187,6 +198,9 @@ impl<F: FileSystem> Server<F> {
         };
         if out.get(4) == Some(&7) {
             self.counters.error_replies();
+        }
+        if let (Some(now), Some(t0), Some(&ty)) = (self.config.clock, started, frame.get(4)) {
+            self.timings.add(ty, now().saturating_sub(t0));
         }
         out
     }

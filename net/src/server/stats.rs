@@ -56,4 +56,57 @@ counters! {
     flushed_replies_sent,
     /// Open fids released at clunk or teardown.
     releases,
+    /// `Tfsync` requests answered successfully (the fsyncs a client saw acknowledged).
+    fsyncs,
+    /// ... of which with `datasync` set (fdatasync).
+    datasyncs,
+    /// `Twrite` requests answered successfully.
+    writes,
+}
+
+/// Time requests spent in the server (from decoding to the reply frame), by kind, when
+/// the server has a clock ([`super::Config::clock`]). With the clients' own latencies
+/// this splits a request's time into server and transport/client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Nanoseconds in `Twrite`s.
+    pub write_ns: u64,
+    /// Nanoseconds in `Tfsync`s.
+    pub fsync_ns: u64,
+    /// Nanoseconds in `Tread`s.
+    pub read_ns: u64,
+    /// Nanoseconds in every other request.
+    pub other_ns: u64,
+}
+
+/// The live [`Timings`].
+#[derive(Debug, Default)]
+pub(crate) struct TimingCells {
+    write_ns: Cell<u64>,
+    fsync_ns: Cell<u64>,
+    read_ns: Cell<u64>,
+    other_ns: Cell<u64>,
+}
+
+impl TimingCells {
+    /// Adds `ns` to the kind of request whose type byte is `ty`.
+    pub(crate) fn add(&self, ty: u8, ns: u64) {
+        // Type bytes of Tread, Twrite and Tfsync (`wire::Tmsg`).
+        let cell = match ty {
+            118 => &self.write_ns,
+            50 => &self.fsync_ns,
+            116 => &self.read_ns,
+            _ => &self.other_ns,
+        };
+        cell.set(cell.get() + ns);
+    }
+
+    pub(crate) fn snapshot(&self) -> Timings {
+        Timings {
+            write_ns: self.write_ns.get(),
+            fsync_ns: self.fsync_ns.get(),
+            read_ns: self.read_ns.get(),
+            other_ns: self.other_ns.get(),
+        }
+    }
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Control-port handler of a server guest (run by `nc -ll -e` per connection): reads one
 # command from the client guest and answers it.
-#   stat   one "NAME f1..f17" line per disk in NF_CTL_DEVS (after a sync)
+#   stat   one "NAME f1..f17 FUA" line per disk in NF_CTL_DEVS (after a sync; see
+#          nf_devstat)
 #   sync   write back the page cache; answers "ok"
 #   quit   ask the server script to shut down; answers "ok"
 . /job/lib/lib.sh
@@ -10,7 +11,8 @@ case $cmd in
 stat)
 	sync
 	for s in $NF_CTL_DEVS; do
-		echo "$s $(cat "/sys/block/$(nf_dev "$s")/stat")"
+		dev=$(nf_dev "$s")
+		echo "$s $(cat "/sys/block/$dev/stat") $(nf_fua "$dev")"
 	done
 	;;
 sync) sync && echo ok ;;

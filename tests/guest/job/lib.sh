@@ -47,9 +47,40 @@ nf_mkfs() {
 	esac || nf_die "mkfs.$1 $2 failed"
 }
 
+# nf_trace_start: count block requests per device and kind (rwbs) from now on, with a
+# tracefs histogram on block_rq_issue: /sys/block/DEV/stat has no FUA count (nf_fua).
+nf_trace_start() {
+	nf_tr=/sys/kernel/tracing
+	[ -d "$nf_tr/events" ] || mount -t tracefs nodev "$nf_tr" 2>/dev/null
+	echo 'hist:keys=dev,rwbs:size=256' >"$nf_tr/events/block/block_rq_issue/trigger" 2>/dev/null ||
+		nf_log "warning: no block_rq_issue histogram; FUA writes will not be counted"
+}
+
+# nf_fua DEV: FUA writes issued to block device DEV (e.g. nvme0n1) since nf_trace_start,
+# or -1 if not counted. rwbs is [F]OP[F][A][S][M]...: a leading F is a preflush, an F
+# after the operation FUA.
+nf_fua() {
+	nf_hist=/sys/kernel/tracing/events/block/block_rq_issue/hist
+	if ! grep -q "Hits:" "$nf_hist" 2>/dev/null; then
+		echo -1
+		return
+	fi
+	awk -v want="$(awk -F: '{print $1 * 1048576 + $2}' "/sys/block/$1/dev")" '
+		/hitcount:/ {
+			dev = $0; sub(/.*dev: */, "", dev); sub(/[^0-9].*/, "", dev)
+			rwbs = $0; sub(/.*rwbs: */, "", rwbs); sub(/[ }].*/, "", rwbs)
+			n = $0; sub(/.*hitcount: */, "", n)
+			if (dev != want) next
+			if (length(rwbs) > 1 && substr(rwbs, 1, 1) == "F" && index("WRDNF", substr(rwbs, 2, 1))) rwbs = substr(rwbs, 2)
+			if (substr(rwbs, 1, 1) == "W" && index(substr(rwbs, 2), "F")) fua += n
+		}
+		END { print fua + 0 }' "$nf_hist"
+}
+
 # nf_mount_local FS DEV MNT: mkfs and mount a local disk.
 nf_mount_local() {
 	nf_mkfs "$1" "$2"
+	nf_trace_start
 	modprobe "$1" 2>/dev/null
 	mkdir -p "$3"
 	mount -t "$1" "$2" "$3" || nf_die "mount -t $1 $2 $3 failed"
@@ -63,18 +94,26 @@ nf_ctl() {
 
 # nf_devstat FILE: snapshot the block-device counters the workload is judged by.
 #   NF_STAT_DEVS     local disks, by serial (e.g. "data")
-#   NF_STAT_REMOTE   ADDR:PORT of a server guest's control port, which reports its disks
+#   NF_STAT_REMOTE   ADDR:PORT of a server's control port (a server guest's ctl.sh, or
+#                    the appliance's counters service), which reports its disks
+#   NF_STAT_JSON     ADDR:PORT of the appliance's counters service: its whole JSON
+#                    snapshot goes to FILE.json too
 # Each line: "SIDE NAME" + the 17 fields of /sys/block/DEV/stat (Linux >= 5.5; fields 16
-# and 17 count flushes). The page cache is written back first (sync, here and on the
-# server), so deferred writeback is charged to the workload that caused it.
+# and 17 count flushes) + an 18th: FUA writes (nf_fua; -1 if not counted). The page
+# cache is written back first (sync, here and on a server guest), so deferred writeback
+# is charged to the workload that caused it.
 nf_devstat() {
 	sync
 	: >"$1"
-	for s in ${NF_STAT_DEVS:-}; do
-		echo "local $s $(cat "/sys/block/$(nf_dev "$s")/stat")" >>"$1"
+	for nf_s in ${NF_STAT_DEVS:-}; do
+		nf_blk=$(nf_dev "$nf_s")
+		echo "local $nf_s $(cat "/sys/block/$nf_blk/stat") $(nf_fua "$nf_blk")" >>"$1"
 	done
 	if [ -n "${NF_STAT_REMOTE:-}" ]; then
 		nf_ctl "$NF_STAT_REMOTE" stat | sed 's/^/remote /' >>"$1"
+	fi
+	if [ -n "${NF_STAT_JSON:-}" ]; then
+		nf_ctl "$NF_STAT_JSON" json >"$1.json"
 	fi
 }
 

@@ -5,13 +5,15 @@
 //! msize − 24 bytes, as Linux sends), and the round-trip latency of small requests.
 //! Prints a Markdown table and the appliance's counters (frames, interrupts, polls).
 //!
-//! Usage: ninep-bench [PORT] [MIB]   (defaults 15770, 64)
+//! Usage: ninep-bench [PORT] [MIB] [memory|disk]   (defaults 15870, 64, memory): `disk`
+//! serves a fresh image made by `ninefold mkfs` on an NVMe disk instead, and adds a
+//! `Twrite 4 KiB + Tfsync` latency row.
 
 use std::time::{Duration, Instant};
 
 use net::wire::open_flags;
 use ninefold_tests::ninep::connect;
-use ninefold_tests::Qemu;
+use ninefold_tests::{FsImage, Qemu};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -36,14 +38,19 @@ fn latency(name: &str, n: usize, mut op: impl FnMut(usize)) {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let port: u16 = args.next().map_or(15770, |a| a.parse().expect("PORT"));
+    let port: u16 = args.next().map_or(15870, |a| a.parse().expect("PORT"));
     let mib: usize = args.next().map_or(64, |a| a.parse().expect("MIB"));
-    let mut vm = Qemu::appliance()
+    let disk = args.next().is_some_and(|a| a == "disk");
+    let image = disk.then(|| FsImage::formatted("2G"));
+    let q = Qemu::appliance()
         .memory("512M")
         .virtio_net_forward(port, 564)
-        .append("fs=memory")
-        .timeout(Duration::from_secs(3600))
-        .spawn();
+        .timeout(Duration::from_secs(3600));
+    let mut vm = match &image {
+        Some(i) => q.nvme_image("bench", i),
+        None => q.append("fs=memory"),
+    }
+    .spawn();
     vm.wait_for_line("9p: listening on");
     let mut c = connect(port, Duration::from_secs(60));
     c.attach(0, 0, "").unwrap();
@@ -90,6 +97,12 @@ fn main() {
         c.walk(0, 2, "bench").unwrap();
         c.clunk(2).unwrap();
     });
+    if disk {
+        latency("Twrite 4 KiB + Tfsync", 300, |i| {
+            c.write(1, (i * 4096) as u64, &data[..4096]).unwrap();
+            c.fsync(1, false).unwrap();
+        });
+    }
     drop(c);
     // The appliance logs its counters every 10 s; wait for a line after the work.
     vm.wait_for_line("closed by peer");

@@ -1,0 +1,160 @@
+//! Counters for the operator: builds [`Snapshot`]s of the running appliance (devices,
+//! filesystem, 9P service, heap) for the counters service (`net::stats_port`) and logs
+//! one as a `stats: {json}` line every [`LOG_INTERVAL`] when the work counters changed.
+
+use alloc::rc::Rc;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use fs::block::BlockDevice;
+use fs::model::ModelFs;
+use fs::vfs::FileSystem;
+
+use crate::clock::rtc::WallClock;
+use crate::net::service::Service;
+use crate::net::stats_port::Source;
+use crate::report::{DeviceReport, FsReport, HeapReport, NinepReport, Snapshot};
+use crate::storage::DiskFs;
+use crate::{clock, hal, task};
+
+/// How often the `stats:` line is logged (when something changed).
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What a served filesystem adds to a snapshot.
+#[allow(async_fn_in_trait)]
+pub trait Reporting {
+    /// The block devices it uses.
+    fn devices(&self) -> Vec<DeviceReport>;
+    /// Its counters and state, if it keeps any.
+    async fn fs_report(&self) -> Option<FsReport>;
+}
+
+impl Reporting for ModelFs<WallClock> {
+    fn devices(&self) -> Vec<DeviceReport> {
+        Vec::new()
+    }
+
+    async fn fs_report(&self) -> Option<FsReport> {
+        None
+    }
+}
+
+impl Reporting for DiskFs {
+    fn devices(&self) -> Vec<DeviceReport> {
+        let disk = *self.device();
+        let g = disk.geometry();
+        let counters = disk.counters();
+        alloc::vec![DeviceReport {
+            name: alloc::format!("{}@{}", disk.inner().kind(), disk.inner().pci().address()),
+            block_size: g.block_size,
+            blocks: g.num_blocks,
+            native_fua: g.native_fua,
+            volatile_cache: g.volatile_cache,
+            counters,
+            device_flushes: counters.device_flushes(&g),
+        }]
+    }
+
+    async fn fs_report(&self) -> Option<FsReport> {
+        let sb = self.superblock();
+        let label_end = sb
+            .label
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(sb.label.len());
+        let statfs = self.statfs().await.ok();
+        let (cache_bytes, cache_nodes) = self.cache_usage();
+        Some(FsReport {
+            label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
+            size_bytes: sb.layout.total_blocks * fs::format::BLOCK_SIZE as u64,
+            free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
+            cache_bytes: cache_bytes as u64,
+            cache_nodes: cache_nodes as u64,
+            ..FsReport::from_stats(&self.stats())
+        })
+    }
+}
+
+/// The appliance's counters, as served and logged.
+pub struct Monitor<F: FileSystem + Reporting + 'static> {
+    service: Rc<Service<F>>,
+    cache_limit: u64,
+}
+
+impl<F: FileSystem + Reporting + 'static> core::fmt::Debug for Monitor<F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Monitor").finish_non_exhaustive()
+    }
+}
+
+impl<F: FileSystem + Reporting + 'static> Monitor<F> {
+    /// A monitor of `service` and the filesystem it serves (whose node cache is limited
+    /// to `cache_limit` bytes, 0 if it has none).
+    pub fn new(service: Rc<Service<F>>, cache_limit: usize) -> Rc<Self> {
+        Rc::new(Monitor {
+            service,
+            cache_limit: cache_limit as u64,
+        })
+    }
+
+    /// Logs a `stats:` line every [`LOG_INTERVAL`] when a counter changed.
+    pub async fn log_periodically(self: Rc<Self>) {
+        let mut last = String::new();
+        loop {
+            task::sleep(LOG_INTERVAL).await;
+            let s = self.snapshot().await;
+            // Logged when the work counters changed; the clock and the heap always do.
+            let key = Snapshot {
+                uptime_ms: 0,
+                idle_ms: 0,
+                heap: HeapReport::default(),
+                ..s.clone()
+            }
+            .json();
+            if key != last {
+                log::info!("stats: {}", s.json());
+                last = key;
+            }
+        }
+    }
+}
+
+impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
+    async fn snapshot(&self) -> Snapshot {
+        let fs = self.service.server().fs();
+        let p = self.service.server().stats();
+        let t = self.service.server().timings();
+        let conns = self.service.stats();
+        let heap = hal::heap::stats();
+        let mut fs_report = fs.fs_report().await;
+        if let Some(r) = fs_report.as_mut() {
+            r.cache_limit = self.cache_limit;
+        }
+        Snapshot {
+            uptime_ms: clock::uptime().as_millis() as u64,
+            idle_ms: task::idle_time().as_millis() as u64,
+            devices: fs.devices(),
+            fs: fs_report,
+            ninep: Some(NinepReport {
+                connections: conns.active(),
+                accepted: conns.accepted.get(),
+                requests: p.requests,
+                error_replies: p.error_replies,
+                writes: p.writes,
+                fsyncs: p.fsyncs,
+                datasyncs: p.datasyncs,
+                rx_bytes: conns.rx_bytes.get(),
+                tx_bytes: conns.tx_bytes.get(),
+                write_ns: t.write_ns,
+                fsync_ns: t.fsync_ns,
+                read_ns: t.read_ns,
+                other_ns: t.other_ns,
+            }),
+            heap: HeapReport {
+                bytes: heap.claimed,
+                allocated: heap.allocated,
+            },
+        }
+    }
+}

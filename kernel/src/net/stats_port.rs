@@ -1,0 +1,169 @@
+//! The counters service (`stats=PORT`, default 5641): a read-only TCP port that answers
+//! each connection with a snapshot of the appliance's counters and closes it — `nc
+//! ADDR 5641` prints JSON, `echo stat | nc ADDR 5641` prints `/sys/block`-style lines,
+//! `curl http://ADDR:5641/` works too. The request formats are in [`crate::report`].
+//!
+//! It changes nothing and holds nothing between connections. At most
+//! [`MAX_CLIENTS`] are answered at once (more are reset); each gets small buffers.
+
+use alloc::rc::Rc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::future::poll_fn;
+use core::task::Poll;
+use core::time::Duration;
+
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::tcp::{self, State};
+
+use super::stack::Stack;
+use crate::report::{Request, Snapshot};
+use crate::task;
+
+/// Clients answered at once.
+pub const MAX_CLIENTS: usize = 4;
+/// How long a client may take to send its request line; one that sends nothing gets the
+/// JSON document after this.
+pub const REQUEST_WAIT: Duration = Duration::from_millis(250);
+/// How long sending the answer and closing may take before the connection is reset.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request line read.
+const MAX_REQUEST: usize = 256;
+const RX_BUFFER: usize = 1024;
+const TX_BUFFER: usize = 16 * 1024;
+
+/// What the service reports.
+#[allow(async_fn_in_trait)]
+pub trait Source {
+    /// The counters now.
+    async fn snapshot(&self) -> Snapshot;
+}
+
+/// Serves `source` on TCP `port` for as long as the appliance runs.
+pub async fn run<S: Source + 'static>(stack: Rc<Stack>, port: u16, source: Rc<S>) {
+    let busy = Rc::new(Cell::new(0usize));
+    log::info!("stats: counters service on port {port} (JSON; `stat` for /sys/block-style lines)");
+    loop {
+        let Some(h) = listen(&stack, port) else {
+            task::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let state = poll_fn(|cx| {
+            let mut sockets = stack.sockets.borrow_mut();
+            let s = sockets.get_mut::<tcp::Socket>(h);
+            match s.state() {
+                State::Listen | State::SynReceived => {
+                    s.register_recv_waker(cx.waker());
+                    Poll::Pending
+                }
+                state => Poll::Ready(state),
+            }
+        })
+        .await;
+        if state == State::Closed || busy.get() >= MAX_CLIENTS {
+            // A handshake that failed, or too many clients: reset and listen afresh.
+            stack.sockets.borrow_mut().get_mut::<tcp::Socket>(h).abort();
+            stack.kick();
+            super::stack::yield_now().await;
+            stack.sockets.borrow_mut().remove(h);
+            continue;
+        }
+        busy.set(busy.get() + 1);
+        let (stack, source, busy) = (stack.clone(), source.clone(), busy.clone());
+        task::spawn(async move {
+            answer(&stack, h, &*source).await;
+            stack.sockets.borrow_mut().remove(h);
+            busy.set(busy.get() - 1);
+        });
+    }
+}
+
+fn listen(stack: &Stack, port: u16) -> Option<SocketHandle> {
+    let mut s = tcp::Socket::new(
+        tcp::SocketBuffer::new(vec![0u8; RX_BUFFER]),
+        tcp::SocketBuffer::new(vec![0u8; TX_BUFFER]),
+    );
+    s.set_nagle_enabled(false);
+    if let Err(e) = s.listen(port) {
+        log::error!("stats: listen on port {port}: {e:?}");
+        return None;
+    }
+    Some(stack.sockets.borrow_mut().add(s))
+}
+
+/// Reads the request line (briefly), answers, closes.
+async fn answer<S: Source>(stack: &Stack, h: SocketHandle, source: &S) {
+    let with = |f: &mut dyn FnMut(&mut tcp::Socket<'static>)| {
+        f(stack.sockets.borrow_mut().get_mut::<tcp::Socket>(h))
+    };
+    let mut line: Vec<u8> = Vec::new();
+    let read_line = poll_fn(|cx| {
+        let mut done = false;
+        with(&mut |s| {
+            let mut chunk = [0u8; 64];
+            while !done && s.can_recv() {
+                match s.recv_slice(&mut chunk) {
+                    Ok(n) => {
+                        line.extend_from_slice(&chunk[..n]);
+                        done = line.contains(&b'\n') || line.len() >= MAX_REQUEST;
+                    }
+                    Err(_) => done = true,
+                }
+            }
+            if !s.may_recv() {
+                done = true;
+            } else if !done {
+                s.register_recv_waker(cx.waker());
+            }
+        });
+        stack.kick();
+        if done {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    });
+    let _ = task::timeout(REQUEST_WAIT, read_line).await;
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let request = Request::parse(&line[..end]);
+    let out = request.answer(&source.snapshot().await);
+
+    let mut sent = 0;
+    let send = poll_fn(|cx| {
+        let mut result = Poll::Pending;
+        with(&mut |s| {
+            while sent < out.len() && s.can_send() {
+                match s.send_slice(&out[sent..]) {
+                    Ok(n) if n > 0 => sent += n,
+                    _ => break,
+                }
+            }
+            if sent == out.len() || !s.may_send() {
+                s.close();
+                result = Poll::Ready(());
+            } else {
+                s.register_send_waker(cx.waker());
+            }
+        });
+        stack.kick();
+        result
+    });
+    let closed = poll_fn(|cx| {
+        let mut result = Poll::Pending;
+        with(&mut |s| match s.state() {
+            State::Closed | State::TimeWait => result = Poll::Ready(()),
+            _ => s.register_send_waker(cx.waker()),
+        });
+        result
+    });
+    let finished = async {
+        send.await;
+        closed.await;
+    };
+    if task::timeout(ANSWER_TIMEOUT, finished).await.is_err() {
+        with(&mut |s| s.abort());
+        stack.kick();
+        super::stack::yield_now().await;
+    }
+}

@@ -1,0 +1,410 @@
+//! The operator's view of a running appliance: a [`Snapshot`] of the counters that say
+//! what it did — device requests (bytes, writes, FUA writes, flushes), filesystem work
+//! (commits, checkpoints and node writes per cause), 9P requests (fsyncs acknowledged),
+//! memory — and its formats:
+//!
+//! - one JSON document (the periodic `stats:` log line and the counters service);
+//! - `/sys/block/DEV/stat`-style lines (its 17 fields and an 18th, FUA writes, as the
+//!   guest harness reports Linux disks), so scripts that judge Linux disks by their
+//!   block-layer counters read the appliance's the same way.
+//!
+//! The counters service (`stats=PORT`, `kernel/src/net/stats_port.rs`) answers one
+//! request per connection; [`Request::parse`] reads its first line:
+//!
+//! | request | answer |
+//! |---|---|
+//! | nothing (the client only connects), `json` | the JSON document |
+//! | `stat` | one `NAME f1 .. f17` line per device |
+//! | `GET /stat HTTP/1.x` | the same lines, as an HTTP/1.0 response |
+//! | `GET /anything-else HTTP/1.x` | the JSON document, as an HTTP/1.0 response |
+//!
+//! Pure (host-tested); the appliance fills the snapshot.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+use fs::volume::stats::FsStats;
+use fs::volume::CheckpointCause;
+use serde::Serialize;
+
+use crate::drivers::counted::DeviceCounters;
+
+/// Everything the appliance counts, at one moment.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Snapshot {
+    /// Milliseconds since boot.
+    pub uptime_ms: u64,
+    /// Milliseconds the CPU was idle (halted) since boot: `1 - idle/uptime` is how busy
+    /// the appliance was.
+    pub idle_ms: u64,
+    /// The block devices in use.
+    pub devices: Vec<DeviceReport>,
+    /// The mounted filesystem (absent when none is mounted, e.g. `fs=memory`).
+    pub fs: Option<FsReport>,
+    /// The 9P service (absent before it starts).
+    #[serde(rename = "9p")]
+    pub ninep: Option<NinepReport>,
+    /// The kernel heap.
+    pub heap: HeapReport,
+}
+
+/// One block device: what it is and what was asked of it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceReport {
+    /// Short name, no spaces: kind and PCI address, e.g. `nvme@00:04.0`.
+    pub name: String,
+    /// Logical block size in bytes.
+    pub block_size: u32,
+    /// Capacity in logical blocks.
+    pub blocks: u64,
+    /// The device does FUA itself (else a FUA write costs a write and a flush).
+    pub native_fua: bool,
+    /// The device has a volatile write cache (flushes do work).
+    pub volatile_cache: bool,
+    /// Requests as issued by the filesystem.
+    pub counters: DeviceCounters,
+    /// Flushes the device performs: `counters.flushes`, plus one per FUA write when FUA
+    /// is emulated.
+    pub device_flushes: u64,
+}
+
+/// Node writes of one cause.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct NodeWrites {
+    /// Writes.
+    pub writes: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// The filesystem's counters (`fs::volume::FsStats`) and state.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FsReport {
+    /// Label.
+    pub label: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Free bytes (as `statfs` reports them).
+    pub free_bytes: u64,
+    /// Transactions committed (in memory).
+    pub commits: u64,
+    /// Checkpoints committed, per cause.
+    pub checkpoints: BTreeMap<&'static str, u64>,
+    /// Btree node writes, per cause.
+    pub node_writes: BTreeMap<&'static str, NodeWrites>,
+    /// Node writes that appended a bset.
+    pub node_appends: u64,
+    /// Node writes that rewrote a node elsewhere.
+    pub node_rewrites: u64,
+    /// Bitmap group blocks written.
+    pub group_writes: u64,
+    /// Superblock writes.
+    pub superblock_writes: u64,
+    /// Device flushes the filesystem issued.
+    pub flushes: u64,
+    /// Btree nodes read.
+    pub node_loads: u64,
+    /// Bytes of btree nodes read.
+    pub node_load_bytes: u64,
+    /// Bitmap groups read.
+    pub group_loads: u64,
+    /// File data bytes written.
+    pub data_bytes_written: u64,
+    /// File data bytes read.
+    pub data_bytes_read: u64,
+    /// Nodes evicted from the cache.
+    pub evictions: u64,
+    /// Checksum or decoding failures seen.
+    pub corruptions: u64,
+    /// Memory used by cached nodes.
+    pub cache_bytes: u64,
+    /// Cached nodes.
+    pub cache_nodes: u64,
+    /// The node cache's limit.
+    pub cache_limit: u64,
+}
+
+/// The name a checkpoint cause is reported under.
+pub fn checkpoint_cause_name(cause: CheckpointCause) -> &'static str {
+    match cause {
+        CheckpointCause::Sync => "sync",
+        CheckpointCause::Fsync => "fsync",
+        CheckpointCause::Unmount => "unmount",
+        CheckpointCause::CacheReclaim => "cache_reclaim",
+        CheckpointCause::LogReclaim => "log_reclaim",
+        CheckpointCause::Space => "space",
+        CheckpointCause::Reserve => "reserve",
+    }
+}
+
+impl FsReport {
+    /// The report of `stats`; the caller fills in the state fields (label, sizes, cache).
+    pub fn from_stats(stats: &FsStats) -> FsReport {
+        let checkpoints = CheckpointCause::ALL
+            .iter()
+            .zip(stats.checkpoints.iter())
+            .map(|(&c, &n)| (checkpoint_cause_name(c), n))
+            .collect();
+        let w = &stats.node_writes;
+        let node_writes = fs::btree::WriteCause::ALL
+            .iter()
+            .zip(w.writes.iter().zip(w.bytes.iter()))
+            .map(|(c, (&writes, &bytes))| (c.name(), NodeWrites { writes, bytes }))
+            .collect();
+        FsReport {
+            commits: stats.commits,
+            checkpoints,
+            node_writes,
+            node_appends: w.appends,
+            node_rewrites: w.rewrites,
+            group_writes: stats.group_writes,
+            superblock_writes: stats.superblock_writes,
+            flushes: stats.flushes,
+            node_loads: stats.node_loads,
+            node_load_bytes: stats.node_load_bytes,
+            group_loads: stats.group_loads,
+            data_bytes_written: stats.data_bytes_written,
+            data_bytes_read: stats.data_bytes_read,
+            evictions: stats.evictions,
+            corruptions: stats.corruptions,
+            ..FsReport::default()
+        }
+    }
+}
+
+/// The 9P service's counters.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct NinepReport {
+    /// Connections open now.
+    pub connections: u64,
+    /// Connections accepted since boot.
+    pub accepted: u64,
+    /// Requests received.
+    pub requests: u64,
+    /// Error replies.
+    pub error_replies: u64,
+    /// `Twrite`s acknowledged.
+    pub writes: u64,
+    /// `Tfsync`s acknowledged (fdatasyncs included).
+    pub fsyncs: u64,
+    /// ... of which fdatasyncs.
+    pub datasyncs: u64,
+    /// Bytes received from clients.
+    pub rx_bytes: u64,
+    /// Bytes sent to clients.
+    pub tx_bytes: u64,
+    /// Nanoseconds requests spent in the server (decode to reply), by kind.
+    pub write_ns: u64,
+    /// See [`NinepReport::write_ns`].
+    pub fsync_ns: u64,
+    /// See [`NinepReport::write_ns`].
+    pub read_ns: u64,
+    /// See [`NinepReport::write_ns`].
+    pub other_ns: u64,
+}
+
+/// The kernel heap.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct HeapReport {
+    /// Bytes the heap manages.
+    pub bytes: u64,
+    /// Bytes in live allocations.
+    pub allocated: u64,
+}
+
+impl Snapshot {
+    /// The snapshot as one line of JSON.
+    pub fn json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// One `/sys/block/DEV/stat`-style line per device: the name, then the 17 fields of
+    /// Linux's file (read I/Os, merges, sectors, ms; write I/Os, merges, sectors, ms; in
+    /// flight, I/O ms, queue ms; discard I/Os, merges, sectors, ms; flushes, flush ms)
+    /// and an 18th, FUA writes (the guest harness appends the same for Linux disks).
+    /// Sectors are 512 bytes; merges and queue times are 0 (there is no merging block
+    /// layer); flushes are those the device performs (emulated FUA included, as Linux
+    /// counts them).
+    pub fn sysfs_lines(&self) -> String {
+        let mut out = String::new();
+        for d in &self.devices {
+            let c = &d.counters;
+            let ms = |ns: u64| ns / 1_000_000;
+            let discard_sectors = c.blocks_discarded * u64::from(d.block_size) / 512;
+            let _ = writeln!(
+                out,
+                "{} {} 0 {} {} {} 0 {} {} 0 0 0 {} 0 {} {} {} {} {}",
+                d.name,
+                c.reads,
+                c.bytes_read / 512,
+                ms(c.read_ns),
+                c.writes,
+                c.bytes_written / 512,
+                ms(c.write_ns),
+                c.discards,
+                discard_sectors,
+                ms(c.discard_ns),
+                d.device_flushes,
+                ms(c.flush_ns),
+                c.fua_writes,
+            );
+        }
+        out
+    }
+}
+
+/// What a client of the counters service asked for (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// The JSON document.
+    Json,
+    /// The `/sys/block`-style lines.
+    Stat,
+    /// An HTTP `GET`; `stat` if the path is `/stat`.
+    Http {
+        /// The path was `/stat`.
+        stat: bool,
+    },
+}
+
+impl Request {
+    /// Reads the request from the first line a client sent (empty: it sent nothing).
+    pub fn parse(line: &[u8]) -> Request {
+        let line = core::str::from_utf8(line).unwrap_or("").trim();
+        if let Some(rest) = line.strip_prefix("GET ") {
+            let path = rest.split_ascii_whitespace().next().unwrap_or("/");
+            return Request::Http {
+                stat: path == "/stat",
+            };
+        }
+        match line {
+            "stat" => Request::Stat,
+            _ => Request::Json,
+        }
+    }
+
+    /// The answer to this request from `snapshot`.
+    pub fn answer(self, snapshot: &Snapshot) -> Vec<u8> {
+        let (body, kind) = match self {
+            Request::Stat | Request::Http { stat: true } => (snapshot.sysfs_lines(), "text/plain"),
+            Request::Json | Request::Http { stat: false } => {
+                let mut j = snapshot.json();
+                j.push('\n');
+                (j, "application/json")
+            }
+        };
+        match self {
+            Request::Http { .. } => format!(
+                "HTTP/1.0 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+            _ => body.into_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    fn snapshot() -> Snapshot {
+        let mut stats = FsStats::default();
+        stats.checkpoints[1] = 7;
+        stats.node_writes.writes[3] = 5;
+        stats.node_writes.bytes[3] = 20480;
+        Snapshot {
+            uptime_ms: 1234,
+            idle_ms: 1000,
+            devices: alloc::vec![DeviceReport {
+                name: "nvme@00:04.0".to_string(),
+                block_size: 512,
+                blocks: 1 << 21,
+                native_fua: true,
+                volatile_cache: true,
+                counters: DeviceCounters {
+                    reads: 3,
+                    bytes_read: 3 * 4096,
+                    writes: 10,
+                    bytes_written: 10 * 4096,
+                    fua_writes: 2,
+                    flushes: 4,
+                    discards: 1,
+                    blocks_discarded: 16,
+                    write_ns: 5_000_000,
+                    ..DeviceCounters::default()
+                },
+                device_flushes: 4,
+            }],
+            fs: Some(FsReport {
+                label: "data".to_string(),
+                ..FsReport::from_stats(&stats)
+            }),
+            ninep: Some(NinepReport {
+                fsyncs: 7,
+                ..NinepReport::default()
+            }),
+            heap: HeapReport::default(),
+        }
+    }
+
+    #[test]
+    fn json_names_every_cause() {
+        let j = snapshot().json();
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(v["devices"][0]["counters"]["bytes_written"], 40960);
+        assert_eq!(v["devices"][0]["device_flushes"], 4);
+        assert_eq!(v["fs"]["checkpoints"]["fsync"], 7);
+        assert_eq!(v["fs"]["checkpoints"]["sync"], 0);
+        assert_eq!(v["fs"]["node_writes"]["sync"]["bytes"], 20480);
+        assert_eq!(v["9p"]["fsyncs"], 7);
+        assert_eq!(
+            v["fs"]["checkpoints"].as_object().unwrap().len(),
+            CheckpointCause::ALL.len()
+        );
+        assert!(!j.contains('\n'), "one log line");
+    }
+
+    #[test]
+    fn sysfs_lines_have_linux_fields_in_order_then_fua() {
+        let s = snapshot().sysfs_lines();
+        let f: Vec<&str> = s.trim().split(' ').collect();
+        assert_eq!(f.len(), 19, "{s}");
+        assert_eq!(f[0], "nvme@00:04.0");
+        let n: Vec<u64> = f[1..].iter().map(|x| x.parse().unwrap()).collect();
+        assert_eq!((n[0], n[2]), (3, 24), "read I/Os and sectors");
+        assert_eq!((n[4], n[6], n[7]), (10, 80, 5), "write I/Os, sectors, ms");
+        assert_eq!((n[11], n[13]), (1, 16), "discard I/Os and sectors");
+        assert_eq!(n[15], 4, "flushes");
+        assert_eq!(n[17], 2, "FUA writes");
+    }
+
+    #[test]
+    fn requests() {
+        assert_eq!(Request::parse(b""), Request::Json);
+        assert_eq!(Request::parse(b"json\n"), Request::Json);
+        assert_eq!(Request::parse(b"stat\r\n"), Request::Stat);
+        assert_eq!(
+            Request::parse(b"GET /stat HTTP/1.1\r\n"),
+            Request::Http { stat: true }
+        );
+        assert_eq!(
+            Request::parse(b"GET / HTTP/1.1"),
+            Request::Http { stat: false }
+        );
+        assert_eq!(Request::parse(&[0xff, 0xfe]), Request::Json);
+        let s = snapshot();
+        let http = String::from_utf8(Request::Http { stat: false }.answer(&s)).unwrap();
+        let (head, body) = http.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.0 200 OK"));
+        assert!(head.contains(&alloc::format!("Content-Length: {}", body.len())));
+        assert!(serde_json::from_str::<serde_json::Value>(body).is_ok());
+        assert!(String::from_utf8(Request::Stat.answer(&s))
+            .unwrap()
+            .starts_with("nvme@00:04.0 3 0 24 "));
+    }
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Charts of a `make bench` report: charts.py REPORT.json OUTDIR (needs matplotlib).
+
+  fio-write.png   fio write 64k fsync=1 throughput per system, by number of jobs
+  ratios.png      ninefold / peer for every workload (log scale; 1x and 5x marked)
+  device.png      flushes and KiB written per fsync on the fsync workloads
+"""
+
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+APPLIANCE = "ninefold"
+ORDER = [APPLIANCE, "linux-vm-btrfs-diod", "linux-vm-ext4-diod", "client-local-btrfs", "client-local-ext4"]
+COLORS = dict(zip(ORDER, ["#d62728", "#1f77b4", "#aec7e8", "#2ca02c", "#98df8a"], strict=True))
+
+
+def systems_in(rows, key="system"):
+    return [s for s in ORDER if any(r[key] == s for r in rows)]
+
+
+def grouped(ax, groups, series, value, ylabel, title, log=False):
+    """Bars: one group per x label, one bar per series."""
+    width = 0.8 / max(1, len(series))
+    for i, s in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ys = [value(label, s) or 0 for label in groups]
+        ax.bar(xs, ys, width, label=s, color=COLORS.get(s))
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def main():
+    report_path, out = sys.argv[1], sys.argv[2]
+    with open(report_path) as f:
+        report = json.load(f)
+    date = report["meta"]["date"]
+    res = report["results"]
+
+    fio = [r for r in res if r["workload"] == "fio-write-64k-fsync"]
+    if fio:
+        jobs = sorted({r["jobs"] for r in fio})
+        val = {(r["jobs"], r["system"]): r["value"] for r in fio}
+        fig, ax = plt.subplots(figsize=(9, 4.8))
+        grouped(ax, [f"{j} job{'s' if j > 1 else ''}" for j in jobs], systems_in(fio),
+                lambda g, s: val.get((int(g.split()[0]), s)), "MiB/s",
+                f"fio rw=write bs=64k fsync=1 (TCG, {date})")  # fmt: skip
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "fio-write.png"), dpi=110)
+
+    rat = report["ratios"]
+    if rat:
+        keys = []
+        for r in rat:
+            k = f"{r['workload']} j{r['jobs']}"
+            if k not in keys:
+                keys.append(k)
+        val = {(f"{r['workload']} j{r['jobs']}", r["peer"]): r["ratio"] for r in rat}
+        peers = systems_in(rat, "peer")
+        fig, ax = plt.subplots(figsize=(10, 0.45 * len(keys) * max(1, len(peers)) / 2 + 2))
+        height = 0.8 / max(1, len(peers))
+        for i, p in enumerate(peers):
+            ys = [k + (i - (len(peers) - 1) / 2) * height for k in range(len(keys))]
+            ax.barh(ys, [val.get((k, p)) or 0 for k in keys], height, label=p, color=COLORS.get(p))
+        ax.set_yticks(range(len(keys)), keys, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.axvline(1, color="black", lw=1)
+        ax.axvline(5, color="grey", lw=1, ls="--")
+        ax.set_xlabel("ninefold / peer (log scale; right of 1 = ninefold better; dashed: 5x)")
+        ax.set_title(f"ninefold relative to each peer (TCG, {date})")
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(axis="x", alpha=0.3, which="both")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "ratios.png"), dpi=110)
+
+    dev = [d for d in report["devices"] if d.get("flushes_per_fsync") is not None]
+    if dev:
+        keys = []
+        for d in dev:
+            k = f"{d['workload'].replace('-fsync', '')} j{d['jobs']}"
+            if k not in keys:
+                keys.append(k)
+        val = {(f"{d['workload'].replace('-fsync', '')} j{d['jobs']}", d["system"]): d for d in dev}
+        systems = systems_in(dev)
+        fig, (a1, a2) = plt.subplots(2, 1, figsize=(11, 7.5))
+        grouped(a1, keys, systems, lambda k, s: (val.get((k, s)) or {}).get("flushes_per_fsync"),
+                "device flushes per fsync", "Device flushes per fsync (server's disk; lower is better)")  # fmt: skip
+        grouped(a2, keys, systems, lambda k, s: (val.get((k, s)) or {}).get("kib_written_per_fsync"),
+                "KiB written per fsync", "KiB written to the device per fsync (lower is better)", log=True)  # fmt: skip
+        for a in (a1, a2):
+            a.tick_params(axis="x", labelsize=7, rotation=20)
+        a1.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "device.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The ninefold appliance in QEMU, as a peer of the Linux guests (tests/guest/peers).
+
+It gets what the Linux server guest gets: the same QEMU machine (q35, TCG, -cpu max),
+memory, vCPUs, an emulated NVMe disk of the same size with the same cache mode
+(formatted fresh by `ninefold mkfs`), and the listening end of the same guest-to-guest
+link (-netdev stream) with a static address. Its serial console goes to a log file.
+There is no clean shutdown: `stop` kills QEMU, after which `fsck` checks the image.
+
+    app = Appliance(elf, tool, disk, disk_size, log, mem="128M", cpus=1,
+                    net=Net.listen(25650, "10.0.3.1/24"))
+    app.start(); app.wait_for("ready: serving 9P")
+    ...
+    app.stop(); status, report = app.fsck()
+"""
+
+import os
+import signal
+import subprocess
+import time
+
+from guestvm import GuestError, Net
+
+# The appliance's counters service port (its stats= default).
+STATS_PORT = 5641
+
+
+class Appliance:
+    def __init__(self, elf, tool, disk, disk_size, log, mem="128M", cpus=1, net=None,
+                 append="", timeout=3600):  # fmt: skip
+        self.elf, self.tool, self.disk, self.disk_size = elf, tool, disk, disk_size
+        self.log, self.mem, self.cpus, self.append = log, mem, cpus, append
+        self.net = net or Net()
+        self.timeout = timeout
+        self.proc = None
+
+    def qemu_cmd(self):
+        append = self.append
+        if self.net.ip:
+            append = f"ip={self.net.ip} {append}".strip()
+        netargs = self.net.qemu_args("52:54:00:9f:00:01")
+        if netargs:
+            # The appliance drives the modern virtio-net device only.
+            netargs[-1] += ",disable-legacy=on"
+        return [
+            "qemu-system-x86_64",
+            "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+            "-accel", "tcg", "-cpu", "max", "-M", "q35",
+            "-m", str(self.mem), "-smp", str(self.cpus),
+            "-kernel", self.elf, "-append", append,
+            "-serial", f"file:{self.log}",
+            "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
+            "-drive", f"file={self.disk},if=none,id=d0,format=raw,cache=writeback",
+            "-device", "nvme,drive=d0,serial=data",
+            *netargs,
+        ]  # fmt: skip
+
+    def mkfs(self):
+        """A fresh image: `ninefold mkfs` on a new sparse file."""
+        if os.path.exists(self.disk):
+            os.unlink(self.disk)
+        out = subprocess.run(
+            [self.tool, "mkfs", self.disk, "--size", str(self.disk_size), "--label", "bench"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if out.returncode:
+            raise GuestError(f"ninefold mkfs failed: {out.stdout}{out.stderr}")
+
+    def start(self):
+        self.mkfs()
+        os.makedirs(os.path.dirname(os.path.abspath(self.log)), exist_ok=True)
+        open(self.log, "w").close()
+        cmd = ["timeout", "-k", "5", str(int(self.timeout))] + self.qemu_cmd()
+        with open(self.log + ".cmd", "w") as f:
+            f.write(" ".join(cmd) + "\n")
+        # Its own process group, so that a kill reaches QEMU and not only timeout(1).
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(self.log + ".stderr", "w"), start_new_session=True,
+        )  # fmt: skip
+        return self
+
+    def console(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def wait_for(self, text, timeout=60):
+        """Waits for a console line containing `text`; returns the line."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.console().splitlines():
+                if text in line:
+                    return line
+            if self.proc.poll() is not None:
+                raise GuestError(f"appliance exited ({self.proc.returncode}) before {text!r}; see {self.log}")
+            if time.monotonic() > deadline:
+                raise GuestError(f"appliance: no {text!r} after {timeout} s; see {self.log}")
+            time.sleep(0.1)
+
+    def stop(self):
+        """Kills QEMU (SIGKILL: the appliance has no shutdown; every stop is a crash)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def fsck(self):
+        """`ninefold fsck` on the (stopped) image: (exit status, report)."""
+        out = subprocess.run([self.tool, "fsck", self.disk], capture_output=True, text=True)
+        return out.returncode, out.stdout + out.stderr
