@@ -114,7 +114,11 @@ mod malformed {
     use proptest::prelude::*;
 
     fn record() -> impl Strategy<Value = (u8, Vec<u64>, Vec<u8>)> {
-        (1u8..=7, prop::collection::vec(0u64..40, 1..12), prop::collection::vec(any::<u8>(), 0..160))
+        (
+            1u8..=7,
+            prop::collection::vec(0u64..40, 1..12),
+            prop::collection::vec(any::<u8>(), 0..160),
+        )
     }
 
     fn encode(s: &mut Scratch, (kind, nums, bytes): &(u8, Vec<u64>, Vec<u8>)) {
@@ -136,7 +140,13 @@ mod malformed {
                 }
             }
             rec::XATTRS => {
-                w.buf().u64(n(0)).u32(1).u8(24).u64(n(1)).u32(bytes.len() as u32).bytes(bytes);
+                w.buf()
+                    .u64(n(0))
+                    .u32(1)
+                    .u8(24)
+                    .u64(n(1))
+                    .u32(bytes.len() as u32)
+                    .bytes(bytes);
             }
             rec::EXTENTS => {
                 let fe = FileExtent {
@@ -145,10 +155,22 @@ mod malformed {
                     offset_blocks: (n(2) % 4) as u32,
                     num_blocks: 1,
                 };
-                w.buf().u64(n(0)).u64(0).u64(64).u32(1).u64(n(3)).bytes(&fe.encode());
+                w.buf()
+                    .u64(n(0))
+                    .u64(0)
+                    .u64(64)
+                    .u32(1)
+                    .u64(n(3))
+                    .bytes(&fe.encode());
             }
             rec::CSUM => {
-                w.buf().u64(100 + n(1) * 5).u32(4).u32(1).u32(2).u32(3).u32(4);
+                w.buf()
+                    .u64(100 + n(1) * 5)
+                    .u32(4)
+                    .u32(1)
+                    .u32(2)
+                    .u32(3)
+                    .u32(4);
             }
             rec::SYMLINK => {
                 w.buf().u64(n(0)).u32(bytes.len() as u32).bytes(bytes);
@@ -163,7 +185,12 @@ mod malformed {
     }
 
     /// Appends a commit of `records` at sequence number `seq`; returns the next one.
-    fn append(image: &MemDisk, sb: &fs::format::Superblock, seq: u64, records: Vec<Vec<u8>>) -> u64 {
+    fn append(
+        image: &MemDisk,
+        sb: &fs::format::Superblock,
+        seq: u64,
+        records: Vec<Vec<u8>>,
+    ) -> u64 {
         let l = sb.layout;
         let mut out = Vec::new();
         let blocks = encode_commit(&records, seq, sb.log_epoch, 0, &mut out);
@@ -220,7 +247,11 @@ mod malformed {
                 Ok(())
             })
             .unwrap();
-        println!("made-up commits: {} replayed, {} refused", applied.get(), failed.get());
+        println!(
+            "made-up commits: {} replayed, {} refused",
+            applied.get(),
+            failed.get()
+        );
         assert!(applied.get() > 0 && failed.get() > 0);
     }
 }

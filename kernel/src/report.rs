@@ -27,6 +27,8 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use fs::volume::stats::FsStats;
+use fs::volume::synclog::build::Fallback;
+use fs::volume::synclog::LogStats;
 use fs::volume::CheckpointCause;
 use serde::Serialize;
 
@@ -125,18 +127,65 @@ pub struct FsReport {
     pub cache_nodes: u64,
     /// The node cache's limit.
     pub cache_limit: u64,
+    /// The fsync log.
+    pub log: LogReport,
 }
 
-/// The name a checkpoint cause is reported under.
-pub fn checkpoint_cause_name(cause: CheckpointCause) -> &'static str {
-    match cause {
-        CheckpointCause::Sync => "sync",
-        CheckpointCause::Fsync => "fsync",
-        CheckpointCause::Unmount => "unmount",
-        CheckpointCause::CacheReclaim => "cache_reclaim",
-        CheckpointCause::LogReclaim => "log_reclaim",
-        CheckpointCause::Space => "space",
-        CheckpointCause::Reserve => "reserve",
+/// The fsync log's counters (`fs::volume::synclog::LogStats`): how syncs were served.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LogReport {
+    /// `fsync` calls on files.
+    pub fsyncs: u64,
+    /// `fdatasync` calls on files.
+    pub fdatasyncs: u64,
+    /// Syncs of directories.
+    pub dir_fsyncs: u64,
+    /// Syncs with nothing to log.
+    pub clean: u64,
+    /// Syncs made durable by another sync's commit (group commit).
+    pub joined: u64,
+    /// Log commits (one device flush each).
+    pub commits: u64,
+    /// Log blocks written.
+    pub blocks: u64,
+    /// Record bytes written.
+    pub record_bytes: u64,
+    /// Syncs served by a checkpoint instead of the log, per reason.
+    pub fallbacks: BTreeMap<&'static str, u64>,
+    /// Syncs that waited for a checkpoint in flight.
+    pub checkpoint_waits: u64,
+    /// Commits that found the log full.
+    pub full: u64,
+    /// Commits replayed at mount.
+    pub replayed_commits: u64,
+    /// Records replayed at mount.
+    pub replayed_records: u64,
+    /// Commits dropped at mount because their data had not reached the disk.
+    pub dropped_commits: u64,
+}
+
+impl LogReport {
+    fn from_stats(l: &LogStats) -> LogReport {
+        LogReport {
+            fsyncs: l.fsyncs,
+            fdatasyncs: l.fdatasyncs,
+            dir_fsyncs: l.dir_fsyncs,
+            clean: l.clean,
+            joined: l.joined,
+            commits: l.commits,
+            blocks: l.blocks,
+            record_bytes: l.record_bytes,
+            fallbacks: Fallback::ALL
+                .iter()
+                .zip(l.fallbacks.iter())
+                .map(|(&f, &n)| (f.name(), n))
+                .collect(),
+            checkpoint_waits: l.checkpoint_waits,
+            full: l.full,
+            replayed_commits: l.replayed_commits,
+            replayed_records: l.replayed_records,
+            dropped_commits: l.dropped_commits,
+        }
     }
 }
 
@@ -146,7 +195,7 @@ impl FsReport {
         let checkpoints = CheckpointCause::ALL
             .iter()
             .zip(stats.checkpoints.iter())
-            .map(|(&c, &n)| (checkpoint_cause_name(c), n))
+            .map(|(&c, &n)| (c.name(), n))
             .collect();
         let w = &stats.node_writes;
         let node_writes = fs::btree::WriteCause::ALL
@@ -170,6 +219,7 @@ impl FsReport {
             data_bytes_read: stats.data_bytes_read,
             evictions: stats.evictions,
             corruptions: stats.corruptions,
+            log: LogReport::from_stats(&stats.log),
             ..FsReport::default()
         }
     }
@@ -315,6 +365,7 @@ mod tests {
     fn snapshot() -> Snapshot {
         let mut stats = FsStats::default();
         stats.checkpoints[1] = 7;
+        stats.log.commits = 3;
         stats.node_writes.writes[3] = 5;
         stats.node_writes.bytes[3] = 20480;
         Snapshot {
@@ -358,13 +409,18 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         assert_eq!(v["devices"][0]["counters"]["bytes_written"], 40960);
         assert_eq!(v["devices"][0]["device_flushes"], 4);
-        assert_eq!(v["fs"]["checkpoints"]["fsync"], 7);
+        assert_eq!(v["fs"]["checkpoints"]["fsync_fallback"], 7);
         assert_eq!(v["fs"]["checkpoints"]["sync"], 0);
         assert_eq!(v["fs"]["node_writes"]["sync"]["bytes"], 20480);
         assert_eq!(v["9p"]["fsyncs"], 7);
         assert_eq!(
             v["fs"]["checkpoints"].as_object().unwrap().len(),
             CheckpointCause::ALL.len()
+        );
+        assert_eq!(v["fs"]["log"]["commits"], 3);
+        assert_eq!(
+            v["fs"]["log"]["fallbacks"].as_object().unwrap().len(),
+            Fallback::ALL.len()
         );
         assert!(!j.contains('\n'), "one log line");
     }

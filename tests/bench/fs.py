@@ -104,6 +104,7 @@ def device_row(rec, system):
             server_fsyncs=(app.get("9p") or {}).get("fsyncs"),
             checkpoints_per_fsync=round(cps / fsyncs, 3),
             node_writes_per_fsync=round(nodes / fsyncs, 3),
+            log_commits_per_fsync=round((fs.get("log") or {}).get("commits", 0) / fsyncs, 3),
             checkpoints=fs.get("checkpoints"),
         )
     return row

@@ -84,7 +84,10 @@ enum SquashArg {
 /// Nanoseconds on a monotonic clock (the server's request timings).
 fn monotonic_ns() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 /// Wall-clock time for the filesystem.

@@ -161,7 +161,9 @@ impl Stack {
                     _ => ingress += 1,
                 }
             }
-            while iface.poll_egress(now, &mut *nic, &mut sockets) != smoltcp::iface::PollResult::None {}
+            while iface.poll_egress(now, &mut *nic, &mut sockets)
+                != smoltcp::iface::PollResult::None
+            {}
             if ingress < ACK_EVERY_FRAMES {
                 break;
             }

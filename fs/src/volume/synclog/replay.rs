@@ -341,7 +341,9 @@ impl Core {
         let l = self.sb.layout;
         let end = disk.checked_add(u64::from(len));
         if disk < l.data_start() || end.is_none_or(|e| e > l.total_blocks) || len == 0 {
-            return Err(Stop::Corrupt("log replay: data extent outside the data area"));
+            return Err(Stop::Corrupt(
+                "log replay: data extent outside the data area",
+            ));
         }
         Ok(())
     }
@@ -513,7 +515,10 @@ impl Core {
     /// Makes the xattr items of `ino` exactly `items`.
     fn replay_xattrs(&mut self, ino: Ino, items: &[(u8, u64, Vec<u8>)]) -> Step<()> {
         Self::valid_ino(ino)?;
-        if items.iter().any(|(_, _, v)| v.len() > crate::format::MAX_VALUE_LEN) {
+        if items
+            .iter()
+            .any(|(_, _, v)| v.len() > crate::format::MAX_VALUE_LEN)
+        {
             return Err(Stop::Corrupt("log replay: xattr item too large"));
         }
         let mut tx = Txn::new();
