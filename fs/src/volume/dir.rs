@@ -122,6 +122,21 @@ impl Core {
         d.mtime = now;
         d.ctime = now;
         tx.put_inode(dir, &d);
+        self.put_name_items(tx, dir, name, child, ft, index)
+    }
+
+    /// Writes the three items of the name `dir/name -> child` with readdir index `index`
+    /// (the entry in its hash bucket, the index entry and the child's back reference);
+    /// the caller has made sure nothing else holds that name or index.
+    pub(crate) fn put_name_items(
+        &mut self,
+        tx: &mut Txn,
+        dir: Ino,
+        name: &[u8],
+        child: Ino,
+        ft: FileType,
+        index: u64,
+    ) -> Step<()> {
         let rec = DirEntryRec {
             ino: child,
             file_type: ft,

@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use crate::block::BlockDevice;
 use crate::format::items::{
     decode_csums, decode_dir_entries, decode_inode_refs, encode_csums, encode_dir_entries,
-    encode_inode_refs, DirEntryRec, DirIndexRec, ExtentItem, FileExtent, InodeItem, InodeRefRec,
+    encode_inode_refs, DirIndexRec, ExtentItem, FileExtent, InodeItem,
 };
 use crate::format::key::kind;
 use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
@@ -330,7 +330,7 @@ impl<D: BlockDevice> NineFs<D> {
 impl Core {
     /// Whether `ino` can be an inode number (not the orphan list's 0, not absurd).
     fn valid_ino(ino: Ino) -> Step<()> {
-        if ino < ROOT_INO || ino >= 1 << 62 {
+        if !(ROOT_INO..1 << 62).contains(&ino) {
             return Err(Stop::Corrupt("log replay: invalid inode number"));
         }
         Ok(())
@@ -360,6 +360,14 @@ impl Core {
         self.commit(tx)?;
         self.next_ino = self.next_ino.max(ino + 1);
         Ok(())
+    }
+
+    /// A transaction for replaying a record of `ino`, or `None` when `ino` no longer
+    /// exists (a later record or the checkpoint removed it: the record has nothing to do).
+    fn txn_for(&mut self, ino: Ino) -> Step<Option<Txn>> {
+        Self::valid_ino(ino)?;
+        let tx = Txn::new();
+        Ok(self.exists(&tx, ino)?.then_some(tx))
     }
 
     fn exists(&mut self, tx: &Txn, ino: Ino) -> Step<bool> {
@@ -438,53 +446,18 @@ impl Core {
             let h = self.name_hash(&old.name);
             touched.extend(self.unbind(tx, dir, h, Some(&old.name), Some(old.ino))?);
         }
-        let key = Key::new(dir, kind::DIR_ENTRY, hash);
-        let mut list = match tx.get(self, TreeId::Fs, &key)? {
-            Some(b) => {
-                decode_dir_entries(&b).ok_or(Stop::Corrupt("undecodable directory entry"))?
-            }
-            None => Vec::new(),
-        };
-        list.push(DirEntryRec {
-            ino,
-            file_type: ft,
-            index,
-            name: name.to_vec(),
-        });
-        tx.put(TreeId::Fs, key, encode_dir_entries(&list));
-        let idx = DirIndexRec {
-            ino,
-            file_type: ft,
-            name: name.to_vec(),
-        };
-        tx.put(
-            TreeId::Fs,
-            Key::new(dir, kind::DIR_INDEX, index),
-            idx.encode(),
-        );
-        let rkey = Key::new(ino, kind::INODE_REF, dir);
-        let mut refs = match tx.get(self, TreeId::Fs, &rkey)? {
-            Some(b) => decode_inode_refs(&b).ok_or(Stop::Corrupt("undecodable inode ref"))?,
-            None => Vec::new(),
-        };
-        refs.push(InodeRefRec {
-            index,
-            name: name.to_vec(),
-        });
-        tx.put(TreeId::Fs, rkey, encode_inode_refs(&refs));
+        self.put_name_items(tx, dir, name, ino, ft, index)?;
         Ok(touched)
     }
 
     /// Makes the names of `ino` exactly `names`.
     fn replay_names(&mut self, ino: Ino, names: &[LoggedName]) -> Step<Vec<Ino>> {
-        Self::valid_ino(ino)?;
         for n in names {
             Self::valid_ino(n.parent)?;
         }
-        let mut tx = Txn::new();
-        if !self.exists(&tx, ino)? {
+        let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(Vec::new());
-        }
+        };
         let current = tx.range(
             self,
             TreeId::Fs,
@@ -514,17 +487,15 @@ impl Core {
 
     /// Makes the xattr items of `ino` exactly `items`.
     fn replay_xattrs(&mut self, ino: Ino, items: &[(u8, u64, Vec<u8>)]) -> Step<()> {
-        Self::valid_ino(ino)?;
         if items
             .iter()
             .any(|(_, _, v)| v.len() > crate::format::MAX_VALUE_LEN)
         {
             return Err(Stop::Corrupt("log replay: xattr item too large"));
         }
-        let mut tx = Txn::new();
-        if !self.exists(&tx, ino)? {
+        let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(());
-        }
+        };
         let old = tx.range(
             self,
             TreeId::Fs,
@@ -552,25 +523,21 @@ impl Core {
         end: u64,
         pieces: &[(u64, FileExtent)],
     ) -> Step<RefChanges> {
-        Self::valid_ino(ino)?;
         for (_, fe) in pieces {
             self.valid_extent(fe.disk_block, fe.disk_blocks)?;
         }
-        let mut tx = Txn::new();
-        if !self.exists(&tx, ino)? {
+        let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(RefChanges::new());
-        }
+        };
         let (_, refs) = self.edit_extents(&mut tx, ino, start, end, pieces)?;
         self.commit(tx)?;
         Ok(refs)
     }
 
     fn replay_symlink(&mut self, ino: Ino, target: &[u8]) -> Step<()> {
-        Self::valid_ino(ino)?;
-        let mut tx = Txn::new();
-        if !self.exists(&tx, ino)? {
+        let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(());
-        }
+        };
         let old = tx.range(
             self,
             TreeId::Fs,
@@ -597,14 +564,12 @@ impl Core {
         entries: &[LoggedEntry],
         removed: &[(u64, Ino)],
     ) -> Step<Vec<Ino>> {
-        Self::valid_ino(dir)?;
         for e in entries {
             Self::valid_ino(e.ino)?;
         }
-        let mut tx = Txn::new();
-        if !self.exists(&tx, dir)? {
+        let Some(mut tx) = self.txn_for(dir)? else {
             return Ok(Vec::new());
-        }
+        };
         let mut touched = vec![dir];
         for &(hash, ino) in removed {
             touched.extend(self.unbind(&mut tx, dir, hash, None, Some(ino))?);
