@@ -220,7 +220,7 @@ def markdown(report):
         "appliance's own counters; FUA writes: a block_rq_issue histogram (Linux) and the "
         "appliance's counters. Bytes include deferred writeback (the harness syncs the "
         "server before reading its counters); the appliance's figures exclude btree nodes "
-        "still dirty in memory at the end (none while fsync checkpoints).",
+        "still dirty in memory at the end (the next checkpoint writes them).",
         "",
         "| workload | jobs | system | fsyncs | fsync ms | KiB written / fsync | flushes / fsync | FUA writes / fsync | checkpoints / fsync |",
         "|---|---|---|---|---|---|---|---|---|",
