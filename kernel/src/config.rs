@@ -93,6 +93,11 @@ pub enum Mkfs {
     Force,
 }
 
+/// The default IP MTU of the NIC (`mtu=`): standard Ethernet.
+pub const DEFAULT_MTU: u16 = 1500;
+/// The largest IP MTU `mtu=` accepts (jumbo frames).
+pub const MAX_MTU: u16 = 9000;
+
 /// The default TCP port of the counters service (`stats=`).
 pub const DEFAULT_STATS_PORT: u16 = 5641;
 
@@ -117,6 +122,8 @@ pub struct Config {
     pub gateway: Option<Ipv4Addr>,
     /// TCP port of the 9P server.
     pub port: u16,
+    /// IP MTU of the NIC: the largest IP packet sent, and the receive buffers' size.
+    pub mtu: u16,
     /// What the 9P service serves.
     pub fs: FsSource,
     /// The block device for the filesystem; `None` picks the first one found.
@@ -148,6 +155,7 @@ impl Default for Config {
             ip: IpConfig::Dhcp,
             gateway: None,
             port: DEFAULT_9P_PORT,
+            mtu: DEFAULT_MTU,
             fs: FsSource::Disk,
             disk: None,
             mkfs: Mkfs::Off,
@@ -227,6 +235,13 @@ impl Config {
                 self.gateway = Some(v.parse().map_err(|_| Some("not an IPv4 address"))?);
             }
             "port" => self.port = parse_port(need(value)?)?,
+            "mtu" => {
+                self.mtu = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|m| (576..=MAX_MTU).contains(m))
+                    .ok_or(Some("expected an MTU from 576 to 9000"))?
+            }
             "stats" => {
                 self.stats_port = match need(value)? {
                     "off" => None,
@@ -376,6 +391,9 @@ impl fmt::Display for Config {
             None => f.write_str(" gw=none")?,
         }
         write!(f, " port={}", self.port)?;
+        if self.mtu != DEFAULT_MTU {
+            write!(f, " mtu={}", self.mtu)?;
+        }
         match self.disk {
             Some(d) => write!(f, " disk={d}")?,
             None => f.write_str(" disk=auto")?,
@@ -446,7 +464,7 @@ mod tests {
     #[test]
     fn every_option_parses() {
         let (c, ignored) = parse(
-            "log=debug ip=10.0.2.15/24 gw=10.0.2.2 port=5640 disk=00:04.0 fs=memory selftest poweroff crash=stackoverflow",
+            "log=debug ip=10.0.2.15/24 gw=10.0.2.2 port=5640 mtu=9000 disk=00:04.0 fs=memory selftest poweroff crash=stackoverflow",
         );
         assert!(ignored.is_empty(), "{ignored:?}");
         assert_eq!(c.log, LevelFilter::Debug);
@@ -459,6 +477,7 @@ mod tests {
         );
         assert_eq!(c.gateway, Some(Ipv4Addr::new(10, 0, 2, 2)));
         assert_eq!(c.port, 5640);
+        assert_eq!(c.mtu, 9000);
         assert_eq!(c.disk, Some(DiskSelector::Pci(PciAddress::new(0, 0, 4, 0))));
         assert_eq!(c.fs, FsSource::Memory);
         assert!(c.selftest && c.poweroff);
@@ -496,10 +515,10 @@ mod tests {
     #[test]
     fn unknown_and_malformed_options_are_reported_and_ignored() {
         let (c, ignored) = parse(
-            "log=loud ip=10.0.0.1 ip=300.1.1.1/8 ip=10.0.0.1/33 port=0 port=70000 port= frobnicate selftest=yes crash=reboot gw=x log fs=tmpfs",
+            "log=loud ip=10.0.0.1 ip=300.1.1.1/8 ip=10.0.0.1/33 port=0 port=70000 port= frobnicate selftest=yes crash=reboot gw=x log fs=tmpfs mtu=100 mtu=9001 mtu=",
         );
         assert_eq!(c, Config::default());
-        assert_eq!(ignored.len(), 13, "{ignored:#?}");
+        assert_eq!(ignored.len(), 16, "{ignored:#?}");
         assert!(ignored[0].contains("`log=loud`"));
         assert!(ignored[7].starts_with("unknown option `frobnicate`"));
     }

@@ -177,6 +177,7 @@ def markdown(report):
         "# ninefold benchmark report",
         "",
         f"Run {m['date']} on {m['host']} ({m['cpus']} CPUs, load average at start {m['load']}), "
+        f"9P link MTU {m.get('mtu', 1500)}, "
         f"QEMU TCG, {m['runtime']} s per fio/dbench workload, client guest "
         f"{m['client']}, server guest and appliance {m['server']}. Compare only within this "
         "run: throughput under TCG on shared cores drifts by +-30% between runs.",
@@ -269,6 +270,10 @@ def main():
     ap.add_argument("--quick", action="store_true", help=f"5 s each: {' '.join(QUICK_WORKLOADS)}")
     ap.add_argument("--out", help="report directory (default build/bench)")
     ap.add_argument("--report-only", metavar="RUN", help="rebuild the report of the run in RUN")
+    ap.add_argument(
+        "--mtu", type=int, default=9000,
+        help="IP MTU of the 9P link, on the client and every server (default 9000: jumbo frames)",
+    )  # fmt: skip
     ap.add_argument("--peers-arg", action="append", default=[], help="passed to tests/guest/peers")
     a = ap.parse_args()
     build = os.environ.get("BUILD", os.path.join(REPO, "build"))
@@ -289,14 +294,14 @@ def main():
             "host": os.uname().nodename, "cpus": os.cpu_count(),
             "load": " ".join(f"{x:.1f}" for x in os.getloadavg()), "runtime": runtime,
             "systems": systems, "workloads": workloads,
-            "client": "1 GiB, 2 vCPUs", "server": "128 MiB, 1 vCPU",
+            "client": "1 GiB, 2 vCPUs", "server": "128 MiB, 1 vCPU", "mtu": a.mtu,
         }  # fmt: skip
         with open(os.path.join(run_dir, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
         log(f"{len(systems)} systems x {len(workloads)} workloads, {runtime} s each; raw results in {run_dir}")
         cmd = [os.path.join(REPO, "tests", "guest", "peers"), "--out", run_dir, "--runtime", str(runtime),
                "--progress", *[f"--peer={s}" for s in systems], *[f"--workload={w}" for w in workloads],
-               *a.peers_arg]  # fmt: skip
+               f"--mtu={a.mtu}", *a.peers_arg]  # fmt: skip
         t0 = time.monotonic()
         status = subprocess.run(cmd).returncode
         meta["seconds"] = round(time.monotonic() - t0)

@@ -37,6 +37,8 @@ class Appliance:
         append = self.append
         if self.net.ip:
             append = f"ip={self.net.ip} {append}".strip()
+        if self.net.mtu:
+            append = f"mtu={self.net.mtu} {append}".strip()
         netargs = self.net.qemu_args("52:54:00:9f:00:01")
         if netargs:
             # The appliance drives the modern virtio-net device only.

@@ -129,6 +129,8 @@ class Net:
     gw: str | None = None
     mac: str | None = None
     peer_port: int = 0
+    # IP MTU of the guest's interface (None: the kernel's default, 1500).
+    mtu: int | None = None
 
     @staticmethod
     def user(*hostfwd, ip="10.0.2.15/24", gw="10.0.2.2"):
@@ -232,6 +234,7 @@ class Guest:
             "NF_DISKS": " ".join(d.serial for d in self._all_disks()),
             **({"NF_IP": self.net.ip} if self.net.ip else {}),
             **({"NF_GW": self.net.gw} if self.net.gw else {}),
+            **({"NF_MTU": self.net.mtu} if self.net.mtu else {}),
             **self.env,
         }
         for k in env:

@@ -22,12 +22,17 @@ use super::virtio::VirtioHal;
 
 /// Descriptors per queue (QEMU's default virtio-net queue size).
 pub const QUEUE_SIZE: usize = 256;
-/// Size of each receive and transmit buffer: an untagged Ethernet frame (1514 bytes) plus
-/// the 12-byte virtio-net header, rounded up. Without mergeable or large receive buffers
-/// negotiated, the device never delivers more.
-pub const BUFFER_LEN: usize = 1536;
-/// Longest Ethernet frame (without FCS) that fits a buffer.
-pub const MAX_FRAME: usize = 1514;
+/// Ethernet header length (no VLAN tag): a frame is this plus the IP packet.
+pub const ETHERNET_HEADER: usize = 14;
+/// Room for the virtio-net header (12 bytes) in front of each frame in a buffer.
+const VIRTIO_HEADER_ROOM: usize = 16;
+
+/// Size of each receive and transmit buffer for IP MTU `mtu`: the longest frame plus the
+/// virtio-net header, rounded up to 64 bytes. Without mergeable or large receive buffers
+/// negotiated, the device never delivers a frame longer than the buffer.
+fn buffer_len(mtu: u16) -> usize {
+    (usize::from(mtu) + ETHERNET_HEADER + VIRTIO_HEADER_ROOM).next_multiple_of(64)
+}
 
 /// A received Ethernet frame; give it back with [`NetQueues::recycle`].
 pub struct RxFrame {
@@ -63,7 +68,7 @@ impl fmt::Debug for TxFrame {
 }
 
 impl TxFrame {
-    /// The first `len` bytes of the frame, to fill (`len` ≤ [`MAX_FRAME`]).
+    /// The first `len` bytes of the frame, to fill (`len` ≤ [`NetQueues::max_frame`]).
     pub fn frame_mut(&mut self, len: usize) -> &mut [u8] {
         &mut self.buf[self.header..self.header + len]
     }
@@ -80,6 +85,10 @@ pub struct NetQueues<T: Transport> {
     /// Transmit buffers ready for reuse.
     tx_free: Vec<Box<[u8]>>,
     tx_in_flight: usize,
+    /// Longest frame (without FCS) sent or received.
+    max_frame: usize,
+    /// Size of every buffer.
+    buffer_len: usize,
 }
 
 impl<T: Transport> fmt::Debug for NetQueues<T> {
@@ -90,13 +99,10 @@ impl<T: Transport> fmt::Debug for NetQueues<T> {
     }
 }
 
-fn buffer() -> Box<[u8]> {
-    vec![0u8; BUFFER_LEN].into_boxed_slice()
-}
-
 impl<T: Transport> NetQueues<T> {
-    /// Initialises the device behind `transport` and gives it a full receive queue.
-    pub fn new(transport: T) -> Result<Self, Error> {
+    /// Initialises the device behind `transport` for IP MTU `mtu` and gives it a full
+    /// receive queue.
+    pub fn new(transport: T, mtu: u16) -> Result<Self, Error> {
         let raw = VirtIONetRaw::new(transport)?;
         let mut q = NetQueues {
             raw,
@@ -104,11 +110,24 @@ impl<T: Transport> NetQueues<T> {
             tx: (0..QUEUE_SIZE).map(|_| None).collect(),
             tx_free: Vec::new(),
             tx_in_flight: 0,
+            max_frame: usize::from(mtu) + ETHERNET_HEADER,
+            buffer_len: buffer_len(mtu),
         };
         for _ in 0..QUEUE_SIZE {
-            q.post_rx(buffer())?;
+            let buf = q.buffer();
+            q.post_rx(buf)?;
         }
         Ok(q)
+    }
+
+    /// The longest frame (from the destination MAC address on, without FCS) this NIC
+    /// sends and receives.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    fn buffer(&self) -> Box<[u8]> {
+        vec![0u8; self.buffer_len].into_boxed_slice()
     }
 
     /// The device's MAC address.
@@ -185,7 +204,7 @@ impl<T: Transport> NetQueues<T> {
         if !self.raw.can_send() {
             return None;
         }
-        let mut buf = self.tx_free.pop().unwrap_or_else(buffer);
+        let mut buf = self.tx_free.pop().unwrap_or_else(|| self.buffer());
         let header = self
             .raw
             .fill_buffer_header(&mut buf)
@@ -195,7 +214,7 @@ impl<T: Transport> NetQueues<T> {
 
     /// Sends the first `len` bytes of `frame`'s frame.
     pub fn transmit(&mut self, frame: TxFrame, len: usize) -> Result<(), Error> {
-        assert!(len <= MAX_FRAME, "frame of {len} bytes");
+        assert!(len <= self.max_frame, "frame of {len} bytes");
         let total = frame.header + len;
         let buf = frame.buf;
         // SAFETY: as for receive buffers: `buf` is kept in `self.tx[token]` until

@@ -76,7 +76,7 @@ mod serve_impl {
         heap_bytes: u64,
     ) -> Result<Rc<Service<F>>, NetError> {
         let dev = Nic::find().ok_or(NetError::NoNic)?;
-        let nic = Nic::new(dev).map_err(NetError::Nic)?;
+        let nic = Nic::new(dev, config.mtu).map_err(NetError::Nic)?;
         let stack = Rc::new(Stack::new(nic, config.ip, config.gateway));
         task::spawn({
             let stack = stack.clone();

@@ -20,7 +20,7 @@ use virtio_drivers::transport::pci::PciTransport;
 use super::stats::NicStats;
 use crate::exec::IrqEvent;
 use crate::hal::virtio;
-use crate::hal::virtio_net::{NetQueues, MAX_FRAME};
+use crate::hal::virtio_net::NetQueues;
 use crate::irq::{self, IrqHandle};
 use crate::pci::device::{self, MsixTable, PciDevice};
 
@@ -88,12 +88,12 @@ impl Nic {
         device::find(VIRTIO_VENDOR, VIRTIO_NET_MODERN).next()
     }
 
-    /// Brings up `dev`: queues, receive buffers, MSI-X (or polling).
-    pub fn new(dev: PciDevice) -> Result<Nic, NicError> {
+    /// Brings up `dev` for IP MTU `mtu`: queues, receive buffers, MSI-X (or polling).
+    pub fn new(dev: PciDevice, mtu: u16) -> Result<Nic, NicError> {
         // The transport maps the BARs; bus mastering is ours to enable.
         dev.enable_bus_master();
         let transport = virtio::pci_transport(&dev).map_err(NicError::Transport)?;
-        let queues = NetQueues::new(transport).map_err(NicError::Device)?;
+        let queues = NetQueues::new(transport, mtu).map_err(NicError::Device)?;
         let event = Arc::new(IrqEvent::new());
         let (irq, interrupts) = match route_msix(&dev, &event) {
             Ok((handle, table)) => {
@@ -198,8 +198,11 @@ impl phy::RxToken for RxToken<'_> {
 
 impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let buffer = self.nic.queues.borrow_mut().tx_buffer();
-        let Some(mut frame) = buffer.filter(|_| len <= MAX_FRAME) else {
+        let mut queues = self.nic.queues.borrow_mut();
+        let fits = len <= queues.max_frame();
+        let buffer = queues.tx_buffer();
+        drop(queues);
+        let Some(mut frame) = buffer.filter(|_| fits) else {
             // `transmit` checked for room, so only an oversized frame gets here; smoltcp
             // needs a buffer to build it in regardless.
             self.nic.stats.tx_dropped.inc();
@@ -254,7 +257,7 @@ impl phy::Device for Nic {
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
-        caps.max_transmission_unit = MAX_FRAME;
+        caps.max_transmission_unit = self.queues.borrow().max_frame();
         caps
     }
 }
