@@ -150,12 +150,16 @@ class Net:
 
     @staticmethod
     def parse(spec):
-        """'none' | 'user[:FWD[;FWD..]]' | 'listen:[HOST:]PORT' | 'connect:[HOST:]PORT'."""
+        """'none' | 'user[:FWD[;FWD..]]' | 'listen:[HOST:]PORT' | 'connect:[HOST:]PORT' |
+        'dgram:PORT:PEER_PORT'."""
         mode, _, rest = spec.partition(":")
         if mode == "none":
             return Net()
         if mode == "user":
             return Net.user(*[f for f in rest.split(";") if f])
+        if mode == "dgram" and rest.count(":") == 1:
+            port, peer = rest.split(":")
+            return Net("dgram", port=int(port), peer_port=int(peer))
         if mode in ("listen", "connect") and rest:
             host, _, port = rest.rpartition(":")
             return Net(mode, host=host or "127.0.0.1", port=int(port))

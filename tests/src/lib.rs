@@ -333,6 +333,23 @@ impl Qemu {
         self
     }
 
+    /// A modern virtio-net NIC on a point-to-point link over UDP on 127.0.0.1 (QEMU
+    /// `-netdev dgram`): frames arrive on `port` and go to `peer_port`, where another QEMU
+    /// (a Linux guest: `run-guest --net dgram:PEER_PORT:PORT`) listens. Jumbo frames pass.
+    pub fn virtio_net_dgram(mut self, port: u16, peer_port: u16) -> Self {
+        let id = self.id("net");
+        self.args.extend([
+            "-netdev".into(),
+            format!(
+                "dgram,id={id},local.type=inet,local.host=127.0.0.1,local.port={port},\
+                 remote.type=inet,remote.host=127.0.0.1,remote.port={peer_port}"
+            ),
+            "-device".into(),
+            format!("virtio-net-pci,netdev={id},disable-legacy=on,romfile="),
+        ]);
+        self
+    }
+
     /// QEMU's `edu` test device (1234:11e8), which raises an MSI on request.
     pub fn edu(self) -> Self {
         self.args(&["-device", "edu"])

@@ -7,7 +7,9 @@
 //! guest left behind, kills the appliance, requires `ninefold fsck` to find the image
 //! clean, boots it again and finds the file the guest fsynced.
 //!
-//! Host port: 15830.
+//! A second test runs the same job over a guest-to-guest link with jumbo frames.
+//!
+//! Host ports: 15830; UDP 15832-15833 (the jumbo link).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -38,8 +40,8 @@ fn kept(c: &mut net::testing::Client<Tcp>) -> String {
     text
 }
 
-#[test]
-fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
+/// The Linux test guest's directory, after checking the guest is built.
+fn guest_dir() -> PathBuf {
     let guest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("guest");
     // Where tests/guest/build-guest puts the guest ($BUILD/guest/out, BUILD=build).
     let repo = guest.join("../..");
@@ -49,21 +51,27 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
         "the Linux test guest is not built in {}: run `make guest` (make test does)",
         build.display()
     );
-    let port = 15830;
-    let image = FsImage::formatted("512M");
-    let mut vm = boot(&image, port);
+    guest
+}
 
+/// Runs the file-operation job in the Linux guest (networked by `net_args` for
+/// `run-guest`) against the appliance `vm` at `addr`:564-or-`port`; fails the test
+/// unless every check passed. The guest writes `fsops/kept.txt` holding
+/// `ninefold TOKEN\n` and fsyncs it; returns that content.
+fn run_fsops(vm: &mut Running, net_args: &[&str], addr: &str, port: u16, name: &str) -> String {
+    let guest = guest_dir();
     let token = format!("{:x}", std::process::id() as u64 * 2654435761);
-    let console = std::env::temp_dir().join(format!("ninefold-e2e-{}.log", std::process::id()));
+    let console = std::env::temp_dir().join(format!("ninefold-{name}-{}.log", std::process::id()));
     let run = Command::new(guest.join("run-guest"))
-        .args(["--name", "e2e", "--net", "user", "--timeout", "400"])
+        .args(["--name", name, "--timeout", "400"])
+        .args(net_args)
         .arg("--log")
         .arg(&console)
         .arg("--env")
         .arg(format!("NF_SMOKE_TOKEN={token}"))
         .args(["--env", "NF_FSOPS_XATTR=1"])
         .arg(guest.join("job/fsops.sh"))
-        .args(["10.0.2.2", &port.to_string(), "/"])
+        .args([addr, &port.to_string(), "/"])
         .output()
         .expect("running tests/guest/run-guest");
     // The guest's console: one "ok"/"not ok" line per check and the summary.
@@ -88,6 +96,15 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(passed >= 40, "only {passed} checks ran:\n{stdout}");
+    format!("ninefold {token}\n")
+}
+
+#[test]
+fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
+    let port = 15830;
+    let image = FsImage::formatted("512M");
+    let mut vm = boot(&image, port);
+    let want = run_fsops(&mut vm, &["--net", "user"], "10.0.2.2", port, "e2e");
 
     // What the server holds now: the kept file with the guest's data, nothing else.
     let mut c = connect(port, Duration::from_secs(10));
@@ -102,7 +119,6 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
         .collect();
     names.sort();
     assert_eq!(names, [".", "..", "kept.txt"]);
-    let want = format!("ninefold {token}\n");
     assert_eq!(kept(&mut c), want);
     drop(c);
     // Killed, as a crash would: the image is consistent and the fsynced file survives.
@@ -120,5 +136,53 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
     );
     drop(c);
     vm.stop().expect_no_line("!!!");
+    image.fsck();
+}
+
+/// The same job over a guest-to-guest link with jumbo frames (`mtu=9000` on both ends,
+/// as `make bench` runs): 64 KiB writes and 1 MiB msize in 9000-byte frames.
+#[test]
+fn linux_guest_mounts_the_appliance_over_jumbo_frames() {
+    let (appliance_port, guest_port) = (15832, 15833);
+    let image = FsImage::formatted("512M");
+    let mut vm = Qemu::appliance()
+        .memory("128M")
+        .nvme_image("nf-jumbo", &image)
+        .virtio_net_dgram(appliance_port, guest_port)
+        .append("ip=10.0.4.1/24 mtu=9000")
+        .timeout(Duration::from_secs(600))
+        .spawn();
+    vm.wait_for_line("9p: listening on");
+    let net = format!("dgram:{guest_port}:{appliance_port}");
+    let args = ["--net", &net, "--ip", "10.0.4.2/24", "--mtu", "9000"];
+    run_fsops(&mut vm, &args, "10.0.4.1", 564, "jumbo");
+    // The service logs the NIC's counters (every 10 s while they change): take the
+    // first such line after the guest's connection closed.
+    vm.wait_for_line("closed by peer");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let line = loop {
+        let serial = vm.serial();
+        let after = serial.split_once("closed by peer").map_or("", |(_, a)| a);
+        if let Some(l) = after.lines().find(|l| l.contains("(longest ")) {
+            break l.to_string();
+        }
+        if std::time::Instant::now() > deadline {
+            vm.fail("no NIC counters logged after the guest's connection closed");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let longest: usize = line
+        .split("(longest ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        (1515..=9014).contains(&longest),
+        "no jumbo frame arrived: {line}"
+    );
+    let serial = vm.stop();
+    serial.expect_no_line("!!!");
+    serial.expect_line("mtu=9000");
     image.fsck();
 }

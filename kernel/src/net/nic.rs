@@ -240,6 +240,7 @@ impl phy::Device for Nic {
         };
         self.stats.rx_frames.inc();
         self.stats.rx_bytes.add(frame.data().len() as u64);
+        self.stats.rx_longest.raise_to(frame.data().len() as u64);
         Some((RxToken { nic: self, frame }, TxToken { nic: self }))
     }
 

@@ -21,6 +21,11 @@ impl Counter {
         self.0.set(self.0.get() + n);
     }
 
+    /// Raises the count to `n` if it is lower (for a high-water mark).
+    pub fn raise_to(&self, n: u64) {
+        self.0.set(self.0.get().max(n));
+    }
+
     /// The count.
     pub fn get(&self) -> u64 {
         self.0.get()
@@ -34,6 +39,8 @@ pub struct NicStats {
     pub rx_frames: Counter,
     /// Bytes received (Ethernet frames).
     pub rx_bytes: Counter,
+    /// Longest frame received, in bytes (above 1514: jumbo frames, `mtu=`).
+    pub rx_longest: Counter,
     /// Receive completions the device got wrong, or buffers that could not be reposted.
     pub rx_errors: Counter,
     /// Frames sent.
@@ -50,9 +57,10 @@ impl fmt::Display for NicStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "rx {} frames {} B ({} errors), tx {} frames {} B ({} dropped, queue full {}x)",
+            "rx {} frames {} B (longest {} B, {} errors), tx {} frames {} B ({} dropped, queue full {}x)",
             self.rx_frames.get(),
             self.rx_bytes.get(),
+            self.rx_longest.get(),
             self.rx_errors.get(),
             self.tx_frames.get(),
             self.tx_bytes.get(),
