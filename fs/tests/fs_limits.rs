@@ -3,12 +3,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use fs::block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
 use fs::fsck::{fsck, FsckOptions};
+use fs::sim::YieldDisk;
 use fs::testing::{ManualClock, VisibleState};
 use fs::vfs::{Errno, FileSystem, Owner, Timespec, ROOT_INO};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
@@ -355,50 +353,9 @@ fn unlinked_open_files_survive_until_release_and_crashes() {
     );
 }
 
-/// A device whose requests each wait one poll, so concurrently polled operations
-/// interleave at every I/O.
-#[derive(Debug)]
-struct YieldingDisk(MemDisk);
-
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
-impl BlockDevice for YieldingDisk {
-    fn geometry(&self) -> Geometry {
-        self.0.geometry()
-    }
-    async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        YieldOnce(false).await;
-        self.0.read(lba, buf).await
-    }
-    async fn write(&self, lba: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
-        YieldOnce(false).await;
-        self.0.write(lba, buf, flags).await
-    }
-    async fn flush(&self) -> Result<(), IoError> {
-        YieldOnce(false).await;
-        Ok(())
-    }
-    async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
-        self.0.discard(lba, blocks).await
-    }
-}
-
 #[test]
 fn concurrent_operations_interleave_and_agree() {
-    let disk = YieldingDisk(formatted(8192, 16 * 1024));
+    let disk = YieldDisk::new(formatted(8192, 16 * 1024));
     // A small cache, so operations also wait for node reads.
     let fs = mount(disk, 64 * 1024);
     let progress = RefCell::new(BTreeMap::new());
@@ -465,7 +422,7 @@ fn concurrent_operations_interleave_and_agree() {
         }
     });
     let disk = pollster::block_on(fs.unmount()).unwrap();
-    assert_clean(&disk.0);
+    assert_clean(disk.inner());
 }
 
 /// The same workload under the default policy (write only at checkpoints) and under the

@@ -9,51 +9,11 @@ use std::task::{Context, Poll, Waker};
 use fs::block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
 use fs::sim::{
     enumerate, CrashParams, Fault, FaultDisk, RecordingDisk, RequestKind, Torn, TraceDisk,
+    YieldDisk,
 };
 use pollster::block_on;
 
 const BS: usize = 4096;
-
-/// A device whose requests each wait for one poll before completing, so tests can keep
-/// several in flight.
-#[derive(Debug)]
-struct Slow(MemDisk);
-
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
-impl BlockDevice for Slow {
-    fn geometry(&self) -> Geometry {
-        self.0.geometry()
-    }
-    async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        YieldOnce(false).await;
-        self.0.read(lba, buf).await
-    }
-    async fn write(&self, lba: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
-        YieldOnce(false).await;
-        self.0.write(lba, buf, flags).await
-    }
-    async fn flush(&self) -> Result<(), IoError> {
-        YieldOnce(false).await;
-        Ok(())
-    }
-    async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
-        self.0.discard(lba, blocks).await
-    }
-}
 
 fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
     f.poll(&mut Context::from_waker(Waker::noop()))
@@ -65,7 +25,7 @@ fn block(fill: u8) -> Vec<u8> {
 
 #[test]
 fn recording_sees_in_flight_requests_and_counts() {
-    let (disk, recorder) = RecordingDisk::new(Slow(MemDisk::new(BS as u32, 16)));
+    let (disk, recorder) = RecordingDisk::new(YieldDisk::new(MemDisk::new(BS as u32, 16)));
     let (a, b) = (block(1), vec![2u8; 2 * BS]);
     {
         let mut first = pin!(disk.write(3, &a, WriteFlags::NONE));
@@ -207,11 +167,11 @@ fn trace_disk_logs_requests() {
 
 /// A recording made by hand: the base is zeros; block contents are their writer's tag.
 fn recorded(
-    script: impl AsyncFnOnce(&RecordingDisk<Slow>),
+    script: impl AsyncFnOnce(&RecordingDisk<YieldDisk<MemDisk>>),
 ) -> (Arc<[u8]>, Geometry, fs::sim::Recording) {
     let base = MemDisk::new(BS as u32, 8);
     let image: Arc<[u8]> = base.snapshot().into();
-    let (disk, recorder) = RecordingDisk::new(Slow(base));
+    let (disk, recorder) = RecordingDisk::new(YieldDisk::new(base));
     block_on(script(&disk));
     (image, disk.geometry(), recorder.snapshot())
 }
