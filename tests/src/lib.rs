@@ -20,7 +20,7 @@
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -378,18 +378,24 @@ impl Qemu {
             .join(" ")
     }
 
-    /// Boots in the background; the test talks to the appliance while it runs, then
-    /// [`Running::stop`]s it. The timeout still applies (QEMU is killed when it passes).
-    pub fn spawn(self) -> Running {
-        let command = self.command_line();
-        let started = Instant::now();
-        let mut child = Command::new(&self.qemu)
+    /// Starts QEMU with the serial console on piped stdout and its messages on piped
+    /// stderr.
+    fn launch(&self) -> Child {
+        Command::new(&self.qemu)
             .args(self.full_args())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.qemu));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.qemu))
+    }
+
+    /// Boots in the background; the test talks to the appliance while it runs, then
+    /// [`Running::stop`]s it. The timeout still applies (QEMU is killed when it passes).
+    pub fn spawn(self) -> Running {
+        let command = self.command_line();
+        let started = Instant::now();
+        let mut child = self.launch();
         let serial = Arc::new(Mutex::new(Vec::new()));
         let mut stdout = child.stdout.take().expect("piped stdout");
         let sink = serial.clone();
@@ -402,12 +408,8 @@ impl Qemu {
                 sink.lock().unwrap().extend_from_slice(&chunk[..n]);
             }
         });
-        let mut stderr = child.stderr.take().expect("piped stderr");
-        let err = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            s
-        });
+        let stderr = child.stderr.take().expect("piped stderr");
+        let err = read_to_end_in_background(stderr);
         Running {
             child,
             command,
@@ -423,25 +425,15 @@ impl Qemu {
     pub fn run(self) -> Boot {
         let command = self.command_line();
         let started = Instant::now();
-        let mut child = Command::new(&self.qemu)
-            .args(self.full_args())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.qemu));
+        let mut child = self.launch();
         let mut stdout = child.stdout.take().expect("piped stdout");
-        let mut stderr = child.stderr.take().expect("piped stderr");
+        let stderr = child.stderr.take().expect("piped stderr");
         let out = std::thread::spawn(move || {
             let mut v = Vec::new();
             let _ = stdout.read_to_end(&mut v);
             v
         });
-        let err = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            s
-        });
+        let err = read_to_end_in_background(stderr);
         let deadline = started + self.timeout;
         let status = loop {
             match child.try_wait().expect("waiting for QEMU") {
@@ -464,6 +456,15 @@ impl Qemu {
             stderr: err.join().unwrap_or_default(),
         }
     }
+}
+
+/// Reads `stderr` to its end on a thread of its own (a full pipe would stall QEMU).
+fn read_to_end_in_background(mut stderr: ChildStderr) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    })
 }
 
 /// An appliance running in the background (see [`Qemu::spawn`]); killed when dropped.
