@@ -32,6 +32,7 @@ use alloc::rc::Rc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::future::{poll_fn, Future};
+use core::net::IpAddr;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
@@ -131,9 +132,20 @@ const STAGING: usize = 64 * 1024;
 const BUDGET: usize = 64;
 
 impl<F: FileSystem + 'static> Connection<F> {
-    /// A new connection of `server`.
+    /// A new connection of `server` whose peer's address is unknown (an in-memory
+    /// transport, a test): only exports that allow every address accept its attach.
     pub fn new(server: Rc<Server<F>>) -> Self {
-        let session = Rc::new(server.new_session());
+        Self::with_session(server.clone(), server.new_session(None))
+    }
+
+    /// A new connection of `server` from a client at `peer` (its address decides which
+    /// exports it may attach to).
+    pub fn from_peer(server: Rc<Server<F>>, peer: IpAddr) -> Self {
+        Self::with_session(server.clone(), server.new_session(Some(peer)))
+    }
+
+    fn with_session(server: Rc<Server<F>>, session: Session) -> Self {
+        let session = Rc::new(session);
         Connection {
             server,
             session,

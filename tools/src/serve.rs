@@ -253,7 +253,7 @@ async fn serve<F: FileSystem + 'static>(
         let (server, live) = (server.clone(), live.clone());
         tokio::task::spawn_local(async move {
             log::info!("9p: {peer}: connected");
-            let conn = Connection::new(server);
+            let conn = Connection::from_peer(server, peer.ip());
             let result = conn.run(&mut Tcp(stream)).await;
             live.set(live.get() - 1);
             match result {

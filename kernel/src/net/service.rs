@@ -195,7 +195,10 @@ impl<F: FileSystem + 'static> Service<F> {
     async fn connection(self: Rc<Self>, handle: SocketHandle) {
         let mut io = TcpTransport::new(self.stack.clone(), handle, self.stats.clone());
         let peer = io.with(|s| s.remote_endpoint());
-        let conn = Connection::new(self.server.clone());
+        let conn = match peer {
+            Some(ep) => Connection::from_peer(self.server.clone(), ip_of(ep.addr)),
+            None => Connection::new(self.server.clone()),
+        };
         let id = conn.session().id();
         log::debug!("9p: conn {id}: accepted from {peer:?}");
         let (rx0, tx0) = (self.stats.rx_bytes.get(), self.stats.tx_bytes.get());
@@ -287,5 +290,12 @@ impl<F: FileSystem + 'static> Service<F> {
             self.stack.nic_stats(),
             self.stack.polls()
         );
+    }
+}
+
+/// A smoltcp address as a `core::net` one.
+fn ip_of(addr: smoltcp::wire::IpAddress) -> core::net::IpAddr {
+    match addr {
+        smoltcp::wire::IpAddress::Ipv4(a) => core::net::IpAddr::V4(a),
     }
 }

@@ -23,6 +23,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
+use core::net::IpAddr;
 
 use fs::vfs::{Attr, Errno, FileSystem, FileType};
 
@@ -123,12 +124,13 @@ impl<F: FileSystem> Server<F> {
         &self.counters
     }
 
-    /// A new session with a fresh connection id.
-    pub fn new_session(&self) -> Session {
+    /// A new session with a fresh connection id, for a client at `peer` (`None`: not
+    /// known, as for in-memory transports).
+    pub fn new_session(&self, peer: Option<IpAddr>) -> Session {
         let id = self.next_conn.get();
         self.next_conn.set(id + 1);
         self.counters.connections_opened();
-        Session::new(id, self.config.max_msize.max(MIN_MSIZE))
+        Session::new(id, peer, self.config.max_msize.max(MIN_MSIZE))
     }
 
     /// Answers `Tversion`: negotiates msize and version and resets the session (every

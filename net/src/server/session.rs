@@ -3,6 +3,7 @@
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
+use core::net::IpAddr;
 
 use fs::vfs::{Errno, FsResult};
 
@@ -13,15 +14,17 @@ use super::fid::{Fid, FidState};
 #[derive(Debug)]
 pub struct Session {
     id: u64,
+    peer: Option<IpAddr>,
     msize: Cell<u32>,
     versioned: Cell<bool>,
     fids: RefCell<BTreeMap<u32, Fid>>,
 }
 
 impl Session {
-    pub(crate) fn new(id: u64, msize: u32) -> Self {
+    pub(crate) fn new(id: u64, peer: Option<IpAddr>, msize: u32) -> Self {
         Session {
             id,
+            peer,
             msize: Cell::new(msize),
             versioned: Cell::new(false),
             fids: RefCell::new(BTreeMap::new()),
@@ -31,6 +34,11 @@ impl Session {
     /// The connection's id (unique within a server; owns its POSIX locks).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The client's address, if the transport knows it.
+    pub fn peer(&self) -> Option<IpAddr> {
+        self.peer
     }
 
     /// The negotiated msize (before `Tversion`: the server's maximum).
