@@ -13,6 +13,13 @@
 //! | `mkfs` | format the disk first if it holds no ninefold filesystem (a disk with a damaged one is refused) | off |
 //! | `mkfs=force` | format the disk first, whatever it holds (erases it) | off |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
+//! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
+//! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
+//! | `max_fids=N` | most fids per connection | `4096` |
+//! | `max_in_flight=N` | most requests outstanding per connection (1..=1024) | `128` |
+//! | `client_mem=MIB` | memory the 9P server may spend on clients' behalf | a sixth of the heap |
+//! | `handshake_timeout=SECS` | time a new connection has to complete `Tversion` | `10` |
+//! | `idle_timeout=SECS` | quiet time after which a connection without fids is closed | `60` |
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
@@ -104,6 +111,117 @@ pub const DEFAULT_STATS_PORT: u16 = 5641;
 /// Default seconds per benchmark workload.
 pub const DEFAULT_BENCH_SECONDS: u32 = 10;
 
+/// The 9P service's limits (`msize=`, `max_conns=`, ...): what one client may make the
+/// appliance hold. See `docs/9p.md` for what happens at each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NinepLimits {
+    /// Largest msize offered.
+    pub msize: u32,
+    /// Most concurrent connections.
+    pub max_conns: usize,
+    /// Most fids per connection.
+    pub max_fids: usize,
+    /// Most requests outstanding per connection.
+    pub max_in_flight: usize,
+    /// The client memory budget in MiB; `None`: sized from the heap.
+    pub client_mem_mib: Option<u32>,
+    /// Seconds a new connection has to complete `Tversion`.
+    pub handshake_secs: u32,
+    /// Seconds of quiet after which a connection without fids is closed.
+    pub idle_secs: u32,
+}
+
+impl Default for NinepLimits {
+    fn default() -> Self {
+        NinepLimits {
+            msize: 1 << 20,
+            max_conns: 64,
+            max_fids: 4096,
+            max_in_flight: 128,
+            client_mem_mib: None,
+            handshake_secs: 10,
+            idle_secs: 60,
+        }
+    }
+}
+
+impl NinepLimits {
+    /// Applies `key=value` if it is one of these limits: `Ok(false)` if it is not.
+    fn apply(&mut self, key: &str, value: Option<&str>) -> Result<bool, Option<&'static str>> {
+        const KEYS: [&str; 7] = [
+            "msize",
+            "max_conns",
+            "max_fids",
+            "max_in_flight",
+            "client_mem",
+            "handshake_timeout",
+            "idle_timeout",
+        ];
+        if !KEYS.contains(&key) {
+            return Ok(false);
+        }
+        let value = value
+            .filter(|v| !v.is_empty())
+            .ok_or(Some("needs a value"))?;
+        fn number<T: core::str::FromStr + PartialOrd>(
+            v: &str,
+            range: core::ops::RangeInclusive<T>,
+            why: &'static str,
+        ) -> Result<T, Option<&'static str>> {
+            v.parse()
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or(Some(why))
+        }
+        match key {
+            "msize" => {
+                self.msize = number(value, 512..=16 << 20, "expected 512 to 16777216 bytes")?
+            }
+            "max_conns" => self.max_conns = number(value, 1..=1024, "expected 1 to 1024")?,
+            "max_fids" => self.max_fids = number(value, 1..=1 << 20, "expected 1 to 1048576")?,
+            "max_in_flight" => self.max_in_flight = number(value, 1..=1024, "expected 1 to 1024")?,
+            "client_mem" => {
+                self.client_mem_mib = Some(number(value, 1..=1 << 20, "expected a size in MiB")?)
+            }
+            "handshake_timeout" => {
+                self.handshake_secs = number(value, 1..=86_400, "expected 1 to 86400 seconds")?
+            }
+            "idle_timeout" => self.idle_secs = number(value, 1..=86_400 * 7, "expected seconds")?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl fmt::Display for NinepLimits {
+    /// The limits that differ from their defaults, in command-line syntax.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = NinepLimits::default();
+        if self.msize != d.msize {
+            write!(f, " msize={}", self.msize)?;
+        }
+        if self.max_conns != d.max_conns {
+            write!(f, " max_conns={}", self.max_conns)?;
+        }
+        if self.max_fids != d.max_fids {
+            write!(f, " max_fids={}", self.max_fids)?;
+        }
+        if self.max_in_flight != d.max_in_flight {
+            write!(f, " max_in_flight={}", self.max_in_flight)?;
+        }
+        if let Some(m) = self.client_mem_mib {
+            write!(f, " client_mem={m}")?;
+        }
+        if self.handshake_secs != d.handshake_secs {
+            write!(f, " handshake_timeout={}", self.handshake_secs)?;
+        }
+        if self.idle_secs != d.idle_secs {
+            write!(f, " idle_timeout={}", self.idle_secs)?;
+        }
+        Ok(())
+    }
+}
+
 /// A benchmark to run instead of serving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bench {
@@ -132,6 +250,8 @@ pub struct Config {
     pub mkfs: Mkfs,
     /// TCP port of the counters service; `None`: off.
     pub stats_port: Option<u16>,
+    /// The 9P service's limits.
+    pub ninep: NinepLimits,
     /// Run the self-checks and power off.
     pub selftest: bool,
     /// Run the block-device self-checks and power off.
@@ -160,6 +280,7 @@ impl Default for Config {
             disk: None,
             mkfs: Mkfs::Off,
             stats_port: Some(DEFAULT_STATS_PORT),
+            ninep: NinepLimits::default(),
             selftest: false,
             selftest_block: false,
             nvme_poll: false,
@@ -304,7 +425,11 @@ impl Config {
                     _ => self.poweroff = true,
                 }
             }
-            _ => return Err(None),
+            _ => {
+                if !self.ninep.apply(key, value)? {
+                    return Err(None);
+                }
+            }
         }
         Ok(())
     }
@@ -411,6 +536,7 @@ impl fmt::Display for Config {
             Some(p) => write!(f, " stats={p}")?,
             None => f.write_str(" stats=off")?,
         }
+        write!(f, "{}", self.ninep)?;
         if self.nvme_poll {
             f.write_str(" nvme=poll")?;
         }
@@ -564,6 +690,32 @@ mod tests {
         let (c, ignored) = parse("mkfs=yes stats=0 stats=http");
         assert_eq!(c, Config::default());
         assert_eq!(ignored.len(), 3, "{ignored:?}");
+    }
+
+    #[test]
+    fn ninep_limits() {
+        let (c, ignored) = parse(
+            "msize=65536 max_conns=8 max_fids=100 max_in_flight=16 client_mem=32 handshake_timeout=3 idle_timeout=30",
+        );
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(
+            c.ninep,
+            NinepLimits {
+                msize: 65536,
+                max_conns: 8,
+                max_fids: 100,
+                max_in_flight: 16,
+                client_mem_mib: Some(32),
+                handshake_secs: 3,
+                idle_secs: 30,
+            }
+        );
+        assert_eq!(parse(&c.to_string()).0, c);
+        let (c, ignored) =
+            parse("msize=100 max_conns=0 max_in_flight=5000 client_mem=x idle_timeout max_fids=");
+        assert_eq!(c, Config::default());
+        assert_eq!(ignored.len(), 6, "{ignored:?}");
+        assert!(ignored[4].contains("needs a value"), "{ignored:?}");
     }
 
     #[test]

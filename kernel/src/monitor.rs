@@ -123,8 +123,6 @@ impl<F: FileSystem + Reporting + 'static> Monitor<F> {
 impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
     async fn snapshot(&self) -> Snapshot {
         let fs = self.service.server().fs();
-        let p = self.service.server().stats();
-        let t = self.service.server().timings();
         let conns = self.service.stats();
         let heap = hal::heap::stats();
         let mut fs_report = fs.fs_report().await;
@@ -139,17 +137,13 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
             ninep: Some(NinepReport {
                 connections: conns.active(),
                 accepted: conns.accepted.get(),
-                requests: p.requests,
-                error_replies: p.error_replies,
-                writes: p.writes,
-                fsyncs: p.fsyncs,
-                datasyncs: p.datasyncs,
+                shed: conns.shed.get(),
+                refused: conns.refused.get(),
                 rx_bytes: conns.rx_bytes.get(),
                 tx_bytes: conns.tx_bytes.get(),
-                write_ns: t.write_ns,
-                fsync_ns: t.fsync_ns,
-                read_ns: t.read_ns,
-                other_ns: t.other_ns,
+                server: self.service.server().stats(),
+                timings: self.service.server().timings(),
+                memory: self.service.server().memory(),
             }),
             heap: HeapReport {
                 bytes: heap.claimed,

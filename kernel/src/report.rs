@@ -225,35 +225,33 @@ impl FsReport {
     }
 }
 
-/// The 9P service's counters.
+/// The 9P service's counters: the connections (the appliance's service) and the
+/// protocol's own (`ninep::server::Stats`, `Timings`, `MemoryStats`, defined once there
+/// and flattened into this object).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct NinepReport {
     /// Connections open now.
     pub connections: u64,
     /// Connections accepted since boot.
     pub accepted: u64,
-    /// Requests received.
-    pub requests: u64,
-    /// Error replies.
-    pub error_replies: u64,
-    /// `Twrite`s acknowledged.
-    pub writes: u64,
-    /// `Tfsync`s acknowledged (fdatasyncs included).
-    pub fsyncs: u64,
-    /// ... of which fdatasyncs.
-    pub datasyncs: u64,
+    /// Connections the server shed (reset): deadline passed, memory or slot reclaimed.
+    pub shed: u64,
+    /// Clients reset at once at the connection limit (no slot could be reclaimed).
+    pub refused: u64,
     /// Bytes received from clients.
     pub rx_bytes: u64,
     /// Bytes sent to clients.
     pub tx_bytes: u64,
+    /// The server's counters: requests, error replies, acknowledged writes and fsyncs,
+    /// limits hit, connections shed per cause.
+    #[serde(flatten)]
+    pub server: ninep::server::Stats,
     /// Nanoseconds requests spent in the server (decode to reply), by kind.
-    pub write_ns: u64,
-    /// See [`NinepReport::write_ns`].
-    pub fsync_ns: u64,
-    /// See [`NinepReport::write_ns`].
-    pub read_ns: u64,
-    /// See [`NinepReport::write_ns`].
-    pub other_ns: u64,
+    #[serde(flatten)]
+    pub timings: ninep::server::Timings,
+    /// The memory budget for clients: limit, committed and peak bytes, bytes charged and
+    /// charges refused per use.
+    pub memory: ninep::memory::MemoryStats,
 }
 
 /// The kernel heap.
@@ -396,7 +394,10 @@ mod tests {
                 ..FsReport::from_stats(&stats)
             }),
             ninep: Some(NinepReport {
-                fsyncs: 7,
+                server: ninep::server::Stats {
+                    fsyncs: 7,
+                    ..Default::default()
+                },
                 ..NinepReport::default()
             }),
             heap: HeapReport::default(),
@@ -413,6 +414,8 @@ mod tests {
         assert_eq!(v["fs"]["checkpoints"]["sync"], 0);
         assert_eq!(v["fs"]["node_writes"]["sync"]["bytes"], 20480);
         assert_eq!(v["9p"]["fsyncs"], 7);
+        assert_eq!(v["9p"]["write_ns"], 0);
+        assert_eq!(v["9p"]["memory"]["charged"]["fids"], 0);
         assert_eq!(
             v["fs"]["checkpoints"].as_object().unwrap().len(),
             CheckpointCause::ALL.len()

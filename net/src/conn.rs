@@ -18,6 +18,19 @@
 //! - At [`crate::server::Config::max_in_flight`] outstanding requests (in flight, or
 //!   answered but not yet sent) the connection stops taking input until one is sent
 //!   (backpressure, not an error).
+//! - Memory (see [`crate::memory`]): a frame's bytes are charged to the connection's
+//!   account when its size field arrives, the largest reply the request can get
+//!   ([`wire::reply_bound`]) when the frame is complete; a reply's charge shrinks to its
+//!   real size and goes when it is sent. While a charge is refused the connection takes
+//!   no input (backpressure) and retries when memory is given back; if it holds less than
+//!   its fair share, the server reclaims memory from a connection that holds more
+//!   without using it.
+//! - The server may ask a connection to close ([`crate::server::Session::request_close`]:
+//!   deadlines, reclaimed memory or slot); it then stops at once, dropping unsent
+//!   replies.
+//! - [`Connection::run`] serves for at most [`crate::server::Config::cpu_quantum_ns`]
+//!   (and a bounded number of rounds) before letting other tasks run, so one pipelining
+//!   client cannot starve the others.
 //! - `Tversion` waits until no request is in flight, and no new request starts until it
 //!   is answered (it resets the session).
 //! - `Tflush(oldtag)`: requests are never cancelled midway (the filesystem's operations
@@ -39,6 +52,7 @@ use core::task::{Context, Poll};
 use fs::vfs::FileSystem;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
+use crate::memory::{Charge, Refused, Use};
 use crate::server::{lerror, reply, Server, Session};
 use crate::wire::{self, Header, Rmsg, Tmsg, HEADER_LEN};
 
@@ -46,8 +60,25 @@ use crate::wire::{self, Header, Rmsg, Tmsg, HEADER_LEN};
 const TVERSION: u8 = 100;
 const TFLUSH: u8 = 108;
 
-/// A request's future: its tag and its reply frame.
-type RequestFuture = Pin<Box<dyn Future<Output = (u16, Vec<u8>)>>>;
+/// A request's future: its tag and its reply.
+type RequestFuture = Pin<Box<dyn Future<Output = (u16, Reply)>>>;
+
+/// A reply frame and the memory charged for it (none for the driver's own small
+/// replies: `Rflush`, errors for malformed frames).
+#[derive(Debug)]
+struct Reply {
+    frame: Vec<u8>,
+    _charge: Option<Charge>,
+}
+
+impl Reply {
+    fn uncharged(frame: Vec<u8>) -> Reply {
+        Reply {
+            frame,
+            _charge: None,
+        }
+    }
+}
 
 /// Why a connection is closing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +87,34 @@ pub enum CloseReason {
     BadFrameSize(u32),
     /// A request reused the tag of one still in flight.
     DuplicateTag(u16),
+    /// No successful `Tversion` within the handshake deadline.
+    HandshakeTimeout,
+    /// No fid and no request for the idle deadline.
+    IdleTimeout,
+    /// Its slot was given to a new client (it had no fid and was quiet).
+    SlotReclaimed,
+    /// It held memory others needed without using it.
+    MemoryReclaimed,
+}
+
+impl CloseReason {
+    /// Whether the server closes without sending the replies still queued: the client
+    /// is being shed, not told about a protocol violation.
+    pub fn drops_output(self) -> bool {
+        !matches!(
+            self,
+            CloseReason::BadFrameSize(_) | CloseReason::DuplicateTag(_)
+        )
+    }
+}
+
+/// Input waiting for memory.
+#[derive(Debug)]
+enum Parked {
+    /// A frame whose size field has arrived: its bytes are not charged yet.
+    Frame { size: u32 },
+    /// A complete frame whose reply is not charged yet.
+    Request { frame: Vec<u8>, charge: Charge },
 }
 
 #[derive(Debug)]
@@ -86,10 +145,14 @@ pub struct Connection<F: FileSystem + 'static> {
     /// The frame being assembled: `input[..filled]` has arrived.
     input: Vec<u8>,
     filled: usize,
+    /// The memory charged for the frame being assembled.
+    input_charge: Option<Charge>,
+    /// Input that waits for memory.
+    parked: Option<Parked>,
     in_flight: FuturesUnordered<RequestFuture>,
     tags: BTreeMap<u16, TagState>,
     version: Version,
-    output: VecDeque<Vec<u8>>,
+    output: VecDeque<Reply>,
     /// Bytes of `output.front()` already sent.
     sent: usize,
     closing: Option<CloseReason>,
@@ -144,13 +207,14 @@ impl<F: FileSystem + 'static> Connection<F> {
         Self::with_session(server.clone(), server.new_session(Some(peer)))
     }
 
-    fn with_session(server: Rc<Server<F>>, session: Session) -> Self {
-        let session = Rc::new(session);
+    fn with_session(server: Rc<Server<F>>, session: Rc<Session>) -> Self {
         Connection {
             server,
             session,
             input: Vec::new(),
             filled: 0,
+            input_charge: None,
+            parked: None,
             in_flight: FuturesUnordered::new(),
             tags: BTreeMap::new(),
             version: Version::Idle,
@@ -180,7 +244,11 @@ impl<F: FileSystem + 'static> Connection<F> {
 
     /// Whether the connection takes input now.
     pub fn wants_input(&mut self) -> bool {
-        if self.closing.is_some() || !matches!(self.version, Version::Idle) {
+        if let Some(reason) = self.session.close_requested() {
+            self.close(reason);
+        }
+        if self.closing.is_some() || self.parked.is_some() || !matches!(self.version, Version::Idle)
+        {
             return false;
         }
         // Replies not yet taken by the transport count too: a client that sends but
@@ -223,12 +291,53 @@ impl<F: FileSystem + 'static> Connection<F> {
                 self.close(CloseReason::BadFrameSize(size));
                 return;
             }
-            self.input.resize(size as usize, 0);
+            if !self.try_grow_input(size) {
+                self.parked = Some(Parked::Frame { size });
+            }
         }
         if self.filled == self.input.len() && self.filled > 4 {
             let frame = core::mem::take(&mut self.input);
+            let charge = self
+                .input_charge
+                .take()
+                .expect("a complete frame was charged");
             self.filled = 0;
-            self.start(frame);
+            self.start(frame, charge);
+        }
+    }
+
+    /// Charges and allocates room for a frame of `size` bytes whose size field has
+    /// arrived; false (counted) when memory is short.
+    fn try_grow_input(&mut self, size: u32) -> bool {
+        let size = size as usize;
+        let charge = match self.session.account().charge(Use::Frames, size) {
+            Ok(c) => c,
+            Err(r) => {
+                self.memory_refused(r);
+                return false;
+            }
+        };
+        if self
+            .input
+            .try_reserve_exact(size - self.input.len())
+            .is_err()
+        {
+            // The budget allowed it but the heap is short: wait like for the budget.
+            self.server.counters().memory_waits();
+            return false;
+        }
+        self.input.resize(size, 0);
+        self.input_charge = Some(charge);
+        true
+    }
+
+    /// Counts a refused charge that stops input, and asks the server to reclaim memory
+    /// when this connection holds less than its share.
+    fn memory_refused(&self, r: Refused) {
+        self.server.counters().memory_waits();
+        log::debug!("9p: conn {}: waiting for memory: {r}", self.session.id());
+        if let Refused::Server { below_share: true } = r {
+            self.server.reclaim_memory(&self.session);
         }
     }
 
@@ -250,13 +359,19 @@ impl<F: FileSystem + 'static> Connection<F> {
     }
 
     fn close(&mut self, reason: CloseReason) {
-        self.closing.get_or_insert(reason);
+        let reason = *self.closing.get_or_insert(reason);
         self.input = Vec::new();
+        self.input_charge = None;
+        self.parked = None;
         self.filled = 0;
+        if reason.drops_output() {
+            self.output.clear();
+            self.sent = 0;
+        }
     }
 
-    /// Starts one complete frame.
-    fn start(&mut self, frame: Vec<u8>) {
+    /// Starts one complete frame, `charge` paying for its bytes.
+    fn start(&mut self, frame: Vec<u8>, charge: Charge) {
         let header = Header::peek(&frame).expect("frame has a header");
         let tag = header.tag;
         if self.tags.contains_key(&tag) {
@@ -282,22 +397,91 @@ impl<F: FileSystem + 'static> Connection<F> {
                 Ok((_, Tmsg::Flush { oldtag })) => self.flush(tag, oldtag),
                 _ => self.malformed(tag),
             },
-            _ => {
-                self.tags
-                    .insert(tag, TagState::Request { flushers: vec![] });
-                let (server, session) = (self.server.clone(), self.session.clone());
-                self.in_flight.push(Box::pin(async move {
-                    let out = server.handle(&session, &frame).await;
-                    (tag, out)
-                }));
+            _ => self.spawn_or_park(frame, charge),
+        }
+    }
+
+    /// Starts a request if its reply can be charged, else parks it until memory is
+    /// given back.
+    fn spawn_or_park(&mut self, frame: Vec<u8>, frame_charge: Charge) {
+        let bound = match Tmsg::decode(&frame) {
+            Ok((_, msg)) => wire::reply_bound(&msg, self.session.msize()),
+            // The handler answers it with an error.
+            Err(_) => wire::SMALL_REPLY,
+        };
+        let mut reply_charge = match self.session.account().charge(Use::Replies, bound) {
+            Ok(c) => c,
+            Err(r) => {
+                self.memory_refused(r);
+                self.parked = Some(Parked::Request {
+                    frame,
+                    charge: frame_charge,
+                });
+                return;
             }
+        };
+        let tag = Header::peek(&frame).expect("frame has a header").tag;
+        self.tags
+            .insert(tag, TagState::Request { flushers: vec![] });
+        let now = self.server.now();
+        let outstanding = self.outstanding() + 1;
+        self.session.note(|a| {
+            a.last = now;
+            a.outstanding = outstanding;
+        });
+        let (server, session) = (self.server.clone(), self.session.clone());
+        self.in_flight.push(Box::pin(async move {
+            let mut out = server.handle(&session, &frame).await;
+            drop((frame, frame_charge));
+            // A reply built in place may be shorter than the room it was given.
+            if out.capacity() > out.len() + out.len() / 4 {
+                out.shrink_to_fit();
+            }
+            reply_charge.shrink_to(out.capacity());
+            (
+                tag,
+                Reply {
+                    frame: out,
+                    _charge: Some(reply_charge),
+                },
+            )
+        }));
+    }
+
+    /// Requests in flight plus replies not yet sent.
+    fn outstanding(&self) -> usize {
+        self.in_flight.len() + self.output.len()
+    }
+
+    /// Retries the input parked for memory; registers `cx` to be woken when memory is
+    /// given back if it still does not fit.
+    fn unpark(&mut self, cx: &mut Context<'_>) {
+        match self.parked.take() {
+            None => {}
+            Some(Parked::Frame { size }) if !self.try_grow_input(size) => {
+                self.parked = Some(Parked::Frame { size });
+            }
+            Some(Parked::Frame { .. }) => {}
+            Some(Parked::Request { frame, charge }) => self.spawn_or_park(frame, charge),
+        }
+        if self.parked.is_some() {
+            self.session.account().budget().wait(cx.waker());
         }
     }
 
     fn malformed(&mut self, tag: u16) {
         self.server.counters().decode_errors();
         self.server.counters().error_replies();
-        self.output.push_back(lerror(tag, fs::vfs::Errno::EPROTO));
+        self.queue(Reply::uncharged(lerror(tag, fs::vfs::Errno::EPROTO)));
+    }
+
+    /// Queues a reply to be sent.
+    fn queue(&mut self, reply: Reply) {
+        if self.output.is_empty() {
+            let now = self.server.now();
+            self.session.note(|a| a.output_stalled_since = Some(now));
+        }
+        self.output.push_back(reply);
     }
 
     fn flush(&mut self, tag: u16, oldtag: u16) {
@@ -307,7 +491,7 @@ impl<F: FileSystem + 'static> Connection<F> {
             // Flushing a flush waits for what that flush waits for.
             Some(TagState::Flush { target }) => *target,
             None => {
-                self.output.push_back(reply(tag, &Rmsg::Flush {}));
+                self.queue(Reply::uncharged(reply(tag, &Rmsg::Flush {})));
                 return;
             }
         };
@@ -318,7 +502,7 @@ impl<F: FileSystem + 'static> Connection<F> {
     }
 
     /// Queues a finished request's reply, then the `Rflush`es waiting for it.
-    fn complete(&mut self, tag: u16, frame: Vec<u8>) {
+    fn complete(&mut self, tag: u16, frame: Reply) {
         if matches!(self.version, Version::Running) {
             self.version = Version::Idle;
         }
@@ -329,19 +513,34 @@ impl<F: FileSystem + 'static> Connection<F> {
                 Vec::new()
             }
         };
-        self.output.push_back(frame);
+        if self.closing.is_some_and(CloseReason::drops_output) {
+            return;
+        }
+        self.queue(frame);
         if !flushers.is_empty() {
             self.server.counters().flushed_replies_sent();
         }
         for f in flushers {
             self.tags.remove(&f);
-            self.output.push_back(reply(f, &Rmsg::Flush {}));
+            self.queue(Reply::uncharged(reply(f, &Rmsg::Flush {})));
         }
+        let (now, outstanding) = (self.server.now(), self.outstanding());
+        self.session.note(|a| {
+            a.last = now;
+            a.outstanding = outstanding;
+        });
     }
 
     /// Polls the in-flight requests, queueing the replies of those that finish. Ready
     /// when nothing is in flight; otherwise the waker is registered with every request.
     pub fn poll_requests(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.session.register_waker(cx.waker());
+        if let Some(reason) = self.session.close_requested() {
+            self.close(reason);
+        }
+        if self.closing.is_none() {
+            self.unpark(cx);
+        }
         loop {
             if self.in_flight.is_empty() {
                 if let Version::Waiting { .. } = self.version {
@@ -355,7 +554,8 @@ impl<F: FileSystem + 'static> Connection<F> {
                     };
                     let (server, session) = (self.server.clone(), self.session.clone());
                     self.in_flight.push(Box::pin(async move {
-                        (tag, server.version(&session, tag, msize, &version).await)
+                        let frame = server.version(&session, tag, msize, &version).await;
+                        (tag, Reply::uncharged(frame))
                     }));
                 }
             }
@@ -369,41 +569,62 @@ impl<F: FileSystem + 'static> Connection<F> {
 
     /// The bytes to send next (empty if none).
     pub fn output(&self) -> &[u8] {
-        self.output.front().map_or(&[], |f| &f[self.sent..])
+        self.output.front().map_or(&[], |r| &r.frame[self.sent..])
     }
 
     /// Marks `n` bytes of [`Connection::output`] as sent.
     pub fn consume_output(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
         self.sent += n;
         if let Some(front) = self.output.front() {
-            assert!(self.sent <= front.len(), "consumed past output");
-            if self.sent == front.len() {
+            assert!(self.sent <= front.frame.len(), "consumed past output");
+            if self.sent == front.frame.len() {
                 self.output.pop_front();
                 self.sent = 0;
             }
         }
+        self.output_progressed();
     }
 
     /// Takes the next whole reply frame (for transports that take ownership of buffers).
     /// Must not be mixed with a partially consumed [`Connection::output`].
     pub fn take_output(&mut self) -> Option<Vec<u8>> {
         debug_assert_eq!(self.sent, 0);
-        self.output.pop_front()
+        let frame = self.output.pop_front().map(|r| r.frame);
+        self.output_progressed();
+        frame
+    }
+
+    /// The client took output: what still waits has waited since now.
+    fn output_progressed(&mut self) {
+        let since = (!self.output.is_empty()).then(|| self.server.now());
+        let outstanding = self.outstanding();
+        self.session.note(|a| {
+            a.output_stalled_since = since;
+            a.outstanding = outstanding;
+        });
     }
 
     /// Tears the connection down: waits for the requests in flight (their replies are
     /// dropped), then clunks every fid, releasing open files and locks.
     pub async fn shutdown(mut self) {
+        self.output.clear();
+        self.parked = None;
         while self.in_flight.next().await.is_some() {}
         self.server.close(&self.session).await;
     }
 
-    /// Serves the connection over `io` until the peer closes, the transport fails or a
-    /// protocol violation closes it, then [`Connection::shutdown`]s.
-    pub async fn run<T: Transport>(mut self, io: &mut T) -> Result<(), T::Error> {
+    /// Serves the connection over `io` until the peer closes (`Ok(None)`), the transport
+    /// fails, or the server closes it (`Ok(Some(reason))`: a protocol violation, or the
+    /// server shedding it), then [`Connection::shutdown`]s.
+    pub async fn run<T: Transport>(mut self, io: &mut T) -> Result<Option<CloseReason>, T::Error> {
         let mut staging = vec![0u8; STAGING];
         let (mut staged_from, mut staged_to) = (0, 0);
+        let quantum = self.server.config().cpu_quantum_ns;
         let result = poll_fn(|cx| {
+            let started = self.server.now();
             for _ in 0..BUDGET {
                 let mut progress = false;
                 if staged_from < staged_to {
@@ -414,7 +635,7 @@ impl<F: FileSystem + 'static> Connection<F> {
                 let _ = self.poll_requests(cx);
                 while !self.output().is_empty() {
                     match io.poll_write(cx, self.output()) {
-                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(())),
+                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),
                         Poll::Ready(Ok(n)) => {
                             self.consume_output(n);
                             progress = true;
@@ -423,8 +644,10 @@ impl<F: FileSystem + 'static> Connection<F> {
                         Poll::Pending => break,
                     }
                 }
-                if self.closing.is_some() && self.output().is_empty() {
-                    return Poll::Ready(Ok(()));
+                if let Some(reason) = self.closing {
+                    if self.output().is_empty() {
+                        return Poll::Ready(Ok(Some(reason)));
+                    }
                 }
                 if staged_from == staged_to && self.wants_input() {
                     let direct = self.read_buf().len() >= DIRECT_READ_MIN;
@@ -434,7 +657,7 @@ impl<F: FileSystem + 'static> Connection<F> {
                         &mut staging[..]
                     };
                     match io.poll_read(cx, buf) {
-                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(())),
+                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),
                         Poll::Ready(Ok(n)) if direct => {
                             self.advance(n);
                             progress = true;
@@ -450,13 +673,17 @@ impl<F: FileSystem + 'static> Connection<F> {
                 if !progress {
                     return Poll::Pending;
                 }
+                if self.server.now().saturating_sub(started) >= quantum {
+                    self.server.counters().cpu_yields();
+                    break;
+                }
             }
-            // Out of budget: let other connections run, then continue.
+            // Out of budget or quantum: let other connections run, then continue.
             cx.waker().wake_by_ref();
             Poll::Pending
         })
         .await;
-        if let Some(reason) = self.closing {
+        if let Ok(Some(reason)) = result {
             log::info!("9p: conn {}: closed: {reason:?}", self.session.id());
         }
         self.shutdown().await;

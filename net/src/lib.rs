@@ -7,6 +7,7 @@
 //! - [`wire`]: message types, encoding and decoding (no server logic).
 //! - [`server`]: sessions, fids, exports, permissions, locks; requests onto the fs.
 //! - [`conn`]: the transport-agnostic connection driver (bytes in, replies out).
+//! - [`memory`]: the budget of what clients can make the server allocate.
 //!
 //! To serve: wrap a mounted filesystem in a [`server::Server`] (in an `Rc`), make a
 //! [`conn::Connection`] per accepted stream and either `run` it over a
@@ -16,6 +17,7 @@
 extern crate alloc;
 
 pub mod conn;
+pub mod memory;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;

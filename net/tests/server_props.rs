@@ -164,5 +164,9 @@ proptest! {
         prop_assert!(bystander.walk(0, 1, "").is_ok());
         prop_assert_eq!(server.stats().connections_closed, 1);
         prop_assert_eq!(server.lock_count(), 0);
+        // Every charge of the torn-down connection was given back.
+        let m = server.memory();
+        prop_assert_eq!((m.charged.frames, m.charged.replies, m.charged.xattrs), (0, 0, 0));
+        prop_assert!(m.peak <= m.limit);
     }
 }

@@ -20,7 +20,7 @@ use fs::model::ModelFs;
 use fs::vfs::{Clock, FileSystem, Timespec};
 use fs::volume::{MountOptions, NineFs};
 use net::conn::{Connection, Transport};
-use net::server::{Config, Export, Server, Squash};
+use net::server::{Config, Export, Server, Squash, Timeouts};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -63,9 +63,20 @@ pub struct ServeArgs {
     /// Most requests in flight per connection.
     #[arg(long, default_value_t = Config::default().max_in_flight)]
     max_in_flight: usize,
-    /// Most simultaneous connections; more are closed at once.
+    /// Most simultaneous connections; past it a new client takes the slot of the quietest
+    /// connection without fids, or is closed at once.
     #[arg(long, default_value_t = 64)]
     max_connections: usize,
+    /// Memory the server may spend on clients' behalf (frames, replies, fids, xattr
+    /// values, locks), in MiB; a connection may use a quarter of it.
+    #[arg(long, default_value_t = net::server::DEFAULT_MEMORY_LIMIT >> 20)]
+    memory_mib: usize,
+    /// Seconds a new connection has to complete `Tversion`.
+    #[arg(long, default_value_t = Timeouts::default().handshake_ns / NS_PER_SEC)]
+    handshake_timeout: u64,
+    /// Seconds after which a quiet connection without fids is closed.
+    #[arg(long, default_value_t = Timeouts::default().idle_ns / NS_PER_SEC)]
+    idle_timeout: u64,
     /// Memory for the filesystem's btree node cache, in MiB.
     #[arg(long, default_value_t = 64)]
     cache_mib: usize,
@@ -80,6 +91,11 @@ enum SquashArg {
     Root,
     All,
 }
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// How often the server's deadlines are checked.
+const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Nanoseconds on a monotonic clock (the server's request timings).
 fn monotonic_ns() -> u64 {
@@ -142,14 +158,22 @@ impl ServeArgs {
                 parse().ok_or_else(|| format!("--group {spec}: expected UID:GID[,GID...]"))?;
             groups.insert(uid, gids);
         }
-        Ok(Config {
+        let mut config = Config {
             max_msize: self.msize,
             max_fids: self.max_fids,
             max_in_flight: self.max_in_flight,
             exports,
             groups,
             clock: Some(monotonic_ns),
-        })
+            timeouts: Timeouts {
+                handshake_ns: self.handshake_timeout * NS_PER_SEC,
+                idle_ns: self.idle_timeout * NS_PER_SEC,
+                ..Timeouts::default()
+            },
+            ..Config::default()
+        };
+        config.memory = config.memory_for(self.memory_mib << 20);
+        Ok(config)
     }
 }
 
@@ -162,6 +186,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let config = args.config()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     let local = tokio::task::LocalSet::new();
@@ -226,6 +251,16 @@ async fn serve<F: FileSystem + 'static>(
     println!("listening on {bound}");
     log::info!("9p: serving on {bound}");
     let live = Rc::new(Cell::new(0usize));
+    tokio::task::spawn_local({
+        let server = server.clone();
+        async move {
+            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+            loop {
+                tick.tick().await;
+                server.sweep();
+            }
+        }
+    });
     let stop = stop_requested();
     tokio::pin!(stop);
     loop {
@@ -243,7 +278,7 @@ async fn serve<F: FileSystem + 'static>(
                 continue;
             }
         };
-        if live.get() >= max_connections {
+        if live.get() >= max_connections && !server.reclaim_slot() {
             log::warn!("9p: {peer}: refused, {max_connections} connections already");
             drop(stream);
             continue;
@@ -257,7 +292,8 @@ async fn serve<F: FileSystem + 'static>(
             let result = conn.run(&mut Tcp(stream)).await;
             live.set(live.get() - 1);
             match result {
-                Ok(()) => log::info!("9p: {peer}: disconnected"),
+                Ok(None) => log::info!("9p: {peer}: disconnected"),
+                Ok(Some(reason)) => log::info!("9p: {peer}: closed by the server: {reason:?}"),
                 Err(e) => log::info!("9p: {peer}: disconnected: {e}"),
             }
         });

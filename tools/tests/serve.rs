@@ -187,3 +187,34 @@ fn missing_image_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ninefold serve:"));
 }
+
+/// Connections that never speak cannot keep a client out: a new client takes the slot of
+/// the quietest connection without fids, and the silent ones go at the handshake
+/// deadline anyway.
+#[test]
+fn silent_connections_do_not_lock_clients_out() {
+    let s = serve(&["--max-connections", "4", "--handshake-timeout", "2"]);
+    let silent: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&s.addr).unwrap())
+        .collect();
+    // Let the server accept them all.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut c = connect(&s);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "").unwrap();
+    // The silent ones are closed within the handshake deadline (and a sweep).
+    for mut idle in silent {
+        idle.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        let got = idle.read(&mut buf);
+        assert!(
+            matches!(got, Ok(0))
+                || got.is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock
+                    && e.kind() != std::io::ErrorKind::TimedOut),
+            "a silent connection stayed open"
+        );
+    }
+    // The mount is still served.
+    c.walk(0, 2, "").unwrap();
+}

@@ -38,14 +38,16 @@ mod serve_impl {
     use core::fmt;
 
     use fs::vfs::FileSystem;
-    use ninep::server::{Config as NinepConfig, Server};
+    use ninep::server::{Config as NinepConfig, Server, Timeouts};
 
-    use super::limits::{max_sockets, socket_buffer};
+    use super::limits::{client_memory, max_sockets, socket_buffer};
     use super::nic::{Nic, NicError};
     use super::service::Service;
     use super::stack::Stack;
     use crate::config::Config;
     use crate::task;
+
+    const NS_PER_SEC: u64 = 1_000_000_000;
 
     /// Why the network could not start.
     #[derive(Debug)]
@@ -83,22 +85,45 @@ mod serve_impl {
             async move { stack.run().await }
         });
         let address = stack.wait_configured().await;
-        let config9p = NinepConfig {
+        let limits = &config.ninep;
+        let mut config9p = NinepConfig {
+            max_msize: limits.msize,
+            max_fids: limits.max_fids,
+            max_in_flight: limits.max_in_flight,
             clock: Some(|| crate::clock::now().as_nanos()),
+            timeouts: Timeouts {
+                handshake_ns: u64::from(limits.handshake_secs) * NS_PER_SEC,
+                idle_ns: u64::from(limits.idle_secs) * NS_PER_SEC,
+                ..Timeouts::default()
+            },
             ..NinepConfig::default()
         };
+        let client_mem = match limits.client_mem_mib {
+            Some(mib) => (mib as usize) << 20,
+            None => client_memory(heap_bytes),
+        };
+        config9p.memory = config9p.memory_for(client_mem);
+        let memory = config9p.memory;
         let server = Rc::new(Server::new(fs, config9p));
-        let buffer = socket_buffer(heap_bytes, max_sockets());
-        let service = Service::new(stack, server, config.port, buffer);
+        let buffer = socket_buffer(heap_bytes, max_sockets(limits.max_conns));
+        let service = Service::new(stack, server, config.port, buffer, limits.max_conns);
         task::spawn(service.clone().run());
         task::spawn(service.clone().report());
+        task::spawn(service.clone().housekeeping());
         log::info!(
             "9p: listening on {}:{} (up to {} connections, {} KiB socket buffers each way, msize up to {} KiB)",
             address.address(),
             config.port,
-            super::limits::MAX_CONNECTIONS,
+            limits.max_conns,
             buffer >> 10,
-            ninep::server::DEFAULT_MAX_MSIZE >> 10
+            limits.msize >> 10
+        );
+        log::info!(
+            "9p: client memory {} MiB ({} MiB per connection in requests, {} MiB in held state, {} KiB reserved each)",
+            memory.limit >> 20,
+            memory.per_connection >> 20,
+            memory.held_per_connection >> 20,
+            memory.reserve >> 10
         );
         Ok(service)
     }

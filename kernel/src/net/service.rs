@@ -3,14 +3,23 @@
 //! smoltcp has no accept queue: a listening socket becomes the connection. So the
 //! listener keeps a pool of [`LISTEN_POOL`] listening sockets on the port; each one a
 //! client connects to is handed to a new connection task and replaced, so clients
-//! connecting at the same time are all accepted. With [`MAX_CONNECTIONS`] open, the pool
-//! is empty and further clients are refused (reset) until one closes.
+//! connecting at the same time are all accepted. A client that connects while the
+//! connection limit (`max_conns=`) is reached takes the slot of the quietest connection
+//! without fids (`Server::reclaim_slot`: an idle flood cannot keep mounts out), or, if
+//! there is none, is refused (reset). The pool stays open at the limit for that, and
+//! stops only at the hard cap of [`LISTEN_POOL`] connections beyond the limit (slots
+//! given away whose old connection is still closing).
 //!
 //! A connection task runs [`Connection::run`] over a [`TcpTransport`]; when the peer
 //! closes or resets, or the server closes after a protocol violation, `run` lets the
 //! requests in flight finish and releases the connection's fids and locks. The task then
 //! closes the socket (FIN after the queued replies), waits for the close to finish (at
-//! most [`CLOSE_TIMEOUT`], else aborts) and frees it.
+//! most [`CLOSE_TIMEOUT`], else aborts) and frees it. A connection the server sheds
+//! (deadline passed, memory or slot reclaimed) is reset at once: its client is not
+//! reading, or has nothing to say.
+//!
+//! A housekeeping task applies the server's deadlines every [`SWEEP_INTERVAL`]
+//! (`Server::sweep`: handshake and idle timeouts).
 
 use alloc::rc::Rc;
 use alloc::vec;
@@ -25,7 +34,7 @@ use ninep::server::Server;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
 
-use super::limits::{LISTEN_POOL, MAX_CONNECTIONS};
+use super::limits::LISTEN_POOL;
 use super::stack::Stack;
 use super::stats::ServiceStats;
 use super::tcp::TcpTransport;
@@ -40,6 +49,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(60);
 pub const DEAD_PEER_TIMEOUT: Duration = Duration::from_secs(180);
 /// How often the counters are logged (when they changed).
 pub const STATS_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the server's deadlines are checked.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The 9P service on one TCP port. See the module documentation.
 pub struct Service<F: FileSystem + 'static> {
@@ -47,6 +58,7 @@ pub struct Service<F: FileSystem + 'static> {
     server: Rc<Server<F>>,
     port: u16,
     buffer: usize,
+    max_conns: usize,
     stats: Rc<ServiceStats>,
     /// Signalled when a connection task ends (the pool may grow again).
     ended: IrqEvent,
@@ -62,13 +74,21 @@ impl<F: FileSystem + 'static> core::fmt::Debug for Service<F> {
 }
 
 impl<F: FileSystem + 'static> Service<F> {
-    /// A service for `server` on TCP `port`, with `buffer`-byte socket buffers each way.
-    pub fn new(stack: Rc<Stack>, server: Rc<Server<F>>, port: u16, buffer: usize) -> Rc<Self> {
+    /// A service for `server` on TCP `port`, with `buffer`-byte socket buffers each way,
+    /// serving up to `max_conns` connections.
+    pub fn new(
+        stack: Rc<Stack>,
+        server: Rc<Server<F>>,
+        port: u16,
+        buffer: usize,
+        max_conns: usize,
+    ) -> Rc<Self> {
         Rc::new(Service {
             stack,
             server,
             port,
             buffer,
+            max_conns,
             stats: Rc::new(ServiceStats::default()),
             ended: IrqEvent::new(),
         })
@@ -114,6 +134,10 @@ impl<F: FileSystem + 'static> Service<F> {
             self.ended.take();
             let accepted = self.accept(&mut pool);
             for handle in accepted {
+                if self.stats.active() as usize >= self.max_conns && !self.server.reclaim_slot() {
+                    self.refuse(handle);
+                    continue;
+                }
                 self.stats.accepted.inc();
                 task::spawn(self.clone().connection(handle));
             }
@@ -170,9 +194,33 @@ impl<F: FileSystem + 'static> Service<F> {
         accepted
     }
 
-    /// Keeps `min(LISTEN_POOL, MAX_CONNECTIONS - active)` sockets listening.
+    /// Resets a client that connected at the connection limit, when no slot could be
+    /// reclaimed for it.
+    fn refuse(&self, handle: SocketHandle) {
+        self.stats.refused.inc();
+        let mut sockets = self.stack.sockets.borrow_mut();
+        let s = sockets.get_mut::<tcp::Socket>(handle);
+        log::warn!(
+            "9p: {:?}: refused: {} connections open, none idle",
+            s.remote_endpoint(),
+            self.stats.active()
+        );
+        s.abort();
+        // The poll task sends the reset; the socket is freed once it is closed.
+        drop(sockets);
+        self.stack.kick();
+        let stack = self.stack.clone();
+        task::spawn(async move {
+            super::stack::yield_now().await;
+            stack.sockets.borrow_mut().remove(handle);
+        });
+    }
+
+    /// Keeps up to [`LISTEN_POOL`] sockets listening while fewer than the limit plus
+    /// [`LISTEN_POOL`] connections exist (past the limit, a new client may still take a
+    /// reclaimed slot).
     fn resize_pool(&self, pool: &mut Vec<SocketHandle>) {
-        let allowance = MAX_CONNECTIONS
+        let allowance = (self.max_conns + LISTEN_POOL)
             .saturating_sub(self.stats.active() as usize)
             .min(LISTEN_POOL);
         while pool.len() < allowance {
@@ -204,21 +252,36 @@ impl<F: FileSystem + 'static> Service<F> {
         let (rx0, tx0) = (self.stats.rx_bytes.get(), self.stats.tx_bytes.get());
         let result = conn.run(&mut io).await;
         let state = io.with(|s| s.state());
-        let how = if let Err(e) = result {
-            self.stats.reset.inc();
-            log::warn!("9p: conn {id}: socket error {e:?}");
-            "socket error"
-        } else if state == State::Closed {
-            self.stats.reset.inc();
-            "reset or timed out"
-        } else if !io.with(|s| s.may_recv()) {
-            self.stats.peer_closed.inc();
-            "closed by peer"
-        } else {
-            self.stats.protocol_closed.inc();
-            "closed by server (protocol violation)"
+        let mut shed = false;
+        let how = match result {
+            Err(e) => {
+                self.stats.reset.inc();
+                log::warn!("9p: conn {id}: socket error {e:?}");
+                "socket error"
+            }
+            Ok(Some(reason)) if reason.drops_output() => {
+                self.stats.shed.inc();
+                shed = true;
+                "shed by server"
+            }
+            Ok(Some(_)) => {
+                self.stats.protocol_closed.inc();
+                "closed by server (protocol violation)"
+            }
+            Ok(None) if state == State::Closed => {
+                self.stats.reset.inc();
+                "reset or timed out"
+            }
+            Ok(None) => {
+                self.stats.peer_closed.inc();
+                "closed by peer"
+            }
         };
-        self.close(&io).await;
+        if shed {
+            self.abort(&io).await;
+        } else {
+            self.close(&io).await;
+        }
         self.stack.sockets.borrow_mut().remove(handle);
         self.stats.closed.inc();
         log::info!(
@@ -246,10 +309,24 @@ impl<F: FileSystem + 'static> Service<F> {
         });
         if task::timeout(CLOSE_TIMEOUT, finished).await.is_err() {
             self.stats.aborted.inc();
-            io.with(|s| s.abort());
-            self.stack.kick();
-            // Give the poll task a chance to send the reset before the socket goes.
-            super::stack::yield_now().await;
+            self.abort(io).await;
+        }
+    }
+
+    /// Resets the connection.
+    async fn abort(&self, io: &TcpTransport) {
+        io.with(|s| s.abort());
+        self.stack.kick();
+        // Give the poll task a chance to send the reset before the socket goes.
+        super::stack::yield_now().await;
+    }
+
+    /// Applies the server's deadlines every [`SWEEP_INTERVAL`], for as long as the
+    /// appliance runs.
+    pub async fn housekeeping(self: Rc<Self>) {
+        loop {
+            task::sleep(SWEEP_INTERVAL).await;
+            self.server.sweep();
         }
     }
 

@@ -86,6 +86,11 @@ pub struct ServiceStats {
     pub protocol_closed: Counter,
     /// ... of which did not finish closing in time and were aborted.
     pub aborted: Counter,
+    /// ... of which the server shed (reset): deadline passed, memory or slot reclaimed.
+    pub shed: Counter,
+    /// Clients reset at once: the connection limit was reached and no slot could be
+    /// reclaimed.
+    pub refused: Counter,
     /// Bytes received from clients.
     pub rx_bytes: Counter,
     /// Bytes sent to clients.
@@ -105,7 +110,7 @@ impl fmt::Display for ServiceStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} accepted, {} active, {} closed ({} by peer, {} reset, {} protocol, {} aborted), rx {} B, tx {} B, {} listen errors",
+            "{} accepted, {} active, {} closed ({} by peer, {} reset, {} protocol, {} aborted, {} shed), {} refused, rx {} B, tx {} B, {} listen errors",
             self.accepted.get(),
             self.active(),
             self.closed.get(),
@@ -113,6 +118,8 @@ impl fmt::Display for ServiceStats {
             self.reset.get(),
             self.protocol_closed.get(),
             self.aborted.get(),
+            self.shed.get(),
+            self.refused.get(),
             self.rx_bytes.get(),
             self.tx_bytes.get(),
             self.listen_errors.get()

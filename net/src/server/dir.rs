@@ -10,10 +10,9 @@ use super::fid::{Fid, FidState, Parent};
 use super::perm::{User, MAY_EXEC, MAY_WRITE};
 use super::session::Session;
 use super::{check_name, qid_of, qid_type_of, reply, Server};
-use crate::wire::{Data, Dirent, Qid, Rmsg, AT_REMOVEDIR, RDATA_HEADER_LEN};
-
-/// Smallest packed entry (a one-byte name): used to size readdir batches.
-const MIN_DIRENT: usize = 25;
+use crate::wire::{
+    Dirent, Qid, ReaddirReply, Rmsg, AT_REMOVEDIR, MIN_DIRENT, RDATA_HEADER_LEN, READDIR_BATCH,
+};
 
 /// The device number Linux's `new_encode_dev` makes of `(major, minor)`, which is what
 /// the client decodes from `Rgetattr`'s `rdev`.
@@ -73,12 +72,14 @@ impl<F: FileSystem> Server<F> {
         if f.file_type != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        let count = count.min(s.msize() - RDATA_HEADER_LEN as u32) as usize;
-        let mut data = Vec::with_capacity(count);
+        let count = count.min(s.msize() - RDATA_HEADER_LEN as u32);
+        // The reply's memory was charged to the client when the request started
+        // (`wire::reply_bound`); the allocation can still fail if the heap is short.
+        let mut out = ReaddirReply::new(tag, count).map_err(|_| Errno::ENOMEM)?;
         let mut offset = offset;
         let mut full = false;
         while !full {
-            let batch = ((count - data.len()) / MIN_DIRENT).clamp(1, 512);
+            let batch = (out.room() / MIN_DIRENT).clamp(1, READDIR_BATCH);
             let entries = self.fs.readdir(f.ino, offset, batch).await?;
             if entries.is_empty() {
                 break;
@@ -100,19 +101,18 @@ impl<F: FileSystem> Server<F> {
                     dtype: e.file_type.dirent_type(),
                     name: &e.name,
                 };
-                if data.len() + entry.encoded_len() > count {
+                if !out.push(&entry).map_err(|_| Errno::EIO)? {
                     full = true;
                     break;
                 }
-                entry.encode(&mut data).map_err(|_| Errno::EIO)?;
                 offset = e.next_offset;
             }
         }
-        if data.is_empty() && full {
+        if out.is_empty() && full {
             // Not even one entry fits: an empty reply would read as end of directory.
             return Err(Errno::EINVAL);
         }
-        Ok(reply(tag, &Rmsg::Readdir { data: Data(&data) }))
+        Ok(out.finish())
     }
 
     pub(super) async fn mkdir(

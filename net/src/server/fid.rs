@@ -8,6 +8,7 @@ use fs::vfs::{FileType, Ino, XattrMode};
 
 use super::export::Export;
 use super::perm::User;
+use crate::memory::{Charge, Charged};
 
 /// The export a fid lives in, resolved at attach.
 #[derive(Debug)]
@@ -34,6 +35,8 @@ pub struct OpenMode {
 /// An extended attribute being written through a fid (after `Txattrcreate`).
 #[derive(Debug, Default)]
 pub struct XattrWrite {
+    /// The memory charged for the value (given back with the writer).
+    pub _charge: Option<Charge>,
     /// Attribute name.
     pub name: Vec<u8>,
     /// Declared value size.
@@ -56,8 +59,9 @@ pub enum FidState {
     /// Opened with `Tlopen`/`Tlcreate`: the filesystem was told with `open`, and is told
     /// `release` at clunk.
     Open(OpenMode),
-    /// Reading an xattr value (or the name list) captured at `Txattrwalk`.
-    XattrRead(Rc<Vec<u8>>),
+    /// Reading an xattr value (or the name list) captured at `Txattrwalk`, charged to
+    /// the connection.
+    XattrRead(Rc<Charged<Vec<u8>>>),
     /// Collecting an xattr value until clunk.
     XattrWrite(Rc<RefCell<XattrWrite>>),
 }

@@ -165,7 +165,7 @@ impl<F: FileSystem> Server<F> {
                 if f.file_type == FileType::Directory {
                     return Err(Errno::EISDIR);
                 }
-                let mut out = ReadReply::new(tag, count);
+                let mut out = ReadReply::new(tag, count).map_err(|_| Errno::ENOMEM)?;
                 let n = self.fs.read(f.ino, offset, out.data_mut()).await?;
                 Ok(out.finish(n))
             }

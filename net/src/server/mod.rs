@@ -3,15 +3,19 @@
 //!
 //! One [`Server`] serves one filesystem to any number of connections
 //! ([`crate::conn::Connection`]); it holds what connections share (configuration, POSIX
-//! locks, counters). A connection's [`Session`] holds its fid table. Everything is
-//! single-threaded (`Rc`, `Cell`): the appliance has one CPU and the host runs one
-//! executor thread; concurrency comes from many request futures polled together.
+//! locks, the memory budget, counters) and a registry of their sessions for housekeeping
+//! ([`housekeeping`]: handshake and idle deadlines, reclaiming memory and connection
+//! slots from clients that hold them without using them). A connection's [`Session`]
+//! holds its fid table and memory account. Everything is single-threaded (`Rc`, `Cell`):
+//! the appliance has one CPU and the host runs one executor thread; concurrency comes
+//! from many request futures polled together.
 
 mod attr;
 mod dir;
 pub mod export;
 mod fid;
 mod file;
+pub mod housekeeping;
 pub mod locks;
 pub mod perm;
 mod session;
@@ -20,6 +24,7 @@ mod walk;
 mod xattr;
 
 use alloc::collections::BTreeMap;
+use alloc::rc::{Rc, Weak};
 use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
@@ -27,9 +32,11 @@ use core::net::IpAddr;
 
 use fs::vfs::{Attr, Errno, FileSystem, FileType};
 
+use crate::memory::{Budget, MemoryConfig, MemoryStats, Refused};
 use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
 pub use export::{Export, Squash};
-pub use session::Session;
+pub use housekeeping::Timeouts;
+pub use session::{Activity, Session};
 use stats::{Counters, TimingCells};
 pub use stats::{Stats, Timings};
 
@@ -54,8 +61,37 @@ pub struct Config {
     /// Group membership by uid (9P carries only a uid; without an entry a user is in no
     /// group, so only owner and other permission bits apply to it).
     pub groups: BTreeMap<u32, Vec<u32>>,
-    /// A monotonic clock in nanoseconds: with one, the server keeps [`Timings`].
+    /// A monotonic clock in nanoseconds: with one, the server keeps [`Timings`] and
+    /// enforces [`Config::timeouts`].
     pub clock: Option<fn() -> u64>,
+    /// What the server may allocate on clients' behalf ([`crate::memory`]).
+    pub memory: MemoryConfig,
+    /// Deadlines for connections that do not use what they hold.
+    pub timeouts: Timeouts,
+    /// Most time one connection's task spends serving before it lets other connections
+    /// run (nanoseconds on [`Config::clock`]; without a clock only a round count limits
+    /// it).
+    pub cpu_quantum_ns: u64,
+}
+
+/// Default of [`Config::memory`]'s limit for the host server: the appliance sizes it
+/// from its heap.
+pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+/// Default of [`Config::cpu_quantum_ns`].
+pub const DEFAULT_CPU_QUANTUM_NS: u64 = 2_000_000;
+
+impl Config {
+    /// Memory sizes for a server that may spend `limit` bytes on clients, with this
+    /// configuration's msize.
+    pub fn memory_for(&self, limit: usize) -> MemoryConfig {
+        MemoryConfig::for_limit(limit, min_connection_memory(self.max_msize))
+    }
+}
+
+/// What one connection needs to be served at all with `msize`: one request frame of the
+/// largest size and the largest reply, with room to spare.
+pub fn min_connection_memory(msize: u32) -> usize {
+    2 * msize.max(MIN_MSIZE) as usize + crate::memory::MemoryConfig::DEFAULT_RESERVE
 }
 
 impl Default for Config {
@@ -67,6 +103,12 @@ impl Default for Config {
             exports: vec![Export::root("")],
             groups: BTreeMap::new(),
             clock: None,
+            memory: MemoryConfig::for_limit(
+                DEFAULT_MEMORY_LIMIT,
+                min_connection_memory(DEFAULT_MAX_MSIZE),
+            ),
+            timeouts: Timeouts::default(),
+            cpu_quantum_ns: DEFAULT_CPU_QUANTUM_NS,
         }
     }
 }
@@ -80,6 +122,9 @@ pub struct Server<F> {
     counters: Counters,
     timings: TimingCells,
     next_conn: Cell<u64>,
+    budget: Rc<Budget>,
+    /// Open sessions, for housekeeping.
+    sessions: RefCell<BTreeMap<u64, Weak<Session>>>,
 }
 
 impl<F: FileSystem> Server<F> {
@@ -87,11 +132,13 @@ impl<F: FileSystem> Server<F> {
     pub fn new(fs: F, config: Config) -> Self {
         Server {
             fs,
-            config,
             locks: RefCell::new(locks::LockTable::default()),
             counters: Counters::default(),
             timings: TimingCells::default(),
             next_conn: Cell::new(1),
+            budget: Budget::new(config.memory),
+            sessions: RefCell::new(BTreeMap::new()),
+            config,
         }
     }
 
@@ -124,13 +171,38 @@ impl<F: FileSystem> Server<F> {
         &self.counters
     }
 
-    /// A new session with a fresh connection id, for a client at `peer` (`None`: not
-    /// known, as for in-memory transports).
-    pub fn new_session(&self, peer: Option<IpAddr>) -> Session {
+    /// The memory budget's state and counters.
+    pub fn memory(&self) -> MemoryStats {
+        self.budget.stats()
+    }
+
+    /// Connections open now.
+    pub fn connection_count(&self) -> usize {
+        self.sessions.borrow().len()
+    }
+
+    /// Now on the server's clock (0 without one).
+    pub(crate) fn now(&self) -> u64 {
+        self.config.clock.map_or(0, |now| now())
+    }
+
+    /// A new session with a fresh connection id and memory account, for a client at
+    /// `peer` (`None`: not known, as for in-memory transports).
+    pub fn new_session(&self, peer: Option<IpAddr>) -> Rc<Session> {
         let id = self.next_conn.get();
         self.next_conn.set(id + 1);
         self.counters.connections_opened();
-        Session::new(id, peer, self.config.max_msize.max(MIN_MSIZE))
+        let session = Rc::new(Session::new(
+            id,
+            peer,
+            self.config.max_msize.max(MIN_MSIZE),
+            self.budget.open(),
+            self.now(),
+        ));
+        self.sessions
+            .borrow_mut()
+            .insert(id, Rc::downgrade(&session));
+        session
     }
 
     /// Answers `Tversion`: negotiates msize and version and resets the session (every
@@ -143,6 +215,9 @@ impl<F: FileSystem> Server<F> {
         version: &[u8],
     ) -> Vec<u8> {
         self.reset(session).await;
+        // Until this `Tversion` succeeds the session is unversioned: every request but
+        // another `Tversion` gets `EPROTO` (the reset left no fid to use anyway).
+        session.set_versioned(false);
         let max = self.config.max_msize.max(MIN_MSIZE);
         if msize < MIN_MSIZE {
             return lerror(tag, Errno::EINVAL);
@@ -153,6 +228,7 @@ impl<F: FileSystem> Server<F> {
             session.set_versioned(true);
             wire::VERSION_9P2000_L
         } else {
+            self.counters.unknown_versions();
             wire::VERSION_UNKNOWN
         };
         reply(tag, &Rmsg::Version { msize, version })
@@ -169,6 +245,7 @@ impl<F: FileSystem> Server<F> {
     /// Tears a session down at disconnect: as [`Server::reset`], and counted.
     pub async fn close(&self, session: &Session) {
         self.reset(session).await;
+        self.sessions.borrow_mut().remove(&session.id());
         self.counters.connections_closed();
     }
 
@@ -344,6 +421,20 @@ impl<F: FileSystem> Server<F> {
                 self.getlock(s, tag, fid, req).await
             }
         }
+    }
+}
+
+impl<F: FileSystem> Server<F> {
+    /// The answer to a refused charge for state a request would hold: `ENOMEM`
+    /// (counted), after asking for memory to be reclaimed if the connection was below its
+    /// fair share (so that a retry can succeed).
+    pub(crate) fn refused(&self, s: &Session, r: Refused) -> Errno {
+        self.counters.enomem_replies();
+        log::debug!("9p: conn {}: ENOMEM: {r}", s.id());
+        if let Refused::Server { below_share: true } = r {
+            self.reclaim_memory(s);
+        }
+        Errno::ENOMEM
     }
 }
 

@@ -1,13 +1,37 @@
-//! A connection's session: negotiated msize and the fid table.
+//! A connection's session: negotiated msize, the fid table, the memory account it is
+//! charged to, and what the server's housekeeping needs to know about it (activity,
+//! stalled output) and to tell it (close).
 
 use alloc::collections::BTreeMap;
+use alloc::rc::Rc;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::net::IpAddr;
+use core::task::Waker;
 
-use fs::vfs::{Errno, FsResult};
+use fs::vfs::{Errno, FsResult, NAME_MAX};
 
 use super::fid::{Fid, FidState};
+use crate::conn::CloseReason;
+use crate::memory::{Account, Refused, Use};
+
+/// Memory charged for one fid table entry, an upper bound: the entry, the map's share of
+/// it, and the longest name of a last walk step (which [`Fid::parent`] keeps).
+pub const FID_ENTRY_BYTES: usize = core::mem::size_of::<(u32, Fid)>() + 48 + 16 + NAME_MAX;
+
+/// What the server's housekeeping knows of a connection at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    /// When the session was opened (server clock, ns).
+    pub opened: u64,
+    /// When a request last arrived or was answered.
+    pub last: u64,
+    /// Requests in flight or answered but not yet sent.
+    pub outstanding: usize,
+    /// Since when replies have been waiting without the client taking any of their
+    /// bytes; `None` when nothing waits or the client is reading.
+    pub output_stalled_since: Option<u64>,
+}
 
 /// Per-connection state the request handlers share. Borrows of the fid table never live
 /// across an `await`: handlers copy a fid's entry out, work, and write back.
@@ -18,16 +42,35 @@ pub struct Session {
     msize: Cell<u32>,
     versioned: Cell<bool>,
     fids: RefCell<BTreeMap<u32, Fid>>,
+    account: Rc<Account>,
+    activity: Cell<Activity>,
+    close: Cell<Option<CloseReason>>,
+    waker: RefCell<Option<Waker>>,
 }
 
 impl Session {
-    pub(crate) fn new(id: u64, peer: Option<IpAddr>, msize: u32) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        peer: Option<IpAddr>,
+        msize: u32,
+        account: Account,
+        now: u64,
+    ) -> Self {
         Session {
             id,
             peer,
             msize: Cell::new(msize),
             versioned: Cell::new(false),
             fids: RefCell::new(BTreeMap::new()),
+            account: Rc::new(account),
+            activity: Cell::new(Activity {
+                opened: now,
+                last: now,
+                outstanding: 0,
+                output_stalled_since: None,
+            }),
+            close: Cell::new(None),
+            waker: RefCell::new(None),
         }
     }
 
@@ -59,9 +102,50 @@ impl Session {
         self.versioned.set(v);
     }
 
+    /// The memory account everything this connection makes the server hold is charged
+    /// to.
+    pub fn account(&self) -> &Rc<Account> {
+        &self.account
+    }
+
     /// Number of fids in use.
     pub fn fid_count(&self) -> usize {
         self.fids.borrow().len()
+    }
+
+    /// What housekeeping knows of the connection now.
+    pub fn activity(&self) -> Activity {
+        self.activity.get()
+    }
+
+    /// Updates the activity record (the connection driver does, as things happen).
+    pub(crate) fn note(&self, f: impl FnOnce(&mut Activity)) {
+        let mut a = self.activity.get();
+        f(&mut a);
+        self.activity.set(a);
+    }
+
+    /// Asks the connection to close (the first reason given stands) and wakes its task.
+    pub fn request_close(&self, reason: CloseReason) {
+        if self.close.get().is_none() {
+            self.close.set(Some(reason));
+        }
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// Why the connection was asked to close, if it was.
+    pub fn close_requested(&self) -> Option<CloseReason> {
+        self.close.get()
+    }
+
+    /// Remembers the task to wake for [`Session::request_close`].
+    pub(crate) fn register_waker(&self, waker: &Waker) {
+        let mut w = self.waker.borrow_mut();
+        if !w.as_ref().is_some_and(|old| old.will_wake(waker)) {
+            *w = Some(waker.clone());
+        }
     }
 
     /// A copy of `fid`'s entry: `EBADF` if unknown.
@@ -69,20 +153,25 @@ impl Session {
         self.fids.borrow().get(&fid).cloned().ok_or(Errno::EBADF)
     }
 
-    /// Binds a new fid: `EBADF` if `fid` is in use, `EMFILE` at `max` fids.
-    pub(crate) fn insert(&self, fid: u32, entry: Fid, max: usize) -> FsResult<()> {
+    /// Binds a new fid: `EBADF` if `fid` is in use, `EMFILE` at `max` fids, and the
+    /// refusal if the entry's memory cannot be charged.
+    pub(crate) fn insert(&self, fid: u32, entry: Fid, max: usize) -> Result<(), BindError> {
         let mut fids = self.fids.borrow_mut();
         if fids.contains_key(&fid) {
-            return Err(Errno::EBADF);
+            return Err(BindError::Errno(Errno::EBADF));
         }
         if fids.len() >= max {
-            return Err(Errno::EMFILE);
+            return Err(BindError::Errno(Errno::EMFILE));
         }
+        self.account
+            .take(Use::Fids, FID_ENTRY_BYTES)
+            .map_err(BindError::Memory)?;
         fids.insert(fid, entry);
         Ok(())
     }
 
-    /// Checks that `fid` could be bound now (as [`Session::insert`] would).
+    /// Checks that `fid` could be bound now (as [`Session::insert`] would, memory
+    /// aside).
     pub(crate) fn check_free(&self, fid: u32, max: usize) -> FsResult<()> {
         let fids = self.fids.borrow();
         if fids.contains_key(&fid) {
@@ -120,13 +209,33 @@ impl Session {
 
     /// Unbinds `fid`.
     pub(crate) fn remove(&self, fid: u32) -> FsResult<Fid> {
-        self.fids.borrow_mut().remove(&fid).ok_or(Errno::EBADF)
+        let f = self.fids.borrow_mut().remove(&fid).ok_or(Errno::EBADF)?;
+        self.account.release(Use::Fids, FID_ENTRY_BYTES);
+        Ok(f)
     }
 
     /// Unbinds every fid.
     pub(crate) fn take_all(&self) -> Vec<(u32, Fid)> {
-        core::mem::take(&mut *self.fids.borrow_mut())
-            .into_iter()
-            .collect()
+        let all = core::mem::take(&mut *self.fids.borrow_mut());
+        self.account.release(Use::Fids, all.len() * FID_ENTRY_BYTES);
+        all.into_iter().collect()
     }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A connection dropped without a teardown (tests, a transport that gave up)
+        // still gives its fids' memory back.
+        let n = self.fids.get_mut().len();
+        self.account.release(Use::Fids, n * FID_ENTRY_BYTES);
+    }
+}
+
+/// Why a fid could not be bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BindError {
+    /// The protocol's answer (`EBADF`, `EMFILE`).
+    Errno(Errno),
+    /// Its memory could not be charged.
+    Memory(Refused),
 }

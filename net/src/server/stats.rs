@@ -6,6 +6,7 @@ macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident,)*) => {
         /// A snapshot of a server's counters.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize))]
         pub struct Stats {
             $($(#[$doc])* pub $name: u64,)*
         }
@@ -62,12 +63,31 @@ counters! {
     datasyncs,
     /// `Twrite` requests answered successfully.
     writes,
+    /// `Tversion`s with a version other than 9P2000.L (the session stays unversioned).
+    unknown_versions,
+    /// Connections closed for not completing `Tversion` in time.
+    handshake_timeouts,
+    /// Connections without fids closed for being quiet too long.
+    idle_timeouts,
+    /// Quiet connections without fids closed to give their slot to a new client.
+    slot_reclaims,
+    /// Connections closed to give back memory they held without using it.
+    memory_reclaims,
+    /// Times a connection stopped reading because its next frame or reply could not be
+    /// charged to the memory budget (backpressure).
+    memory_waits,
+    /// Requests answered `ENOMEM` because state they would hold (fid, xattr value, lock)
+    /// could not be charged.
+    enomem_replies,
+    /// Times a connection's task gave the CPU to others after its quantum.
+    cpu_yields,
 }
 
 /// Time requests spent in the server (from decoding to the reply frame), by kind, when
 /// the server has a clock ([`super::Config::clock`]). With the clients' own latencies
 /// this splits a request's time into server and transport/client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Timings {
     /// Nanoseconds in `Twrite`s.
     pub write_ns: u64,

@@ -9,15 +9,22 @@ use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, ROOT_INO};
 use super::export::Export;
 use super::fid::{Fid, FidState, Mount, Parent};
 use super::perm::{User, MAY_EXEC};
-use super::session::Session;
+use super::session::{BindError, Session};
 use super::{check_name, qid_of, reply, Server};
 use crate::wire::{Rmsg, NONUNAME};
 
 impl<F: FileSystem> Server<F> {
-    /// Binds `fid` (counting fid-limit refusals).
+    /// Binds `fid` (counting fid-limit refusals; `ENOMEM` if its memory cannot be
+    /// charged).
     pub(super) fn bind(&self, s: &Session, fid: u32, entry: Fid) -> FsResult<()> {
-        s.insert(fid, entry, self.config.max_fids)
-            .inspect_err(|e| self.count_fid_limit(*e))
+        match s.insert(fid, entry, self.config.max_fids) {
+            Ok(()) => Ok(()),
+            Err(BindError::Errno(e)) => {
+                self.count_fid_limit(e);
+                Err(e)
+            }
+            Err(BindError::Memory(r)) => Err(self.refused(s, r)),
+        }
     }
 
     /// Checks that `fid` could be bound (counting fid-limit refusals).

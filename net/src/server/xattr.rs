@@ -17,10 +17,15 @@ use super::fid::{Fid, FidState, XattrWrite};
 use super::perm::{User, MAY_READ, MAY_WRITE};
 use super::session::Session;
 use super::{reply, Server};
+use crate::memory::{Charged, Use};
 use crate::wire::{Rmsg, XATTR_CREATE, XATTR_REPLACE};
 
-/// `E2BIG`: a value larger than the filesystem's xattr limit.
+/// `E2BIG`: a value larger than the filesystem's xattr limit, or a name list longer
+/// than [`XATTR_LIST_MAX`].
 const E2BIG: Errno = Errno(7);
+/// Longest list of names `Txattrwalk` with an empty name returns (Linux's limit for
+/// `listxattr`).
+pub const XATTR_LIST_MAX: usize = 65536;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Namespace {
@@ -84,12 +89,22 @@ impl<F: FileSystem> Server<F> {
         if newfid != fid {
             self.check_free(s, newfid)?;
         }
+        // The value stays with the fid until it is clunked: charge the most it can be
+        // before the filesystem allocates it, and keep what it turns out to be.
+        let mut charge = s
+            .account()
+            .charge(Use::Xattrs, XATTR_LIST_MAX.max(XATTR_VALUE_MAX))
+            .map_err(|r| self.refused(s, r))?;
         let value = if name.is_empty() {
             let hide_trusted = !f.user().is_root();
             let mut list = Vec::new();
             for n in self.fs.listxattr(f.ino).await? {
                 if hide_trusted && n.starts_with(b"trusted.") {
                     continue;
+                }
+                if list.len() + n.len() + 1 > XATTR_LIST_MAX {
+                    // As Linux's listxattr: a list that does not fit its limit.
+                    return Err(E2BIG);
                 }
                 list.extend_from_slice(&n);
                 list.push(0);
@@ -100,9 +115,10 @@ impl<F: FileSystem> Server<F> {
             check_xattr(f.user(), &attr, name, MAY_READ)?;
             self.fs.getxattr(f.ino, name).await?
         };
+        charge.shrink_to(value.capacity());
         let size = value.len() as u64;
         let entry = Fid {
-            state: FidState::XattrRead(Rc::new(value)),
+            state: FidState::XattrRead(Rc::new(Charged::new(value, charge))),
             parent: None,
             ..f
         };
@@ -142,12 +158,19 @@ impl<F: FileSystem> Server<F> {
             .ok_or(E2BIG)?;
         let attr = self.fs.getattr(f.ino).await?;
         check_xattr(f.user(), &attr, name, MAY_WRITE)?;
+        let charge = s
+            .account()
+            .charge(Use::Xattrs, size + name.len())
+            .map_err(|r| self.refused(s, r))?;
+        let mut value = Vec::new();
+        value.try_reserve_exact(size).map_err(|_| Errno::ENOMEM)?;
         let writer = XattrWrite {
             name: name.to_vec(),
             size,
-            value: Vec::with_capacity(size),
+            value,
             mode,
             remove: size == 0 && mode == XattrMode::Replace,
+            _charge: Some(charge),
         };
         s.transition(fid, FidState::XattrWrite(Rc::new(RefCell::new(writer))))?;
         Ok(reply(tag, &Rmsg::Xattrcreate {}))

@@ -14,15 +14,17 @@
 //! Field layouts follow the de-facto specification: diod's protocol notes and the Linux
 //! client (`include/net/9p/9p.h`, `net/9p/client.c`).
 
+mod bound;
 mod buf;
 mod dirent;
 mod msg;
 mod read;
 
+pub use bound::{reply_bound, MIN_DIRENT, READDIR_BATCH, SMALL_REPLY};
 pub use buf::{Reader, Writer};
 pub use dirent::{Dirent, DirentIter};
 pub use msg::{Data, Rmsg, Tmsg};
-pub use read::ReadReply;
+pub use read::{ReadReply, ReaddirReply};
 
 use alloc::vec::Vec;
 use core::fmt;

@@ -1,0 +1,170 @@
+//! Housekeeping across connections: deadlines for connections that hold a slot without
+//! using it, and reclaiming memory or a connection slot from the client that holds the
+//! most without using it, so that one client cannot keep the others out.
+//!
+//! The server decides *whom* to close ([`Session::request_close`]); the connection driver
+//! closes it; the transport's owner (the appliance's service, `ninefold serve`) calls
+//! [`Server::sweep`] periodically and [`Server::reclaim_slot`] when a client connects at
+//! the connection limit.
+//!
+//! Rules (all times on [`super::Config::clock`]; without a clock nothing expires):
+//! - no successful `Tversion` within [`Timeouts::handshake_ns`] of connecting → closed;
+//! - no fid, nothing outstanding and no request for [`Timeouts::idle_ns`] → closed (a
+//!   connection with fids is a mount, however quiet: it stays);
+//! - at the connection limit, a new client takes the slot of the connection without fids
+//!   and without outstanding requests that has been quiet longest, if there is one;
+//! - when a charge is refused although the connection holds less than its fair share of
+//!   the memory budget, the connection holding the most memory beyond its fair share
+//!   *that it is not using* — state it holds (fids, xattr values, locks) beyond its share,
+//!   or replies it has not read for [`Timeouts::output_stall_ns`] — is closed, and its
+//!   memory comes back when its teardown ends. Work in progress is never reclaimed: it
+//!   gives its memory back by itself.
+
+use alloc::rc::Rc;
+use alloc::vec::Vec;
+
+use fs::vfs::FileSystem;
+
+use super::session::Session;
+use super::Server;
+use crate::conn::CloseReason;
+
+/// Deadlines, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From connecting to a successful `Tversion`.
+    pub handshake_ns: u64,
+    /// Quiet time after which a connection without fids is closed.
+    pub idle_ns: u64,
+    /// How long replies may wait unread before their memory counts as unused.
+    pub output_stall_ns: u64,
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            handshake_ns: 10 * SECOND,
+            idle_ns: 60 * SECOND,
+            output_stall_ns: 2 * SECOND,
+        }
+    }
+}
+
+impl<F: FileSystem> Server<F> {
+    /// The open sessions (pruning those already gone).
+    fn live_sessions(&self) -> Vec<Rc<Session>> {
+        let mut live = Vec::new();
+        self.sessions.borrow_mut().retain(|_, w| match w.upgrade() {
+            Some(s) => {
+                live.push(s);
+                true
+            }
+            None => false,
+        });
+        live
+    }
+
+    /// Closes the connections past their deadlines; returns how many. Call it every
+    /// second or so.
+    pub fn sweep(&self) -> usize {
+        if self.config.clock.is_none() {
+            return 0;
+        }
+        let now = self.now();
+        let t = self.config.timeouts;
+        let mut closed = 0;
+        for s in self.live_sessions() {
+            if s.close_requested().is_some() {
+                continue;
+            }
+            let a = s.activity();
+            let reason = if !s.versioned() && now.saturating_sub(a.opened) >= t.handshake_ns {
+                self.counters.handshake_timeouts();
+                CloseReason::HandshakeTimeout
+            } else if s.fid_count() == 0
+                && a.outstanding == 0
+                && now.saturating_sub(a.last) >= t.idle_ns
+            {
+                self.counters.idle_timeouts();
+                CloseReason::IdleTimeout
+            } else {
+                continue;
+            };
+            log::info!("9p: conn {}: closing: {reason:?}", s.id());
+            s.request_close(reason);
+            closed += 1;
+        }
+        closed
+    }
+
+    /// Frees a connection slot for a new client: closes the connection without fids and
+    /// without outstanding requests that has been quiet longest. Returns whether one was
+    /// found (its slot is free once its teardown ends).
+    pub fn reclaim_slot(&self) -> bool {
+        let victim = self
+            .live_sessions()
+            .into_iter()
+            .filter(|s| s.close_requested().is_none())
+            .filter(|s| s.fid_count() == 0 && s.activity().outstanding == 0)
+            .min_by_key(|s| s.activity().last);
+        let Some(victim) = victim else {
+            return false;
+        };
+        self.counters.slot_reclaims();
+        log::info!(
+            "9p: conn {}: closing: its slot went to a new client",
+            victim.id()
+        );
+        victim.request_close(CloseReason::SlotReclaimed);
+        true
+    }
+
+    /// Reclaims memory for `requester`, which was refused a charge while holding less
+    /// than its fair share: closes the connection that holds the most memory beyond its
+    /// share without using it (see the module documentation). Returns whether one was
+    /// closed, or is already closing and will give memory back.
+    pub fn reclaim_memory(&self, requester: &Session) -> bool {
+        let now = self.now();
+        let stall = self.config.timeouts.output_stall_ns;
+        let share = self.budget.fair_share();
+        let mut victim: Option<(usize, Rc<Session>)> = None;
+        for s in self.live_sessions() {
+            if s.id() == requester.id() {
+                continue;
+            }
+            let account = s.account();
+            let charged = account.charged();
+            if charged <= share {
+                continue;
+            }
+            if s.close_requested().is_some() {
+                // Its memory is already on its way back.
+                return true;
+            }
+            let stalled = s
+                .activity()
+                .output_stalled_since
+                .is_some_and(|t| self.config.clock.is_none() || now.saturating_sub(t) >= stall);
+            if !(stalled || account.held() > share) {
+                continue;
+            }
+            if victim.as_ref().is_none_or(|(most, _)| charged > *most) {
+                victim = Some((charged, s));
+            }
+        }
+        let Some((charged, victim)) = victim else {
+            return false;
+        };
+        self.counters.memory_reclaims();
+        log::warn!(
+            "9p: conn {}: closing: holds {} KiB of the memory budget (fair share {} KiB) without using it",
+            victim.id(),
+            charged >> 10,
+            share >> 10
+        );
+        victim.request_close(CloseReason::MemoryReclaimed);
+        true
+    }
+}
