@@ -279,6 +279,11 @@ impl<F: FileSystem + 'static> Connection<F> {
     pub fn advance(&mut self, n: usize) {
         self.filled += n;
         assert!(self.filled <= self.input.len(), "advanced past read_buf");
+        if n > 0 && self.filled >= 4 {
+            // Bytes of a frame arrived: whatever waits for the rest has waited since now.
+            let now = self.server.now();
+            self.session.note(|a| a.input_stalled_since = Some(now));
+        }
         if self.filled == 4 && self.input.len() == 4 {
             let size = wire::frame_size(&self.input).unwrap_or(0);
             let max = self.session.msize();

@@ -116,8 +116,9 @@ pub enum Refused {
     /// The connection would exceed its limit for this use
     /// ([`MemoryConfig::per_connection`] or [`MemoryConfig::held_per_connection`]).
     Connection,
-    /// The server's budget is spent. `below_share`: the connection holds less than its
-    /// fair share, so memory should be reclaimed from one that holds more.
+    /// The server's budget is spent. `below_share`: the connection held less than its
+    /// fair share before this charge, so memory should be reclaimed from one that holds
+    /// more.
     Server {
         /// The refused connection was below its fair share.
         below_share: bool,
@@ -343,8 +344,10 @@ impl Account {
         let refusal = if used.saturating_add(bytes) > cap {
             Some(Refused::Connection)
         } else if b.committed.get() + extra > b.config.limit {
+            // Judged by what the connection holds before this charge: one that holds
+            // little may ask for a large reply.
             Some(Refused::Server {
-                below_share: after <= b.fair_share(),
+                below_share: before < b.fair_share(),
             })
         } else {
             None

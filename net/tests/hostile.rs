@@ -274,7 +274,7 @@ fn memory_is_reclaimed_from_a_client_that_does_not_read_its_replies() {
     );
     // ...but once the hogs' replies have waited unread past the stall time, its request
     // makes the server close the biggest of them.
-    advance(Timeouts::default().output_stall_ns + SEC);
+    advance(Timeouts::default().stall_ns + SEC);
     assert!(send(&mut honest, &read));
     let closed: Vec<_> = hogs
         .iter_mut()
@@ -439,4 +439,60 @@ fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
     assert_eq!(io.replies, 2000);
     assert!(polls >= 2000 / 128, "served everything in {polls} polls");
     assert!(server.stats().cpu_yields >= 2000 / 128);
+}
+
+#[test]
+fn an_unfinished_frame_counts_as_unused_memory_after_the_stall_time() {
+    NOW.with(|c| c.set(0));
+    let server = server_with(256 * KIB);
+    let mut setup = client(&server);
+    setup.attach(0, 0, "").unwrap();
+    setup.walk(0, 1, "").unwrap();
+    setup.lcreate(1, "f", RDWR, 0o644).unwrap();
+    setup.write(1, 0, &[7u8; 4096]).unwrap();
+    drop(setup);
+    // Each slow client sends the start of a 64 KiB Twrite and stops.
+    let write = frame(
+        9,
+        Tmsg::Write {
+            fid: 1,
+            offset: 0,
+            data: net::wire::Data(&[5u8; 64 * KIB - 100]),
+        },
+    );
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        let mut c = raw(&server);
+        attach_and_walk(&mut c, b"f");
+        // The last ones may find the budget spent: they wait for memory.
+        send(&mut c, &write[..1000]);
+        slow.push(c);
+    }
+    let mut honest = raw(&server);
+    attach_and_walk(&mut honest, b"f");
+    assert!(send(
+        &mut honest,
+        &frame(3, Tmsg::Lopen { fid: 1, flags: 0 })
+    ));
+    honest.take_output().unwrap();
+    advance(Timeouts::default().stall_ns);
+    let read = frame(
+        4,
+        Tmsg::Read {
+            fid: 1,
+            offset: 0,
+            count: 60 * KIB as u32,
+        },
+    );
+    assert!(send(&mut honest, &read));
+    assert!(
+        honest.take_output().is_none(),
+        "the budget had room after all"
+    );
+    let mut shed = 0;
+    for c in &mut slow {
+        poll(c);
+        shed += usize::from(c.closing() == Some(CloseReason::MemoryReclaimed));
+    }
+    assert!(shed >= 1, "no slow client was shed");
 }

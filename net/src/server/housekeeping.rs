@@ -16,9 +16,9 @@
 //! - when a charge is refused although the connection holds less than its fair share of
 //!   the memory budget, the connection holding the most memory beyond its fair share
 //!   *that it is not using* — state it holds (fids, xattr values, locks) beyond its share,
-//!   or replies it has not read for [`Timeouts::output_stall_ns`] — is closed, and its
-//!   memory comes back when its teardown ends. Work in progress is never reclaimed: it
-//!   gives its memory back by itself.
+//!   or replies it has not read or a frame it has not finished sending for
+//!   [`Timeouts::stall_ns`] — is closed, and its memory comes back when its teardown
+//!   ends. Work in progress is never reclaimed: it gives its memory back by itself.
 
 use alloc::rc::Rc;
 use alloc::vec::Vec;
@@ -36,8 +36,9 @@ pub struct Timeouts {
     pub handshake_ns: u64,
     /// Quiet time after which a connection without fids is closed.
     pub idle_ns: u64,
-    /// How long replies may wait unread before their memory counts as unused.
-    pub output_stall_ns: u64,
+    /// How long replies may wait unread, or a frame unfinished, before their memory
+    /// counts as unused.
+    pub stall_ns: u64,
 }
 
 const SECOND: u64 = 1_000_000_000;
@@ -47,7 +48,7 @@ impl Default for Timeouts {
         Timeouts {
             handshake_ns: 10 * SECOND,
             idle_ns: 60 * SECOND,
-            output_stall_ns: 2 * SECOND,
+            stall_ns: 2 * SECOND,
         }
     }
 }
@@ -127,7 +128,7 @@ impl<F: FileSystem> Server<F> {
     /// closed, or is already closing and will give memory back.
     pub fn reclaim_memory(&self, requester: &Session) -> bool {
         let now = self.now();
-        let stall = self.config.timeouts.output_stall_ns;
+        let stall = self.config.timeouts.stall_ns;
         let share = self.budget.fair_share();
         let mut victim: Option<(usize, Rc<Session>)> = None;
         for s in self.live_sessions() {
@@ -143,11 +144,13 @@ impl<F: FileSystem> Server<F> {
                 // Its memory is already on its way back.
                 return true;
             }
-            let stalled = s
-                .activity()
-                .output_stalled_since
-                .is_some_and(|t| self.config.clock.is_none() || now.saturating_sub(t) >= stall);
-            if !(stalled || account.held() > share) {
+            // Without a clock, waiting memory counts as unused at once.
+            let grace = if self.config.clock.is_some() {
+                stall
+            } else {
+                0
+            };
+            if !(s.activity().stalled(now, grace) || account.held() > share) {
                 continue;
             }
             if victim.as_ref().is_none_or(|(most, _)| charged > *most) {

@@ -31,6 +31,20 @@ pub struct Activity {
     /// Since when replies have been waiting without the client taking any of their
     /// bytes; `None` when nothing waits or the client is reading.
     pub output_stalled_since: Option<u64>,
+    /// Since when a frame whose size field has arrived has been waiting for more of its
+    /// bytes; `None` between frames.
+    pub input_stalled_since: Option<u64>,
+}
+
+impl Activity {
+    /// Whether the connection has held memory without the client moving it — replies
+    /// unread or a frame unfinished — for at least `grace` ns at `now`.
+    pub fn stalled(&self, now: u64, grace: u64) -> bool {
+        [self.output_stalled_since, self.input_stalled_since]
+            .into_iter()
+            .flatten()
+            .any(|since| now.saturating_sub(since) >= grace)
+    }
 }
 
 /// Per-connection state the request handlers share. Borrows of the fid table never live
@@ -68,6 +82,7 @@ impl Session {
                 last: now,
                 outstanding: 0,
                 output_stalled_since: None,
+                input_stalled_since: None,
             }),
             close: Cell::new(None),
             waker: RefCell::new(None),
