@@ -344,6 +344,8 @@ fn a_new_client_takes_the_slot_of_the_quietest_connection_without_fids() {
     let mut mount = raw(&server);
     attach_and_walk(&mut mount, b"");
     assert!(server.reclaim_slot());
+    // The newer one has been quiet for less than the grace period: it is left alone.
+    assert!(!server.reclaim_slot());
     for c in [&mut older, &mut newer, &mut mount] {
         poll(c);
     }

@@ -197,8 +197,9 @@ fn silent_connections_do_not_lock_clients_out() {
     let silent: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(&s.addr).unwrap())
         .collect();
-    // Let the server accept them all.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Once they have been quiet for the slot grace period (1 s), a new client may take
+    // one's slot.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
     let mut c = connect(&s);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();

@@ -12,7 +12,9 @@
 //! - no fid, nothing outstanding and no request for [`Timeouts::idle_ns`] → closed (a
 //!   connection with fids is a mount, however quiet: it stays);
 //! - at the connection limit, a new client takes the slot of the connection without fids
-//!   and without outstanding requests that has been quiet longest, if there is one;
+//!   and without outstanding requests that has been quiet longest, if it has been quiet
+//!   for [`Timeouts::slot_grace_ns`] (a mount between its connect and its attach is not
+//!   quiet), if there is one;
 //! - when a charge is refused although the connection holds less than its fair share of
 //!   the memory budget, the connection holding the most memory beyond its fair share
 //!   *that it is not using* — state it holds (fids, xattr values, locks) beyond its share,
@@ -39,6 +41,9 @@ pub struct Timeouts {
     /// How long replies may wait unread, or a frame unfinished, before their memory
     /// counts as unused.
     pub stall_ns: u64,
+    /// How long a connection without fids must have been quiet before its slot can go to
+    /// a new client.
+    pub slot_grace_ns: u64,
 }
 
 const SECOND: u64 = 1_000_000_000;
@@ -49,6 +54,7 @@ impl Default for Timeouts {
             handshake_ns: 10 * SECOND,
             idle_ns: 60 * SECOND,
             stall_ns: 2 * SECOND,
+            slot_grace_ns: SECOND,
         }
     }
 }
@@ -101,14 +107,22 @@ impl<F: FileSystem> Server<F> {
     }
 
     /// Frees a connection slot for a new client: closes the connection without fids and
-    /// without outstanding requests that has been quiet longest. Returns whether one was
-    /// found (its slot is free once its teardown ends).
+    /// without outstanding requests that has been quiet longest (at least
+    /// [`Timeouts::slot_grace_ns`]). Returns whether one was found (its slot is free once
+    /// its teardown ends).
     pub fn reclaim_slot(&self) -> bool {
+        let now = self.now();
+        let grace = if self.config.clock.is_some() {
+            self.config.timeouts.slot_grace_ns
+        } else {
+            0
+        };
         let victim = self
             .live_sessions()
             .into_iter()
             .filter(|s| s.close_requested().is_none())
             .filter(|s| s.fid_count() == 0 && s.activity().outstanding == 0)
+            .filter(|s| now.saturating_sub(s.activity().last) >= grace)
             .min_by_key(|s| s.activity().last);
         let Some(victim) = victim else {
             return false;
