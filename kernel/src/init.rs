@@ -1,5 +1,6 @@
 //! Boot: from the boot crate's hand-off to the running executor.
 
+use alloc::rc::Rc;
 use core::time::Duration;
 
 use boot::BootInfo;
@@ -13,6 +14,7 @@ use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
 use crate::mm::setup::MemorySummary;
 use crate::monitor::{Monitor, Reporting};
+use crate::net::stats_port::PortStats;
 use crate::platform::{self, PlatformInfo};
 use crate::{bench, clock, crash, irq, klog, mm, net, pci, selftest, storage, task};
 
@@ -178,10 +180,15 @@ where
 {
     match net::serve(config, fs, mem.heap).await {
         Ok(service) => {
-            let monitor = Monitor::new(service.clone(), cache_limit);
+            let port_stats = Rc::new(PortStats::default());
+            let monitor = Monitor::new(service.clone(), cache_limit, port_stats.clone());
             task::spawn(monitor.clone().log_periodically());
             if let Some(port) = config.stats_port {
-                task::spawn(net::stats_port::run(service.stack().clone(), port, monitor));
+                let allow = config.access.stats_allow().clone();
+                let stack = service.stack().clone();
+                task::spawn(net::stats_port::run(
+                    stack, port, allow, port_stats, monitor,
+                ));
             }
             info!("ready: serving 9P on port {}", config.port);
         }

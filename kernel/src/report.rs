@@ -51,6 +51,8 @@ pub struct Snapshot {
     pub ninep: Option<NinepReport>,
     /// The kernel heap.
     pub heap: HeapReport,
+    /// Clients refused by the allow-lists.
+    pub access: AccessReport,
 }
 
 /// One block device: what it is and what was asked of it.
@@ -256,6 +258,17 @@ pub struct NinepReport {
     pub other_ns: u64,
 }
 
+/// Clients refused by the allow-lists (`allow=`, an export's `allow=`, `stats_allow=`).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct AccessReport {
+    /// 9P connections reset at accept: no export allows the client's address.
+    pub refused_connections: u64,
+    /// Attaches refused (`EACCES`): the export does not allow the client's address.
+    pub refused_attaches: u64,
+    /// Counters-port connections reset: the client is not in `stats_allow=`.
+    pub refused_stats: u64,
+}
+
 /// The kernel heap.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct HeapReport {
@@ -400,6 +413,10 @@ mod tests {
                 ..NinepReport::default()
             }),
             heap: HeapReport::default(),
+            access: AccessReport {
+                refused_attaches: 2,
+                ..AccessReport::default()
+            },
         }
     }
 
@@ -413,6 +430,8 @@ mod tests {
         assert_eq!(v["fs"]["checkpoints"]["sync"], 0);
         assert_eq!(v["fs"]["node_writes"]["sync"]["bytes"], 20480);
         assert_eq!(v["9p"]["fsyncs"], 7);
+        assert_eq!(v["access"]["refused_attaches"], 2);
+        assert_eq!(v["access"]["refused_stats"], 0);
         assert_eq!(
             v["fs"]["checkpoints"].as_object().unwrap().len(),
             CheckpointCause::ALL.len()

@@ -38,7 +38,7 @@ mod serve_impl {
     use core::fmt;
 
     use fs::vfs::FileSystem;
-    use ninep::server::{Config as NinepConfig, Server};
+    use ninep::server::{Config as NinepConfig, Export, Server};
 
     use super::limits::{max_sockets, socket_buffer};
     use super::nic::{Nic, NicError};
@@ -67,7 +67,8 @@ mod serve_impl {
         }
     }
 
-    /// Brings up the NIC and the stack, and serves `fs` over 9P on `config.port`: spawns
+    /// Brings up the NIC and the stack, and serves `fs` over 9P on `config.port` with the
+    /// exports, allow-lists and groups of `config.access`: spawns
     /// the stack's poll task, the listener and the statistics reporter, and returns the
     /// service once the interface has an address.
     pub async fn serve<F: FileSystem + 'static>(
@@ -83,10 +84,14 @@ mod serve_impl {
             async move { stack.run().await }
         });
         let address = stack.wait_configured().await;
-        let config9p = NinepConfig {
+        let base = NinepConfig {
             clock: Some(|| crate::clock::now().as_nanos()),
             ..NinepConfig::default()
         };
+        let config9p = config.access.server_config(Export::root(""), base);
+        for e in &config9p.exports {
+            log::info!("9p: export {e} (clients: {})", config9p.allow_list(e));
+        }
         let server = Rc::new(Server::new(fs, config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets());
         let service = Service::new(stack, server, config.port, buffer);

@@ -114,6 +114,9 @@ impl<F: FileSystem + 'static> Service<F> {
             self.ended.take();
             let accepted = self.accept(&mut pool);
             for handle in accepted {
+                if !self.admitted(handle).await {
+                    continue;
+                }
                 self.stats.accepted.inc();
                 task::spawn(self.clone().connection(handle));
             }
@@ -168,6 +171,24 @@ impl<F: FileSystem + 'static> Service<F> {
             }
         });
         accepted
+    }
+
+    /// Whether the client of a just-accepted socket may stay: some export allows its
+    /// address (`ninep::server::Server::admit`, which counts refusals). If not, the
+    /// connection is reset and the socket freed.
+    async fn admitted(&self, handle: SocketHandle) -> bool {
+        let peer = self
+            .stack
+            .sockets
+            .borrow()
+            .get::<tcp::Socket>(handle)
+            .remote_endpoint();
+        if self.server.admit(peer.map(|ep| ip_of(ep.addr))) {
+            return true;
+        }
+        log::debug!("9p: {peer:?} refused: no export allows its address");
+        self.stack.reset_and_remove(handle).await;
+        false
     }
 
     /// Keeps `min(LISTEN_POOL, MAX_CONNECTIONS - active)` sockets listening.

@@ -3,6 +3,8 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::access::AllowList;
+
 /// Which users an export maps to its anonymous identity (like NFS's squash options).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Squash {
@@ -30,13 +32,17 @@ pub struct Export {
     pub anon_uid: u32,
     /// gid of squashed users.
     pub anon_gid: u32,
+    /// The clients that may attach to it; `None`: those of the server's
+    /// [`Config::allow`](super::Config::allow).
+    pub allow: Option<AllowList>,
 }
 
 /// uid/gid of `nobody` on Linux, the default anonymous identity.
 pub const NOBODY: u32 = 65534;
 
 impl Export {
-    /// The whole filesystem under `name`, read-write, no squashing.
+    /// The whole filesystem under `name`, read-write, no squashing, for the server's
+    /// allow-list.
     pub fn root(name: &str) -> Export {
         Export {
             name: name.into(),
@@ -45,6 +51,7 @@ impl Export {
             squash: Squash::None,
             anon_uid: NOBODY,
             anon_gid: NOBODY,
+            allow: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! single-threaded (`Rc`, `Cell`): the appliance has one CPU and the host runs one
 //! executor thread; concurrency comes from many request futures polled together.
 
+pub mod access;
 mod attr;
 mod dir;
 pub mod export;
@@ -28,6 +29,7 @@ use core::net::IpAddr;
 use fs::vfs::{Attr, Errno, FileSystem, FileType};
 
 use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
+pub use access::{AccessConfig, AllowList, Cidr};
 pub use export::{Export, Squash};
 pub use session::Session;
 use stats::{Counters, TimingCells};
@@ -51,6 +53,8 @@ pub struct Config {
     pub max_in_flight: usize,
     /// What attaching clients can select with `aname`.
     pub exports: Vec<Export>,
+    /// The clients that may attach to exports that have no allow-list of their own.
+    pub allow: AllowList,
     /// Group membership by uid (9P carries only a uid; without an entry a user is in no
     /// group, so only owner and other permission bits apply to it).
     pub groups: BTreeMap<u32, Vec<u32>>,
@@ -65,9 +69,17 @@ impl Default for Config {
             max_fids: 4096,
             max_in_flight: 128,
             exports: vec![Export::root("")],
+            allow: AllowList::Any,
             groups: BTreeMap::new(),
             clock: None,
         }
+    }
+}
+
+impl Config {
+    /// The clients that may attach to `export`: its own list, else [`Config::allow`].
+    pub fn allow_list<'a>(&'a self, export: &'a Export) -> &'a AllowList {
+        export.allow.as_ref().unwrap_or(&self.allow)
     }
 }
 
@@ -122,6 +134,17 @@ impl<F: FileSystem> Server<F> {
 
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Whether a client at `peer` may connect: some export's allow-list admits it. A
+    /// transport closes connections refused here right after accepting them (counted).
+    pub fn admit(&self, peer: Option<IpAddr>) -> bool {
+        let c = &self.config;
+        let admitted = c.exports.iter().any(|e| c.allow_list(e).admits(peer));
+        if !admitted {
+            self.counters.refused_connections();
+        }
+        admitted
     }
 
     /// A new session with a fresh connection id, for a client at `peer` (`None`: not

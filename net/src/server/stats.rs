@@ -62,6 +62,10 @@ counters! {
     datasyncs,
     /// `Twrite` requests answered successfully.
     writes,
+    /// Connections refused at accept: no export's allow-list admits the client's address.
+    refused_connections,
+    /// Attaches refused (`EACCES`) by the export's allow-list.
+    refused_attaches,
 }
 
 /// Time requests spent in the server (from decoding to the reply frame), by kind, when

@@ -79,6 +79,15 @@ impl<F: FileSystem> Server<F> {
             .iter()
             .find(|e| e.matches(aname))
             .ok_or(Errno::ENOENT)?;
+        if !self.config.allow_list(export).admits(s.peer()) {
+            log::debug!(
+                "9p: conn {}: attach to {export} refused for {:?}",
+                s.id(),
+                s.peer()
+            );
+            self.counters.refused_attaches();
+            return Err(Errno::EACCES);
+        }
         self.check_free(s, fid)?;
         let user = self.user_for(export, uname, n_uname);
         // The path to the export is the server's business: no permission checks on it.
