@@ -30,7 +30,9 @@
 //!
 //! Parsing is a pure function ([`Config::parse`]) that never fails: an unknown or malformed
 //! option is reported through the callback and ignored (the default, or an earlier valid
-//! occurrence, stays); a later valid occurrence overrides an earlier one.
+//! occurrence, stays); a later valid occurrence overrides an earlier one. It allocates
+//! (exports, allow-lists), so it runs once the heap exists; [`log_level`] reads just
+//! `log=` for what is logged before.
 
 use core::fmt;
 use core::net::Ipv4Addr;
@@ -39,6 +41,9 @@ use log::LevelFilter;
 use ninep::server::AccessConfig;
 
 use crate::pci::PciAddress;
+
+/// The default console log level (`log=`).
+pub const DEFAULT_LOG: LevelFilter = LevelFilter::Info;
 
 /// The default TCP port of the 9P server.
 pub const DEFAULT_9P_PORT: u16 = 564;
@@ -161,7 +166,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            log: LevelFilter::Info,
+            log: DEFAULT_LOG,
             ip: IpConfig::Dhcp,
             gateway: None,
             port: DEFAULT_9P_PORT,
@@ -323,6 +328,16 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The console log level `cmdline` asks for, as [`Config::parse`] would find it (the
+/// last valid `log=`), without allocating: for the lines logged before the heap exists.
+pub fn log_level(cmdline: &str) -> LevelFilter {
+    cmdline
+        .split_ascii_whitespace()
+        .rev()
+        .find_map(|option| parse_level(option.strip_prefix("log=")?).ok())
+        .unwrap_or(DEFAULT_LOG)
 }
 
 fn parse_port(v: &str) -> Result<u16, Option<&'static str>> {
@@ -582,6 +597,21 @@ mod tests {
         let (c, ignored) = parse("mkfs=yes stats=0 stats=http");
         assert_eq!(c, Config::default());
         assert_eq!(ignored.len(), 3, "{ignored:?}");
+    }
+
+    #[test]
+    fn early_log_level_agrees_with_the_full_parse() {
+        for cmdline in [
+            "",
+            "log=debug",
+            "log=warn port=1 log=trace",
+            "log=trace log=nope",
+            "log= log",
+            "export=x:/ log=error allow=bad",
+        ] {
+            assert_eq!(log_level(cmdline), parse(cmdline).0.log, "{cmdline:?}");
+        }
+        assert_eq!(log_level("log=trace log=nope"), LevelFilter::Trace);
     }
 
     #[test]

@@ -5,11 +5,11 @@ use core::time::Duration;
 
 use boot::BootInfo;
 use fs::model::ModelFs;
-use log::{error, info, warn, LevelFilter};
+use log::{error, info, warn};
 
 use crate::apic::{ioapic, lapic, pic};
 use crate::clock::rtc::WallClock;
-use crate::config::{Config, FsSource};
+use crate::config::{self, Config, FsSource};
 use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
 use crate::mm::setup::MemorySummary;
@@ -27,15 +27,13 @@ const DEFAULT_IOAPIC: u64 = 0xfec0_0000;
 /// The kernel's entry point (see `boot::entry_point!`).
 pub fn kmain(info: &'static BootInfo) -> ! {
     console::init();
-    klog::init(LevelFilter::Info);
+    klog::init(config::log_level(info.cmdline()));
     info!(
         "ninefold {} booting (PVH start info at {:#x})",
         env!("CARGO_PKG_VERSION"),
         info.start_info
     );
     info!("cmdline: \"{}\"", info.cmdline());
-    let config = Config::parse(info.cmdline(), |ignored| warn!("cmdline: {ignored}"));
-    log::set_max_level(config.log);
     if info.cmdline_truncated() {
         warn!(
             "cmdline: longer than {} bytes; the rest was ignored",
@@ -63,6 +61,8 @@ pub fn kmain(info: &'static BootInfo) -> ! {
         );
     }
     let mem = mm::setup::init(info);
+    // The heap exists: the whole command line can be parsed (exports allocate).
+    let config = Config::parse(info.cmdline(), |ignored| warn!("cmdline: {ignored}"));
     info!(
         "memory: {} MiB RAM, {} MiB managed; heap {} MiB in {} piece(s), {} MiB frames free for DMA",
         mem.ram_reported / MIB,
