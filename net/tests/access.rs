@@ -129,6 +129,26 @@ fn the_whole_filesystem_is_exported_only_while_no_export_is_named() {
     assert_eq!(c.attach(1, 0, "").unwrap(), public);
 }
 
+#[test]
+fn an_aname_selects_by_name_before_by_path() {
+    let server = configured(&[
+        ("export", "admin:/"),
+        ("export", "data:/srv:allow=192.0.2.1"),
+        ("export", "/srv:/srv:ro"),
+    ]);
+    let mut c = client_from(&server, "10.0.2.2");
+    c.attach(0, 0, "admin").unwrap();
+    c.mkdir(0, "srv", 0o755).unwrap();
+    // "/srv" is the name of an export the host may use, and the path of one it may not.
+    c.attach(1, 0, "/srv").unwrap();
+    assert_eq!(
+        c.mkdir(1, "x", 0o755),
+        Err(Errno::EROFS),
+        "the export named /srv"
+    );
+    assert_eq!(c.attach(2, 0, "data"), Err(Errno::EACCES));
+}
+
 /// The gid a non-root user asks for on each kind of create.
 const FOREIGN_GID: u32 = 0;
 

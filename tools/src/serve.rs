@@ -113,6 +113,8 @@ impl Clock for SystemClock {
 }
 
 impl ServeArgs {
+    /// The server configuration the options describe (the access options through the
+    /// kernel command line's parser).
     fn config(&self) -> Result<Config, String> {
         let mut access = AccessConfig::default();
         for spec in &self.exports {

@@ -55,11 +55,6 @@ impl Export {
         }
     }
 
-    /// Whether `aname` selects this export: its name, or its path (as diod takes paths).
-    pub fn matches(&self, aname: &[u8]) -> bool {
-        aname == self.name.as_bytes() || (!aname.is_empty() && aname == self.path.as_bytes())
-    }
-
     /// The path's components (empty for the root).
     pub fn components(&self) -> Vec<&[u8]> {
         self.path
@@ -77,4 +72,11 @@ impl Export {
             _ => (uid, false),
         }
     }
+}
+
+/// The export `aname` selects among `exports`: the one of that name, else the first
+/// whose path it is (as diod takes paths).
+pub fn select<'a>(exports: &'a [Export], aname: &[u8]) -> Option<&'a Export> {
+    let by_name = exports.iter().find(|e| e.name.as_bytes() == aname);
+    by_name.or_else(|| exports.iter().find(|e| e.path.as_bytes() == aname))
 }

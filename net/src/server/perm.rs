@@ -35,7 +35,8 @@ pub struct User {
     pub uid: u32,
     /// Groups the user is a member of (from [`crate::server::Config::groups`]).
     pub groups: Vec<u32>,
-    /// gid forced onto new files (squashed users); `None` uses the client's gid.
+    /// gid forced onto new files (squashed users); `None`: the gid the client names, if
+    /// the user may use it (see [`User::new_file`]).
     pub forced_gid: Option<u32>,
 }
 
