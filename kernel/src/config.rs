@@ -27,17 +27,30 @@
 //! | `benchtime=SECS` | seconds per benchmark workload | `10` |
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
 //! | `poweroff` | power off once boot is complete (for probes) | off |
+//! | `export=NAME:PATH[:OPT]...` | export directory PATH under aname NAME (repeatable; NAME may be empty); OPT: `ro`, `rw`, `squash=root\|all\|none`, `anonuid=N`, `anongid=N`, `allow=CIDR[,CIDR...]` | the whole filesystem at aname `""` (only while no `export=` is given) |
+//! | `allow=CIDR[,CIDR...]` | clients allowed by exports that name no `allow=` (`any`, an address, or a network) | `any` |
+//! | `group=UID:GID[,GID...]` | a uid's groups for permission checks (repeatable) | none |
+//! | `stats_allow=CIDR[,CIDR...]` | clients allowed on the counters port | the `allow=` list |
+//!
+//! The access options (the last four) are parsed by `ninep::server::access`, the same
+//! parser as `ninefold serve`'s.
 //!
 //! Parsing is a pure function ([`Config::parse`]) that never fails: an unknown or malformed
 //! option is reported through the callback and ignored (the default, or an earlier valid
-//! occurrence, stays); a later valid occurrence overrides an earlier one.
+//! occurrence, stays); a later valid occurrence overrides an earlier one. It allocates
+//! (exports, allow-lists), so it runs once the heap exists; [`log_level`] reads just
+//! `log=` for what is logged before.
 
 use core::fmt;
 use core::net::Ipv4Addr;
 
 use log::LevelFilter;
+use ninep::server::AccessConfig;
 
 use crate::pci::PciAddress;
+
+/// The default console log level (`log=`).
+pub const DEFAULT_LOG: LevelFilter = LevelFilter::Info;
 
 /// The default TCP port of the 9P server.
 pub const DEFAULT_9P_PORT: u16 = 564;
@@ -230,7 +243,7 @@ pub enum Bench {
 }
 
 /// The effective configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Console log level.
     pub log: LevelFilter,
@@ -266,12 +279,14 @@ pub struct Config {
     pub crash: Option<Crash>,
     /// Power off once boot is complete.
     pub poweroff: bool,
+    /// Exports, client allow-lists (9P and counters port) and group membership.
+    pub access: AccessConfig,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            log: LevelFilter::Info,
+            log: DEFAULT_LOG,
             ip: IpConfig::Dhcp,
             gateway: None,
             port: DEFAULT_9P_PORT,
@@ -288,6 +303,7 @@ impl Default for Config {
             bench_seconds: DEFAULT_BENCH_SECONDS,
             crash: None,
             poweroff: false,
+            access: AccessConfig::default(),
         }
     }
 }
@@ -416,6 +432,10 @@ impl Config {
                     _ => return Err(Some("expected dev")),
                 }
             }
+            "export" => self.access.add_export(need(value)?)?,
+            "allow" => self.access.set_allow(need(value)?)?,
+            "group" => self.access.add_group(need(value)?)?,
+            "stats_allow" => self.access.set_stats_allow(need(value)?)?,
             "selftest" | "poweroff" => {
                 if value.is_some() {
                     return Err(Some("is a flag and takes no value"));
@@ -433,6 +453,16 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The console log level `cmdline` asks for, as [`Config::parse`] would find it (the
+/// last valid `log=`), without allocating: for the lines logged before the heap exists.
+pub fn log_level(cmdline: &str) -> LevelFilter {
+    cmdline
+        .split_ascii_whitespace()
+        .rev()
+        .find_map(|option| parse_level(option.strip_prefix("log=")?).ok())
+        .unwrap_or(DEFAULT_LOG)
 }
 
 fn parse_port(v: &str) -> Result<u16, Option<&'static str>> {
@@ -562,6 +592,9 @@ impl fmt::Display for Config {
                 Crash::Panic => "panic",
             };
             write!(f, " crash={name}")?;
+        }
+        if self.access != AccessConfig::default() {
+            write!(f, " {}", self.access)?;
         }
         Ok(())
     }
@@ -716,6 +749,69 @@ mod tests {
         assert_eq!(c, Config::default());
         assert_eq!(ignored.len(), 6, "{ignored:?}");
         assert!(ignored[4].contains("needs a value"), "{ignored:?}");
+    }
+
+    #[test]
+    fn early_log_level_agrees_with_the_full_parse() {
+        for cmdline in [
+            "",
+            "log=debug",
+            "log=warn port=1 log=trace",
+            "log=trace log=nope",
+            "log= log",
+            "export=x:/ log=error allow=bad",
+        ] {
+            assert_eq!(log_level(cmdline), parse(cmdline).0.log, "{cmdline:?}");
+        }
+        assert_eq!(log_level("log=trace log=nope"), LevelFilter::Trace);
+    }
+
+    #[test]
+    fn access_options() {
+        let (c, ignored) = parse(
+            "export=:/srv:ro export=data:/srv/data:squash=all:allow=10.0.2.0/24 allow=10.0.2.2 group=1000:100,200 stats_allow=10.0.2.0/24",
+        );
+        assert!(ignored.is_empty(), "{ignored:?}");
+        let exports = c.access.named_exports();
+        assert_eq!(exports.len(), 2);
+        assert_eq!(
+            (exports[0].name.as_str(), exports[0].path.as_str()),
+            ("", "/srv")
+        );
+        assert!(exports[0].read_only);
+        assert_eq!(exports[1].squash, ninep::server::Squash::All);
+        let host = Some(core::net::IpAddr::V4(Ipv4Addr::new(10, 0, 2, 2)));
+        let guest = Some(core::net::IpAddr::V4(Ipv4Addr::new(10, 0, 2, 15)));
+        assert!(c.access.allow().admits(host) && !c.access.allow().admits(guest));
+        assert!(c.access.stats_allow().admits(guest));
+        assert_eq!(c.access.groups().get(&1000), Some(&std::vec![100, 200]));
+        assert_eq!(
+            c.to_string(),
+            "log=info ip=dhcp gw=none port=564 disk=auto export=:/srv:ro export=data:/srv/data:squash=all:allow=10.0.2.0/24 allow=10.0.2.2 stats_allow=10.0.2.0/24 group=1000:100,200"
+        );
+        assert_eq!(parse(&c.to_string()).0, c);
+        // stats_allow follows allow= unless given.
+        let (c, _) = parse("allow=192.0.2.0/24");
+        assert!(!c.access.stats_allow().admits(host));
+    }
+
+    #[test]
+    fn malformed_access_options_are_reported_and_ignored() {
+        let (c, ignored) = parse(
+            "export= export=data export=data:srv export=data:/:rw:squash=some allow= allow=10.0.2.15/24 allow=any,, group=1000 group=x:1 stats_allow=none",
+        );
+        assert_eq!(c, Config::default());
+        assert_eq!(ignored.len(), 10, "{ignored:#?}");
+        assert!(
+            ignored[3].contains("`export=data:/:rw:squash=some`"),
+            "{}",
+            ignored[3]
+        );
+        assert!(ignored[5].contains("past the prefix"), "{}", ignored[5]);
+        // An earlier valid allow= stays.
+        let (c, ignored) = parse("allow=10.0.2.2 allow=bad");
+        assert_eq!(ignored.len(), 1);
+        assert_eq!(c.access.allow().to_string(), "10.0.2.2");
     }
 
     #[test]

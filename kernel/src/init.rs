@@ -1,18 +1,20 @@
 //! Boot: from the boot crate's hand-off to the running executor.
 
+use alloc::rc::Rc;
 use core::time::Duration;
 
 use boot::BootInfo;
 use fs::model::ModelFs;
-use log::{error, info, warn, LevelFilter};
+use log::{error, info, warn};
 
 use crate::apic::{ioapic, lapic, pic};
 use crate::clock::rtc::WallClock;
-use crate::config::{Config, FsSource};
+use crate::config::{self, Config, FsSource};
 use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
 use crate::mm::setup::MemorySummary;
 use crate::monitor::{Monitor, Reporting};
+use crate::net::stats_port::PortStats;
 use crate::platform::{self, PlatformInfo};
 use crate::{bench, clock, crash, irq, klog, mm, net, pci, selftest, storage, task};
 
@@ -25,15 +27,13 @@ const DEFAULT_IOAPIC: u64 = 0xfec0_0000;
 /// The kernel's entry point (see `boot::entry_point!`).
 pub fn kmain(info: &'static BootInfo) -> ! {
     console::init();
-    klog::init(LevelFilter::Info);
+    klog::init(config::log_level(info.cmdline()));
     info!(
         "ninefold {} booting (PVH start info at {:#x})",
         env!("CARGO_PKG_VERSION"),
         info.start_info
     );
     info!("cmdline: \"{}\"", info.cmdline());
-    let config = Config::parse(info.cmdline(), |ignored| warn!("cmdline: {ignored}"));
-    log::set_max_level(config.log);
     if info.cmdline_truncated() {
         warn!(
             "cmdline: longer than {} bytes; the rest was ignored",
@@ -61,6 +61,8 @@ pub fn kmain(info: &'static BootInfo) -> ! {
         );
     }
     let mem = mm::setup::init(info);
+    // The heap exists: the whole command line can be parsed (exports allocate).
+    let config = Config::parse(info.cmdline(), |ignored| warn!("cmdline: {ignored}"));
     info!(
         "memory: {} MiB RAM, {} MiB managed; heap {} MiB in {} piece(s), {} MiB frames free for DMA",
         mem.ram_reported / MIB,
@@ -178,10 +180,15 @@ where
 {
     match net::serve(config, fs, mem.heap).await {
         Ok(service) => {
-            let monitor = Monitor::new(service.clone(), cache_limit);
+            let port_stats = Rc::new(PortStats::default());
+            let monitor = Monitor::new(service.clone(), cache_limit, port_stats.clone());
             task::spawn(monitor.clone().log_periodically());
             if let Some(port) = config.stats_port {
-                task::spawn(net::stats_port::run(service.stack().clone(), port, monitor));
+                let allow = config.access.stats_allow().clone();
+                let stack = service.stack().clone();
+                task::spawn(net::stats_port::run(
+                    stack, port, allow, port_stats, monitor,
+                ));
             }
             info!("ready: serving 9P on port {}", config.port);
         }

@@ -13,8 +13,8 @@ use fs::vfs::FileSystem;
 
 use crate::clock::rtc::WallClock;
 use crate::net::service::Service;
-use crate::net::stats_port::Source;
-use crate::report::{DeviceReport, FsReport, HeapReport, NinepReport, Snapshot};
+use crate::net::stats_port::{PortStats, Source};
+use crate::report::{AccessReport, DeviceReport, FsReport, HeapReport, NinepReport, Snapshot};
 use crate::storage::DiskFs;
 use crate::{clock, hal, task};
 
@@ -80,6 +80,7 @@ impl Reporting for DiskFs {
 pub struct Monitor<F: FileSystem + Reporting + 'static> {
     service: Rc<Service<F>>,
     cache_limit: u64,
+    port_stats: Rc<PortStats>,
 }
 
 impl<F: FileSystem + Reporting + 'static> core::fmt::Debug for Monitor<F> {
@@ -89,12 +90,13 @@ impl<F: FileSystem + Reporting + 'static> core::fmt::Debug for Monitor<F> {
 }
 
 impl<F: FileSystem + Reporting + 'static> Monitor<F> {
-    /// A monitor of `service` and the filesystem it serves (whose node cache is limited
-    /// to `cache_limit` bytes, 0 if it has none).
-    pub fn new(service: Rc<Service<F>>, cache_limit: usize) -> Rc<Self> {
+    /// A monitor of `service`, the filesystem it serves (whose node cache is limited
+    /// to `cache_limit` bytes, 0 if it has none) and the counters port (`port_stats`).
+    pub fn new(service: Rc<Service<F>>, cache_limit: usize, port_stats: Rc<PortStats>) -> Rc<Self> {
         Rc::new(Monitor {
             service,
             cache_limit: cache_limit as u64,
+            port_stats,
         })
     }
 
@@ -148,6 +150,9 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
             heap: HeapReport {
                 bytes: heap.claimed,
                 allocated: heap.allocated,
+            },
+            access: AccessReport {
+                refused_stats: self.port_stats.refused.get(),
             },
         }
     }

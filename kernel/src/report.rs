@@ -51,6 +51,8 @@ pub struct Snapshot {
     pub ninep: Option<NinepReport>,
     /// The kernel heap.
     pub heap: HeapReport,
+    /// Clients refused by the allow-lists.
+    pub access: AccessReport,
 }
 
 /// One block device: what it is and what was asked of it.
@@ -254,6 +256,15 @@ pub struct NinepReport {
     pub memory: ninep::memory::MemoryStats,
 }
 
+/// Clients refused by the allow-lists (`allow=`, an export's `allow=`, `stats_allow=`).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct AccessReport {
+    /// Counters-port connections reset: the client is not in `stats_allow=`. (The 9P
+    /// service's refusals, `refused_connections` and `refused_attaches`, are counters of
+    /// the 9P server: see [`NinepReport`].)
+    pub refused_stats: u64,
+}
+
 /// The kernel heap.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct HeapReport {
@@ -401,6 +412,7 @@ mod tests {
                 ..NinepReport::default()
             }),
             heap: HeapReport::default(),
+            access: AccessReport { refused_stats: 2 },
         }
     }
 
@@ -416,6 +428,8 @@ mod tests {
         assert_eq!(v["9p"]["fsyncs"], 7);
         assert_eq!(v["9p"]["write_ns"], 0);
         assert_eq!(v["9p"]["memory"]["charged"]["fids"], 0);
+        assert_eq!(v["access"]["refused_stats"], 2);
+        assert_eq!(v["9p"]["refused_attaches"], 0);
         assert_eq!(
             v["fs"]["checkpoints"].as_object().unwrap().len(),
             CheckpointCause::ALL.len()

@@ -6,7 +6,6 @@
 //! connection a local task driving a [`net::conn::Connection`] over its socket.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,7 +19,7 @@ use fs::model::ModelFs;
 use fs::vfs::{Clock, FileSystem, Timespec};
 use fs::volume::{MountOptions, NineFs};
 use net::conn::{Connection, Transport};
-use net::server::{Config, Export, Server, Squash, Timeouts};
+use net::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -36,23 +35,30 @@ pub struct ServeArgs {
     /// Serve an empty in-memory reference filesystem instead of an image (development).
     #[arg(long, conflicts_with = "image")]
     model: bool,
-    /// Refuse every change (`EROFS`).
+    /// Open the image read-only; the implicit export refuses every change (`EROFS`).
     #[arg(long)]
     read_only: bool,
-    /// Map users to the anonymous user: `root` (root_squash) or `all` (all_squash).
-    #[arg(long, value_enum, default_value_t = SquashArg::None)]
-    squash: SquashArg,
-    /// uid of squashed users.
-    #[arg(long, default_value_t = net::server::export::NOBODY)]
-    anon_uid: u32,
-    /// gid of squashed users.
-    #[arg(long, default_value_t = net::server::export::NOBODY)]
-    anon_gid: u32,
-    /// Also export directory PATH under aname NAME (same options); repeatable.
-    #[arg(long = "export", value_name = "NAME=PATH")]
+    /// Map users of the implicit export to the anonymous user: `root` (root_squash) or
+    /// `all` (all_squash).
+    #[arg(long, value_enum)]
+    squash: Option<SquashArg>,
+    /// uid of the implicit export's squashed users (default 65534).
+    #[arg(long)]
+    anon_uid: Option<u32>,
+    /// gid of the implicit export's squashed users (default 65534).
+    #[arg(long)]
+    anon_gid: Option<u32>,
+    /// Export directory PATH under aname NAME, as the kernel's `export=`; repeatable.
+    /// OPTs: ro, rw, squash=root|all|none, anonuid=N, anongid=N, allow=CIDR[,CIDR...].
+    /// Without any, the whole filesystem is exported at aname "".
+    #[arg(long = "export", value_name = "NAME:PATH[:OPT]...")]
     exports: Vec<String>,
+    /// Clients allowed by exports that name no allow=: CIDR[,CIDR...] or any. Others
+    /// are disconnected at accept (when no export allows them) or refused at attach.
+    #[arg(long, value_name = "CIDR[,CIDR...]", default_value = "any")]
+    allow: String,
     /// Group membership for permission checks, `UID:GID[,GID...]`; repeatable.
-    #[arg(long = "group", value_name = "UID:GIDS")]
+    #[arg(long = "group", value_name = "UID:GID[,GID...]")]
     groups: Vec<String>,
     /// Largest msize offered.
     #[arg(long, default_value_t = net::server::DEFAULT_MAX_MSIZE)]
@@ -123,47 +129,43 @@ impl Clock for SystemClock {
 }
 
 impl ServeArgs {
+    /// The server configuration the options describe (the access options through the
+    /// kernel command line's parser).
     fn config(&self) -> Result<Config, String> {
-        let squash = match self.squash {
-            SquashArg::None => Squash::None,
-            SquashArg::Root => Squash::Root,
-            SquashArg::All => Squash::All,
-        };
-        let export = |name: &str, path: &str| Export {
-            name: name.into(),
-            path: path.into(),
-            read_only: self.read_only,
-            squash,
-            anon_uid: self.anon_uid,
-            anon_gid: self.anon_gid,
-        };
-        let mut exports = vec![export("", "/")];
+        let mut access = AccessConfig::default();
         for spec in &self.exports {
-            let (name, path) = spec
-                .split_once('=')
-                .ok_or_else(|| format!("--export {spec}: expected NAME=PATH"))?;
-            exports.push(export(name, path));
+            access
+                .add_export(spec)
+                .map_err(|e| format!("--export {spec}: {e}"))?;
         }
-        let mut groups = BTreeMap::new();
+        access
+            .set_allow(&self.allow)
+            .map_err(|e| format!("--allow {}: {e}", self.allow))?;
         for spec in &self.groups {
-            let parse = || -> Option<(u32, Vec<u32>)> {
-                let (uid, gids) = spec.split_once(':')?;
-                let gids = gids
-                    .split(',')
-                    .map(|g| g.parse().ok())
-                    .collect::<Option<_>>()?;
-                Some((uid.parse().ok()?, gids))
-            };
-            let (uid, gids) =
-                parse().ok_or_else(|| format!("--group {spec}: expected UID:GID[,GID...]"))?;
-            groups.insert(uid, gids);
+            access
+                .add_group(spec)
+                .map_err(|e| format!("--group {spec}: {e}"))?;
         }
-        let mut config = Config {
+        let implicit_options =
+            self.squash.is_some() || self.anon_uid.is_some() || self.anon_gid.is_some();
+        if implicit_options && !self.exports.is_empty() {
+            return Err(
+                "--squash, --anon-uid and --anon-gid are for the implicit export; with --export give them as its options (squash=, anonuid=, anongid=)".into(),
+            );
+        }
+        let mut implicit = Export::root("");
+        implicit.read_only = self.read_only;
+        implicit.squash = match self.squash {
+            None | Some(SquashArg::None) => Squash::None,
+            Some(SquashArg::Root) => Squash::Root,
+            Some(SquashArg::All) => Squash::All,
+        };
+        implicit.anon_uid = self.anon_uid.unwrap_or(implicit.anon_uid);
+        implicit.anon_gid = self.anon_gid.unwrap_or(implicit.anon_gid);
+        let base = Config {
             max_msize: self.msize,
             max_fids: self.max_fids,
             max_in_flight: self.max_in_flight,
-            exports,
-            groups,
             clock: Some(monotonic_ns),
             timeouts: Timeouts {
                 handshake_ns: self.handshake_timeout * NS_PER_SEC,
@@ -172,6 +174,7 @@ impl ServeArgs {
             },
             ..Config::default()
         };
+        let mut config = access.server_config(implicit, base);
         config.memory = config.memory_for(self.memory_mib << 20);
         Ok(config)
     }
@@ -192,6 +195,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let local = tokio::task::LocalSet::new();
     if args.model {
         let server = Rc::new(Server::new(ModelFs::new(SystemClock), config));
+        log_exports(server.config());
         return local.block_on(&runtime, serve(server, args.listen, args.max_connections));
     }
     let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
@@ -206,6 +210,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
     log::info!("mounted {}", image.display());
     let server = Rc::new(Server::new(fs, config));
+    log_exports(server.config());
     local.block_on(
         &runtime,
         serve(server.clone(), args.listen, args.max_connections),
@@ -218,6 +223,13 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("{}: final sync: {e}", image.display()))?;
     log::info!("synced {}", image.display());
     Ok(())
+}
+
+/// Logs what is exported, and to whom.
+fn log_exports(config: &Config) {
+    for e in &config.exports {
+        log::info!("9p: export {e} (clients: {})", config.allow_list(e));
+    }
 }
 
 /// Resolves when the process is asked to stop (SIGINT or SIGTERM).
@@ -278,6 +290,11 @@ async fn serve<F: FileSystem + 'static>(
                 continue;
             }
         };
+        if !server.admit(Some(peer.ip())) {
+            log::warn!("9p: {peer}: refused, no export allows this address");
+            drop(stream);
+            continue;
+        }
         if live.get() >= max_connections && !server.reclaim_slot() {
             log::warn!("9p: {peer}: refused, {max_connections} connections already");
             drop(stream);

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 
 use fs::vfs::Errno;
 use net::testing::{Client, Exchange};
-use net::wire::open_flags;
+use net::wire::{open_flags, setattr};
 
 /// One request, one reply, over a blocking socket.
 struct Tcp(TcpStream);
@@ -126,6 +126,90 @@ fn export_options_from_the_command_line() {
     let mut c = connect(&served);
     c.attach(0, 0, "").unwrap();
     assert_eq!(c.mkdir(0, "x", 0o755), Err(Errno::EROFS));
+}
+
+#[test]
+fn named_exports_allow_lists_and_groups() {
+    let served = serve(&[
+        "--export",
+        "admin:/:allow=127.0.0.1",
+        "--export",
+        "pub:/pub:squash=all",
+        "--export",
+        "ro:/:ro",
+        "--export",
+        "far:/:allow=192.0.2.0/24,fd00::/8",
+        "--allow",
+        "127.0.0.0/8",
+        "--group",
+        "1000:100",
+    ]);
+    let mut c = connect(&served);
+    // Exports are named: aname "" is gone.
+    assert_eq!(c.attach(0, 0, ""), Err(Errno::ENOENT));
+    c.attach(0, 0, "admin").unwrap();
+    c.mkdir(0, "pub", 0o777).unwrap();
+    c.walk(0, 1, "").unwrap();
+    c.lcreate(1, "team", open_flags::RDWR, 0o660).unwrap();
+    c.setattr(1, setattr::GID, 0, 0, 100, 0).unwrap();
+    assert_eq!(c.attach(2, 0, "far"), Err(Errno::EACCES));
+    c.attach(3, 0, "ro").unwrap();
+    assert_eq!(c.mkdir(3, "x", 0o755), Err(Errno::EROFS));
+    // all_squash: created as nobody.
+    c.attach(4, 1000, "pub").unwrap();
+    c.walk(4, 5, "").unwrap();
+    c.lcreate(5, "anon", open_flags::RDWR, 0o644).unwrap();
+    let st = c.getattr(5).unwrap();
+    assert_eq!((st.uid, st.gid), (65534, 65534));
+    // --group: uid 1000 is in group 100, uid 1001 is not.
+    c.attach(6, 1000, "admin").unwrap();
+    c.walk(6, 7, "team").unwrap();
+    c.lopen(7, open_flags::RDWR).unwrap();
+    c.attach(8, 1001, "admin").unwrap();
+    c.walk(8, 9, "team").unwrap();
+    assert_eq!(c.lopen(9, open_flags::RDWR), Err(Errno::EACCES));
+}
+
+#[test]
+fn clients_no_export_allows_are_disconnected() {
+    let served = serve(&["--allow", "192.0.2.0/24"]);
+    let mut s = TcpStream::connect(&served.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut version = Vec::new();
+    net::wire::Tmsg::Version {
+        msize: 8192,
+        version: b"9P2000.L",
+    }
+    .encode(0xffff, &mut version)
+    .unwrap();
+    // The server may close before or after this arrives: either way, no reply.
+    let _ = s.write_all(&version);
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(n) => assert_eq!(n, 0, "a refused client got a reply"),
+        Err(e) => assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "not closed"),
+    }
+}
+
+#[test]
+fn malformed_access_options_are_clear_errors() {
+    for args in [
+        &["--export", "data=/srv"][..],
+        &["--export", "data:/:squash=some"],
+        &["--allow", "10.0.2.15/24"],
+        &["--group", "1000"],
+        &["--export", "data:/", "--squash", "all"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+            .args(["serve", "--model", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("ninefold serve:"), "{args:?}: {err}");
+    }
 }
 
 fn ninefold(args: &[&str]) -> std::process::Output {

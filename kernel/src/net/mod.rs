@@ -38,7 +38,7 @@ mod serve_impl {
     use core::fmt;
 
     use fs::vfs::FileSystem;
-    use ninep::server::{Config as NinepConfig, Server, Timeouts};
+    use ninep::server::{Config as NinepConfig, Export, Server, Timeouts};
 
     use super::limits::{client_memory, max_sockets, socket_buffer};
     use super::nic::{Nic, NicError};
@@ -69,7 +69,8 @@ mod serve_impl {
         }
     }
 
-    /// Brings up the NIC and the stack, and serves `fs` over 9P on `config.port`: spawns
+    /// Brings up the NIC and the stack, and serves `fs` over 9P on `config.port` with the
+    /// exports, allow-lists and groups of `config.access`: spawns
     /// the stack's poll task, the listener and the statistics reporter, and returns the
     /// service once the interface has an address.
     pub async fn serve<F: FileSystem + 'static>(
@@ -86,7 +87,7 @@ mod serve_impl {
         });
         let address = stack.wait_configured().await;
         let limits = &config.ninep;
-        let mut config9p = NinepConfig {
+        let base = NinepConfig {
             max_msize: limits.msize,
             max_fids: limits.max_fids,
             max_in_flight: limits.max_in_flight,
@@ -98,6 +99,10 @@ mod serve_impl {
             },
             ..NinepConfig::default()
         };
+        let mut config9p = config.access.server_config(Export::root(""), base);
+        for e in &config9p.exports {
+            log::info!("9p: export {e} (clients: {})", config9p.allow_list(e));
+        }
         let client_mem = match limits.client_mem_mib {
             Some(mib) => (mib as usize) << 20,
             None => client_memory(heap_bytes),

@@ -134,8 +134,11 @@ impl<F: FileSystem + 'static> Service<F> {
             self.ended.take();
             let accepted = self.accept(&mut pool);
             for handle in accepted {
+                if !self.admitted(handle).await {
+                    continue;
+                }
                 if self.stats.active() as usize >= self.max_conns && !self.server.reclaim_slot() {
-                    self.refuse(handle);
+                    self.refuse(handle).await;
                     continue;
                 }
                 self.stats.accepted.inc();
@@ -194,26 +197,39 @@ impl<F: FileSystem + 'static> Service<F> {
         accepted
     }
 
+    /// Whether the client of a just-accepted socket may stay: some export allows its
+    /// address (`ninep::server::Server::admit`, which counts refusals). If not, the
+    /// connection is reset and the socket freed.
+    async fn admitted(&self, handle: SocketHandle) -> bool {
+        let peer = self
+            .stack
+            .sockets
+            .borrow()
+            .get::<tcp::Socket>(handle)
+            .remote_endpoint();
+        if self.server.admit(peer.map(|ep| ip_of(ep.addr))) {
+            return true;
+        }
+        log::debug!("9p: {peer:?} refused: no export allows its address");
+        self.stack.reset_and_remove(handle).await;
+        false
+    }
+
     /// Resets a client that connected at the connection limit, when no slot could be
     /// reclaimed for it.
-    fn refuse(&self, handle: SocketHandle) {
+    async fn refuse(&self, handle: SocketHandle) {
         self.stats.refused.inc();
-        let mut sockets = self.stack.sockets.borrow_mut();
-        let s = sockets.get_mut::<tcp::Socket>(handle);
+        let peer = self
+            .stack
+            .sockets
+            .borrow()
+            .get::<tcp::Socket>(handle)
+            .remote_endpoint();
         log::warn!(
-            "9p: {:?}: refused: {} connections open, none idle",
-            s.remote_endpoint(),
+            "9p: {peer:?}: refused: {} connections open, none idle",
             self.stats.active()
         );
-        s.abort();
-        // The poll task sends the reset; the socket is freed once it is closed.
-        drop(sockets);
-        self.stack.kick();
-        let stack = self.stack.clone();
-        task::spawn(async move {
-            super::stack::yield_now().await;
-            stack.sockets.borrow_mut().remove(handle);
-        });
+        self.stack.reset_and_remove(handle).await;
     }
 
     /// Keeps up to [`LISTEN_POOL`] sockets listening while fewer than the limit plus

@@ -19,7 +19,7 @@ use core::task::Poll;
 use core::time::Duration;
 
 use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
-use smoltcp::socket::dhcpv4;
+use smoltcp::socket::{dhcpv4, tcp};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Cidr};
 
 use super::nic::{Interrupts, Nic};
@@ -114,6 +114,15 @@ impl Stack {
     /// Asks the poll task to run soon (a socket has data to send or room to receive).
     pub fn kick(&self) {
         self.kick.signal();
+    }
+
+    /// Resets the connection on socket `h` and frees the socket, once the poll task has
+    /// had its chance to send the reset.
+    pub async fn reset_and_remove(&self, h: SocketHandle) {
+        self.sockets.borrow_mut().get_mut::<tcp::Socket>(h).abort();
+        self.kick();
+        yield_now().await;
+        self.sockets.borrow_mut().remove(h);
     }
 
     /// The interface's address, once configured.

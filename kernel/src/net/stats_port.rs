@@ -3,7 +3,8 @@
 //! ADDR 5641` prints JSON, `echo stat | nc ADDR 5641` prints `/sys/block`-style lines,
 //! `curl http://ADDR:5641/` works too. The request formats are in [`crate::report`].
 //!
-//! It changes nothing and holds nothing between connections. At most
+//! It changes nothing and holds nothing between connections. Clients outside its
+//! allow-list (`stats_allow=`, default `allow=`) are reset at once, and counted. At most
 //! [`MAX_CLIENTS`] are answered at once (more are reset); each gets small buffers.
 
 use alloc::rc::Rc;
@@ -14,10 +15,12 @@ use core::future::poll_fn;
 use core::task::Poll;
 use core::time::Duration;
 
+use ninep::server::AllowList;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
 
 use super::stack::Stack;
+use super::stats::Counter;
 use crate::report::{Request, Snapshot};
 use crate::task;
 
@@ -40,16 +43,32 @@ pub trait Source {
     async fn snapshot(&self) -> Snapshot;
 }
 
-/// Serves `source` on TCP `port` for as long as the appliance runs.
-pub async fn run<S: Source + 'static>(stack: Rc<Stack>, port: u16, source: Rc<S>) {
+/// The counters service's own counters.
+#[derive(Debug, Default)]
+pub struct PortStats {
+    /// Connections reset at once: the client's address is not in the allow-list.
+    pub refused: Counter,
+}
+
+/// Serves `source` on TCP `port` to the clients `allow` admits, for as long as the
+/// appliance runs.
+pub async fn run<S: Source + 'static>(
+    stack: Rc<Stack>,
+    port: u16,
+    allow: AllowList,
+    stats: Rc<PortStats>,
+    source: Rc<S>,
+) {
     let busy = Rc::new(Cell::new(0usize));
-    log::info!("stats: counters service on port {port} (JSON; `stat` for /sys/block-style lines)");
+    log::info!(
+        "stats: counters service on port {port}, clients: {allow} (JSON; `stat` for /sys/block-style lines)"
+    );
     loop {
         let Some(h) = listen(&stack, port) else {
             task::sleep(Duration::from_secs(1)).await;
             continue;
         };
-        let state = poll_fn(|cx| {
+        let (state, peer) = poll_fn(|cx| {
             let mut sockets = stack.sockets.borrow_mut();
             let s = sockets.get_mut::<tcp::Socket>(h);
             match s.state() {
@@ -57,16 +76,19 @@ pub async fn run<S: Source + 'static>(stack: Rc<Stack>, port: u16, source: Rc<S>
                     s.register_recv_waker(cx.waker());
                     Poll::Pending
                 }
-                state => Poll::Ready(state),
+                state => Poll::Ready((state, s.remote_endpoint())),
             }
         })
         .await;
-        if state == State::Closed || busy.get() >= MAX_CLIENTS {
-            // A handshake that failed, or too many clients: reset and listen afresh.
-            stack.sockets.borrow_mut().get_mut::<tcp::Socket>(h).abort();
-            stack.kick();
-            super::stack::yield_now().await;
-            stack.sockets.borrow_mut().remove(h);
+        let admitted = allow.admits(peer.map(|ep| ep.addr.into()));
+        if !admitted && state != State::Closed {
+            stats.refused.inc();
+            log::debug!("stats: {peer:?} refused: not in stats_allow");
+        }
+        if state == State::Closed || !admitted || busy.get() >= MAX_CLIENTS {
+            // A handshake that failed, a client not allowed, or too many clients: reset
+            // and listen afresh.
+            stack.reset_and_remove(h).await;
             continue;
         }
         busy.set(busy.get() + 1);

@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 use fs::vfs::{Errno, FileSystem, FileType, FsResult, SetAttr, SetTime, Timespec};
 
 use super::fid::FidState;
-use super::perm::{User, MAY_WRITE};
+use super::perm::{User, MAY_WRITE, S_ISGID};
 use super::session::Session;
 use super::{qid_of, reply, Server};
 use crate::wire::{getattr, setattr, Rmsg, V9FS_MAGIC};
@@ -76,24 +76,35 @@ impl<F: FileSystem> Server<F> {
         let user = f.user();
         let opened_for_write = matches!(f.state, FidState::Open(m) if m.write);
         let mut ch = SetAttr::default();
-        if req.valid & setattr::MODE != 0 {
-            if !user.owns(&attr) {
-                return Err(Errno::EPERM);
-            }
-            ch.mode = Some(req.mode & 0o7777);
-        }
+        // Ownership as Linux's `chown_ok`/`chgrp_ok`: root, or the owner keeping the uid
+        // and giving the file to a group they are in (or keeping its group).
+        let owner = user.uid == attr.uid;
         if req.valid & setattr::UID != 0 {
-            if req.uid != attr.uid && !user.is_root() {
+            let allowed = owner && req.uid == attr.uid;
+            if !user.is_root() && !allowed {
                 return Err(Errno::EPERM);
             }
             ch.uid = Some(req.uid);
         }
         if req.valid & setattr::GID != 0 {
-            let own_group = user.uid == attr.uid && user.in_group(req.gid);
-            if req.gid != attr.gid && !user.is_root() && !own_group {
+            let allowed = owner && (req.gid == attr.gid || user.in_group(req.gid));
+            if !user.is_root() && !allowed {
                 return Err(Errno::EPERM);
             }
             ch.gid = Some(req.gid);
+        }
+        if req.valid & setattr::MODE != 0 {
+            if !user.owns(&attr) {
+                return Err(Errno::EPERM);
+            }
+            // As Linux's `setattr_copy`: set-gid only for root or a member of the file's
+            // (new) group.
+            let gid = ch.gid.unwrap_or(attr.gid);
+            let mut mode = req.mode & 0o7777;
+            if !user.may_use_group(gid) {
+                mode &= !S_ISGID;
+            }
+            ch.mode = Some(mode);
         }
         if req.valid & setattr::SIZE != 0 {
             if attr.file_type() == FileType::Directory {

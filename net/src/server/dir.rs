@@ -4,7 +4,7 @@
 use alloc::rc::Rc;
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, Owner};
+use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult};
 
 use super::fid::{Fid, FidState, Parent};
 use super::perm::{User, MAY_EXEC, MAY_WRITE};
@@ -47,13 +47,6 @@ impl<F: FileSystem> Server<F> {
         let attr = self.fs.getattr(d.ino).await?;
         d.user().check(&attr, MAY_WRITE | MAY_EXEC)?;
         Ok((d, attr))
-    }
-
-    fn owner(user: &User, gid: u32) -> Owner {
-        Owner {
-            uid: user.uid,
-            gid: user.create_gid(gid),
-        }
     }
 
     pub(super) async fn readdir(
@@ -124,10 +117,10 @@ impl<F: FileSystem> Server<F> {
         mode: u32,
         gid: u32,
     ) -> FsResult<Vec<u8>> {
-        let (d, _) = self.dir_for_change(s, dfid).await?;
+        let (d, dattr) = self.dir_for_change(s, dfid).await?;
         check_entry_name(name)?;
-        let owner = Self::owner(d.user(), gid);
-        let attr = self.fs.mkdir(d.ino, name, mode & 0o7777, owner).await?;
+        let new = d.user().new_file(&dattr, gid, mode, FileType::Directory);
+        let attr = self.fs.mkdir(d.ino, name, new.perm, new.owner).await?;
         Ok(reply(tag, &Rmsg::Mkdir { qid: qid_of(&attr) }))
     }
 
@@ -142,18 +135,22 @@ impl<F: FileSystem> Server<F> {
         (major, minor): (u32, u32),
         gid: u32,
     ) -> FsResult<Vec<u8>> {
-        let (d, _) = self.dir_for_change(s, dfid).await?;
+        let (d, dattr) = self.dir_for_change(s, dfid).await?;
         check_entry_name(name)?;
-        let owner = Self::owner(d.user(), gid);
-        let attr = match FileType::from_mode(mode).ok_or(Errno::EINVAL)? {
-            FileType::Regular => self.fs.create(d.ino, name, mode & 0o7777, owner).await?,
+        let kind = FileType::from_mode(mode).ok_or(Errno::EINVAL)?;
+        let new = d.user().new_file(&dattr, gid, mode, kind);
+        let attr = match kind {
+            FileType::Regular => self.fs.create(d.ino, name, new.perm, new.owner).await?,
             FileType::Directory | FileType::Symlink => return Err(Errno::EINVAL),
             FileType::CharDevice | FileType::BlockDevice if !d.user().is_root() => {
                 return Err(Errno::EPERM)
             }
             _ => {
                 let rdev = encode_dev(major, minor);
-                self.fs.mknod(d.ino, name, mode, rdev, owner).await?
+                let full_mode = mode & !0o7777 | new.perm;
+                self.fs
+                    .mknod(d.ino, name, full_mode, rdev, new.owner)
+                    .await?
             }
         };
         Ok(reply(tag, &Rmsg::Mknod { qid: qid_of(&attr) }))
@@ -168,13 +165,13 @@ impl<F: FileSystem> Server<F> {
         target: &[u8],
         gid: u32,
     ) -> FsResult<Vec<u8>> {
-        let (d, _) = self.dir_for_change(s, dfid).await?;
+        let (d, dattr) = self.dir_for_change(s, dfid).await?;
         check_entry_name(name)?;
         if target.is_empty() || target.contains(&0) {
             return Err(Errno::EINVAL);
         }
-        let owner = Self::owner(d.user(), gid);
-        let attr = self.fs.symlink(d.ino, name, target, owner).await?;
+        let new = d.user().new_file(&dattr, gid, 0o777, FileType::Symlink);
+        let attr = self.fs.symlink(d.ino, name, target, new.owner).await?;
         Ok(reply(tag, &Rmsg::Symlink { qid: qid_of(&attr) }))
     }
 

@@ -3,6 +3,8 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::access::AllowList;
+
 /// Which users an export maps to its anonymous identity (like NFS's squash options).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Squash {
@@ -30,13 +32,17 @@ pub struct Export {
     pub anon_uid: u32,
     /// gid of squashed users.
     pub anon_gid: u32,
+    /// The clients that may attach to it; `None`: those of the server's
+    /// [`Config::allow`](super::Config::allow).
+    pub allow: Option<AllowList>,
 }
 
 /// uid/gid of `nobody` on Linux, the default anonymous identity.
 pub const NOBODY: u32 = 65534;
 
 impl Export {
-    /// The whole filesystem under `name`, read-write, no squashing.
+    /// The whole filesystem under `name`, read-write, no squashing, for the server's
+    /// allow-list.
     pub fn root(name: &str) -> Export {
         Export {
             name: name.into(),
@@ -45,12 +51,8 @@ impl Export {
             squash: Squash::None,
             anon_uid: NOBODY,
             anon_gid: NOBODY,
+            allow: None,
         }
-    }
-
-    /// Whether `aname` selects this export: its name, or its path (as diod takes paths).
-    pub fn matches(&self, aname: &[u8]) -> bool {
-        aname == self.name.as_bytes() || (!aname.is_empty() && aname == self.path.as_bytes())
     }
 
     /// The path's components (empty for the root).
@@ -70,4 +72,11 @@ impl Export {
             _ => (uid, false),
         }
     }
+}
+
+/// The export `aname` selects among `exports`: the one of that name, else the first
+/// whose path it is (as diod takes paths).
+pub fn select<'a>(exports: &'a [Export], aname: &[u8]) -> Option<&'a Export> {
+    let by_name = exports.iter().find(|e| e.name.as_bytes() == aname);
+    by_name.or_else(|| exports.iter().find(|e| e.path.as_bytes() == aname))
 }

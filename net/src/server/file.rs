@@ -4,7 +4,7 @@
 use alloc::rc::Rc;
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, Owner, SetAttr};
+use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, SetAttr};
 
 use super::fid::{Fid, FidState, OpenMode, Parent};
 use super::locks::{range_end, Lock, LockKind, LockOwner};
@@ -106,17 +106,14 @@ impl<F: FileSystem> Server<F> {
         perm: u32,
         gid: u32,
     ) -> FsResult<Vec<u8>> {
-        let (dir, _) = self.dir_for_change(s, fid).await?;
+        let (dir, dattr) = self.dir_for_change(s, fid).await?;
         if !matches!(dir.state, FidState::Path) {
             return Err(Errno::EBADF);
         }
         check_name(name)?;
         let mode = open_mode(flags)?;
-        let owner = Owner {
-            uid: dir.user().uid,
-            gid: dir.user().create_gid(gid),
-        };
-        let attr = match self.fs.create(dir.ino, name, perm & 0o7777, owner).await {
+        let new = dir.user().new_file(&dattr, gid, perm, FileType::Regular);
+        let attr = match self.fs.create(dir.ino, name, new.perm, new.owner).await {
             Ok(attr) => attr,
             // O_CREAT without O_EXCL opens an existing file, as open(2) does.
             Err(Errno::EEXIST) if flags & open_flags::EXCL == 0 => {

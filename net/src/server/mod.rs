@@ -10,6 +10,7 @@
 //! the appliance has one CPU and the host runs one executor thread; concurrency comes
 //! from many request futures polled together.
 
+pub mod access;
 mod attr;
 mod dir;
 pub mod export;
@@ -34,6 +35,7 @@ use fs::vfs::{Attr, Errno, FileSystem, FileType};
 
 use crate::memory::{Budget, MemoryConfig, MemoryStats, Refused};
 use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
+pub use access::{AccessConfig, AllowList, Cidr};
 pub use export::{Export, Squash};
 pub use housekeeping::Timeouts;
 pub use session::{Activity, Session};
@@ -58,6 +60,8 @@ pub struct Config {
     pub max_in_flight: usize,
     /// What attaching clients can select with `aname`.
     pub exports: Vec<Export>,
+    /// The clients that may attach to exports that have no allow-list of their own.
+    pub allow: AllowList,
     /// Group membership by uid (9P carries only a uid; without an entry a user is in no
     /// group, so only owner and other permission bits apply to it).
     pub groups: BTreeMap<u32, Vec<u32>>,
@@ -101,6 +105,7 @@ impl Default for Config {
             max_fids: 4096,
             max_in_flight: 128,
             exports: vec![Export::root("")],
+            allow: AllowList::Any,
             groups: BTreeMap::new(),
             clock: None,
             memory: MemoryConfig::for_limit(
@@ -110,6 +115,13 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             cpu_quantum_ns: DEFAULT_CPU_QUANTUM_NS,
         }
+    }
+}
+
+impl Config {
+    /// The clients that may attach to `export`: its own list, else [`Config::allow`].
+    pub fn allow_list<'a>(&'a self, export: &'a Export) -> &'a AllowList {
+        export.allow.as_ref().unwrap_or(&self.allow)
     }
 }
 
@@ -169,6 +181,17 @@ impl<F: FileSystem> Server<F> {
 
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Whether a client at `peer` may connect: some export's allow-list admits it. A
+    /// transport closes connections refused here right after accepting them (counted).
+    pub fn admit(&self, peer: Option<IpAddr>) -> bool {
+        let c = &self.config;
+        let admitted = c.exports.iter().any(|e| c.allow_list(e).admits(peer));
+        if !admitted {
+            self.counters.refused_connections();
+        }
+        admitted
     }
 
     /// The memory budget's state and counters.

@@ -4,10 +4,14 @@
 //! checks each request against the attaching user's uid and groups with the classic
 //! owner/group/other bits, root (uid 0, unless squashed) bypassing read/write checks and
 //! directory search checks.
+//!
+//! A user never gets a group they are not in: the gid a create names is honoured only
+//! for root or a member (else the directory's group, the BSD rule), and a set-gid file
+//! keeps that bit only if its creator, or whoever chmods it, is root or in its group.
 
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileType, FsResult};
+use fs::vfs::{Attr, Errno, FileType, FsResult, Owner};
 
 /// Read permission bit.
 pub const MAY_READ: u32 = 4;
@@ -17,6 +21,12 @@ pub const MAY_WRITE: u32 = 2;
 pub const MAY_EXEC: u32 = 1;
 /// The sticky bit of a directory: only owners may delete or rename its entries.
 const S_ISVTX: u32 = 0o1000;
+/// The set-group-ID bit: a file runs as its group; a directory's new entries get its
+/// group.
+pub const S_ISGID: u32 = 0o2000;
+/// The bits `mkdir` takes from the request (Linux's `S_IRWXUGO | S_ISVTX`); set-gid
+/// comes only from the parent.
+const MKDIR_BITS: u32 = 0o1777;
 
 /// The identity of an attached user, after export squashing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,8 +35,18 @@ pub struct User {
     pub uid: u32,
     /// Groups the user is a member of (from [`crate::server::Config::groups`]).
     pub groups: Vec<u32>,
-    /// gid forced onto new files (squashed users); `None` uses the client's gid.
+    /// gid forced onto new files (squashed users); `None`: the gid the client names, if
+    /// the user may use it (see [`User::new_file`]).
     pub forced_gid: Option<u32>,
+}
+
+/// Owner and permission bits of a file about to be created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewFile {
+    /// Its uid and gid.
+    pub owner: Owner,
+    /// Its permission bits (`0o7777` at most).
+    pub perm: u32,
 }
 
 impl User {
@@ -40,9 +60,40 @@ impl User {
         self.groups.contains(&gid)
     }
 
-    /// The gid a new file gets when the client asks for `requested`.
-    pub fn create_gid(&self, requested: u32) -> u32 {
-        self.forced_gid.unwrap_or(requested)
+    /// Whether the user is root or in group `gid`: may own files in it, set-gid ones too.
+    pub fn may_use_group(&self, gid: u32) -> bool {
+        self.is_root() || self.in_group(gid)
+    }
+
+    /// Owner and bits of a new `kind` entry of `dir` that the client asks to create with
+    /// group `requested` and bits `perm` (as Linux's `inode_init_owner`):
+    /// - group: a set-gid directory's own; else a squashed user's anonymous gid; else
+    ///   `requested` if [`User::may_use_group`], else the directory's (the BSD rule);
+    /// - a new directory is set-gid if its parent is, and takes no other set-id bits;
+    /// - anything else keeps `S_ISGID` only if the user may use its group.
+    pub fn new_file(&self, dir: &Attr, requested: u32, perm: u32, kind: FileType) -> NewFile {
+        let setgid_dir = dir.mode & S_ISGID != 0;
+        let gid = if setgid_dir {
+            dir.gid
+        } else if let Some(anon) = self.forced_gid {
+            anon
+        } else if self.may_use_group(requested) {
+            requested
+        } else {
+            dir.gid
+        };
+        let perm = perm & 0o7777;
+        let perm = if kind == FileType::Directory {
+            perm & MKDIR_BITS | if setgid_dir { S_ISGID } else { 0 }
+        } else if self.may_use_group(gid) {
+            perm
+        } else {
+            perm & !S_ISGID
+        };
+        NewFile {
+            owner: Owner { uid: self.uid, gid },
+            perm,
+        }
     }
 
     /// Checks `want` ([`MAY_READ`] | [`MAY_WRITE`] | [`MAY_EXEC`]) on `attr`: `EACCES`.
@@ -140,6 +191,58 @@ mod tests {
             Err(Errno::EACCES)
         );
         assert_eq!(root.check(&attr(0o040_000, 5, 5), MAY_EXEC), Ok(()));
+    }
+
+    fn squashed(anon: u32) -> User {
+        User {
+            uid: anon,
+            groups: alloc::vec![anon],
+            forced_gid: Some(anon),
+        }
+    }
+
+    #[test]
+    fn new_files_get_a_requested_group_only_from_members() {
+        let dir = attr(0o040_777, 0, 50);
+        let member = user(1000, &[100]);
+        let new = member.new_file(&dir, 100, 0o644, FileType::Regular);
+        assert_eq!((new.owner.uid, new.owner.gid, new.perm), (1000, 100, 0o644));
+        // Naming a foreign group gets the directory's instead, and no set-gid bit.
+        let new = member.new_file(&dir, 0, 0o2755, FileType::Regular);
+        assert_eq!((new.owner.gid, new.perm), (50, 0o755));
+        // Root may name any group; set-gid kept.
+        let new = user(0, &[]).new_file(&dir, 7, 0o2755, FileType::Regular);
+        assert_eq!((new.owner.uid, new.owner.gid, new.perm), (0, 7, 0o2755));
+        // A member keeps set-gid on a file of their group.
+        let new = member.new_file(&dir, 100, 0o2755, FileType::Regular);
+        assert_eq!(new.perm, 0o2755);
+        // Squashed users get their anonymous gid, whatever they name.
+        let new = squashed(65534).new_file(&dir, 0, 0o2644, FileType::Regular);
+        assert_eq!(
+            (new.owner.uid, new.owner.gid, new.perm),
+            (65534, 65534, 0o2644)
+        );
+    }
+
+    #[test]
+    fn set_gid_directories_pass_on_their_group() {
+        let dir = attr(0o042_775, 0, 100);
+        let outsider = user(1000, &[]);
+        let new = outsider.new_file(&dir, 1000, 0o2755, FileType::Regular);
+        // The directory's group, but a set-gid file only for members.
+        assert_eq!((new.owner.gid, new.perm), (100, 0o755));
+        let new = user(1001, &[100]).new_file(&dir, 5, 0o2755, FileType::Regular);
+        assert_eq!((new.owner.gid, new.perm), (100, 0o2755));
+        // New directories inherit the group and the set-gid bit, whoever makes them.
+        let new = outsider.new_file(&dir, 1000, 0o755, FileType::Directory);
+        assert_eq!((new.owner.gid, new.perm), (100, 0o2755));
+        // Squashed users too (the directory's group beats the anonymous gid).
+        let new = squashed(65534).new_file(&dir, 0, 0o644, FileType::Regular);
+        assert_eq!(new.owner.gid, 100);
+        // Outside set-gid directories, mkdir drops set-id bits and keeps sticky.
+        let plain = attr(0o040_777, 0, 0);
+        let new = user(0, &[]).new_file(&plain, 0, 0o7777, FileType::Directory);
+        assert_eq!(new.perm, 0o1777);
     }
 
     #[test]

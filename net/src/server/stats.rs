@@ -81,6 +81,10 @@ counters! {
     enomem_replies,
     /// Times a connection's task gave the CPU to others after its quantum.
     cpu_yields,
+    /// Connections refused at accept: no export's allow-list admits the client's address.
+    refused_connections,
+    /// Attaches refused (`EACCES`) by the export's allow-list.
+    refused_attaches,
 }
 
 /// Time requests spent in the server (from decoding to the reply frame), by kind, when

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, ROOT_INO};
 
-use super::export::Export;
+use super::export::{self, Export};
 use super::fid::{Fid, FidState, Mount, Parent};
 use super::perm::{User, MAY_EXEC};
 use super::session::{BindError, Session};
@@ -80,12 +80,16 @@ impl<F: FileSystem> Server<F> {
         aname: &[u8],
         n_uname: u32,
     ) -> FsResult<Vec<u8>> {
-        let export = self
-            .config
-            .exports
-            .iter()
-            .find(|e| e.matches(aname))
-            .ok_or(Errno::ENOENT)?;
+        let export = export::select(&self.config.exports, aname).ok_or(Errno::ENOENT)?;
+        if !self.config.allow_list(export).admits(s.peer()) {
+            log::debug!(
+                "9p: conn {}: attach to {export} refused for {:?}",
+                s.id(),
+                s.peer()
+            );
+            self.counters.refused_attaches();
+            return Err(Errno::EACCES);
+        }
         self.check_free(s, fid)?;
         let user = self.user_for(export, uname, n_uname);
         // The path to the export is the server's business: no permission checks on it.
