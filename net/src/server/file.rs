@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, Owner, SetAttr};
 
 use super::fid::{Fid, FidState, OpenMode, Parent};
-use super::locks::{range_end, Lock, LockKind, LockOwner};
+use super::locks::{range_end, LockError, LockKind, LockOwner};
 use super::perm::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::session::Session;
 use super::{check_name, qid_of, reply, Server};
@@ -21,6 +21,17 @@ pub(super) struct LockReq<'a> {
     pub length: u64,
     pub proc_id: u32,
     pub client_id: &'a [u8],
+}
+
+impl LockReq<'_> {
+    /// The lock owner the request speaks for.
+    fn owner(&self, s: &Session) -> LockOwner<'_> {
+        LockOwner {
+            conn: s.id(),
+            client_id: self.client_id,
+            proc_id: self.proc_id,
+        }
+    }
 }
 
 /// The access an open asks for: `EINVAL` for the access mode 3.
@@ -321,37 +332,22 @@ impl<F: FileSystem> Server<F> {
         let FidState::Open(mode) = f.state else {
             return Err(Errno::EBADF);
         };
-        let owner = LockOwner {
-            conn: s.id(),
-            client_id: req.client_id.to_vec(),
-            proc_id: req.proc_id,
-        };
+        let owner = req.owner(s);
         let end = range_end(req.start, req.length);
-        let kind = match req.lock_type {
-            lock::UNLCK => {
-                self.locks
-                    .borrow_mut()
-                    .unlock(f.ino, &owner, req.start, end);
-                return Ok(reply(
-                    tag,
-                    &Rmsg::Lock {
-                        status: lock::SUCCESS,
-                    },
-                ));
+        let mut locks = self.locks.borrow_mut();
+        let granted = match req.lock_type {
+            lock::UNLCK => locks.unlock(f.ino, &owner, req.start, end).map(|()| true),
+            lock::RDLCK | lock::WRLCK => {
+                let kind = match req.lock_type {
+                    lock::RDLCK if mode.read => LockKind::Read,
+                    lock::WRLCK if mode.write => LockKind::Write,
+                    _ => return Err(Errno::EBADF),
+                };
+                locks.lock(f.ino, &owner, fid, kind, req.start, end)
             }
-            lock::RDLCK if mode.read => LockKind::Read,
-            lock::WRLCK if mode.write => LockKind::Write,
-            lock::RDLCK | lock::WRLCK => return Err(Errno::EBADF),
             _ => return Err(Errno::EINVAL),
-        };
-        let new = Lock {
-            owner,
-            fid,
-            kind,
-            start: req.start,
-            end,
-        };
-        let granted = self.locks.borrow_mut().lock(f.ino, new);
+        }
+        .map_err(|e| self.refused(e))?;
         let status = if granted {
             lock::SUCCESS
         } else {
@@ -360,6 +356,11 @@ impl<F: FileSystem> Server<F> {
         Ok(reply(tag, &Rmsg::Lock { status }))
     }
 
+    /// `Tgetlock`: the lock that stands in the way of the one described, or `UNLCK`.
+    /// Linux asks with type `UNLCK` ("is anything in the way?": `v9fs_file_getlock`
+    /// has already found no conflict among its own processes' locks and lost the type
+    /// `F_GETLK` asked about), which is answered as for a write lock: any lock of another
+    /// owner.
     pub(super) async fn getlock(
         &self,
         s: &Session,
@@ -373,35 +374,30 @@ impl<F: FileSystem> Server<F> {
         }
         let kind = match req.lock_type {
             lock::RDLCK => LockKind::Read,
-            lock::WRLCK => LockKind::Write,
+            lock::WRLCK | lock::UNLCK => LockKind::Write,
             _ => return Err(Errno::EINVAL),
         };
-        let owner = LockOwner {
-            conn: s.id(),
-            client_id: req.client_id.to_vec(),
-            proc_id: req.proc_id,
-        };
         let end = range_end(req.start, req.length);
-        let locks = self.locks.borrow();
-        let msg = match locks.conflict(f.ino, &owner, kind, req.start, end) {
-            Some(held) => {
-                let lock_type = match held.kind {
+        let held = self
+            .locks
+            .borrow()
+            .conflict(f.ino, &req.owner(s), kind, req.start, end)
+            .map_err(|e| self.refused(e))?;
+        let msg = match &held {
+            Some(held) => Rmsg::Getlock {
+                lock_type: match held.kind {
                     LockKind::Read => lock::RDLCK,
                     LockKind::Write => lock::WRLCK,
-                };
-                let length = if held.end == u64::MAX {
+                },
+                start: held.start,
+                length: if held.end == u64::MAX {
                     0
                 } else {
                     held.end - held.start + 1
-                };
-                Rmsg::Getlock {
-                    lock_type,
-                    start: held.start,
-                    length,
-                    proc_id: held.owner.proc_id,
-                    client_id: &held.owner.client_id,
-                }
-            }
+                },
+                proc_id: held.proc_id,
+                client_id: &held.client_id,
+            },
             None => Rmsg::Getlock {
                 lock_type: lock::UNLCK,
                 start: req.start,
@@ -411,5 +407,15 @@ impl<F: FileSystem> Server<F> {
             },
         };
         Ok(reply(tag, &msg))
+    }
+
+    /// Counts a refused lock request; its errno.
+    fn refused(&self, e: LockError) -> Errno {
+        match e {
+            LockError::ConnLimit => self.counters.conn_lock_limit_hits(),
+            LockError::TotalLimit => self.counters.lock_limit_hits(),
+            LockError::ClientIdTooLong => self.counters.long_client_ids(),
+        }
+        e.errno()
     }
 }
