@@ -11,14 +11,14 @@
 //! them.
 //!
 //! Every operation costs O(log n) plus the locks it changes, whatever else is held:
-//! - each inode's locks are an interval tree ([`tree`]) that finds a conflicting lock
+//! - each inode's locks are an interval tree (`tree`) that finds a conflicting lock
 //!   without stepping over the requester's own or compatible ones;
 //! - each owner's locks are also kept by `(owner, inode, start)`, which is what
 //!   unlocking, replacing and merging walk, and by `(connection, fid)`, which is what a
 //!   clunk releases; a connection's locks are a range of the former.
 //!
 //! Limits: most locks per connection and overall (`ENOLCK` beyond), longest client id
-//! (`EINVAL` beyond). Client ids are interned per connection ([`clients`]).
+//! (`EINVAL` beyond). Client ids are interned per connection (`clients`).
 
 mod clients;
 mod tree;
@@ -210,7 +210,9 @@ pub struct LockTable {
     held: BTreeMap<HeldKey, Held>,
     /// Every lock, by the connection and fid it was taken through.
     by_fid: BTreeSet<FidKey>,
+    /// Per connection holding locks: their count and client ids.
     conns: BTreeMap<u64, ConnLocks>,
+    /// Locks held in all.
     len: usize,
 }
 
@@ -238,10 +240,7 @@ impl LockTable {
         end: u64,
     ) -> Result<Option<HeldLock>, LockError> {
         self.check_client_id(owner)?;
-        let found = self
-            .inodes
-            .get(&ino)
-            .and_then(|t| t.first_conflict(self.key_of(owner), kind, start, end));
+        let found = self.first_conflict(ino, owner, kind, start, end);
         Ok(found.map(|l| self.describe(&l)))
     }
 
@@ -257,7 +256,8 @@ impl LockTable {
         start: u64,
         end: u64,
     ) -> Result<bool, LockError> {
-        if self.conflict(ino, owner, kind, start, end)?.is_some() {
+        self.check_client_id(owner)?;
+        if self.first_conflict(ino, owner, kind, start, end).is_some() {
             return Ok(false);
         }
         let new = Held { end, kind, fid };
@@ -352,6 +352,18 @@ impl LockTable {
         } else {
             Ok(())
         }
+    }
+
+    fn first_conflict(
+        &self,
+        ino: Ino,
+        owner: &LockOwner<'_>,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+    ) -> Option<TreeLock> {
+        let tree = self.inodes.get(&ino)?;
+        tree.first_conflict(self.key_of(owner), kind, start, end)
     }
 
     /// The key of `owner`, if its client id is interned (otherwise it holds nothing).
