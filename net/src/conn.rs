@@ -171,6 +171,16 @@ impl<F: FileSystem + 'static> core::fmt::Debug for Connection<F> {
     }
 }
 
+impl<F: FileSystem + 'static> Drop for Connection<F> {
+    /// A connection dropped without [`Connection::shutdown`] (a transport that gave up,
+    /// a test) still drops its POSIX locks, which would otherwise block other clients
+    /// forever. (Its open files are not released: that takes the filesystem's async
+    /// `release`.)
+    fn drop(&mut self) {
+        self.server.drop_locks(&self.session);
+    }
+}
+
 /// A byte stream a [`Connection`] can [`Connection::run`] over (poll-style, so it maps
 /// directly onto smoltcp's socket wakers or tokio's `AsyncRead`/`AsyncWrite`).
 pub trait Transport {

@@ -357,13 +357,22 @@ impl Account {
             n.set(n.get() + 1);
             return Err(r);
         }
-        b.commit(extra as isize);
+        self.force(what, bytes);
+        Ok(())
+    }
+
+    /// Takes `bytes` for `what` whatever the limits say: for memory that exists already
+    /// and must be accounted (an estimate charged in advance fell short).
+    pub fn force(&self, what: Use, bytes: usize) {
+        let b = &self.budget;
+        let before = self.charged.get();
+        let after = before.saturating_add(bytes);
+        b.commit((after.max(self.reserved) - before.max(self.reserved)) as isize);
         self.charged.set(after);
         let u = &self.by_use[what.index()];
         u.set(u.get() + bytes);
         let g = &b.charged[what.index()];
         g.set(g.get() + bytes);
-        Ok(())
     }
 
     /// Gives back `bytes` taken for `what`, waking the tasks waiting for memory.

@@ -498,3 +498,33 @@ fn an_unfinished_frame_counts_as_unused_memory_after_the_stall_time() {
     }
     assert!(shed >= 1, "no slow client was shed");
 }
+
+#[test]
+fn lock_records_are_charged_to_their_connection_and_given_back() {
+    // 1 MiB of budget: an eighth (128 KiB) for a connection's held state.
+    let server = server_with(MIB);
+    let mut c = client(&server);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "").unwrap();
+    c.lcreate(1, "f", RDWR, 0o644).unwrap();
+    let mut granted = 0u64;
+    let refused = loop {
+        match c.lock(1, net::wire::lock::WRLCK, 2 * granted, 1, 1) {
+            Ok(_) => granted += 1,
+            Err(e) => break e,
+        }
+        assert!(granted < 10_000, "no limit");
+    };
+    assert_eq!(refused, Errno::ENOLCK);
+    let account = c.io.conn.session().account().clone();
+    assert_eq!(
+        account.charged_for(net::memory::Use::Locks),
+        server.lock_bytes(c.io.conn.session())
+    );
+    assert!(account.held() <= server.config().memory.held_per_connection);
+    assert!(server.memory().refused.locks > 0);
+    // Closing the file drops its locks and their memory.
+    c.clunk(1).unwrap();
+    assert_eq!(account.charged_for(net::memory::Use::Locks), 0);
+    assert_eq!(server.lock_count(), 0);
+}

@@ -255,6 +255,251 @@ fn locks_between_connections() {
     assert_eq!(a.lock(0, lock::WRLCK, 0, 0, 1).unwrap(), lock::SUCCESS);
 }
 
+/// `Tlock` for a given client id; the status.
+fn lock_as<X: net::testing::Exchange>(
+    c: &mut net::testing::Client<X>,
+    fid: u32,
+    lock_type: u8,
+    start: u64,
+    proc_id: u32,
+    client_id: &[u8],
+) -> Result<u8, Errno> {
+    let msg = Tmsg::Lock {
+        fid,
+        lock_type,
+        flags: 0,
+        start,
+        length: 1,
+        proc_id,
+        client_id,
+    };
+    let reply = c.rpc(&msg)?;
+    match Rmsg::decode(&reply).unwrap().1 {
+        Rmsg::Lock { status } => Ok(status),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// `Tgetlock` for a given client id; the reply's fields.
+fn getlock_as<X: net::testing::Exchange>(
+    c: &mut net::testing::Client<X>,
+    fid: u32,
+    lock_type: u8,
+    (start, length): (u64, u64),
+    client_id: &[u8],
+) -> Result<(u8, u64, u64, u32, Vec<u8>), Errno> {
+    let msg = Tmsg::Getlock {
+        fid,
+        lock_type,
+        start,
+        length,
+        proc_id: 99,
+        client_id,
+    };
+    let reply = c.rpc(&msg)?;
+    match Rmsg::decode(&reply).unwrap().1 {
+        Rmsg::Getlock {
+            lock_type,
+            start,
+            length,
+            proc_id,
+            client_id,
+        } => Ok((lock_type, start, length, proc_id, client_id.to_vec())),
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn getlock_unlck_asks_whether_anything_is_in_the_way() {
+    // Linux sends every Tgetlock with type UNLCK (v9fs_file_getlock), after finding no
+    // conflict among its own processes' locks: the answer is any other owner's lock.
+    let server = model_server(Config::default());
+    let mut a = client(&server);
+    let mut b = client(&server);
+    a.attach(0, 0, "").unwrap();
+    a.lcreate(0, "f", RDWR, 0o644).unwrap();
+    b.attach(0, 0, "").unwrap();
+    b.walk(0, 1, "f").unwrap();
+    b.lopen(1, RDWR).unwrap();
+    b.walk(0, 2, "f").unwrap(); // walked, not opened: may test too
+    let free = (lock::UNLCK, 5, 0, 99, b"node-b".to_vec());
+    assert_eq!(
+        getlock_as(&mut b, 1, lock::UNLCK, (5, 0), b"node-b"),
+        Ok(free)
+    );
+
+    assert_eq!(a.lock(0, lock::RDLCK, 10, 20, 1).unwrap(), lock::SUCCESS);
+    let held = (lock::RDLCK, 10, 20, 1, b"test".to_vec());
+    assert_eq!(
+        getlock_as(&mut b, 1, lock::UNLCK, (0, 0), b"node-b"),
+        Ok(held.clone())
+    );
+    assert_eq!(
+        getlock_as(&mut b, 2, lock::UNLCK, (29, 1), b"node-b"),
+        Ok(held)
+    );
+    assert_eq!(
+        getlock_as(&mut b, 1, lock::UNLCK, (30, 5), b"node-b")
+            .unwrap()
+            .0,
+        lock::UNLCK,
+        "past the lock"
+    );
+    // A read lock is not in the way of a reader; RDLCK and WRLCK are answered as asked.
+    assert_eq!(b.getlock(1, lock::RDLCK, 0, 0, 7).unwrap().0, lock::UNLCK);
+    assert_eq!(b.getlock(1, lock::WRLCK, 0, 0, 7).unwrap().0, lock::RDLCK);
+    // The holder's own locks are never in its way; another process's are.
+    assert_eq!(a.getlock(0, lock::UNLCK, 0, 0, 1).unwrap().0, lock::UNLCK);
+    assert_eq!(
+        a.getlock(0, lock::UNLCK, 0, 0, 2).unwrap(),
+        (lock::RDLCK, 10, 20, 1)
+    );
+    // A write lock to end of file is reported with length 0.
+    assert_eq!(b.lock(1, lock::WRLCK, 100, 0, 7).unwrap(), lock::SUCCESS);
+    assert_eq!(
+        a.getlock(0, lock::UNLCK, 50, 0, 1).unwrap(),
+        (lock::WRLCK, 100, 0, 7)
+    );
+    assert_eq!(b.getlock(1, 7, 0, 0, 7), Err(Errno::EINVAL));
+}
+
+#[test]
+fn lock_limits_are_enolck() {
+    let server = model_server(Config {
+        max_locks_per_conn: 3,
+        max_locks: 5,
+        ..Config::default()
+    });
+    let mut a = client(&server);
+    let mut b = client(&server);
+    a.attach(0, 0, "").unwrap();
+    a.lcreate(0, "f", RDWR, 0o644).unwrap();
+    b.attach(0, 0, "").unwrap();
+    b.walk(0, 1, "f").unwrap();
+    b.lopen(1, RDWR).unwrap();
+    for i in 0..3 {
+        assert_eq!(a.lock(0, lock::RDLCK, 10 * i, 1, 1), Ok(lock::SUCCESS));
+    }
+    assert_eq!(a.lock(0, lock::RDLCK, 100, 1, 1), Err(Errno::ENOLCK));
+    // Growing a lock until it merges with the next takes no room; cutting a hole does.
+    assert_eq!(a.lock(0, lock::RDLCK, 0, 10, 1), Ok(lock::SUCCESS));
+    assert_eq!(a.lock(0, lock::RDLCK, 30, 1, 1), Ok(lock::SUCCESS));
+    assert_eq!(a.lock(0, lock::UNLCK, 5, 1, 1), Err(Errno::ENOLCK));
+    assert_eq!(server.stats().conn_lock_limit_hits, 2);
+    for i in 0..2 {
+        assert_eq!(
+            b.lock(1, lock::RDLCK, 200 + 10 * i, 1, 7),
+            Ok(lock::SUCCESS)
+        );
+    }
+    assert_eq!(server.lock_count(), 5);
+    assert_eq!(b.lock(1, lock::RDLCK, 300, 1, 7), Err(Errno::ENOLCK));
+    assert_eq!(server.stats().lock_limit_hits, 1);
+    // Room again once a's fid is clunked.
+    a.clunk(0).unwrap();
+    assert_eq!(b.lock(1, lock::RDLCK, 300, 1, 7), Ok(lock::SUCCESS));
+}
+
+#[test]
+fn client_ids_are_bounded_and_stored_once() {
+    let server = model_server(Config::default());
+    let mut c = client(&server);
+    c.attach(0, 0, "").unwrap();
+    c.lcreate(0, "f", RDWR, 0o644).unwrap();
+    let longest = [b'x'; 256];
+    for i in 0..100 {
+        assert_eq!(
+            lock_as(&mut c, 0, lock::WRLCK, 2 * i, 1, &longest),
+            Ok(lock::SUCCESS)
+        );
+    }
+    let too_long = [b'x'; 257];
+    assert_eq!(
+        lock_as(&mut c, 0, lock::WRLCK, 500, 1, &too_long),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        getlock_as(&mut c, 0, lock::UNLCK, (0, 0), &too_long),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(server.stats().long_client_ids, 2);
+    // 100 lock records and one copy of the id.
+    let bytes = server.lock_bytes(c.io.conn.session());
+    let records = 100 * net::server::locks::LOCK_RECORD_BYTES;
+    assert!(
+        (records + 256..records + 512).contains(&bytes),
+        "{bytes} bytes for 100 locks of {} bytes",
+        net::server::locks::LOCK_RECORD_BYTES
+    );
+    c.clunk(0).unwrap();
+    assert_eq!(server.lock_bytes(c.io.conn.session()), 0);
+}
+
+/// How long lock requests take while one connection holds 40,000 locks on the file (run
+/// with `--ignored --nocapture`; the review found 1.4 ms per request with a scan).
+#[test]
+#[ignore = "timing: prints figures, asserts nothing about them"]
+fn lock_requests_with_40000_locks_held() {
+    let server = model_server(Config {
+        max_locks_per_conn: 100_000,
+        max_locks: 100_000,
+        ..Config::default()
+    });
+    let mut a = client(&server);
+    let mut b = client(&server);
+    a.attach(0, 0, "").unwrap();
+    a.lcreate(0, "f", RDWR, 0o644).unwrap();
+    b.attach(0, 0, "").unwrap();
+    b.walk(0, 1, "f").unwrap();
+    b.lopen(1, RDWR).unwrap();
+    let id = [b'n'; 64];
+    for i in 0..40_000 {
+        assert_eq!(
+            lock_as(&mut a, 0, lock::WRLCK, 2 * i, 99, &id),
+            Ok(lock::SUCCESS)
+        );
+    }
+    let rounds = 10_000u64;
+    let time = |what: &str, f: &mut dyn FnMut(u64)| {
+        let t0 = std::time::Instant::now();
+        for i in 0..rounds {
+            f(i);
+        }
+        println!(
+            "{what}: {:.2} µs per request",
+            t0.elapsed().as_secs_f64() * 1e6 / rounds as f64
+        );
+    };
+    time(
+        "another connection's Tgetlock(UNLCK) over the whole file",
+        &mut |_| {
+            assert_eq!(b.getlock(1, lock::UNLCK, 0, 0, 7).unwrap().0, lock::WRLCK);
+        },
+    );
+    time(
+        "the holder's Tgetlock(UNLCK) over the whole file",
+        &mut |_| {
+            let reply = getlock_as(&mut a, 0, lock::UNLCK, (0, 0), &id).unwrap();
+            assert_eq!(reply.0, lock::UNLCK);
+        },
+    );
+    time(
+        "another connection's Tlock + unlock of a free byte",
+        &mut |i| {
+            let off = 2 * (i % 40_000) + 1;
+            assert_eq!(b.lock(1, lock::WRLCK, off, 1, 7).unwrap(), lock::SUCCESS);
+            assert_eq!(b.lock(1, lock::UNLCK, off, 1, 7).unwrap(), lock::SUCCESS);
+        },
+    );
+    time("the holder's relock of one of its bytes", &mut |i| {
+        let off = 2 * (i % 40_000);
+        assert_eq!(
+            lock_as(&mut a, 0, lock::RDLCK, off, 99, &id),
+            Ok(lock::SUCCESS)
+        );
+    });
+}
+
 #[test]
 fn teardown_releases_open_files() {
     let server = model_server(Config::default());

@@ -7,9 +7,11 @@
 //! guest left behind, kills the appliance, requires `ninefold fsck` to find the image
 //! clean, boots it again and finds the file the guest fsynced.
 //!
-//! A second test runs the same job over a guest-to-guest link with jumbo frames.
+//! A second test runs the same job over a guest-to-guest link with jumbo frames; a third
+//! checks POSIX locks as Linux applications see them (`fcntl(F_GETLK)` across two mounts,
+//! sqlite3).
 //!
-//! Host ports: 15830; UDP 15832-15833 (the jumbo link).
+//! Host ports: 15830; UDP 15832-15833 (the jumbo link); 15834 (locks).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -54,48 +56,79 @@ fn guest_dir() -> PathBuf {
     guest
 }
 
-/// Runs the file-operation job in the Linux guest (networked by `net_args` for
-/// `run-guest`) against the appliance `vm` at `addr`:564-or-`port`; fails the test
-/// unless every check passed. The guest writes `fsops/kept.txt` holding
-/// `ninefold TOKEN\n` and fsyncs it; returns that content.
-fn run_fsops(vm: &mut Running, net_args: &[&str], addr: &str, port: u16, name: &str) -> String {
+/// Runs `job` (a script of `tests/guest/job/`) with `args` in the Linux guest, networked
+/// by `net_args` for `run-guest`, with `env` (`K=V`); fails the test (showing `vm`'s
+/// console too) unless the job exits 0 after printing its summary line
+/// `NAME: N passed, 0 failed` (NAME: the script's name) with at least `min_checks`
+/// checks.
+fn run_job(
+    vm: &mut Running,
+    name: &str,
+    net_args: &[&str],
+    env: &[String],
+    job: &str,
+    args: &[&str],
+    min_checks: u32,
+) {
     let guest = guest_dir();
-    let token = format!("{:x}", std::process::id() as u64 * 2654435761);
     let console = std::env::temp_dir().join(format!("ninefold-{name}-{}.log", std::process::id()));
-    let run = Command::new(guest.join("run-guest"))
-        .args(["--name", name, "--timeout", "400"])
+    let mut run = Command::new(guest.join("run-guest"));
+    run.args(["--name", name, "--timeout", "400"])
         .args(net_args)
         .arg("--log")
-        .arg(&console)
-        .arg("--env")
-        .arg(format!("NF_SMOKE_TOKEN={token}"))
-        .args(["--env", "NF_FSOPS_XATTR=1"])
-        .arg(guest.join("job/fsops.sh"))
-        .args([addr, &port.to_string(), "/"])
+        .arg(&console);
+    for e in env {
+        run.arg("--env").arg(e);
+    }
+    let run = run
+        .arg(guest.join("job").join(job))
+        .args(args)
         .output()
         .expect("running tests/guest/run-guest");
     // The guest's console: one "ok"/"not ok" line per check and the summary.
     let stdout = std::fs::read_to_string(&console).unwrap_or_default();
     let _ = std::fs::remove_file(&console);
     let stderr = String::from_utf8_lossy(&run.stderr);
+    let label = format!("{}: ", job.trim_end_matches(".sh"));
     let summary = stdout
         .lines()
-        .find(|l| l.contains("fsops: ") && l.contains(" passed, "))
+        .find(|l| l.contains(&label) && l.contains(" passed, "))
         .map(str::to_string);
     if !run.status.success() || summary.as_deref().is_none_or(|s| !s.contains(" 0 failed")) {
         vm.fail(&format!(
-            "the guest's file operations failed ({:?}; {summary:?})\n--- guest console\n{stdout}\n--- run-guest\n{}{stderr}",
+            "the guest's {job} failed ({:?}; {summary:?})\n--- guest console\n{stdout}\n--- run-guest\n{}{stderr}",
             run.status,
             String::from_utf8_lossy(&run.stdout)
         ));
     }
     let passed: u32 = summary
         .as_deref()
-        .and_then(|s| s.split("fsops: ").nth(1))
+        .and_then(|s| s.split(&label).nth(1))
         .and_then(|s| s.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    assert!(passed >= 40, "only {passed} checks ran:\n{stdout}");
+    assert!(passed >= min_checks, "only {passed} checks ran:\n{stdout}");
+}
+
+/// Runs the file-operation job (`fsops.sh`, with xattrs) against the appliance `vm` at
+/// `addr`:`port`. The guest writes `fsops/kept.txt` holding `ninefold TOKEN\n` and
+/// fsyncs it; returns that content.
+fn run_fsops(vm: &mut Running, net_args: &[&str], addr: &str, port: u16, name: &str) -> String {
+    let token = format!("{:x}", std::process::id() as u64 * 2654435761);
+    let env = [
+        format!("NF_SMOKE_TOKEN={token}"),
+        "NF_FSOPS_XATTR=1".to_string(),
+    ];
+    let port = port.to_string();
+    run_job(
+        vm,
+        name,
+        net_args,
+        &env,
+        "fsops.sh",
+        &[addr, &port, "/"],
+        40,
+    );
     format!("ninefold {token}\n")
 }
 
@@ -185,4 +218,32 @@ fn linux_guest_mounts_the_appliance_over_jumbo_frames() {
     serial.expect_no_line("!!!");
     serial.expect_line("mtu=9000");
     image.fsck();
+}
+
+/// POSIX locks through a real Linux client (`tests/guest/job/locks.sh`): the guest mounts
+/// the appliance (serving an in-memory filesystem) twice, and `fcntl(F_GETLK)` through
+/// one mount reports nothing on a free file and the lock a process holds through the
+/// other mount (Linux sends every `Tgetlock` with type `UNLCK`); sqlite3 in
+/// `journal_mode=persist`, whose hot-journal check is an `F_GETLK`, commits.
+#[test]
+fn linux_guest_sees_posix_locks_across_mounts() {
+    let port = 15834;
+    let mut vm = Qemu::appliance()
+        .memory("128M")
+        .append("fs=memory")
+        .virtio_net_forward(port, 564)
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    vm.wait_for_line("9p: listening on");
+    let port = port.to_string();
+    run_job(
+        &mut vm,
+        "locks",
+        &["--net", "user"],
+        &[],
+        "locks.sh",
+        &["10.0.2.2", &port],
+        10,
+    );
+    vm.stop().expect_no_line("!!!");
 }

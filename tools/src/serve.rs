@@ -69,6 +69,15 @@ pub struct ServeArgs {
     /// Most requests in flight per connection.
     #[arg(long, default_value_t = Config::default().max_in_flight)]
     max_in_flight: usize,
+    /// Most POSIX locks per connection (`ENOLCK` beyond).
+    #[arg(long, default_value_t = Config::default().max_locks_per_conn)]
+    max_locks_per_conn: usize,
+    /// Most POSIX locks of all connections together (`ENOLCK` beyond).
+    #[arg(long, default_value_t = Config::default().max_locks)]
+    max_locks: usize,
+    /// Longest client id in a lock request, in bytes (`EINVAL` beyond).
+    #[arg(long, default_value_t = Config::default().max_lock_client_id)]
+    max_lock_client_id: usize,
     /// Most simultaneous connections; past it a new client takes the slot of the quietest
     /// connection without fids, or is closed at once.
     #[arg(long, default_value_t = 64)]
@@ -166,6 +175,9 @@ impl ServeArgs {
             max_msize: self.msize,
             max_fids: self.max_fids,
             max_in_flight: self.max_in_flight,
+            max_locks_per_conn: self.max_locks_per_conn,
+            max_locks: self.max_locks,
+            max_lock_client_id: self.max_lock_client_id,
             clock: Some(monotonic_ns),
             timeouts: Timeouts {
                 handshake_ns: self.handshake_timeout * NS_PER_SEC,

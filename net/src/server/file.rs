@@ -4,13 +4,16 @@
 use alloc::rc::Rc;
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, SetAttr};
+use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, SetAttr};
 
 use super::fid::{Fid, FidState, OpenMode, Parent};
-use super::locks::{range_end, Lock, LockKind, LockOwner};
+use super::locks::{
+    range_end, LockError, LockKind, LockOwner, CLIENT_ID_OVERHEAD, LOCK_RECORD_BYTES,
+};
 use super::perm::{MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::session::Session;
 use super::{check_name, qid_of, reply, Server};
+use crate::memory::Use;
 use crate::wire::{lock, open_flags, Data, ReadReply, Rmsg, RDATA_HEADER_LEN};
 
 /// The fields of a `Tlock`/`Tgetlock`.
@@ -21,6 +24,17 @@ pub(super) struct LockReq<'a> {
     pub length: u64,
     pub proc_id: u32,
     pub client_id: &'a [u8],
+}
+
+impl LockReq<'_> {
+    /// The lock owner the request speaks for.
+    fn owner(&self, s: &Session) -> LockOwner<'_> {
+        LockOwner {
+            conn: s.id(),
+            client_id: self.client_id,
+            proc_id: self.proc_id,
+        }
+    }
 }
 
 /// The access an open asks for: `EINVAL` for the access mode 3.
@@ -258,6 +272,7 @@ impl<F: FileSystem> Server<F> {
     /// `commit`) a collected xattr value is stored.
     async fn finish_fid(&self, s: &Session, fid: u32, f: &Fid, commit: bool) -> FsResult<()> {
         self.locks.borrow_mut().release_fid(s.id(), fid);
+        self.settle_lock_memory(s);
         match &f.state {
             FidState::Open(_) => {
                 self.counters.releases();
@@ -318,37 +333,19 @@ impl<F: FileSystem> Server<F> {
         let FidState::Open(mode) = f.state else {
             return Err(Errno::EBADF);
         };
-        let owner = LockOwner {
-            conn: s.id(),
-            client_id: req.client_id.to_vec(),
-            proc_id: req.proc_id,
-        };
+        // The most one request can add to the connection's lock records: a lock split in
+        // two plus the new one, and the client id if it is new. Charged before, settled
+        // to what the table holds after.
+        let growth = 2 * LOCK_RECORD_BYTES + req.client_id.len() + CLIENT_ID_OVERHEAD;
+        s.account().take(Use::Locks, growth).map_err(|r| {
+            self.refused(s, r);
+            Errno::ENOLCK
+        })?;
+        let owner = req.owner(s);
         let end = range_end(req.start, req.length);
-        let kind = match req.lock_type {
-            lock::UNLCK => {
-                self.locks
-                    .borrow_mut()
-                    .unlock(f.ino, &owner, req.start, end);
-                return Ok(reply(
-                    tag,
-                    &Rmsg::Lock {
-                        status: lock::SUCCESS,
-                    },
-                ));
-            }
-            lock::RDLCK if mode.read => LockKind::Read,
-            lock::WRLCK if mode.write => LockKind::Write,
-            lock::RDLCK | lock::WRLCK => return Err(Errno::EBADF),
-            _ => return Err(Errno::EINVAL),
-        };
-        let new = Lock {
-            owner,
-            fid,
-            kind,
-            start: req.start,
-            end,
-        };
-        let granted = self.locks.borrow_mut().lock(f.ino, new);
+        let result = self.lock_or_unlock(f.ino, fid, mode, &owner, &req, end);
+        self.settle_lock_memory(s);
+        let granted = result?;
         let status = if granted {
             lock::SUCCESS
         } else {
@@ -357,6 +354,52 @@ impl<F: FileSystem> Server<F> {
         Ok(reply(tag, &Rmsg::Lock { status }))
     }
 
+    /// The lock table's part of `Tlock`: whether the lock was granted.
+    fn lock_or_unlock(
+        &self,
+        ino: Ino,
+        fid: u32,
+        mode: OpenMode,
+        owner: &LockOwner<'_>,
+        req: &LockReq<'_>,
+        end: u64,
+    ) -> FsResult<bool> {
+        let mut locks = self.locks.borrow_mut();
+        match req.lock_type {
+            lock::UNLCK => locks.unlock(ino, owner, req.start, end).map(|()| true),
+            lock::RDLCK | lock::WRLCK => {
+                let kind = match req.lock_type {
+                    lock::RDLCK if mode.read => LockKind::Read,
+                    lock::WRLCK if mode.write => LockKind::Write,
+                    _ => return Err(Errno::EBADF),
+                };
+                locks.lock(ino, owner, fid, kind, req.start, end)
+            }
+            _ => return Err(Errno::EINVAL),
+        }
+        .map_err(|e| self.lock_refused(e))
+    }
+
+    /// Brings the connection's memory charge for lock records in line with what the lock
+    /// table holds for it (after a lock request, or locks released with a fid).
+    pub(super) fn settle_lock_memory(&self, s: &Session) {
+        let held = self.locks.borrow().conn_bytes(s.id());
+        let account = s.account();
+        let charged = account.charged_for(Use::Locks);
+        if held < charged {
+            account.release(Use::Locks, charged - held);
+        } else if held > charged {
+            // Never more than was charged before the request; if the estimate was short,
+            // the overshoot is charged even past the share (the records exist).
+            account.force(Use::Locks, held - charged);
+        }
+    }
+
+    /// `Tgetlock`: the lock that stands in the way of the one described, or `UNLCK`.
+    /// Linux asks with type `UNLCK` ("is anything in the way?": `v9fs_file_getlock`
+    /// has already found no conflict among its own processes' locks and lost the type
+    /// `F_GETLK` asked about), which is answered as for a write lock: any lock of another
+    /// owner.
     pub(super) async fn getlock(
         &self,
         s: &Session,
@@ -370,35 +413,30 @@ impl<F: FileSystem> Server<F> {
         }
         let kind = match req.lock_type {
             lock::RDLCK => LockKind::Read,
-            lock::WRLCK => LockKind::Write,
+            lock::WRLCK | lock::UNLCK => LockKind::Write,
             _ => return Err(Errno::EINVAL),
         };
-        let owner = LockOwner {
-            conn: s.id(),
-            client_id: req.client_id.to_vec(),
-            proc_id: req.proc_id,
-        };
         let end = range_end(req.start, req.length);
-        let locks = self.locks.borrow();
-        let msg = match locks.conflict(f.ino, &owner, kind, req.start, end) {
-            Some(held) => {
-                let lock_type = match held.kind {
+        let held = self
+            .locks
+            .borrow()
+            .conflict(f.ino, &req.owner(s), kind, req.start, end)
+            .map_err(|e| self.lock_refused(e))?;
+        let msg = match &held {
+            Some(held) => Rmsg::Getlock {
+                lock_type: match held.kind {
                     LockKind::Read => lock::RDLCK,
                     LockKind::Write => lock::WRLCK,
-                };
-                let length = if held.end == u64::MAX {
+                },
+                start: held.start,
+                length: if held.end == u64::MAX {
                     0
                 } else {
                     held.end - held.start + 1
-                };
-                Rmsg::Getlock {
-                    lock_type,
-                    start: held.start,
-                    length,
-                    proc_id: held.owner.proc_id,
-                    client_id: &held.owner.client_id,
-                }
-            }
+                },
+                proc_id: held.proc_id,
+                client_id: &held.client_id,
+            },
             None => Rmsg::Getlock {
                 lock_type: lock::UNLCK,
                 start: req.start,
@@ -408,5 +446,15 @@ impl<F: FileSystem> Server<F> {
             },
         };
         Ok(reply(tag, &msg))
+    }
+
+    /// Counts a refused lock request; its errno.
+    fn lock_refused(&self, e: LockError) -> Errno {
+        match e {
+            LockError::ConnLimit => self.counters.conn_lock_limit_hits(),
+            LockError::TotalLimit => self.counters.lock_limit_hits(),
+            LockError::ClientIdTooLong => self.counters.long_client_ids(),
+        }
+        e.errno()
     }
 }

@@ -58,6 +58,14 @@ pub struct Config {
     /// Most requests one connection may have in flight; past it the connection stops
     /// reading (backpressure) until one completes.
     pub max_in_flight: usize,
+    /// Most POSIX locks one connection may hold; a request that would need more gets
+    /// `ENOLCK`.
+    pub max_locks_per_conn: usize,
+    /// Most POSIX locks all connections together may hold; past it, `ENOLCK`.
+    pub max_locks: usize,
+    /// Longest client id a `Tlock`/`Tgetlock` may carry, in bytes (Linux sends its
+    /// nodename: at most 64); longer gets `EINVAL`.
+    pub max_lock_client_id: usize,
     /// What attaching clients can select with `aname`.
     pub exports: Vec<Export>,
     /// The clients that may attach to exports that have no allow-list of their own.
@@ -104,6 +112,9 @@ impl Default for Config {
             max_msize: DEFAULT_MAX_MSIZE,
             max_fids: 4096,
             max_in_flight: 128,
+            max_locks_per_conn: 4096,
+            max_locks: 32768,
+            max_lock_client_id: 256,
             exports: vec![Export::root("")],
             allow: AllowList::Any,
             groups: BTreeMap::new(),
@@ -142,9 +153,14 @@ pub struct Server<F> {
 impl<F: FileSystem> Server<F> {
     /// A server for `fs` (already mounted) with `config`.
     pub fn new(fs: F, config: Config) -> Self {
+        let limits = locks::LockLimits {
+            per_conn: config.max_locks_per_conn,
+            total: config.max_locks,
+            client_id_len: config.max_lock_client_id,
+        };
         Server {
             fs,
-            locks: RefCell::new(locks::LockTable::default()),
+            locks: RefCell::new(locks::LockTable::new(limits)),
             counters: Counters::default(),
             timings: TimingCells::default(),
             next_conn: Cell::new(1),
@@ -177,6 +193,12 @@ impl<F: FileSystem> Server<F> {
     /// Number of POSIX locks held by all connections.
     pub fn lock_count(&self) -> usize {
         self.locks.borrow().len()
+    }
+
+    /// Bytes of lock records `session`'s connection holds (its locks and their interned
+    /// client ids; see [`locks::LockTable::conn_bytes`]).
+    pub fn lock_bytes(&self, session: &Session) -> usize {
+        self.locks.borrow().conn_bytes(session.id())
     }
 
     pub(crate) fn counters(&self) -> &Counters {
@@ -262,7 +284,13 @@ impl<F: FileSystem> Server<F> {
         for (fid, state) in session.take_all() {
             self.forget_fid(session, fid, &state).await;
         }
+        self.drop_locks(session);
+    }
+
+    /// Drops every POSIX lock of `session`, and their memory.
+    pub(crate) fn drop_locks(&self, session: &Session) {
         self.locks.borrow_mut().release_conn(session.id());
+        self.settle_lock_memory(session);
     }
 
     /// Tears a session down at disconnect: as [`Server::reset`], and counted.

@@ -85,6 +85,13 @@ counters! {
     refused_connections,
     /// Attaches refused (`EACCES`) by the export's allow-list.
     refused_attaches,
+    /// Lock requests refused for the per-connection lock limit (`ENOLCK`).
+    conn_lock_limit_hits,
+    /// Lock requests refused for the server-wide lock limit (`ENOLCK`).
+    lock_limit_hits,
+    /// `Tlock`/`Tgetlock` requests refused for a client id over the length limit
+    /// (`EINVAL`).
+    long_client_ids,
 }
 
 /// Time requests spent in the server (from decoding to the reply frame), by kind, when

@@ -12,19 +12,8 @@ set -u
 [ $# = 3 ] || nf_die "usage: fsops.sh ADDR PORT ANAME"
 nf_mount_9p "$1" "$2" "$3" /mnt
 m=/mnt/fsops
-pass=0 fail=0
-check() { # DESCRIPTION COMMAND...
-	desc=$1
-	shift
-	if "$@"; then
-		pass=$((pass + 1))
-		echo "ok - $desc"
-	else
-		fail=$((fail + 1))
-		echo "not ok - $desc"
-	fi
-}
-same() { [ "$1" = "$2" ] || { echo "  expected '$2', got '$1'"; return 1; }; }
+check() { nf_check "$@"; }
+same() { nf_same "$@"; }
 absent() { [ ! -e "$1" ] && [ ! -L "$1" ]; }
 
 rm -rf "$m"
@@ -91,5 +80,4 @@ echo "ninefold ${NF_SMOKE_TOKEN:-}" >"$m/kept.txt"
 check "fsync kept file" sync "$m/kept.txt"
 check "umount" umount /mnt
 
-echo "fsops: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+nf_summary fsops

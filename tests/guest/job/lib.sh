@@ -7,6 +7,30 @@ nf_die() {
 	exit 1
 }
 
+# nf_check DESCRIPTION COMMAND...: run one check; prints "ok - ..." or "not ok - ...".
+nf_pass=0 nf_fail=0
+nf_check() {
+	nf_desc=$1
+	shift
+	if "$@"; then
+		nf_pass=$((nf_pass + 1))
+		echo "ok - $nf_desc"
+	else
+		nf_fail=$((nf_fail + 1))
+		echo "not ok - $nf_desc"
+	fi
+}
+
+# nf_same GOT WANT: a check command: GOT equals WANT (else says what it got).
+nf_same() { [ "$1" = "$2" ] || { echo "  expected '$2', got '$1'"; return 1; }; }
+
+# nf_summary NAME: prints "NAME: N passed, N failed" for the checks so far; fails if any
+# failed.
+nf_summary() {
+	echo "$1: $nf_pass passed, $nf_fail failed"
+	[ "$nf_fail" = 0 ]
+}
+
 # nf_dev NAME: kernel name (nvme0n1, vdb) of the disk the runner attached with serial NAME.
 nf_dev() {
 	[ -b "/dev/disk/$1" ] || nf_die "no disk with serial $1 (see /dev/disk/)"
