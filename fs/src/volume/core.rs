@@ -101,7 +101,7 @@ pub struct Txn {
     ops: Vec<(TreeId, Key, Option<Vec<u8>>)>,
     /// The last op of each key (an index into `ops`), so reading back through a large
     /// transaction (log replay of an inode's 65,000 names) stays cheap.
-    latest: BTreeMap<(TreeId, Key), usize>,
+    last_op: BTreeMap<(TreeId, Key), usize>,
     /// Blocks no longer referenced once this commits.
     pub frees: Vec<Range<u64>>,
     /// Reserved blocks that this transaction makes referenced.
@@ -133,14 +133,14 @@ impl Txn {
     }
 
     fn push(&mut self, tree: TreeId, key: Key, val: Option<Vec<u8>>) {
-        self.latest.insert((tree, key), self.ops.len());
+        self.last_op.insert((tree, key), self.ops.len());
         self.ops.push((tree, key, val));
     }
 
     /// The value this transaction last gave `key`: `None` if it does not change it,
     /// `Some(None)` if it deletes it.
     fn latest(&self, tree: TreeId, key: &Key) -> Option<&Option<Vec<u8>>> {
-        self.latest.get(&(tree, *key)).map(|&i| &self.ops[i].2)
+        self.last_op.get(&(tree, *key)).map(|&i| &self.ops[i].2)
     }
 
     /// Number of changes.
@@ -175,7 +175,7 @@ impl Txn {
             true
         })?;
         if from <= to {
-            for (&(_, k), &i) in self.latest.range((tree, from)..=(tree, to)) {
+            for (&(_, k), &i) in self.last_op.range((tree, from)..=(tree, to)) {
                 match &self.ops[i].2 {
                     Some(v) => out.insert(k, v.clone()),
                     None => out.remove(&k),
