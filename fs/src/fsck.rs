@@ -35,6 +35,7 @@ use crate::format::superblock::NodePtr;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::inspect::{describe_item, Image, NodeError};
 use crate::util::crc::crc32c;
+use crate::util::hash::name_ref_hash;
 use crate::vfs::{FileType, ROOT_INO};
 
 /// What to check.
@@ -343,8 +344,17 @@ impl<D: BlockDevice> Checker<D> {
                 },
                 kind::INODE_REF => match decode_inode_refs(v) {
                     Some(list) => {
+                        let secret = self.img.sb.secret;
                         for r in list {
-                            refs.insert((k.objectid, k.offset, r.index, r.name));
+                            if name_ref_hash(secret, r.parent, &r.name) != k.offset {
+                                self.error(format!(
+                                    "{}: name {:?} in dir {} is in the wrong hash bucket",
+                                    describe_item(TreeId::Fs, k, v),
+                                    r.name.escape_ascii().to_string(),
+                                    r.parent
+                                ));
+                            }
+                            refs.insert((k.objectid, r.parent, r.index, r.name));
                         }
                     }
                     None => self.error(bad("inode ref")),

@@ -148,7 +148,7 @@ pub fn describe_item(tree: TreeId, key: &Key, val: &[u8]) -> String {
         (TreeId::Fs, kind::INODE_REF) => match decode_inode_refs(val) {
             Some(list) => list
                 .iter()
-                .map(|r| format!("{:?} (index {})", r.name.escape_ascii().to_string(), r.index))
+                .map(|r| format!("{:?} in {} (index {})", r.name.escape_ascii().to_string(), r.parent, r.index))
                 .collect::<Vec<_>>()
                 .join(", "),
             None => String::from("<undecodable inode ref>"),

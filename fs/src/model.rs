@@ -38,6 +38,8 @@
 //!   `size` past the limit → `EFBIG`, on a directory → `EISDIR`, on other non-regular
 //!   inodes → `EINVAL`. `read`/`write` of a directory → `EISDIR`, of other
 //!   non-regular inodes → `EINVAL`.
+//! - **`append`** is `write` at the size, read under the same lock (atomic); it
+//!   returns that offset. An empty append changes nothing and returns the size.
 //! - **`clone_range`**: both inodes regular (`EISDIR` / `EINVAL` otherwise);
 //!   `len == 0` does nothing; `src_offset` and `dst_offset` must be multiples of
 //!   [`ModelConfig::block_size`]; the source range must lie inside the source file
@@ -503,6 +505,25 @@ impl<C: Clock> ModelFs<C> {
         u64::from(self.config.block_size)
     }
 
+    /// `write` of `data` at `offset` into `inode` (the caller holds the state lock).
+    fn write_at(&self, inode: &mut Inode, offset: u64, data: &[u8]) -> FsResult<usize> {
+        inode.data_mut()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let max = self.config.max_file_size;
+        if offset >= max {
+            return Err(Errno::EFBIG);
+        }
+        let n = data
+            .len()
+            .min((max - offset).min(usize::MAX as u64) as usize);
+        let now = self.clock.now();
+        inode.data_mut()?.write(self.block(), offset, &data[..n]);
+        inode.touch_content(now);
+        Ok(n)
+    }
+
     fn attr(&self, ino: Ino, inode: &Inode) -> Attr {
         let (size, blocks) = match &inode.kind {
             Kind::Regular(data) => (data.size, data.chunks.len() as u64 * self.block() / 512),
@@ -860,22 +881,15 @@ impl<C: Clock> FileSystem for ModelFs<C> {
 
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
         let mut st = self.state.lock();
+        self.write_at(st.get_mut(ino)?, offset, data)
+    }
+
+    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
+        // One lock around reading the size and writing: atomic.
+        let mut st = self.state.lock();
         let inode = st.get_mut(ino)?;
-        inode.data_mut()?;
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let max = self.config.max_file_size;
-        if offset >= max {
-            return Err(Errno::EFBIG);
-        }
-        let n = data
-            .len()
-            .min((max - offset).min(usize::MAX as u64) as usize);
-        let now = self.clock.now();
-        inode.data_mut()?.write(self.block(), offset, &data[..n]);
-        inode.touch_content(now);
-        Ok(n)
+        let offset = inode.data_mut()?.size;
+        Ok((offset, self.write_at(inode, offset, data)?))
     }
 
     async fn clone_range(

@@ -390,6 +390,13 @@ pub trait FileSystem {
     /// the end); returns the number of bytes written.
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize>;
 
+    /// Writes `data` at the end of a regular file (`O_APPEND`), atomically: reading the
+    /// size and writing there are one step, so concurrent appends never overwrite each
+    /// other and no write or size change of the file comes between. Returns the offset
+    /// written at (the size before) and the number of bytes written; otherwise as
+    /// [`FileSystem::write`] at that offset.
+    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)>;
+
     /// Shares `len` bytes of `src` at `src_offset` into `dst` at `dst_offset` without
     /// copying data (reflink). Offsets and length must be multiples of the block size,
     /// except that the range may end at the source's end of file.

@@ -544,3 +544,319 @@ fn device_errors_give_eio_and_leave_the_image_consistent() {
         assert_clean(disk.inner());
     }
 }
+
+/// An inode reaches the link limit with every name in one directory (each name is its
+/// own back-reference item, so no item outgrows a node); one more link is `EMLINK`. The
+/// names survive an fsync and a crash (log replay), a clean remount and fsck.
+#[test]
+fn hard_links_reach_the_limit_in_one_directory() {
+    use fs::volume::MAX_LINKS;
+    const LINKS: u32 = MAX_LINKS;
+    // 1 GiB (allocated lazily): a 16 MiB log, so all the names fit in one log commit.
+    let disk = formatted(256 * 1024, 64 * 1024);
+    let opts = || MountOptions {
+        cache_limit: 256 << 20,
+        ..MountOptions::default()
+    };
+    let name = |i: u32| format!("link-{i:05}");
+    let fs = pollster::block_on(NineFs::mount(&disk, opts(), clock())).unwrap();
+    let (dir, file) = pollster::block_on(async {
+        let dir = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).await.unwrap().ino;
+        let file = fs
+            .create(dir, &name(0).into_bytes(), 0o644, OWNER)
+            .await
+            .unwrap();
+        fs.write(file.ino, 0, b"linked").await.unwrap();
+        fs.sync().await.unwrap();
+        (dir, file.ino)
+    });
+    let checkpoints = fs.stats().total_checkpoints();
+    pollster::block_on(async {
+        for i in 1..LINKS {
+            let a = fs.link(file, dir, name(i).as_bytes()).await.unwrap();
+            assert_eq!(a.nlink, i + 1);
+        }
+        assert_eq!(
+            fs.link(file, dir, b"one-too-many").await,
+            Err(Errno::EMLINK)
+        );
+        assert_eq!(
+            fs.link(file, ROOT_INO, b"elsewhere").await,
+            Err(Errno::EMLINK)
+        );
+        assert_eq!(fs.getattr(file).await.unwrap().nlink, LINKS);
+        fs.fsync(file, false).await.unwrap();
+    });
+    let stats = fs.stats();
+    assert_eq!(stats.link_limit_hits, 2);
+    assert_eq!(
+        stats.total_checkpoints(),
+        checkpoints,
+        "the names must reach the disk through the log alone: {stats:?}"
+    );
+    assert!(stats.log.commits > 0, "{:?}", stats.log);
+    // Power fails: mount replays the log.
+    drop(fs);
+    let check = |fs: &NineFs<&MemDisk>| {
+        pollster::block_on(async {
+            assert_eq!(fs.getattr(file).await.unwrap().nlink, LINKS);
+            for i in [0, 1, LINKS / 2, LINKS - 1] {
+                assert_eq!(fs.lookup(dir, name(i).as_bytes()).await.unwrap().ino, file);
+            }
+            assert_eq!(fs.lookup(dir, b"one-too-many").await, Err(Errno::ENOENT));
+            let mut names = 0;
+            let mut offset = 0;
+            loop {
+                let batch = fs.readdir(dir, offset, 1000).await.unwrap();
+                let Some(last) = batch.last() else { break };
+                offset = last.next_offset;
+                names += batch.iter().filter(|e| e.ino == file).count();
+            }
+            assert_eq!(names, LINKS as usize);
+            let mut buf = [0u8; 6];
+            fs.read(file, 0, &mut buf).await.unwrap();
+            assert_eq!(&buf, b"linked");
+        });
+    };
+    let fs = pollster::block_on(NineFs::mount(&disk, opts(), clock())).unwrap();
+    assert!(
+        fs.stats().log.replayed_commits > 0,
+        "nothing replayed: {:?}",
+        fs.stats().log
+    );
+    check(&fs);
+    pollster::block_on(fs.unmount()).unwrap();
+    assert_clean(&disk);
+    // A clean remount: still at the limit, and a removed name frees one link.
+    let fs = pollster::block_on(NineFs::mount(&disk, opts(), clock())).unwrap();
+    check(&fs);
+    pollster::block_on(async {
+        assert_eq!(
+            fs.link(file, dir, b"one-too-many").await,
+            Err(Errno::EMLINK)
+        );
+        fs.unlink(dir, name(7).as_bytes()).await.unwrap();
+        let a = fs.link(file, ROOT_INO, b"elsewhere").await.unwrap();
+        assert_eq!(a.nlink, LINKS);
+    });
+    pollster::block_on(fs.unmount()).unwrap();
+    assert_clean(&disk);
+}
+
+/// Creates files of `data` until the filesystem is full; returns how many are whole.
+async fn fill(fs: &impl FileSystem, data: &[u8]) -> u32 {
+    for i in 0.. {
+        let f = match fs
+            .create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, OWNER)
+            .await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                return i;
+            }
+        };
+        match fs.write(f.ino, 0, data).await {
+            Ok(n) if n == data.len() => {}
+            Ok(_) | Err(Errno::ENOSPC) => {
+                fs.unlink(ROOT_INO, format!("f{i}").as_bytes())
+                    .await
+                    .unwrap();
+                return i;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!()
+}
+
+/// `statfs` counts the space an unlink frees at once, before the checkpoint that makes
+/// it reusable; a full filesystem gets exactly that space back (the allocation that
+/// finds no room commits the frees first) and hands out what `statfs` promised.
+#[test]
+fn unlinked_space_is_free_at_once_and_refillable() {
+    let fs = mount(formatted(4096, 16 * 1024), 4 << 20);
+    let data = vec![7u8; 1 << 20];
+    pollster::block_on(async {
+        let files = fill(&fs, &data).await;
+        assert!(files >= 8, "{files}");
+        fs.sync().await.unwrap();
+        let full = fs.statfs().await.unwrap();
+        let checkpoints = fs.stats().total_checkpoints();
+        for i in 0..3 {
+            fs.unlink(ROOT_INO, format!("f{i}").as_bytes())
+                .await
+                .unwrap();
+        }
+        let freed = fs.statfs().await.unwrap();
+        assert_eq!(
+            fs.stats().total_checkpoints(),
+            checkpoints,
+            "no checkpoint ran, yet the space shows"
+        );
+        let blocks = 3 * data.len() as u64 / 4096;
+        assert!(
+            freed.blocks_free >= full.blocks_free + blocks,
+            "{full:?} -> {freed:?}"
+        );
+        assert!(freed.blocks_avail >= blocks, "{freed:?}");
+        // Refill with exactly what statfs says is available.
+        let g = fs.create(ROOT_INO, b"refill", 0o644, OWNER).await.unwrap();
+        let want = vec![9u8; (freed.blocks_avail * 4096) as usize];
+        assert_eq!(fs.write(g.ino, 0, &want).await, Ok(want.len()));
+        let space = fs::volume::CheckpointCause::Space.index();
+        assert!(fs.stats().checkpoints[space] > 0, "{:?}", fs.stats());
+        let mut back = vec![0u8; want.len()];
+        assert_eq!(fs.read(g.ino, 0, &mut back).await, Ok(want.len()));
+        assert!(back == want);
+        // Full again, and the untouched files are intact.
+        assert_eq!(
+            fs.write(g.ino, want.len() as u64, &data).await,
+            Err(Errno::ENOSPC)
+        );
+        let f = fs
+            .lookup(ROOT_INO, format!("f{}", files - 1).as_bytes())
+            .await
+            .unwrap();
+        let mut back = vec![0u8; data.len()];
+        assert_eq!(fs.read(f.ino, 0, &mut back).await, Ok(data.len()));
+        assert!(back == data);
+    });
+    let disk = pollster::block_on(fs.unmount()).unwrap();
+    assert_clean(&disk);
+}
+
+/// Blocks an unlink frees are reused only once the checkpoint that frees them has
+/// committed: crashing at every write of "unlink on a full disk, write a new file into
+/// the freed space, fsync it" leaves the unlinked file either gone or whole (never
+/// overwritten under a name that still shows), and a clean fsck.
+#[test]
+fn freed_space_is_reused_only_after_the_free_is_durable() {
+    let data = |i: u32| vec![(i + 1) as u8; 256 * 1024];
+    let base = {
+        let disk = formatted(2048, 16 * 1024);
+        let fs = mount(&disk, 1 << 20);
+        let files = pollster::block_on(async {
+            let mut i = 0;
+            loop {
+                let f = fs
+                    .create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, OWNER)
+                    .await
+                    .unwrap();
+                if fs.write(f.ino, 0, &data(i)).await != Ok(data(i).len()) {
+                    fs.unlink(ROOT_INO, format!("f{i}").as_bytes())
+                        .await
+                        .unwrap();
+                    return i;
+                }
+                i += 1;
+            }
+        });
+        assert!(files > 3, "{files}");
+        pollster::block_on(fs.unmount()).unwrap();
+        disk.snapshot()
+    };
+    let refill = vec![0xEE; 256 * 1024];
+    let run = |crash_at: Option<u64>| {
+        let disk = CrashDisk {
+            inner: MemDisk::from_bytes(4096, base.clone()),
+            writes: Cell::new(0),
+            crash_at: Cell::new(crash_at),
+        };
+        let fs = mount(disk, 1 << 20);
+        let start = fs.device().writes.get();
+        pollster::block_on(async {
+            fs.unlink(ROOT_INO, b"f0").await.unwrap();
+            let g = fs.create(ROOT_INO, b"g", 0o644, OWNER).await.unwrap();
+            assert_eq!(fs.write(g.ino, 0, &refill).await, Ok(refill.len()));
+            fs.fsync(g.ino, false).await.unwrap();
+        });
+        let space = fs::volume::CheckpointCause::Space.index();
+        assert!(
+            fs.stats().checkpoints[space] > 0,
+            "the refill needed f0's space"
+        );
+        (
+            start..fs.device().writes.get(),
+            fs.device().inner.snapshot(),
+        )
+    };
+    let (writes, _) = run(None);
+    assert!(writes.end - writes.start > 5);
+    for at in writes {
+        let (_, image) = run(Some(at));
+        let disk = MemDisk::from_bytes(4096, image);
+        let fs = mount(&disk, 1 << 20);
+        pollster::block_on(async {
+            if let Ok(f) = fs.lookup(ROOT_INO, b"f0").await {
+                let mut back = vec![0u8; 256 * 1024];
+                assert_eq!(
+                    fs.read(f.ino, 0, &mut back).await,
+                    Ok(back.len()),
+                    "crash at write {at}: f0 is still named but unreadable"
+                );
+                assert!(back == data(0), "crash at write {at}: f0 was overwritten");
+            }
+            if let Ok(g) = fs.lookup(ROOT_INO, b"g").await {
+                let mut back = vec![0u8; 256 * 1024];
+                let n = fs.read(g.ino, 0, &mut back).await.unwrap();
+                assert!(n == 0 || back == refill, "crash at write {at}: g is torn");
+            }
+        });
+        pollster::block_on(fs.unmount()).unwrap();
+        assert_clean(&disk);
+    }
+}
+
+/// Appends to one file from many futures polled together, their device requests
+/// interleaved (each yields): each lands whole at an offset of its own, in its writer's
+/// order; none overwrites another and none leaves a gap.
+#[test]
+fn concurrent_appends_never_overlap() {
+    const WRITERS: usize = 6;
+    const RECORDS: usize = 12;
+    const LEN: usize = 1000;
+    let fs = mount(YieldDisk::new(formatted(8192, 16 * 1024)), 1 << 20);
+    let record = |w: usize, i: usize| {
+        let mut r = format!("[writer {w} record {i}]").into_bytes();
+        r.resize(LEN, b'-');
+        r
+    };
+    let file = pollster::block_on(fs.create(ROOT_INO, b"log", 0o644, OWNER))
+        .unwrap()
+        .ino;
+    let placed: Vec<Vec<u64>> =
+        pollster::block_on(futures::future::join_all((0..WRITERS).map(|w| {
+            let fs = &fs;
+            async move {
+                let mut offsets = Vec::new();
+                for i in 0..RECORDS {
+                    let (at, n) = fs.append(file, &record(w, i)).await.unwrap();
+                    assert_eq!(n, LEN);
+                    offsets.push(at);
+                }
+                offsets
+            }
+        })));
+    let mut all: Vec<u64> = placed.iter().flatten().copied().collect();
+    all.sort_unstable();
+    let expected: Vec<u64> = (0..WRITERS * RECORDS).map(|k| (k * LEN) as u64).collect();
+    assert_eq!(all, expected, "appends overlapped or left gaps");
+    pollster::block_on(async {
+        assert_eq!(
+            fs.getattr(file).await.unwrap().size,
+            (WRITERS * RECORDS * LEN) as u64
+        );
+        for (w, offsets) in placed.iter().enumerate() {
+            // Each writer's records are in its order.
+            assert!(offsets.windows(2).all(|p| p[0] < p[1]));
+            for (i, &at) in offsets.iter().enumerate() {
+                let mut back = vec![0u8; LEN];
+                assert_eq!(fs.read(file, at, &mut back).await, Ok(LEN));
+                assert!(back == record(w, i), "record {w}/{i} at {at} overwritten");
+            }
+        }
+    });
+    let disk = pollster::block_on(fs.unmount()).unwrap();
+    assert_clean(disk.inner());
+}

@@ -112,6 +112,9 @@ impl FileSystem for Broken {
         }
         self.inner.write(ino, offset, data).await
     }
+    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
+        self.inner.append(ino, data).await
+    }
     async fn clone_range(&self, s: Ino, so: u64, d: Ino, dof: u64, len: u64) -> FsResult<()> {
         self.inner.clone_range(s, so, d, dof, len).await
     }
@@ -430,6 +433,7 @@ fn generated_sequences_are_interesting() {
         "Readdir",
         "Read",
         "Write",
+        "Append",
         "Clone",
         "Setattr",
         "Getxattr",

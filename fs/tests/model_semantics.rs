@@ -486,6 +486,44 @@ fn write_rules() {
 }
 
 #[test]
+fn append_writes_at_the_size() {
+    let config = ModelConfig {
+        max_file_size: 10_000,
+        ..ModelConfig::default()
+    };
+    let fs = ModelFs::with_config(Hand::default(), config);
+    let f = block_on(fs.create(ROOT_INO, b"f", 0o644, ME)).unwrap().ino;
+    assert_eq!(block_on(fs.append(f, b"abc")), Ok((0, 3)));
+    assert_eq!(block_on(fs.append(f, b"de")), Ok((3, 2)));
+    block_on(fs.write(f, 10, b"z")).unwrap();
+    assert_eq!(block_on(fs.append(f, b"!")), Ok((11, 1)), "after a hole");
+    assert_eq!(read_all(&fs, f), b"abcde\0\0\0\0\0z!");
+    set_time(&fs, 5);
+    assert_eq!(block_on(fs.append(f, b"")), Ok((12, 0)));
+    assert_eq!(
+        block_on(fs.getattr(f)).unwrap().mtime,
+        t(0),
+        "empty append: no change"
+    );
+    block_on(fs.setattr(
+        f,
+        SetAttr {
+            size: Some(9_998),
+            ..SetAttr::default()
+        },
+    ))
+    .unwrap();
+    assert_eq!(
+        block_on(fs.append(f, b"abcd")),
+        Ok((9_998, 2)),
+        "cut short at the limit"
+    );
+    assert_eq!(block_on(fs.append(f, b"x")), Err(Errno::EFBIG));
+    assert_eq!(block_on(fs.append(ROOT_INO, b"x")), Err(Errno::EISDIR));
+    assert_eq!(block_on(fs.append(42, b"x")), Err(Errno::ENOENT));
+}
+
+#[test]
 fn truncate_and_extend() {
     let fs = model();
     let f = create(&fs, ROOT_INO, "f");

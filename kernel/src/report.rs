@@ -123,6 +123,8 @@ pub struct FsReport {
     pub evictions: u64,
     /// Checksum or decoding failures seen.
     pub corruptions: u64,
+    /// `link`, `mkdir` and directory renames refused at the link limit (`EMLINK`).
+    pub link_limit_hits: u64,
     /// Memory used by cached nodes.
     pub cache_bytes: u64,
     /// Cached nodes.
@@ -221,6 +223,7 @@ impl FsReport {
             data_bytes_read: stats.data_bytes_read,
             evictions: stats.evictions,
             corruptions: stats.corruptions,
+            link_limit_hits: stats.link_limit_hits,
             log: LogReport::from_stats(&stats.log),
             ..FsReport::default()
         }

@@ -210,9 +210,11 @@ impl DirIndexRec {
     }
 }
 
-/// One name of an inode in one parent: an entry of `(ino, INODE_REF, parent)`.
+/// One name of an inode: an entry of `(ino, INODE_REF, hash(parent, name))`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InodeRefRec {
+    /// The directory holding the name.
+    pub parent: u64,
     /// The name's `DIR_INDEX` in the parent.
     pub index: u64,
     /// The name.
@@ -223,7 +225,7 @@ pub struct InodeRefRec {
 pub fn encode_inode_refs(list: &[InodeRefRec]) -> Vec<u8> {
     let mut w = Writer::new();
     for e in list {
-        w.u64(e.index);
+        w.u64(e.parent).u64(e.index);
         put_name(&mut w, &e.name);
     }
     w.finish()
@@ -235,6 +237,7 @@ pub fn decode_inode_refs(b: &[u8]) -> Option<Vec<InodeRefRec>> {
     let mut out = Vec::new();
     while r.remaining() > 0 {
         out.push(InodeRefRec {
+            parent: r.u64()?,
             index: r.u64()?,
             name: get_name(&mut r)?,
         });
@@ -449,6 +452,7 @@ mod tests {
         ];
         assert_eq!(decode_dir_entries(&encode_dir_entries(&d)), Some(d));
         let r = alloc::vec![InodeRefRec {
+            parent: 9,
             index: 4,
             name: b"x".to_vec()
         }];

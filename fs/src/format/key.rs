@@ -84,7 +84,9 @@ impl fmt::Debug for Key {
 pub mod kind {
     /// Inode item `(ino, INODE, 0)`.
     pub const INODE: u8 = 1;
-    /// Back-reference `(ino, INODE_REF, parent)`: the names of `ino` in `parent`.
+    /// Back-references `(ino, INODE_REF, hash(parent, name))`: the names of `ino` with
+    /// that hash, each with its parent (one item per name, so an inode may have as many
+    /// names in one directory as its link limit allows).
     pub const INODE_REF: u8 = 12;
     /// Xattr names `(ino, XATTR, hash(name))`.
     pub const XATTR: u8 = 24;

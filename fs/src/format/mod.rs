@@ -25,8 +25,9 @@ pub const BLOCK_SIZE: usize = 4096;
 /// `log2(BLOCK_SIZE)`.
 pub const BLOCK_SHIFT: u32 = 12;
 
-/// On-disk format version this code writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// On-disk format version this code reads and writes (2: one back-reference item per
+/// name hash, `docs/format.md`; version 1 images are refused).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Smallest btree node size.
 pub const MIN_NODE_SIZE: u32 = 16 * 1024;

@@ -152,6 +152,13 @@ impl Allocator {
         self.pending_free.len() + self.pinned.len()
     }
 
+    /// Free blocks counting those freed but not reusable yet (pending and pinned): what
+    /// `statfs` reports. Making them available takes one committed checkpoint, which an
+    /// allocation that finds no space runs before it gives up.
+    pub fn free_after_checkpoint(&self) -> u64 {
+        self.available() + self.reclaimable()
+    }
+
     /// Free blocks as the next checkpoint will record them.
     pub fn committed_free(&self) -> u64 {
         self.free_total + self.reserved.len()
@@ -523,12 +530,14 @@ mod tests {
             a.commit_reserved(r.clone());
         }
         a.free(runs[0].clone());
-        // Pending frees stay allocated until a checkpoint.
+        // Pending frees stay allocated until a checkpoint, but are reported free.
         assert_eq!(a.available(), total - 600);
+        assert_eq!(a.free_after_checkpoint(), total - 600 + 256);
         let writes = a.prepare(1).unwrap();
         assert!(!writes.is_empty());
         // Freed by the checkpoint but pinned until it commits.
         assert_eq!(a.available(), total - 600);
+        assert_eq!(a.free_after_checkpoint(), total - 600 + 256);
         let again = a.alloc_data(10, 0).unwrap();
         assert!(again.iter().all(|r| !a.pinned.overlaps(r.clone())));
         a.committed();

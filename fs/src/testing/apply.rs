@@ -78,6 +78,8 @@ pub enum OpOutcome {
     Data(Vec<u8>),
     /// Bytes written.
     Count(usize),
+    /// `append`: the offset written at and the bytes written.
+    Appended(u64, usize),
     /// A whole directory listing (sorted by name; `.` and `..` left out after being
     /// checked), or the xattr names (sorted).
     Names(Vec<(Vec<u8>, Option<FileType>)>),
@@ -273,6 +275,12 @@ pub async fn apply(fs: &impl FileSystem, handles: &mut Handles, op: &Op) -> Appl
                 OpOutcome::from(fs.write(t, *offset, &data).await, OpOutcome::Count),
                 t,
             )
+        }
+        Op::Append { target, len, seed } => {
+            let t = get!(target);
+            let data = pattern(*seed, *len as usize);
+            let r = fs.append(t, &data).await;
+            (OpOutcome::from(r, |(at, n)| OpOutcome::Appended(at, n)), t)
         }
         Op::Clone {
             src,

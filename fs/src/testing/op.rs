@@ -214,6 +214,8 @@ pub enum Op {
         len: u32,
         seed: u8,
     },
+    /// `append` of `pattern(seed, len)`.
+    Append { target: Target, len: u32, seed: u8 },
     /// `clone_range`.
     Clone {
         src: Target,

@@ -264,6 +264,12 @@ pub fn op(config: GenConfig) -> BoxedStrategy<Op> {
         ),
         (
             4,
+            (target(c), length(), any::<u8>())
+                .prop_map(|(target, len, seed)| Op::Append { target, len, seed })
+                .boxed(),
+        ),
+        (
+            4,
             (target(c), offset(), length())
                 .prop_map(|(target, offset, len)| Op::Read {
                     target,

@@ -20,6 +20,17 @@ pub mod domain {
     pub const XATTR_NAME: u64 = 0x7861_7474_725f_6e6d;
     /// Btree node nonces.
     pub const NODE_NONCE: u64 = 0x6e6f_6465_5f6e_6f6e;
+    /// Back-references: a parent directory and a name in it.
+    pub const NAME_REF: u64 = 0x6e61_6d65_5f72_6566;
+}
+
+/// The keyed hash of the name `parent/name`: the offset of the `INODE_REF` item that
+/// holds this back-reference (see `docs/format.md`).
+pub fn name_ref_hash(key: u64, parent: u64, name: &[u8]) -> u64 {
+    let mut h = SipHasher24::new_with_keys(key, domain::NAME_REF);
+    h.write(&parent.to_le_bytes());
+    h.write(name);
+    h.finish()
 }
 
 /// The nonce of a btree node allocated in checkpoint interval `birth_seq` as the
@@ -43,5 +54,9 @@ mod tests {
         assert_ne!(a, keyed_hash(2, domain::DIR_NAME, b"name"));
         assert_ne!(a, keyed_hash(1, domain::XATTR_NAME, b"name"));
         assert_ne!(node_nonce(7, 1, 2), node_nonce(7, 2, 1));
+        let r = name_ref_hash(1, 5, b"name");
+        assert_ne!(r, name_ref_hash(1, 6, b"name"));
+        assert_ne!(r, name_ref_hash(2, 5, b"name"));
+        assert_ne!(r, keyed_hash(1, domain::DIR_NAME, b"name"));
     }
 }

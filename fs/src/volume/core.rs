@@ -7,6 +7,7 @@
 //! [`Txn`]. [`Core::commit`] makes sure every leaf the transaction touches is cached and
 //! only then applies it, so an operation is applied whole or not at all.
 
+use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::ops::Range;
 use hashbrown::HashMap;
@@ -98,6 +99,9 @@ pub struct InodeState {
 pub struct Txn {
     /// Puts (`Some`) and deletes (`None`), applied in order.
     ops: Vec<(TreeId, Key, Option<Vec<u8>>)>,
+    /// The last op of each key (an index into `ops`), so reading back through a large
+    /// transaction (log replay of an inode's 65,000 names) stays cheap.
+    last_op: BTreeMap<(TreeId, Key), usize>,
     /// Blocks no longer referenced once this commits.
     pub frees: Vec<Range<u64>>,
     /// Reserved blocks that this transaction makes referenced.
@@ -120,12 +124,23 @@ impl Txn {
 
     /// Puts `val` at `key`.
     pub fn put(&mut self, tree: TreeId, key: Key, val: Vec<u8>) {
-        self.ops.push((tree, key, Some(val)));
+        self.push(tree, key, Some(val));
     }
 
     /// Deletes `key`.
     pub fn del(&mut self, tree: TreeId, key: Key) {
-        self.ops.push((tree, key, None));
+        self.push(tree, key, None);
+    }
+
+    fn push(&mut self, tree: TreeId, key: Key, val: Option<Vec<u8>>) {
+        self.last_op.insert((tree, key), self.ops.len());
+        self.ops.push((tree, key, val));
+    }
+
+    /// The value this transaction last gave `key`: `None` if it does not change it,
+    /// `Some(None)` if it deletes it.
+    fn latest(&self, tree: TreeId, key: &Key) -> Option<&Option<Vec<u8>>> {
+        self.last_op.get(&(tree, *key)).map(|&i| &self.ops[i].2)
     }
 
     /// Number of changes.
@@ -140,12 +155,7 @@ impl Txn {
 
     /// The value of `key` as this transaction would leave it.
     pub fn get(&self, c: &mut Core, tree: TreeId, key: &Key) -> Step<Option<Vec<u8>>> {
-        if let Some((_, _, v)) = self
-            .ops
-            .iter()
-            .rev()
-            .find(|(t, k, _)| *t == tree && k == key)
-        {
+        if let Some(v) = self.latest(tree, key) {
             return Ok(v.clone());
         }
         Ok(c.trees.get(tree, key)?)
@@ -159,17 +169,16 @@ impl Txn {
         from: Key,
         to: Key,
     ) -> Step<Vec<(Key, Vec<u8>)>> {
-        let mut out: alloc::collections::BTreeMap<Key, Vec<u8>> =
-            alloc::collections::BTreeMap::new();
+        let mut out: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
         c.trees.range(tree, from, to, |k, v| {
             out.insert(k, v.to_vec());
             true
         })?;
-        for (t, k, v) in &self.ops {
-            if *t == tree && *k >= from && *k <= to {
-                match v {
-                    Some(v) => out.insert(*k, v.clone()),
-                    None => out.remove(k),
+        if from <= to {
+            for (&(_, k), &i) in self.last_op.range((tree, from)..=(tree, to)) {
+                match &self.ops[i].2 {
+                    Some(v) => out.insert(k, v.clone()),
+                    None => out.remove(&k),
                 };
             }
         }
@@ -225,6 +234,8 @@ pub struct Core {
     pub failed: bool,
     /// Mounted read-only.
     pub read_only: bool,
+    /// Most links an inode may have.
+    pub max_links: u32,
     /// Counters.
     pub stats: FsStats,
 }
@@ -246,7 +257,7 @@ pub fn node_blocks(sb: &Superblock) -> u64 {
 
 impl Core {
     /// The state for a filesystem whose committed superblock is `sb`.
-    pub fn new(sb: Superblock, read_only: bool) -> Core {
+    pub fn new(sb: Superblock, read_only: bool, max_links: u32) -> Core {
         let seq = sb.checkpoint_seq + 1;
         Core {
             trees: Trees::new(sb.roots, sb.node_size, sb.secret, seq),
@@ -259,6 +270,7 @@ impl Core {
             changed: false,
             failed: false,
             read_only,
+            max_links,
             stats: FsStats::default(),
             sb,
         }
@@ -284,6 +296,16 @@ impl Core {
         let nodes = self.trees.flush_bound() as u64 + 64;
         let pooled = self.space.pool_len() as u64;
         nodes.saturating_sub(pooled) * node_blocks(&self.sb)
+    }
+
+    /// Fails with `EMLINK` (and counts it) if an inode with `nlink` links may not get
+    /// another.
+    pub fn check_link_limit(&mut self, nlink: u32) -> Step<()> {
+        if nlink >= self.max_links {
+            self.stats.link_limit_hits += 1;
+            return Err(Errno::EMLINK.into());
+        }
+        Ok(())
     }
 
     /// Fails with `NoSpace` unless metadata may grow by a few nodes.

@@ -4,14 +4,13 @@
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
-use super::MAX_LINKS;
 use crate::format::items::{
     decode_dir_entries, decode_inode_refs, encode_dir_entries, encode_inode_refs, DirEntryRec,
     DirIndexRec, InodeItem, InodeRefRec,
 };
 use crate::format::key::kind;
 use crate::format::{Key, TreeId};
-use crate::util::hash::{domain, keyed_hash};
+use crate::util::hash::{domain, keyed_hash, name_ref_hash};
 use crate::vfs::{Attr, DirEntry, Errno, FileType, Ino, Timespec, NAME_MAX, ROOT_INO};
 
 /// Validates a name for an operation that takes a new or existing entry name.
@@ -62,14 +61,55 @@ impl Core {
         if dir == ROOT_INO {
             return Ok(ROOT_INO);
         }
-        let refs = tx.range(
+        // A directory has one name; a removed one has none left: report itself.
+        Ok(self.names_of(tx, dir)?.first().map_or(dir, |r| r.parent))
+    }
+
+    /// Every name of `ino` (its back-references), in key order.
+    pub(crate) fn names_of(&mut self, tx: &Txn, ino: Ino) -> Step<Vec<InodeRefRec>> {
+        let items = tx.range(
             self,
             TreeId::Fs,
-            Key::new(dir, kind::INODE_REF, 0),
-            Key::new(dir, kind::INODE_REF, u64::MAX),
+            Key::new(ino, kind::INODE_REF, 0),
+            Key::new(ino, kind::INODE_REF, u64::MAX),
         )?;
-        // A removed directory has no name left; report itself.
-        Ok(refs.first().map_or(dir, |(k, _)| k.offset))
+        let mut out = Vec::new();
+        for (_, v) in items {
+            out.extend(decode_inode_refs(&v).ok_or(Stop::Corrupt("undecodable inode ref"))?);
+        }
+        Ok(out)
+    }
+
+    /// The key of the back-reference item that holds `parent/name` for `child`.
+    fn name_ref_key(&self, child: Ino, parent: Ino, name: &[u8]) -> Key {
+        Key::new(
+            child,
+            kind::INODE_REF,
+            name_ref_hash(self.sb.secret, parent, name),
+        )
+    }
+
+    /// Removes the back-reference `parent/name` (readdir index `index`) of `child`, if
+    /// it has one.
+    pub(crate) fn remove_name_ref(
+        &mut self,
+        tx: &mut Txn,
+        child: Ino,
+        parent: Ino,
+        name: &[u8],
+        index: u64,
+    ) -> Step<()> {
+        let rkey = self.name_ref_key(child, parent, name);
+        if let Some(b) = tx.get(self, TreeId::Fs, &rkey)? {
+            let mut refs = decode_inode_refs(&b).ok_or(Stop::Corrupt("undecodable inode ref"))?;
+            refs.retain(|r| !(r.parent == parent && r.index == index));
+            if refs.is_empty() {
+                tx.del(TreeId::Fs, rkey);
+            } else {
+                tx.put(TreeId::Fs, rkey, encode_inode_refs(&refs));
+            }
+        }
+        Ok(())
     }
 
     /// Whether `ino` is `ancestor` or below it (walking up through parents).
@@ -162,12 +202,13 @@ impl Core {
             Key::new(dir, kind::DIR_INDEX, index),
             idx.encode(),
         );
-        let rkey = Key::new(child, kind::INODE_REF, dir);
+        let rkey = self.name_ref_key(child, dir, name);
         let mut refs = match tx.get(self, TreeId::Fs, &rkey)? {
             Some(b) => decode_inode_refs(&b).ok_or(Stop::Corrupt("undecodable inode ref"))?,
             None => Vec::new(),
         };
         refs.push(InodeRefRec {
+            parent: dir,
             index,
             name: name.to_vec(),
         });
@@ -202,16 +243,7 @@ impl Core {
             tx.put(TreeId::Fs, key, encode_dir_entries(&list));
         }
         tx.del(TreeId::Fs, Key::new(dir, kind::DIR_INDEX, rec.index));
-        let rkey = Key::new(rec.ino, kind::INODE_REF, dir);
-        if let Some(b) = tx.get(self, TreeId::Fs, &rkey)? {
-            let mut refs = decode_inode_refs(&b).ok_or(Stop::Corrupt("undecodable inode ref"))?;
-            refs.retain(|r| r.index != rec.index);
-            if refs.is_empty() {
-                tx.del(TreeId::Fs, rkey);
-            } else {
-                tx.put(TreeId::Fs, rkey, encode_inode_refs(&refs));
-            }
-        }
+        self.remove_name_ref(tx, rec.ino, dir, name, rec.index)?;
         let mut d = tx.inode(self, dir)?;
         d.size = d.size.saturating_sub(1);
         d.mtime = now;
@@ -330,9 +362,7 @@ impl Core {
         if self.find_entry(&tx, new_dir, name)?.is_some() {
             return Err(Errno::EEXIST.into());
         }
-        if item.nlink >= MAX_LINKS {
-            return Err(Errno::EMLINK.into());
-        }
+        self.check_link_limit(item.nlink)?;
         self.check_meta_space()?;
         let ft = item.file_type().ok_or(Stop::Corrupt("inode type"))?;
         self.add_entry(&mut tx, new_dir, name, ino, ft, now)?;
@@ -416,8 +446,8 @@ impl Core {
                 (false, true) => return Err(Errno::ENOTDIR.into()),
                 _ => {}
             }
-        } else if src_is_dir && old_dir != new_dir && nd.nlink >= MAX_LINKS {
-            return Err(Errno::EMLINK.into());
+        } else if src_is_dir && old_dir != new_dir {
+            self.check_link_limit(nd.nlink)?;
         }
         self.check_meta_space()?;
         let mut orphan = None;

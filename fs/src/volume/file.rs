@@ -349,16 +349,30 @@ impl<D: BlockDevice> NineFs<D> {
         }
     }
 
-    /// `write`.
-    pub(super) async fn write_data(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+    /// `write` at `offset`, or with `None` `append`: then the size is read under the
+    /// inode's lock, which every writer and size change of the inode holds, so nothing
+    /// comes between reading it and writing there. Returns the offset written at and
+    /// the bytes written.
+    pub(super) async fn write_data(
+        &self,
+        ino: Ino,
+        offset: Option<u64>,
+        data: &[u8],
+    ) -> FsResult<(u64, usize)> {
         self.run(|c| {
             let item = c.inode(ino)?;
             regular(&item)?;
             Ok(())
         })
         .await?;
+        let lock = self.inode_lock(ino);
+        let _guard = lock.lock().await;
+        let offset = match offset {
+            Some(offset) => offset,
+            None => self.run(|c| Ok(c.inode(ino)?.size)).await?,
+        };
         if data.is_empty() {
-            return Ok(0);
+            return Ok((offset, 0));
         }
         if offset >= MAX_FILE_SIZE {
             return Err(Errno::EFBIG);
@@ -367,8 +381,6 @@ impl<D: BlockDevice> NineFs<D> {
         let n = data
             .len()
             .min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize);
-        let lock = self.inode_lock(ino);
-        let _guard = lock.lock().await;
         self.trim_past_eof(ino).await?;
         let mut done = 0;
         while done < n {
@@ -379,11 +391,11 @@ impl<D: BlockDevice> NineFs<D> {
             {
                 Ok(()) => done += chunk,
                 // Earlier chunks are in: a short write, as POSIX has it.
-                Err(_) if done > 0 => return Ok(done),
+                Err(_) if done > 0 => return Ok((offset, done)),
                 Err(e) => return Err(e),
             }
         }
-        Ok(n)
+        Ok((offset, n))
     }
 
     /// Removes extents past the end of file left by a truncation a crash interrupted, so

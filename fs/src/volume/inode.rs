@@ -5,7 +5,6 @@ use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
 use super::dir::check_name;
-use super::MAX_LINKS;
 use crate::format::items::InodeItem;
 use crate::format::key::kind;
 use crate::format::{Key, TreeId};
@@ -76,8 +75,8 @@ impl Core {
             return Err(Errno::EEXIST.into());
         }
         let is_dir = matches!(what, NewInode::Directory);
-        if is_dir && d.nlink >= MAX_LINKS {
-            return Err(Errno::EMLINK.into());
+        if is_dir {
+            self.check_link_limit(d.nlink)?;
         }
         self.check_meta_space()?;
         let (ft, rdev, size) = match what {
@@ -223,9 +222,11 @@ impl Core {
         Ok(st.open == 0 && item.nlink == 0)
     }
 
-    /// `statfs`.
+    /// `statfs`. Blocks freed since the last checkpoint count as free at once: they are
+    /// not reusable until a checkpoint commits their release, but an allocation that
+    /// needs them runs that checkpoint (`NineFs::run`).
     pub fn op_statfs(&self) -> StatFs {
-        let free = self.space.available();
+        let free = self.space.free_after_checkpoint();
         let avail = free.saturating_sub(self.meta_reserve());
         let mut fsid = [0u8; 8];
         fsid.copy_from_slice(&self.sb.uuid[..8]);

@@ -50,7 +50,8 @@ use self::synclog::LogState;
 
 /// Largest file size (as Linux: `i64::MAX`).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
-/// Most links an inode may have.
+/// Most links an inode may have by default (as ext4): a file's names, a directory's
+/// `2 +` subdirectories. [`MountOptions::max_links`] changes it.
 pub const MAX_LINKS: u32 = 65_000;
 /// Retries of one operation before giving up (each retry loads something).
 const MAX_RETRIES: usize = 10_000;
@@ -64,6 +65,10 @@ pub struct MountOptions {
     pub max_groups: usize,
     /// Mount read-only: nothing is ever written.
     pub read_only: bool,
+    /// Most links an inode may have (default [`MAX_LINKS`]); `link`, `mkdir` and a
+    /// directory `rename` past it fail with `EMLINK` (counted in
+    /// [`FsStats::link_limit_hits`]).
+    pub max_links: u32,
     /// When checkpoints run.
     pub policy: Box<dyn WritePolicy>,
 }
@@ -74,6 +79,7 @@ impl Default for MountOptions {
             cache_limit: 16 << 20,
             max_groups: 256,
             read_only: false,
+            max_links: MAX_LINKS,
             policy: Box::new(PressurePolicy),
         }
     }
@@ -85,6 +91,7 @@ impl ::core::fmt::Debug for MountOptions {
             .field("cache_limit", &self.cache_limit)
             .field("max_groups", &self.max_groups)
             .field("read_only", &self.read_only)
+            .field("max_links", &self.max_links)
             .finish()
     }
 }
@@ -226,7 +233,7 @@ impl<D: BlockDevice> NineFs<D> {
         );
         let fs = NineFs {
             dev,
-            core: Mutex::new(Core::new(sb, read_only)),
+            core: Mutex::new(Core::new(sb, read_only, opts.max_links)),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             commit_lock: async_lock::Mutex::new(()),

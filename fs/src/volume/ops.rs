@@ -138,9 +138,15 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        let n = self.write_data(ino, offset, data).await?;
+        let (_, n) = self.write_data(ino, Some(offset), data).await?;
         self.maintain().await?;
         Ok(n)
+    }
+
+    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
+        let done = self.write_data(ino, None, data).await?;
+        self.maintain().await?;
+        Ok(done)
     }
 
     async fn clone_range(

@@ -33,6 +33,8 @@ pub struct FsStats {
     pub evictions: u64,
     /// Checksum or decoding failures seen (each also logged).
     pub corruptions: u64,
+    /// `link`, `mkdir` and directory `rename` refused with `EMLINK` at the link limit.
+    pub link_limit_hits: u64,
     /// The fsync log.
     pub log: LogStats,
 }

@@ -546,6 +546,20 @@ impl<D: BlockDevice> FileSystem for ToyFs<D> {
         }
         Ok(n)
     }
+    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
+        let (offset, n) = self.model.append(ino, data).await?;
+        // Replayed as the write it was.
+        if n > 0 && !self.unlinked(ino).await {
+            self.record(|e| {
+                e.u8(tag::WRITE)
+                    .time(self.clock.now())
+                    .u64(ino)
+                    .u64(offset)
+                    .bytes(&data[..n]);
+            });
+        }
+        Ok((offset, n))
+    }
     async fn clone_range(&self, s: Ino, so: u64, d: Ino, doff: u64, len: u64) -> FsResult<()> {
         self.model.clone_range(s, so, d, doff, len).await?;
         self.record(|e| {

@@ -205,12 +205,14 @@ impl<F: FileSystem> Server<F> {
         let f = s.get(fid)?;
         let count = match f.state {
             FidState::Open(m) if m.write => {
-                let offset = if m.append {
-                    self.fs.getattr(f.ino).await?.size
+                // O_APPEND: the filesystem picks the offset (the size) and writes there
+                // in one step, so appends from several clients never overwrite each
+                // other.
+                let n = if m.append {
+                    self.fs.append(f.ino, data).await?.1
                 } else {
-                    offset
+                    self.fs.write(f.ino, offset, data).await?
                 };
-                let n = self.fs.write(f.ino, offset, data).await?;
                 self.counters.writes();
                 n
             }

@@ -171,6 +171,9 @@ impl FileSystem for GatedFs {
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
         self.inner.write(ino, offset, data).await
     }
+    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
+        self.inner.append(ino, data).await
+    }
     async fn clone_range(&self, s: Ino, so: u64, d: Ino, dof: u64, len: u64) -> FsResult<()> {
         self.inner.clone_range(s, so, d, dof, len).await
     }

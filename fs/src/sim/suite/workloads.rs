@@ -107,6 +107,14 @@ fn write(path: &[u8], offset: u64, len: u32, seed: u8) -> Op {
     }
 }
 
+fn append(path: &[u8], len: u32, seed: u8) -> Op {
+    Op::Append {
+        target: t(path),
+        len,
+        seed,
+    }
+}
+
 fn truncate(path: &[u8], size: u64) -> Op {
     Op::Setattr {
         target: t(path),
@@ -200,11 +208,13 @@ pub fn alphabet() -> Vec<Vec<Op>> {
     vec![
         // create
         vec![create(&[A], E), create(&[B], C)],
-        // write: overwrite across blocks, append, a new file's first bytes
+        // write: overwrite across blocks, past the end, a new file's first bytes, an
+        // O_APPEND write
         vec![
             write(&[A, C], 5000, 6000, 3),
             write(&[A, D], 5000, 3000, 4),
             write(&[A, E], 0, 100, 5),
+            append(&[A, D], 3000, 6),
         ],
         // truncate: shrink, extend
         vec![truncate(&[A, C], 2000), truncate(&[A, D], 20000)],
@@ -286,12 +296,13 @@ fn touched(op: &Op) -> Vec<(Path, bool)> {
             let is_dir = is_dir_path(&dest);
             vec![(dest, is_dir), (from_dir.clone(), true)]
         }
-        Op::Write { target, .. } | Op::Setattr { target, .. } | Op::Removexattr { target, .. } => {
-            match target {
-                Target::Path(tp) => vec![(tp.clone(), false)],
-                Target::Handle(_) => Vec::new(),
-            }
-        }
+        Op::Write { target, .. }
+        | Op::Append { target, .. }
+        | Op::Setattr { target, .. }
+        | Op::Removexattr { target, .. } => match target {
+            Target::Path(tp) => vec![(tp.clone(), false)],
+            Target::Handle(_) => Vec::new(),
+        },
         Op::Setxattr { target, .. } => match target {
             Target::Path(tp) => vec![(tp.clone(), is_dir_path(tp))],
             Target::Handle(_) => Vec::new(),
@@ -669,6 +680,21 @@ pub fn scenarios() -> Vec<Workload> {
                 fsync(&[B, D]),
                 unlink(&[A], C),
                 fsync_dir(&[A]),
+            ]),
+        ),
+        // An append-only log (O_APPEND writes made durable one by one, as a database's
+        // write-ahead log): every acknowledged record survives, in order.
+        scenario(
+            "append-log",
+            ops(vec![
+                append(&[A, D], 100, 41),
+                fdatasync(&[A, D]),
+                append(&[A, D], 5000, 42),
+                fdatasync(&[A, D]),
+                create(&[B], C),
+                append(&[B, C], 300, 43),
+                append(&[B, C], 300, 44),
+                fsync(&[B, C]),
             ]),
         ),
         // Group commit: four files changed, their fsyncs run together.

@@ -27,14 +27,14 @@ use spin::Mutex;
 
 use super::track::{Changes, View};
 use super::LogState;
-use crate::format::items::{decode_dir_entries, decode_inode_refs, DirIndexRec, InodeItem};
+use crate::format::items::{decode_dir_entries, DirIndexRec, InodeItem, InodeRefRec};
 use crate::format::key::kind;
 use crate::format::log::{put_name, rec, RecordWriter};
 use crate::format::{Key, TreeId};
 use crate::util::scratch::Scratch;
 use crate::vfs::{Errno, FileType, Ino, ROOT_INO};
 
-use super::super::core::{Core, Step, Stop};
+use super::super::core::{Core, Step, Stop, Txn};
 
 /// Most inodes one sync may log before it falls back to a checkpoint.
 const MAX_INODES: usize = 256;
@@ -220,7 +220,7 @@ impl Core {
             Why::Ancestor | Why::Conflict | Why::Child => (is_new || changes.names, true),
         };
         let names = if want_names {
-            self.names_of(ino)?
+            self.names_of(&Txn::new(), ino)?
         } else {
             Vec::new()
         };
@@ -251,35 +251,17 @@ impl Core {
             Why::Conflict | Why::Child => log_it,
         };
         if walk_up {
-            for (parent, _, _) in &names {
-                if *parent != ROOT_INO {
-                    b.work.push((*parent, Why::Ancestor));
+            // Many names may share a parent: queue each parent once.
+            let mut parents: Vec<Ino> = names.iter().map(|r| r.parent).collect();
+            parents.sort_unstable();
+            parents.dedup();
+            for parent in parents {
+                if parent != ROOT_INO {
+                    b.work.push((parent, Why::Ancestor));
                 }
             }
         }
         Ok(None)
-    }
-
-    /// `(parent, index, name)` of every name of `ino`.
-    fn names_of(&mut self, ino: Ino) -> Step<Vec<(Ino, u64, Vec<u8>)>> {
-        let mut out = Vec::new();
-        let mut corrupt = false;
-        self.trees.range(
-            TreeId::Fs,
-            Key::new(ino, kind::INODE_REF, 0),
-            Key::new(ino, kind::INODE_REF, u64::MAX),
-            |k, v| {
-                match decode_inode_refs(v) {
-                    Some(refs) => out.extend(refs.into_iter().map(|r| (k.offset, r.index, r.name))),
-                    None => corrupt = true,
-                }
-                !corrupt
-            },
-        )?;
-        if corrupt {
-            return Err(Stop::Corrupt("undecodable inode ref"));
-        }
-        Ok(out)
     }
 
     /// Logs `ino`'s inode item, changed xattrs, changed file blocks and (if new) symlink
@@ -442,20 +424,20 @@ impl Core {
         b: &mut Build<'_>,
         ino: Ino,
         item: &InodeItem,
-        names: &[(Ino, u64, Vec<u8>)],
+        names: &[InodeRefRec],
     ) -> Step<Option<Built>> {
         let ft = item.file_type().ok_or(Stop::Corrupt("inode type"))?;
         let mut w = RecordWriter::begin(b.scratch, rec::NAMES);
         w.buf().u64(ino).u32(names.len() as u32);
-        for (parent, index, name) in names {
-            w.buf().u64(*parent).u64(*index).u8(ft.dirent_type());
-            put_name(w.buf(), name);
+        for r in names {
+            w.buf().u64(r.parent).u64(r.index).u8(ft.dirent_type());
+            put_name(w.buf(), &r.name);
         }
         w.end();
         b.tally.records += 1;
-        for (parent, _, name) in names {
-            let hash = self.name_hash(name);
-            let Some(out) = self.conflicts(b, *parent, Some((hash, ino)))? else {
+        for r in names {
+            let hash = self.name_hash(&r.name);
+            let Some(out) = self.conflicts(b, r.parent, Some((hash, ino)))? else {
                 return Ok(Some(Built::Fallback(Fallback::RemovedOverflow)));
             };
             for y in out {

@@ -25,8 +25,8 @@ use alloc::vec::Vec;
 
 use crate::block::BlockDevice;
 use crate::format::items::{
-    decode_csums, decode_dir_entries, decode_inode_refs, encode_csums, encode_dir_entries,
-    encode_inode_refs, DirIndexRec, ExtentItem, FileExtent, InodeItem,
+    decode_csums, decode_dir_entries, encode_csums, encode_dir_entries, DirIndexRec, ExtentItem,
+    FileExtent, InodeItem,
 };
 use crate::format::key::kind;
 use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
@@ -404,16 +404,7 @@ impl Core {
             tx.put(TreeId::Fs, key, encode_dir_entries(&list));
         }
         tx.del(TreeId::Fs, Key::new(dir, kind::DIR_INDEX, e.index));
-        let rkey = Key::new(e.ino, kind::INODE_REF, dir);
-        if let Some(b) = tx.get(self, TreeId::Fs, &rkey)? {
-            let mut refs = decode_inode_refs(&b).ok_or(Stop::Corrupt("undecodable inode ref"))?;
-            refs.retain(|r| r.index != e.index);
-            if refs.is_empty() {
-                tx.del(TreeId::Fs, rkey);
-            } else {
-                tx.put(TreeId::Fs, rkey, encode_inode_refs(&refs));
-            }
-        }
+        self.remove_name_ref(tx, e.ino, dir, &e.name, e.index)?;
         Ok(Some(e.ino))
     }
 
@@ -458,24 +449,15 @@ impl Core {
         let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(Vec::new());
         };
-        let current = tx.range(
-            self,
-            TreeId::Fs,
-            Key::new(ino, kind::INODE_REF, 0),
-            Key::new(ino, kind::INODE_REF, u64::MAX),
-        )?;
         let mut touched = vec![ino];
-        for (k, v) in current {
-            let refs = decode_inode_refs(&v).ok_or(Stop::Corrupt("undecodable inode ref"))?;
-            for r in refs {
-                let keep = names
-                    .iter()
-                    .any(|n| n.parent == k.offset && n.index == r.index && n.name == r.name);
-                if !keep {
-                    let hash = self.name_hash(&r.name);
-                    self.unbind(&mut tx, k.offset, hash, Some(&r.name), Some(ino))?;
-                    touched.push(k.offset);
-                }
+        for r in self.names_of(&tx, ino)? {
+            let keep = names
+                .iter()
+                .any(|n| n.parent == r.parent && n.index == r.index && n.name == r.name);
+            if !keep {
+                let hash = self.name_hash(&r.name);
+                self.unbind(&mut tx, r.parent, hash, Some(&r.name), Some(ino))?;
+                touched.push(r.parent);
             }
         }
         for n in names {
@@ -655,16 +637,7 @@ impl Core {
         };
         let mut detached = Vec::new();
         let before = item;
-        let names: u32 = tx
-            .range(
-                self,
-                TreeId::Fs,
-                Key::new(ino, kind::INODE_REF, 0),
-                Key::new(ino, kind::INODE_REF, u64::MAX),
-            )?
-            .iter()
-            .map(|(_, v)| decode_inode_refs(v).map_or(0, |r| r.len() as u32))
-            .sum();
+        let names = self.names_of(&tx, ino)?.len() as u32;
         if item.is_dir() {
             let entries = tx.range(
                 self,
