@@ -348,3 +348,31 @@ fn squashed_users_create_as_the_anonymous_group() {
     let st = c.getattr(1).unwrap();
     assert_eq!((st.uid, st.gid, st.mode & 0o7777), (4000, 4001, 0o2644));
 }
+
+#[test]
+fn writes_truncates_and_chowns_drop_set_id_bits() {
+    let (_server, mut user, mut root) = shared_dir();
+    // A root-owned set-uid, set-gid, world-writable program in `shared`.
+    root.walk(1, 2, "").unwrap();
+    root.lcreate(2, "prog", RDWR, 0o6777).unwrap();
+    root.clunk(2).unwrap();
+    assert_eq!(owner_of(&mut root, 1, "prog").2 & 0o7777, 0o6777);
+    // A write by uid 1000 drops both bits (group-executable), whatever the client asks.
+    user.walk(0, 1, "shared/prog").unwrap();
+    user.lopen(1, RDWR).unwrap();
+    user.write(1, 0, b"#!/bin/sh\nid\n").unwrap();
+    assert_eq!(owner_of(&mut root, 1, "prog").2 & 0o7777, 0o777);
+    // Root's own writes keep them.
+    root.walk(1, 3, "prog").unwrap();
+    root.setattr(3, setattr::MODE, 0o6777, 0, 0, 0).unwrap();
+    root.lopen(3, RDWR).unwrap();
+    root.write(3, 0, b"x").unwrap();
+    assert_eq!(owner_of(&mut root, 1, "prog").2 & 0o7777, 0o6777);
+    // A truncate by uid 1000 drops them.
+    user.setattr(1, setattr::SIZE, 0, 0, 0, 1).unwrap();
+    assert_eq!(owner_of(&mut root, 1, "prog").2 & 0o7777, 0o777);
+    // A chown of a regular file drops them, even by root.
+    root.setattr(3, setattr::MODE, 0o4755, 0, 0, 0).unwrap();
+    root.setattr(3, setattr::UID, 0, 1000, 0, 0).unwrap();
+    assert_eq!(owner_of(&mut root, 1, "prog"), (1000, 0, 0o100_755));
+}

@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 use fs::vfs::{Errno, FileSystem, FileType, FsResult, SetAttr, SetTime, Timespec};
 
 use super::fid::FidState;
-use super::perm::{User, MAY_WRITE, S_ISGID};
+use super::perm::{without_set_id, User, MAY_WRITE, S_ISGID};
 use super::session::Session;
 use super::{qid_of, reply, Server};
 use crate::wire::{getattr, setattr, Rmsg, V9FS_MAGIC};
@@ -115,6 +115,17 @@ impl<F: FileSystem> Server<F> {
                 user.check(&attr, MAY_WRITE)?;
             }
             ch.size = Some(req.size);
+        }
+        // A file that changes hands, or is truncated by someone other than root, loses
+        // its set-uid bit (and set-gid if group-executable), as on Linux — unless this
+        // request sets the mode itself.
+        let changes_hands = ch.uid.is_some() || ch.gid.is_some();
+        let truncated = ch.size.is_some() && !user.is_root();
+        if ch.mode.is_none()
+            && attr.file_type() != FileType::Directory
+            && (changes_hands || truncated)
+        {
+            ch.mode = without_set_id(attr.mode);
         }
         let owner_or_writer = |user: &User| {
             if user.owns(&attr) || opened_for_write {

@@ -10,7 +10,7 @@ use super::fid::{Fid, FidState, OpenMode, Parent};
 use super::locks::{
     range_end, LockError, LockKind, LockOwner, CLIENT_ID_OVERHEAD, LOCK_RECORD_BYTES,
 };
-use super::perm::{MAY_EXEC, MAY_READ, MAY_WRITE};
+use super::perm::{without_set_id, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::session::Session;
 use super::{check_name, qid_of, reply, Server};
 use crate::memory::Use;
@@ -205,6 +205,9 @@ impl<F: FileSystem> Server<F> {
         let f = s.get(fid)?;
         let count = match f.state {
             FidState::Open(m) if m.write => {
+                if !f.user().is_root() {
+                    self.drop_set_id(f.ino).await?;
+                }
                 // O_APPEND: the filesystem picks the offset (the size) and writes there
                 // in one step, so appends from several clients never overwrite each
                 // other.
@@ -236,6 +239,22 @@ impl<F: FileSystem> Server<F> {
                 count: count as u32,
             },
         ))
+    }
+
+    /// A write by someone other than root drops the file's set-uid bit (and set-gid, if
+    /// group-executable), as Linux does: otherwise a user who may write a set-uid file
+    /// could put their own program in it. An honest client asks for it itself (a
+    /// `Tsetattr` before the write); the server does not rely on that.
+    pub(super) async fn drop_set_id(&self, ino: Ino) -> FsResult<()> {
+        let attr = self.fs.getattr(ino).await?;
+        if let Some(mode) = without_set_id(attr.mode) {
+            let changes = SetAttr {
+                mode: Some(mode),
+                ..SetAttr::default()
+            };
+            self.fs.setattr(ino, changes).await?;
+        }
+        Ok(())
     }
 
     pub(super) async fn fsync(

@@ -24,6 +24,23 @@ const S_ISVTX: u32 = 0o1000;
 /// The set-group-ID bit: a file runs as its group; a directory's new entries get its
 /// group.
 pub const S_ISGID: u32 = 0o2000;
+/// The set-user-ID bit: a file runs as its owner.
+pub const S_ISUID: u32 = 0o4000;
+/// Group execute permission.
+const S_IXGRP: u32 = 0o010;
+
+/// The mode a file keeps when it is written or changes hands (Linux's
+/// `should_remove_suid`): without set-uid, and without set-gid if it is group-executable
+/// (set-gid without group execute marks mandatory locking, not privilege). `None` when
+/// there is nothing to drop.
+pub fn without_set_id(mode: u32) -> Option<u32> {
+    let mut kill = mode & S_ISUID;
+    if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP {
+        kill |= S_ISGID;
+    }
+    (kill != 0).then_some(mode & 0o7777 & !kill)
+}
+
 /// The bits `mkdir` takes from the request (Linux's `S_IRWXUGO | S_ISVTX`); set-gid
 /// comes only from the parent.
 const MKDIR_BITS: u32 = 0o1777;
@@ -166,6 +183,17 @@ mod tests {
             groups: groups.to_vec(),
             forced_gid: None,
         }
+    }
+
+    #[test]
+    fn writes_and_chowns_drop_set_id_bits_as_linux() {
+        assert_eq!(without_set_id(0o100_4755), Some(0o755));
+        assert_eq!(without_set_id(0o100_2755), Some(0o755));
+        assert_eq!(without_set_id(0o100_6755), Some(0o755));
+        // Set-gid without group execute stays (mandatory-locking marker).
+        assert_eq!(without_set_id(0o100_2745), None);
+        assert_eq!(without_set_id(0o100_6745), Some(0o2745));
+        assert_eq!(without_set_id(0o100_0777), None);
     }
 
     #[test]
