@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use net::testing::{Client, Exchange};
+use ninep::testing::{Client, Exchange};
 
 /// How long one request may take before the test fails (TCG is slow, not this slow).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -85,7 +85,7 @@ impl Exchange for Lossy {
         }
         let mut frame = Vec::new();
         let tag = u16::from_le_bytes([request[5], request[6]]);
-        net::wire::Rmsg::Lerror { ecode: GONE.0 }
+        ninep::wire::Rmsg::Lerror { ecode: GONE.0 }
             .encode(tag, &mut frame)
             .expect("Rlerror encodes");
         frame
@@ -107,7 +107,7 @@ fn versioned(port: u16, wait: Duration) -> Option<TcpStream> {
         s.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
         s.set_nodelay(true).unwrap();
         let mut frame = Vec::new();
-        net::wire::Tmsg::Version {
+        ninep::wire::Tmsg::Version {
             msize: 1 << 20,
             version: b"9P2000.L",
         }

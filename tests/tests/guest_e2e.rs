@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use net::wire::open_flags;
 use ninefold_tests::ninep::{connect, Tcp};
 use ninefold_tests::{FsImage, Qemu, Running};
+use ninep::wire::open_flags;
 
 /// Boots the appliance on `image`, 9P forwarded from `port`.
 fn boot(image: &FsImage, port: u16) -> Running {
@@ -34,7 +34,7 @@ fn boot(image: &FsImage, port: u16) -> Running {
 }
 
 /// Reads `fsops/kept.txt` over 9P.
-fn kept(c: &mut net::testing::Client<Tcp>) -> String {
+fn kept(c: &mut ninep::testing::Client<Tcp>) -> String {
     c.walk(0, 2, "fsops/kept.txt").unwrap();
     c.lopen(2, open_flags::RDONLY).unwrap();
     let text = String::from_utf8(c.read(2, 0, 4096).unwrap()).unwrap();

@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use net::testing::Client;
-use net::wire::open_flags;
 use ninefold_tests::ninep::{connect, connect_lossy, Lossy, Tcp, GONE};
 use ninefold_tests::{FsImage, Qemu, Running};
+use ninep::testing::Client;
+use ninep::wire::open_flags;
 
 /// Rotate to a new file past this size.
 const FILE_LIMIT: usize = 1 << 20;

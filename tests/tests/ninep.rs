@@ -14,10 +14,10 @@ use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
 use fs::vfs::Errno;
-use net::testing::Client;
-use net::wire::{open_flags, Tmsg};
 use ninefold_tests::ninep::{connect, read_frame, stream, Tcp};
 use ninefold_tests::{stats, FsImage, Qemu, Running};
+use ninep::testing::Client;
+use ninep::wire::{open_flags, Tmsg};
 
 const MIB: usize = 1 << 20;
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
@@ -310,7 +310,7 @@ fn dropped_connections_leave_the_server_healthy() {
         Tmsg::Write {
             fid: 1,
             offset: 0,
-            data: net::wire::Data(&data),
+            data: ninep::wire::Data(&data),
         }
         .encode(99, &mut frame)
         .unwrap();

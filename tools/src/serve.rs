@@ -3,7 +3,7 @@
 //!
 //! The request futures are `!Send` (the appliance has one CPU), so all connections run
 //! on one single-threaded tokio runtime (`current_thread` + `LocalSet`), each
-//! connection a local task driving a [`net::conn::Connection`] over its socket.
+//! connection a local task driving a [`ninep::conn::Connection`] over its socket.
 
 use std::cell::Cell;
 use std::io;
@@ -18,8 +18,8 @@ use clap::{Args, ValueEnum};
 use fs::model::ModelFs;
 use fs::vfs::{Clock, FileSystem, Timespec};
 use fs::volume::{MountOptions, NineFs};
-use net::conn::{Connection, Transport};
-use net::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
+use ninep::conn::{Connection, Transport};
+use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -61,7 +61,7 @@ pub struct ServeArgs {
     #[arg(long = "group", value_name = "UID:GID[,GID...]")]
     groups: Vec<String>,
     /// Largest msize offered.
-    #[arg(long, default_value_t = net::server::DEFAULT_MAX_MSIZE)]
+    #[arg(long, default_value_t = ninep::server::DEFAULT_MAX_MSIZE)]
     msize: u32,
     /// Most fids per connection.
     #[arg(long, default_value_t = Config::default().max_fids)]
@@ -84,7 +84,7 @@ pub struct ServeArgs {
     max_connections: usize,
     /// Memory the server may spend on clients' behalf (frames, replies, fids, xattr
     /// values, locks), in MiB; a connection may use a quarter of it.
-    #[arg(long, default_value_t = net::server::DEFAULT_MEMORY_LIMIT >> 20)]
+    #[arg(long, default_value_t = ninep::server::DEFAULT_MEMORY_LIMIT >> 20)]
     memory_mib: usize,
     /// Seconds a new connection has to complete `Tversion`.
     #[arg(long, default_value_t = Timeouts::default().handshake_ns / NS_PER_SEC)]

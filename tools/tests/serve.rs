@@ -5,8 +5,8 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
 use fs::vfs::Errno;
-use net::testing::{Client, Exchange};
-use net::wire::{open_flags, setattr};
+use ninep::testing::{Client, Exchange};
+use ninep::wire::{open_flags, setattr};
 
 /// One request, one reply, over a blocking socket.
 struct Tcp(TcpStream);
@@ -177,7 +177,7 @@ fn clients_no_export_allows_are_disconnected() {
     s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
     let mut version = Vec::new();
-    net::wire::Tmsg::Version {
+    ninep::wire::Tmsg::Version {
         msize: 8192,
         version: b"9P2000.L",
     }

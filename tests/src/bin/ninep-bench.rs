@@ -11,9 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use net::wire::open_flags;
 use ninefold_tests::ninep::connect;
 use ninefold_tests::{FsImage, Qemu};
+use ninep::wire::open_flags;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]

@@ -7,9 +7,9 @@ use std::rc::Rc;
 
 use common::*;
 use fs::vfs::{Errno, FileSystem, ROOT_INO};
-use net::conn::{CloseReason, Connection};
-use net::server::{Config, Export, Squash};
-use net::wire::{
+use ninep::conn::{CloseReason, Connection};
+use ninep::server::{Config, Export, Squash};
+use ninep::wire::{
     lock, open_flags as of, qid_type, setattr, Rmsg, Tmsg, AT_REMOVEDIR, XATTR_REPLACE,
 };
 
@@ -18,7 +18,7 @@ const RDWR: u32 = of::RDWR;
 #[test]
 fn version_negotiates_msize_and_rejects_other_versions() {
     let server = model_server(Config::default());
-    let mut c = net::testing::Client::new(Local {
+    let mut c = ninep::testing::Client::new(Local {
         conn: Connection::new(server.clone()),
     });
     assert_eq!(c.version(8192, b"9P2000.u").unwrap().1, b"unknown");
@@ -256,8 +256,8 @@ fn locks_between_connections() {
 }
 
 /// `Tlock` for a given client id; the status.
-fn lock_as<X: net::testing::Exchange>(
-    c: &mut net::testing::Client<X>,
+fn lock_as<X: ninep::testing::Exchange>(
+    c: &mut ninep::testing::Client<X>,
     fid: u32,
     lock_type: u8,
     start: u64,
@@ -281,8 +281,8 @@ fn lock_as<X: net::testing::Exchange>(
 }
 
 /// `Tgetlock` for a given client id; the reply's fields.
-fn getlock_as<X: net::testing::Exchange>(
-    c: &mut net::testing::Client<X>,
+fn getlock_as<X: ninep::testing::Exchange>(
+    c: &mut ninep::testing::Client<X>,
     fid: u32,
     lock_type: u8,
     (start, length): (u64, u64),
@@ -425,11 +425,11 @@ fn client_ids_are_bounded_and_stored_once() {
     assert_eq!(server.stats().long_client_ids, 2);
     // 100 lock records and one copy of the id.
     let bytes = server.lock_bytes(c.io.conn.session());
-    let records = 100 * net::server::locks::LOCK_RECORD_BYTES;
+    let records = 100 * ninep::server::locks::LOCK_RECORD_BYTES;
     assert!(
         (records + 256..records + 512).contains(&bytes),
         "{bytes} bytes for 100 locks of {} bytes",
-        net::server::locks::LOCK_RECORD_BYTES
+        ninep::server::locks::LOCK_RECORD_BYTES
     );
     c.clunk(0).unwrap();
     assert_eq!(server.lock_bytes(c.io.conn.session()), 0);
@@ -534,7 +534,7 @@ fn timings_split_by_request_kind() {
     let untimed = model_server(Config::default());
     let mut c = client(&untimed);
     c.attach(0, 0, "").unwrap();
-    assert_eq!(untimed.timings(), net::server::Timings::default());
+    assert_eq!(untimed.timings(), ninep::server::Timings::default());
 
     let server = model_server(Config {
         clock: Some(clock),
@@ -723,26 +723,27 @@ fn permissions_follow_the_attaching_user() {
     assert_eq!(u.mknod(6, "dev", 0o020644, 1, 3), Err(Errno::EPERM));
     // The mount-time attach Linux makes: uname "nobody", no numeric uid.
     let mut n = client(&server);
-    n.attach_named(0, b"nobody", net::wire::NONUNAME, "")
+    n.attach_named(0, b"nobody", ninep::wire::NONUNAME, "")
         .unwrap();
     n.walk(0, 1, "secret").unwrap();
     assert_eq!(n.lopen(1, of::RDONLY), Err(Errno::EACCES));
-    n.attach_named(2, b"root", net::wire::NONUNAME, "").unwrap();
+    n.attach_named(2, b"root", ninep::wire::NONUNAME, "")
+        .unwrap();
     n.walk(2, 3, "secret").unwrap();
     n.lopen(3, of::RDONLY).unwrap();
 }
 
-fn gated_server(config: Config) -> (Rc<net::server::Server<GatedFs>>, Rc<Gate>) {
+fn gated_server(config: Config) -> (Rc<ninep::server::Server<GatedFs>>, Rc<Gate>) {
     let gate = Rc::new(Gate::default());
     let fs = GatedFs {
         inner: fs::model::ModelFs::new(Ticks::default()),
         gate: gate.clone(),
     };
-    (Rc::new(net::server::Server::new(fs, config)), gate)
+    (Rc::new(ninep::server::Server::new(fs, config)), gate)
 }
 
 /// A connection with fid 1 = an open file "f" holding "abc".
-fn open_file(server: &Rc<net::server::Server<GatedFs>>) -> Connection<GatedFs> {
+fn open_file(server: &Rc<ninep::server::Server<GatedFs>>) -> Connection<GatedFs> {
     let mut c = client(server);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();
@@ -921,7 +922,7 @@ trait RawExchange {
 
 impl<F: FileSystem + 'static> RawExchange for Local<F> {
     fn exchange_raw(&mut self, frame: &[u8]) -> u8 {
-        use net::testing::Exchange;
+        use ninep::testing::Exchange;
         let reply = self.exchange(frame);
         Rmsg::decode(&reply).unwrap().1.msg_type()
     }
@@ -963,7 +964,7 @@ struct Trickle {
     output: Vec<u8>,
 }
 
-impl net::conn::Transport for Trickle {
+impl ninep::conn::Transport for Trickle {
     type Error = ();
 
     fn poll_read(
@@ -1022,7 +1023,7 @@ fn run_reassembles_frames_from_any_chunking() {
         Tmsg::Write {
             fid: 1,
             offset: 0,
-            data: net::wire::Data(&payload),
+            data: ninep::wire::Data(&payload),
         },
         Tmsg::Read {
             fid: 1,

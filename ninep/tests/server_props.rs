@@ -5,9 +5,9 @@
 mod common;
 
 use common::*;
-use net::conn::Connection;
-use net::server::Config;
-use net::wire::{Data, Rmsg, Tmsg};
+use ninep::conn::Connection;
+use ninep::server::Config;
+use ninep::wire::{Data, Rmsg, Tmsg};
 use proptest::prelude::*;
 
 /// Requests with small, colliding fids and odd values: the server's state machine sees

@@ -11,9 +11,9 @@ use common::*;
 use fs::block::MemDisk;
 use fs::sim::YieldDisk;
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
-use net::conn::Connection;
-use net::server::{Config, Server};
-use net::wire::{open_flags as of, Data, Tmsg};
+use ninep::conn::Connection;
+use ninep::server::{Config, Server};
+use ninep::wire::{open_flags as of, Data, Tmsg};
 
 type Fs = NineFs<YieldDisk<MemDisk>>;
 
@@ -52,7 +52,7 @@ fn appender(server: &Rc<Server<Fs>>) -> Connection<Fs> {
 /// (requests that reach the device take several polls on a [`YieldDisk`]).
 struct Patient(Connection<Fs>);
 
-impl net::testing::Exchange for Patient {
+impl ninep::testing::Exchange for Patient {
     fn exchange(&mut self, request: &[u8]) -> Vec<u8> {
         assert_eq!(self.0.receive(request), request.len(), "request taken");
         for _ in 0..10_000 {
@@ -107,7 +107,7 @@ fn appends_from_two_connections_never_overwrite_each_other() {
     assert_eq!(answered, 2 * RECORDS, "the appends did not finish");
     assert_eq!(server.stats().writes, 2 * RECORDS as u64);
     // The file is the records, each exactly once, none torn.
-    let mut c = net::testing::Client::new(Patient(Connection::new(server.clone())));
+    let mut c = ninep::testing::Client::new(Patient(Connection::new(server.clone())));
     c.version(1 << 20, b"9P2000.L").unwrap();
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "log").unwrap();

@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use net::wire::{Data, DirentIter, Qid, Rmsg, Tmsg};
+use ninep::wire::{Data, DirentIter, Qid, Rmsg, Tmsg};
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Union};
 

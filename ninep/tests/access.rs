@@ -9,10 +9,10 @@ use std::rc::Rc;
 
 use common::*;
 use fs::vfs::Errno;
-use net::conn::Connection;
-use net::server::{AccessConfig, Config, Export, Server};
-use net::testing::Client;
-use net::wire::{open_flags as of, setattr, Tmsg};
+use ninep::conn::Connection;
+use ninep::server::{AccessConfig, Config, Export, Server};
+use ninep::testing::Client;
+use ninep::wire::{open_flags as of, setattr, Tmsg};
 
 const RDWR: u32 = of::RDWR;
 

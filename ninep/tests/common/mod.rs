@@ -10,10 +10,10 @@ use std::task::{Context, Poll, Waker};
 
 use fs::model::ModelFs;
 use fs::vfs::*;
-use net::conn::Connection;
-use net::server::{Config, Server};
-use net::testing::{Client, Exchange};
-use net::wire::{Rmsg, Tmsg};
+use ninep::conn::Connection;
+use ninep::server::{Config, Server};
+use ninep::testing::{Client, Exchange};
+use ninep::wire::{Rmsg, Tmsg};
 
 /// A clock that ticks one second per reading.
 #[derive(Debug, Default)]

@@ -12,10 +12,10 @@ use std::task::{Context, Poll, Waker};
 
 use common::{client, frame, model_server, poll, Local, Model};
 use fs::vfs::Errno;
-use net::conn::{CloseReason, Connection, Transport};
-use net::server::{Config, Server, Timeouts};
-use net::testing::Client;
-use net::wire::{open_flags::RDWR, Rmsg, Tmsg, XATTR_CREATE};
+use ninep::conn::{CloseReason, Connection, Transport};
+use ninep::server::{Config, Server, Timeouts};
+use ninep::testing::Client;
+use ninep::wire::{open_flags::RDWR, Rmsg, Tmsg, XATTR_CREATE};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -459,7 +459,7 @@ fn an_unfinished_frame_counts_as_unused_memory_after_the_stall_time() {
         Tmsg::Write {
             fid: 1,
             offset: 0,
-            data: net::wire::Data(&[5u8; 64 * KIB - 100]),
+            data: ninep::wire::Data(&[5u8; 64 * KIB - 100]),
         },
     );
     let mut slow = Vec::new();
@@ -509,7 +509,7 @@ fn lock_records_are_charged_to_their_connection_and_given_back() {
     c.lcreate(1, "f", RDWR, 0o644).unwrap();
     let mut granted = 0u64;
     let refused = loop {
-        match c.lock(1, net::wire::lock::WRLCK, 2 * granted, 1, 1) {
+        match c.lock(1, ninep::wire::lock::WRLCK, 2 * granted, 1, 1) {
             Ok(_) => granted += 1,
             Err(e) => break e,
         }
@@ -518,13 +518,13 @@ fn lock_records_are_charged_to_their_connection_and_given_back() {
     assert_eq!(refused, Errno::ENOLCK);
     let account = c.io.conn.session().account().clone();
     assert_eq!(
-        account.charged_for(net::memory::Use::Locks),
+        account.charged_for(ninep::memory::Use::Locks),
         server.lock_bytes(c.io.conn.session())
     );
     assert!(account.held() <= server.config().memory.held_per_connection);
     assert!(server.memory().refused.locks > 0);
     // Closing the file drops its locks and their memory.
     c.clunk(1).unwrap();
-    assert_eq!(account.charged_for(net::memory::Use::Locks), 0);
+    assert_eq!(account.charged_for(ninep::memory::Use::Locks), 0);
     assert_eq!(server.lock_count(), 0);
 }
