@@ -36,7 +36,7 @@ use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::inspect::{describe_item, Image, NodeError};
 use crate::util::crc::crc32c;
 use crate::util::hash::name_ref_hash;
-use crate::vfs::{FileType, ROOT_INO};
+use vfs::{FileType, ROOT_INO};
 
 /// What to check.
 #[derive(Clone, Copy, Debug)]

@@ -6,7 +6,8 @@
 //! Boundaries:
 //! - [`block`] is the block-device interface this crate consumes; the kernel's drivers and
 //!   the host's file/memory devices implement it.
-//! - [`vfs`] is the filesystem interface this crate provides; the 9P server consumes it.
+//! - [`vfs`] (the `ninefold-vfs` crate) is the filesystem interface this crate provides;
+//!   the 9P server consumes it.
 //! - [`format`] is the on-disk format (pure encode/decode), shared by the filesystem,
 //!   `fsck` and the tools.
 //! - [`model`] is the reference model of [`vfs::FileSystem`] the tests compare against;
@@ -28,5 +29,4 @@ pub mod space;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod util;
-pub mod vfs;
 pub mod volume;

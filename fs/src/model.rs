@@ -89,7 +89,7 @@ use alloc::vec::Vec;
 
 use spin::Mutex;
 
-use crate::vfs::{
+use vfs::{
     mode, Attr, Clock, DirEntry, Errno, FileSystem, FileType, FsResult, Ino, Owner, SetAttr,
     SetTime, StatFs, Timespec, XattrMode, NAME_MAX, ROOT_INO, SYMLINK_MAX, XATTR_VALUE_MAX,
 };

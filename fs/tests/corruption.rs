@@ -5,8 +5,8 @@
 use fs::block::MemDisk;
 use fs::fsck::{fsck, FsckOptions, Report};
 use fs::testing::{ManualClock, VisibleState};
-use fs::vfs::{Errno, FileSystem, Owner, Timespec, XattrMode, ROOT_INO};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use vfs::{Errno, FileSystem, Owner, Timespec, XattrMode, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 1, gid: 2 };
 
@@ -32,7 +32,7 @@ fn build() -> Vec<u8> {
         node_size: 16 * 1024,
         uuid: [9; 16],
         secret: 77,
-        now: fs::vfs::Clock::now(&clock()),
+        now: vfs::Clock::now(&clock()),
         ..FormatOptions::default()
     };
     pollster::block_on(format(&disk, &opts)).unwrap();

@@ -8,8 +8,8 @@ use fs::block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
 use fs::fsck::{fsck, FsckOptions};
 use fs::sim::YieldDisk;
 use fs::testing::{ManualClock, VisibleState};
-use fs::vfs::{Errno, FileSystem, Owner, Timespec, ROOT_INO};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use vfs::{Errno, FileSystem, Owner, Timespec, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 0, gid: 0 };
 
@@ -448,7 +448,7 @@ fn write_policies_are_pluggable_and_counted() {
                         .unwrap();
                     fs.setattr(
                         a.ino,
-                        fs::vfs::SetAttr {
+                        vfs::SetAttr {
                             mode: Some(0o600),
                             ..Default::default()
                         },

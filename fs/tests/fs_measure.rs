@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use fs::block::MemDisk;
 use fs::testing::ManualClock;
-use fs::vfs::{FileSystem, Owner, ROOT_INO};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use vfs::{FileSystem, Owner, ROOT_INO};
 
 fn fresh(blocks: u64) -> NineFs<MemDisk> {
     let disk = MemDisk::new(4096, blocks);

@@ -8,12 +8,12 @@ use fs::block::MemDisk;
 use fs::fsck::{fsck, FsckOptions};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{run_against_model, CompareOptions, ManualClock};
-use fs::vfs::{Clock, Timespec};
 use fs::volume::{
     format, DirtyThresholdPolicy, FormatOptions, MountOptions, NineFs, PressurePolicy,
 };
 use proptest::prelude::*;
 use proptest::test_runner::Config;
+use vfs::{Clock, Timespec};
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")

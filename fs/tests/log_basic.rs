@@ -4,9 +4,9 @@
 use fs::block::{BlockDevice, MemDisk};
 use fs::sim::RecordingDisk;
 use fs::testing::ManualClock;
-use fs::vfs::{FileSystem, Owner, ROOT_INO};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use pollster::block_on;
+use vfs::{FileSystem, Owner, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 1, gid: 1 };
 

@@ -5,12 +5,12 @@
 use fs::block::{BlockDevice, MemDisk};
 use fs::sim::{RecordingDisk, YieldDisk};
 use fs::testing::ManualClock;
-use fs::vfs::{FileSystem, Ino, Owner, XattrMode, ROOT_INO};
 use fs::volume::synclog::Fallback;
 use fs::volume::{
     format, CheckpointCause, FormatOptions, MountOptions, NineFs, Pressure, WritePolicy,
 };
 use pollster::block_on;
+use vfs::{FileSystem, Ino, Owner, XattrMode, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 1, gid: 1 };
 

@@ -7,11 +7,9 @@ use fs::testing::{
     apply_blocking, run_against_model, CompareOptions, Handles, ManualClock, Name, Op, OpOutcome,
     Path, Target, VisibleState, XName,
 };
-use fs::vfs::{
-    Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode,
-};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestError, TestRunner};
+use vfs::{Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
 
 /// Ways to break the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +49,7 @@ impl FileSystem for Broken {
         {
             attr.mtime = before.mtime;
             let keep = SetAttr {
-                mtime: Some(fs::vfs::SetTime::To(before.mtime)),
+                mtime: Some(vfs::SetTime::To(before.mtime)),
                 ..SetAttr::default()
             };
             self.inner.setattr(ino, keep).await?;

@@ -3,11 +3,11 @@
 use std::cell::Cell;
 
 use fs::model::{ModelConfig, ModelFs};
-use fs::vfs::{
+use pollster::block_on;
+use vfs::{
     mode, Clock, Errno, FileSystem, FileType, Ino, Owner, SetAttr, SetTime, Timespec, XattrMode,
     NAME_MAX, ROOT_INO, SYMLINK_MAX, XATTR_VALUE_MAX,
 };
-use pollster::block_on;
 
 /// A clock the test moves by hand.
 #[derive(Debug, Default)]

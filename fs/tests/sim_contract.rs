@@ -5,7 +5,7 @@ use fs::model::ModelFs;
 use fs::sim::contract::{record_run, Checker};
 use fs::sim::Recorder;
 use fs::testing::{CompareOptions, Name, Op, Path, Target, VisibleState, XName};
-use fs::vfs::{SetAttr, XattrMode};
+use vfs::{SetAttr, XattrMode};
 
 fn name(i: u8) -> Name {
     Name::Plain(i)

@@ -36,7 +36,7 @@ fn crash_test(variant: Variant, ops: &[Op], params: &CrashParams) -> Report {
         ops,
         |clock| block_on(ToyFs::mount(disk, clock, variant)).unwrap(),
         |fs| {
-            block_on(fs::vfs::FileSystem::sync(&fs)).unwrap();
+            block_on(vfs::FileSystem::sync(&fs)).unwrap();
             let clock = fs.clock();
             block_on(ToyFs::mount(fs.into_disk(), clock, variant)).unwrap()
         },
@@ -126,7 +126,7 @@ fn scenario() -> Vec<Op> {
             name: fs::testing::XName(0),
             len: 40,
             seed: 3,
-            how: fs::vfs::XattrMode::Upsert,
+            how: vfs::XattrMode::Upsert,
         },
         Op::Fsync {
             target: path(&[3]),

@@ -176,7 +176,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
 /// log; logs why not if the network cannot start.
 async fn serve<F>(config: &Config, fs: F, cache_limit: usize, mem: &MemorySummary)
 where
-    F: fs::vfs::FileSystem + Reporting + 'static,
+    F: vfs::FileSystem + Reporting + 'static,
 {
     match net::serve(config, fs, mem.heap).await {
         Ok(service) => {

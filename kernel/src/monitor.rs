@@ -9,7 +9,7 @@ use core::time::Duration;
 
 use fs::block::BlockDevice;
 use fs::model::ModelFs;
-use fs::vfs::FileSystem;
+use vfs::FileSystem;
 
 use crate::clock::rtc::WallClock;
 use crate::net::service::Service;

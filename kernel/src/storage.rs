@@ -48,9 +48,9 @@ mod mount_impl {
     use fs::format::superblock::MAGIC;
     use fs::format::BLOCK_SIZE;
     use fs::io::Dev;
-    use fs::vfs::FileSystem;
     use fs::volume::{format as mkfs, FormatError, FormatOptions, MountError, NineFs};
     use log::{info, warn};
+    use vfs::FileSystem;
 
     use super::{mount_options, LABEL};
     use crate::clock::rtc::WallClock;
@@ -205,7 +205,7 @@ mod mount_impl {
             label: LABEL.into(),
             uuid,
             secret: seed[2],
-            now: fs::vfs::Clock::now(&now),
+            now: vfs::Clock::now(&now),
             ..FormatOptions::default()
         };
         info!("fs: mkfs: formatting {name} (label \"ninefold\")");

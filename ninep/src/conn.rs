@@ -49,8 +49,8 @@ use core::net::IpAddr;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
-use fs::vfs::FileSystem;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use vfs::FileSystem;
 
 use crate::memory::{Charge, Refused, Use};
 use crate::server::{lerror, reply, Server, Session};
@@ -487,7 +487,7 @@ impl<F: FileSystem + 'static> Connection<F> {
     fn malformed(&mut self, tag: u16) {
         self.server.counters().decode_errors();
         self.server.counters().error_replies();
-        self.queue(Reply::uncharged(lerror(tag, fs::vfs::Errno::EPROTO)));
+        self.queue(Reply::uncharged(lerror(tag, vfs::Errno::EPROTO)));
     }
 
     /// Queues a reply to be sent.

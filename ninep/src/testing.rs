@@ -7,7 +7,7 @@
 
 use alloc::vec::Vec;
 
-use fs::vfs::Errno;
+use vfs::Errno;
 
 use crate::wire::{self, getattr, DirentIter, Qid, Rmsg, Tmsg};
 

@@ -8,11 +8,11 @@ use std::net::IpAddr;
 use std::rc::Rc;
 
 use common::*;
-use fs::vfs::Errno;
 use ninep::conn::Connection;
 use ninep::server::{AccessConfig, Config, Export, Server};
 use ninep::testing::Client;
 use ninep::wire::{open_flags as of, setattr, Tmsg};
+use vfs::Errno;
 
 const RDWR: u32 = of::RDWR;
 

@@ -11,11 +11,11 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use common::{client, frame, model_server, poll, Local, Model};
-use fs::vfs::Errno;
 use ninep::conn::{CloseReason, Connection, Transport};
 use ninep::server::{Config, Server, Timeouts};
 use ninep::testing::Client;
 use ninep::wire::{open_flags::RDWR, Rmsg, Tmsg, XATTR_CREATE};
+use vfs::Errno;
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;

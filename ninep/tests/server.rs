@@ -6,12 +6,12 @@ mod common;
 use std::rc::Rc;
 
 use common::*;
-use fs::vfs::{Errno, FileSystem, ROOT_INO};
 use ninep::conn::{CloseReason, Connection};
 use ninep::server::{Config, Export, Squash};
 use ninep::wire::{
     lock, open_flags as of, qid_type, setattr, Rmsg, Tmsg, AT_REMOVEDIR, XATTR_REPLACE,
 };
+use vfs::{Errno, FileSystem, ROOT_INO};
 
 const RDWR: u32 = of::RDWR;
 

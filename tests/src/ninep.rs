@@ -66,7 +66,7 @@ pub fn connect_lossy(port: u16, wait: Duration) -> Client<Lossy> {
 pub struct Lossy(Option<TcpStream>);
 
 /// The errno [`Lossy`] answers with once the connection is gone.
-pub const GONE: fs::vfs::Errno = fs::vfs::Errno(104);
+pub const GONE: vfs::Errno = vfs::Errno(104);
 
 impl Lossy {
     /// Whether the connection has failed.

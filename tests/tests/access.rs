@@ -8,10 +8,10 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use fs::vfs::Errno;
 use ninefold_tests::ninep::{connect, stream};
 use ninefold_tests::{stats, Qemu, Running};
 use ninep::wire::{open_flags, Tmsg};
+use vfs::Errno;
 
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
 const UP: Duration = Duration::from_secs(60);

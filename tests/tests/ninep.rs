@@ -13,11 +13,11 @@ use std::net::{Shutdown, TcpStream};
 
 use std::time::Duration;
 
-use fs::vfs::Errno;
 use ninefold_tests::ninep::{connect, read_frame, stream, Tcp};
 use ninefold_tests::{stats, FsImage, Qemu, Running};
 use ninep::testing::Client;
 use ninep::wire::{open_flags, Tmsg};
+use vfs::Errno;
 
 const MIB: usize = 1 << 20;
 /// How long the appliance may take to boot and get its DHCP lease under TCG.

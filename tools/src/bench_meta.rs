@@ -17,12 +17,12 @@ use fs::block::MemDisk;
 use fs::btree::WriteCause;
 use fs::sim::{Counters, CountingDisk, YieldDisk};
 use fs::testing::ManualClock;
-use fs::vfs::{FileSystem, Owner, ROOT_INO};
 use fs::volume::{
     format, CheckpointCause, DirtyThresholdPolicy, FormatOptions, FsStats, MountOptions, NineFs,
     PressurePolicy, WritePolicy,
 };
 use pollster::block_on;
+use vfs::{FileSystem, Owner, ROOT_INO};
 
 /// fs_mark-like metadata benchmark.
 #[derive(Debug, Parser)]

@@ -6,8 +6,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use fs::format::DEFAULT_NODE_SIZE;
-use fs::vfs::Timespec;
 use fs::volume::{format, FormatOptions};
+use vfs::Timespec;
 
 use crate::image;
 

@@ -16,12 +16,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
 use fs::model::ModelFs;
-use fs::vfs::{Clock, FileSystem, Timespec};
 use fs::volume::{MountOptions, NineFs};
 use ninep::conn::{Connection, Transport};
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use vfs::{Clock, FileSystem, Timespec};
 
 /// `ninefold serve` options.
 #[derive(Debug, Args)]

@@ -4,9 +4,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
-use fs::vfs::Errno;
 use ninep::testing::{Client, Exchange};
 use ninep::wire::{open_flags, setattr};
+use vfs::Errno;
 
 /// One request, one reply, over a blocking socket.
 struct Tcp(TcpStream);

@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 
 use crate::util::bytes::{Reader, Writer};
-use crate::vfs::{FileType, Timespec};
+use vfs::{FileType, Timespec};
 
 /// Encoded size of an [`InodeItem`].
 pub const INODE_ITEM_LEN: usize = 128;

@@ -29,7 +29,7 @@ use super::{Corrupt, BLOCK_SIZE};
 use crate::util::bytes::Reader;
 use crate::util::crc::crc32c;
 use crate::util::scratch::Scratch;
-use crate::vfs::FileType;
+use vfs::FileType;
 
 /// Magic at the start of every log block.
 pub const LOG_MAGIC: [u8; 4] = *b"NFLG";

@@ -9,7 +9,7 @@ use super::layout::Layout;
 use super::{Corrupt, BLOCK_SIZE, FORMAT_VERSION};
 use crate::util::bytes::{Reader, Writer};
 use crate::util::crc::crc32c;
-use crate::vfs::Timespec;
+use vfs::Timespec;
 
 /// Magic at the start of a superblock.
 pub const MAGIC: [u8; 8] = *b"NINEFOLD";

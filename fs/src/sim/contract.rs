@@ -23,7 +23,7 @@ use crate::testing::{
     format_ops, show_path, CompareOptions, Content, DualRunner, ManualClock, Mismatch, Op,
     OpOutcome, StepRecord, VisibleState,
 };
-use crate::vfs::{FileSystem, FileType, Ino, Timespec, ROOT_INO};
+use vfs::{FileSystem, FileType, Ino, Timespec, ROOT_INO};
 
 /// One op of a recorded run, with the recording's clock before and after it.
 #[derive(Clone, Debug)]

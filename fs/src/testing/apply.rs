@@ -6,7 +6,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::op::{pattern, Op, Path, Target, TEST_OWNER};
-use crate::vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, Timespec, ROOT_INO};
+use vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, Timespec, ROOT_INO};
 
 /// Largest number of `readdir` calls one [`Op::Readdir`] makes before calling the
 /// listing broken (it never ended).
@@ -389,7 +389,7 @@ async fn list(fs: &impl FileSystem, dir: Ino, page: usize) -> OpOutcome {
     OpOutcome::Broken(format!("readdir of {dir} did not end"))
 }
 
-fn check_listing(dir: Ino, entries: Vec<crate::vfs::DirEntry>) -> OpOutcome {
+fn check_listing(dir: Ino, entries: Vec<vfs::DirEntry>) -> OpOutcome {
     let names: Vec<&[u8]> = entries.iter().map(|e| e.name.as_slice()).collect();
     if names.len() < 2 || names[0] != b"." || names[1] != b".." {
         return OpOutcome::Broken(format!("listing of {dir} does not start with . and .."));

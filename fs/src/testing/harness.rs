@@ -11,7 +11,7 @@ use super::op::{format_ops, Op};
 use super::state::VisibleState;
 use super::ManualClock;
 use crate::model::{ModelConfig, ModelFs};
-use crate::vfs::{FileSystem, Ino, Timespec};
+use vfs::{FileSystem, Ino, Timespec};
 
 /// What [`DualRunner`] compares and keeps.
 #[derive(Clone, Copy, Debug)]
@@ -134,7 +134,7 @@ impl<F: FileSystem> DualRunner<F> {
             clock,
             handles: Default::default(),
             options,
-            ino_map: BTreeMap::from([(crate::vfs::ROOT_INO, crate::vfs::ROOT_INO)]),
+            ino_map: BTreeMap::from([(vfs::ROOT_INO, vfs::ROOT_INO)]),
             records: Vec::new(),
             model_states: Vec::new(),
         };

@@ -1,5 +1,5 @@
 //! The shared test kit (feature `testing`): everything a test needs to compare a
-//! [`FileSystem`](crate::vfs::FileSystem) with the reference model.
+//! [`FileSystem`](vfs::FileSystem) with the reference model.
 //!
 //! - [`Op`]: every trait operation with concrete arguments over a small namespace, plus
 //!   durability ops and an [`Op::Remount`] marker; [`strategy`] generates sequences.
@@ -25,7 +25,7 @@ pub use harness::{op_time, run_against_model, CompareOptions, DualRunner, Mismat
 pub use op::{format_ops, pattern, Name, Op, Path, Target, XName, NAMES, TEST_OWNER, XATTR_NAMES};
 pub use state::{show_path, Content, Node, VisibleState, DIGEST_BLOCK};
 
-use crate::vfs::{Clock, Timespec};
+use vfs::{Clock, Timespec};
 
 /// A clock the test sets by hand, shared by every clone (the harness gives one to both
 /// filesystems, so their timestamps are comparable).

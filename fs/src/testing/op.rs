@@ -10,7 +10,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::vfs::{SetAttr, XattrMode, NAME_MAX};
+use vfs::{SetAttr, XattrMode, NAME_MAX};
 
 /// The plain names used by generated sequences.
 pub const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
@@ -148,7 +148,7 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 /// The owner of every inode a generated sequence creates.
-pub const TEST_OWNER: crate::vfs::Owner = crate::vfs::Owner {
+pub const TEST_OWNER: vfs::Owner = vfs::Owner {
     uid: 1000,
     gid: 1000,
 };

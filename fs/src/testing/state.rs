@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::apply::AttrView;
-use crate::vfs::{FileSystem, FileType, Ino, ROOT_INO};
+use vfs::{FileSystem, FileType, Ino, ROOT_INO};
 
 /// Content is summarised per block of this many bytes.
 pub const DIGEST_BLOCK: usize = 4096;
@@ -205,7 +205,7 @@ impl VisibleState {
         out
     }
 
-    async fn node(&mut self, fs: &impl FileSystem, path: Vec<u8>, attr: &crate::vfs::Attr) -> Node {
+    async fn node(&mut self, fs: &impl FileSystem, path: Vec<u8>, attr: &vfs::Attr) -> Node {
         let file_type = attr.file_type();
         let content = match file_type {
             FileType::Regular => Some(self.content(fs, &path, attr.ino, attr.size).await),

@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use proptest::strategy::Union;
 
 use super::op::{Name, Op, Path, Target, XName};
-use crate::vfs::{mode, SetAttr, SetTime, Timespec, XattrMode, SYMLINK_MAX, XATTR_VALUE_MAX};
+use vfs::{mode, SetAttr, SetTime, Timespec, XattrMode, SYMLINK_MAX, XATTR_VALUE_MAX};
 
 /// The number of proptest cases: `PROPTEST_CASES` from the environment, else `default`
 /// (keeps `cargo test` fast while allowing long runs).

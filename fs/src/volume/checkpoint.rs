@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 use super::core::{node_blocks, Core, Step, Stop};
 use crate::btree::WriteCause;
 use crate::format::superblock::{state, Superblock};
-use crate::vfs::Errno;
+use vfs::Errno;
 
 /// Why a checkpoint runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Superblock};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::space::{AllocNeed, Allocator};
-use crate::vfs::{Attr, Errno, FileType, Ino};
+use vfs::{Attr, Errno, FileType, Ino};
 
 use super::stats::FsStats;
 

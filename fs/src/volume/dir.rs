@@ -11,7 +11,7 @@ use crate::format::items::{
 use crate::format::key::kind;
 use crate::format::{Key, TreeId};
 use crate::util::hash::{domain, keyed_hash, name_ref_hash};
-use crate::vfs::{Attr, DirEntry, Errno, FileType, Ino, Timespec, NAME_MAX, ROOT_INO};
+use vfs::{Attr, DirEntry, Errno, FileType, Ino, Timespec, NAME_MAX, ROOT_INO};
 
 /// Validates a name for an operation that takes a new or existing entry name.
 pub fn check_name(name: &[u8]) -> Result<(), Errno> {

@@ -19,7 +19,7 @@ use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent, I
 use crate::format::key::kind;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::util::crc::crc32c;
-use crate::vfs::{Errno, FileType, FsResult, Ino, Timespec};
+use vfs::{Errno, FileType, FsResult, Ino, Timespec};
 
 const BS: u64 = BLOCK_SIZE as u64;
 /// Extent items changed per transaction when trimming, deleting or cloning, so one

@@ -8,7 +8,7 @@ use super::dir::check_name;
 use crate::format::items::InodeItem;
 use crate::format::key::kind;
 use crate::format::{Key, TreeId};
-use crate::vfs::{
+use vfs::{
     mode, Attr, Errno, FileType, Ino, Owner, SetAttr, SetTime, StatFs, Timespec, NAME_MAX,
     SYMLINK_MAX,
 };

@@ -13,7 +13,7 @@ use crate::format::{
 };
 use crate::io::{Dev, DevError};
 use crate::space::initial_group;
-use crate::vfs::{mode, Timespec, ROOT_INO};
+use vfs::{mode, Timespec, ROOT_INO};
 
 use super::core::inode_key;
 

@@ -1,5 +1,5 @@
 //! A mounted ninefold filesystem: [`NineFs`], which implements
-//! [`FileSystem`](crate::vfs::FileSystem).
+//! [`FileSystem`](vfs::FileSystem).
 //!
 //! Concurrency: all metadata lives in [`Core`] behind one lock that is only ever held by
 //! synchronous code — never across an `await`. Operations run as retry loops: try the
@@ -24,7 +24,7 @@ use crate::format::layout::SUPERBLOCK_BLOCKS;
 use crate::format::superblock::{state, NodePtr, Superblock};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE};
 use crate::io::{Dev, DevError};
-use crate::vfs::{Clock, Errno, FsResult, Ino};
+use vfs::{Clock, Errno, FsResult, Ino};
 
 pub mod checkpoint;
 pub mod core;
@@ -361,7 +361,7 @@ impl<D: BlockDevice> NineFs<D> {
         self.core.lock().sb.clone()
     }
 
-    fn now(&self) -> crate::vfs::Timespec {
+    fn now(&self) -> vfs::Timespec {
         self.clock.now()
     }
 

@@ -10,7 +10,7 @@ use super::inode::{check_target, mknod_kind, NewInode};
 use super::xattr::check_xattr_name;
 use super::NineFs;
 use crate::block::BlockDevice;
-use crate::vfs::{Attr, DirEntry, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
+use vfs::{Attr, DirEntry, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
 
 impl<D: BlockDevice> NineFs<D> {
     async fn make(

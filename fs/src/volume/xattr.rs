@@ -11,7 +11,7 @@ use crate::format::items::{
 use crate::format::key::kind;
 use crate::format::{Key, TreeId};
 use crate::util::hash::{domain, keyed_hash};
-use crate::vfs::{Errno, Ino, Timespec, XattrMode, NAME_MAX, XATTR_VALUE_MAX};
+use vfs::{Errno, Ino, Timespec, XattrMode, NAME_MAX, XATTR_VALUE_MAX};
 
 /// Validates an xattr name.
 pub fn check_xattr_name(name: &[u8]) -> Result<(), Errno> {

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use fs::block::{BlockDevice, WriteFlags};
 use fs::model::ModelFs;
 use fs::testing::ManualClock;
-use fs::vfs::{
+use vfs::{
     Attr, Clock, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, SetTime, StatFs,
     Timespec, XattrMode,
 };

@@ -1,13 +1,13 @@
 //! Wall-clock time: the CMOS real-time clock, read once at boot, advanced by the
 //! monotonic clock.
 //!
-//! Filesystems need "now" for timestamps ([`fs::vfs::Clock`]). The RTC has one-second
+//! Filesystems need "now" for timestamps ([`vfs::Clock`]). The RTC has one-second
 //! resolution and is slow to read, so [`WallClock`] reads it once and adds the TSC-based
 //! uptime since then.
 
 use core::time::Duration;
 
-use fs::vfs::{Clock, Timespec};
+use vfs::{Clock, Timespec};
 
 use crate::hal::io_port::IoPort;
 use crate::sync::IrqLock;

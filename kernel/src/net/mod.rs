@@ -11,7 +11,7 @@
 //! | [`stats`] | per-cause counters |
 //! | [`stats_port`] | the read-only counters service (`stats=PORT`) |
 //!
-//! The service is generic over the filesystem ([`fs::vfs::FileSystem`]): [`serve`] takes
+//! The service is generic over the filesystem ([`vfs::FileSystem`]): [`serve`] takes
 //! whatever the boot sequence mounted.
 
 pub mod limits;
@@ -37,8 +37,8 @@ mod serve_impl {
     use alloc::rc::Rc;
     use core::fmt;
 
-    use fs::vfs::FileSystem;
     use ninep::server::{Config as NinepConfig, Export, Server, Timeouts};
+    use vfs::FileSystem;
 
     use super::limits::{client_memory, max_sockets, socket_buffer};
     use super::nic::{Nic, NicError};

@@ -28,11 +28,11 @@ use core::future::{poll_fn, Future};
 use core::task::Poll;
 use core::time::Duration;
 
-use fs::vfs::FileSystem;
 use ninep::conn::Connection;
 use ninep::server::Server;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
+use vfs::FileSystem;
 
 use super::limits::LISTEN_POOL;
 use super::stack::Stack;

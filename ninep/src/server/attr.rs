@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use fs::vfs::{Errno, FileSystem, FileType, FsResult, SetAttr, SetTime, Timespec};
+use vfs::{Errno, FileSystem, FileType, FsResult, SetAttr, SetTime, Timespec};
 
 use super::fid::FidState;
 use super::perm::{without_set_id, User, MAY_WRITE, S_ISGID};
@@ -184,7 +184,7 @@ fn set_time(
     set_bit: u32,
     (sec, nsec): (u64, u64),
     user: &User,
-    attr: &fs::vfs::Attr,
+    attr: &vfs::Attr,
     owner_or_writer: impl Fn(&User) -> FsResult<()>,
 ) -> FsResult<Option<SetTime>> {
     if valid & bit == 0 {

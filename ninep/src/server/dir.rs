@@ -4,7 +4,7 @@
 use alloc::rc::Rc;
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult};
+use vfs::{Attr, Errno, FileSystem, FileType, FsResult};
 
 use super::fid::{Fid, FidState, Parent};
 use super::perm::{User, MAY_EXEC, MAY_WRITE};

@@ -4,7 +4,7 @@ use alloc::rc::Rc;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 
-use fs::vfs::{FileType, Ino, XattrMode};
+use vfs::{FileType, Ino, XattrMode};
 
 use super::export::Export;
 use super::perm::User;

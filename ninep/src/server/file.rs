@@ -4,7 +4,7 @@
 use alloc::rc::Rc;
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, SetAttr};
+use vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, SetAttr};
 
 use super::fid::{Fid, FidState, OpenMode, Parent};
 use super::locks::{

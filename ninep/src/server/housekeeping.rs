@@ -25,7 +25,7 @@
 use alloc::rc::Rc;
 use alloc::vec::Vec;
 
-use fs::vfs::FileSystem;
+use vfs::FileSystem;
 
 use super::session::Session;
 use super::Server;

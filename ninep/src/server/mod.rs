@@ -31,7 +31,7 @@ use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::net::IpAddr;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType};
+use vfs::{Attr, Errno, FileSystem, FileType};
 
 use crate::memory::{Budget, MemoryConfig, MemoryStats, Refused};
 use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};

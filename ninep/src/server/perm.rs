@@ -11,7 +11,7 @@
 
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileType, FsResult, Owner};
+use vfs::{Attr, Errno, FileType, FsResult, Owner};
 
 /// Read permission bit.
 pub const MAY_READ: u32 = 4;
@@ -156,7 +156,7 @@ impl User {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fs::vfs::Timespec;
+    use vfs::Timespec;
 
     fn attr(mode: u32, uid: u32, gid: u32) -> Attr {
         Attr {

@@ -9,7 +9,7 @@ use core::cell::{Cell, RefCell};
 use core::net::IpAddr;
 use core::task::Waker;
 
-use fs::vfs::{Errno, FsResult, NAME_MAX};
+use vfs::{Errno, FsResult, NAME_MAX};
 
 use super::fid::{Fid, FidState};
 use crate::conn::CloseReason;

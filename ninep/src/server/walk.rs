@@ -4,7 +4,7 @@
 use alloc::rc::Rc;
 use alloc::vec::Vec;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, ROOT_INO};
+use vfs::{Attr, Errno, FileSystem, FileType, FsResult, ROOT_INO};
 
 use super::export::{self, Export};
 use super::fid::{Fid, FidState, Mount, Parent};

@@ -11,7 +11,7 @@ use alloc::rc::Rc;
 use alloc::vec::Vec;
 use core::cell::RefCell;
 
-use fs::vfs::{Attr, Errno, FileSystem, FileType, FsResult, XattrMode, XATTR_VALUE_MAX};
+use vfs::{Attr, Errno, FileSystem, FileType, FsResult, XattrMode, XATTR_VALUE_MAX};
 
 use super::fid::{Fid, FidState, XattrWrite};
 use super::perm::{User, MAY_READ, MAY_WRITE};

@@ -2,7 +2,7 @@
 //! charges that much to the client's memory account up front (`crate::memory`), so
 //! serving a request never allocates memory nobody paid for.
 
-use fs::vfs::{NAME_MAX, SYMLINK_MAX};
+use vfs::{NAME_MAX, SYMLINK_MAX};
 
 use super::{Tmsg, MAX_WELEM, QID_LEN, RDATA_HEADER_LEN};
 

@@ -9,11 +9,11 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use fs::model::ModelFs;
-use fs::vfs::*;
 use ninep::conn::Connection;
 use ninep::server::{Config, Server};
 use ninep::testing::{Client, Exchange};
 use ninep::wire::{Rmsg, Tmsg};
+use vfs::*;
 
 /// A clock that ticks one second per reading.
 #[derive(Debug, Default)]

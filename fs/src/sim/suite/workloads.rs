@@ -18,7 +18,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::testing::{Name, Op, Path, Target, XName};
-use crate::vfs::{SetAttr, XattrMode};
+use vfs::{SetAttr, XattrMode};
 
 /// One step of a workload.
 #[derive(Clone, Debug, PartialEq, Eq)]

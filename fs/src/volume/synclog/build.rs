@@ -32,7 +32,7 @@ use crate::format::key::kind;
 use crate::format::log::{put_name, rec, RecordWriter};
 use crate::format::{Key, TreeId};
 use crate::util::scratch::Scratch;
-use crate::vfs::{Errno, FileType, Ino, ROOT_INO};
+use vfs::{Errno, FileType, Ino, ROOT_INO};
 
 use super::super::core::{Core, Step, Stop, Txn};
 

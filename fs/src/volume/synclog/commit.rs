@@ -19,7 +19,7 @@ use crate::block::{BlockDevice, WriteFlags};
 use crate::format::log::encode_commit;
 use crate::format::BLOCK_SIZE;
 use crate::util::scratch::Scratch;
-use crate::vfs::{Errno, FsResult, Ino};
+use vfs::{Errno, FsResult, Ino};
 
 use super::super::checkpoint::CheckpointCause;
 use super::super::NineFs;

@@ -32,7 +32,7 @@ use crate::format::key::kind;
 use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::util::crc::crc32c;
-use crate::vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
+use vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
 
 use super::super::core::{inode_key, Core, Step, Stop, Txn};
 use super::super::file::RefChanges;

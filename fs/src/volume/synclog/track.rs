@@ -18,7 +18,7 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::util::ranges::RangeSet;
-use crate::vfs::Ino;
+use vfs::Ino;
 
 /// What changed in an inode since it was last logged.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

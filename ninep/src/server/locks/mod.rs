@@ -32,7 +32,7 @@ use alloc::rc::Rc;
 use alloc::vec::Vec;
 use core::mem::size_of;
 
-use fs::vfs::{Errno, Ino};
+use vfs::{Errno, Ino};
 
 use clients::ClientIds;
 /// Memory a stored client id takes beyond its bytes.

@@ -11,6 +11,14 @@
 //! Methods are `async` and take `&self`: on one CPU, many requests make progress while one
 //! waits for the device. An implementation must never hold something another request
 //! needs (a lock, a node) across a wait for I/O unless that request needs the same I/O.
+//!
+//! Implemented by the filesystem (`ninefold-fs`), the in-memory filesystem of the
+//! appliance's development mode and the test kit's reference model; consumed by the 9P
+//! server (`ninefold-ninep`). `no_std + alloc`.
+#![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
 
 use alloc::vec::Vec;
 use core::fmt;
