@@ -1,0 +1,62 @@
+//! Hostile clients against the booted appliance (`ninefold_tests::hostile`): every probe
+//! while honest clients keep working; the appliance must stay up, keep the honest
+//! clients' latency bounded and its memory within budget, and leave a clean disk.
+//!
+//! `make test` runs the short slice (one boot at 128 MiB, every probe reduced); `make
+//! soak` runs [`soak`]: every probe in full at 128 MiB and at 512 MiB, with its report
+//! in `build/soak/report.json` (`NINEFOLD_SOAK_REPORT`).
+//!
+//! Host ports: 15850/15851 (short slice), 15852/15853 (soak).
+
+use ninefold_tests::hostile::suite::{self, Run};
+use ninefold_tests::hostile::Scale;
+
+/// Prints the run's table and fails with every failure.
+fn judge(runs: &[Run]) {
+    for run in runs {
+        println!("{}", run.table());
+    }
+    let failures: Vec<String> = runs.iter().flat_map(Run::failures).collect();
+    assert!(
+        failures.is_empty(),
+        "{} hostile-client failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The short slice: every probe, reduced, at 128 MiB.
+#[test]
+fn hostile_clients_short() {
+    let run = suite::run("128M", &Scale::short(), 15850, 15851);
+    judge(&[run]);
+}
+
+/// The soak: every probe in full at 128 MiB and 512 MiB, the JSON report written.
+#[test]
+#[ignore = "long: make soak"]
+fn soak() {
+    let scale = Scale::full();
+    let runs: Vec<Run> = ["128M", "512M"]
+        .iter()
+        .map(|mem| suite::run(mem, &scale, 15852, 15853))
+        .collect();
+    let path = std::env::var_os("NINEFOLD_SOAK_REPORT").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/soak/report.json"),
+        std::path::PathBuf::from,
+    );
+    let report = serde_json::json!({
+        "suite": "hostile clients (make soak)",
+        "scale": scale.name,
+        "window_seconds": scale.window.as_secs(),
+        "honest_clients": scale.honest_clients,
+        "runs": runs.iter().map(Run::json).collect::<Vec<_>>(),
+    });
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("making the report's directory");
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap())
+        .expect("writing the soak report");
+    println!("soak report: {}", path.display());
+    judge(&runs);
+}
