@@ -43,6 +43,8 @@ use crate::task;
 
 /// How long a closing connection may take to finish its FIN handshake.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a reset connection's socket is kept for the reset to go out.
+pub const RESET_TIMEOUT: Duration = Duration::from_secs(1);
 /// Keep-alive probes on idle connections, so a vanished client is noticed...
 pub const KEEP_ALIVE: Duration = Duration::from_secs(60);
 /// ...and reset after this long without an answer.
@@ -206,12 +208,12 @@ impl<F: FileSystem + 'static> Service<F> {
             self.stats.active()
         );
         s.abort();
-        // The poll task sends the reset; the socket is freed once it is closed.
+        // The poll task sends the reset; the socket is freed once it has.
         drop(sockets);
         self.stack.kick();
         let stack = self.stack.clone();
         task::spawn(async move {
-            super::stack::yield_now().await;
+            reset_sent(&stack, handle).await;
             stack.sockets.borrow_mut().remove(handle);
         });
     }
@@ -313,12 +315,11 @@ impl<F: FileSystem + 'static> Service<F> {
         }
     }
 
-    /// Resets the connection.
+    /// Resets the connection (the socket may be freed once this returns).
     async fn abort(&self, io: &TcpTransport) {
         io.with(|s| s.abort());
         self.stack.kick();
-        // Give the poll task a chance to send the reset before the socket goes.
-        super::stack::yield_now().await;
+        reset_sent(&self.stack, io.handle()).await;
     }
 
     /// Applies the server's deadlines every [`SWEEP_INTERVAL`], for as long as the
@@ -368,6 +369,25 @@ impl<F: FileSystem + 'static> Service<F> {
             self.stack.polls()
         );
     }
+}
+
+/// Waits (at most [`RESET_TIMEOUT`]) until the reset of the aborted socket `handle` has
+/// gone out. smoltcp sends it at the stack's next poll, and only while the socket is in
+/// the set (it then forgets its peer): a socket freed before that leaves its client
+/// believing the connection is open — one that has nothing to send never learns.
+async fn reset_sent(stack: &Stack, handle: SocketHandle) {
+    let sent = poll_fn(|cx| {
+        let mut sockets = stack.sockets.borrow_mut();
+        let s = sockets.get_mut::<tcp::Socket>(handle);
+        if s.remote_endpoint().is_none() {
+            Poll::Ready(())
+        } else {
+            s.register_send_waker(cx.waker());
+            Poll::Pending
+        }
+    });
+    // A NIC that cannot send must not keep the socket forever.
+    let _ = task::timeout(RESET_TIMEOUT, sent).await;
 }
 
 /// A smoltcp address as a `core::net` one.

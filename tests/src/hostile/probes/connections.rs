@@ -34,10 +34,13 @@ fn closed_by(streams: &[TcpStream], deadline: Instant) -> usize {
     total - open.len()
 }
 
-/// How long a burst of connections may take to be accepted (or reset) by the appliance.
+/// How long a burst of connections may take to reach the appliance. QEMU's user network
+/// takes a burst from the host slowly (its listening socket's backlog is short; the
+/// host's client retransmits the rest 1, 2, 4, 8 s ... apart), and some wait over a
+/// minute: the appliance cannot close what has not reached it.
 const BURST_ACCEPTED: Duration = Duration::from_secs(60);
 
-/// When connections that never complete `Tversion` must be gone by: the handshake
+/// When unversioned connections opened at `opened` must be gone by: the handshake
 /// deadline twice over (the sweep runs every second; TCG is slow), and not before the
 /// window's end.
 fn handshake_deadline(ctx: &Ctx<'_>, opened: Instant) -> Instant {
@@ -45,10 +48,40 @@ fn handshake_deadline(ctx: &Ctx<'_>, opened: Instant) -> Instant {
     by.max(ctx.deadline())
 }
 
+/// Waits until every stream is closed, or, once the handshake deadline has passed, the
+/// appliance holds no connection beyond the honest clients' on two readings a second
+/// apart (the rest are still in QEMU's queue), or `BURST_ACCEPTED` is over. Returns how
+/// many streams were closed and whether the appliance was seen holding none of them.
+fn silent_ones_gone(ctx: &Ctx<'_>, streams: &[TcpStream], opened: Instant) -> (usize, bool) {
+    let honest = ctx.scale.honest_clients as u64;
+    let give_up = opened + ctx.limits.handshake_timeout + BURST_ACCEPTED;
+    let mut open: Vec<&TcpStream> = streams.iter().collect();
+    let mut quiet_readings = 0;
+    while !open.is_empty() && Instant::now() < give_up {
+        open.retain(|s| !closed_by_server(s, Duration::from_millis(20)));
+        if Instant::now() >= handshake_deadline(ctx, opened) {
+            let held = ctx.counter("connections").unwrap_or(u64::MAX);
+            quiet_readings = if held <= honest {
+                quiet_readings + 1
+            } else {
+                0
+            };
+            if quiet_readings >= 2 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    (
+        streams.len() - open.len(),
+        open.is_empty() || quiet_readings >= 2,
+    )
+}
+
 /// (c) More connections than the limit that never send a byte. A new client must still
 /// connect and attach within the attach bound (their slots are reclaimed: they have no
-/// fids), and every one of them is closed, each at the handshake deadline after the
-/// appliance accepted it.
+/// fids), and the appliance closes every one of them at the handshake deadline after it
+/// accepted it.
 pub fn silent_flood(ctx: &Ctx<'_>) -> Outcome {
     let mut out = Outcome::default();
     let before = (
@@ -75,21 +108,15 @@ pub fn silent_flood(ctx: &Ctx<'_>) -> Outcome {
             "a new client could not attach during the flood: {e}"
         )),
     }
-    // A burst of connections is not accepted at once: the appliance keeps four sockets
-    // listening, the rest are reset or wait for the client's SYN retransmissions
-    // (1, 2, 4, 8 s ... apart), and each one accepted has the whole handshake deadline.
-    let closed = closed_by(
-        &streams,
-        opened + ctx.limits.handshake_timeout + BURST_ACCEPTED,
-    );
+    let (closed, appliance_clear) = silent_ones_gone(ctx, &streams, opened);
     out.note("closed by the server", closed as u64);
-    out.note("s until all were gone", opened.elapsed().as_secs());
-    out.check(closed == streams.len(), || {
+    out.note("still queued in QEMU", (streams.len() - closed) as u64);
+    out.check(appliance_clear, || {
         format!(
-            "{} of {} silent connections still open {:?} after they connected",
-            streams.len() - closed,
-            streams.len(),
-            opened.elapsed()
+            "{:?} after the flood the appliance still holds silent connections ({} of {} closed)",
+            opened.elapsed(),
+            closed,
+            streams.len()
         )
     });
     match ctx.counter_change("handshake_timeouts", before.0) {
@@ -123,9 +150,12 @@ enum Slow {
 pub fn slowloris(ctx: &Ctx<'_>) -> Outcome {
     let kinds = [Slow::SizeField, Slow::Drip, Slow::HalfWrite];
     let opened = Instant::now();
-    let by = handshake_deadline(ctx, opened);
     let results = in_parallel(ctx.scale.slowloris_conns, |i| {
         let kind = kinds[i % kinds.len()];
+        // One at a time (this is not a burst: see `silent_flood`).
+        std::thread::sleep(Duration::from_millis(100) * i as u32);
+        let connected = Instant::now();
+        let by = handshake_deadline(ctx, connected).max(connected + BURST_ACCEPTED / 4);
         (kind, slow_client(ctx, kind, by))
     });
     let mut out = Outcome::default();
