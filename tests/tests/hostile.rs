@@ -60,3 +60,49 @@ fn soak() {
     println!("soak report: {}", path.display());
     judge(&runs);
 }
+
+/// The probes' own expectations against a server already running on
+/// `127.0.0.1:$NINEFOLD_HOSTILE_TARGET` (e.g. `ninefold serve --export :/ --export
+/// squashed:/:squash=all --export locked:/:allow=192.0.2.1/32 --group 1000:1000` on a
+/// fresh image), without the suite's checks around them (no honest load, no counters):
+/// for trying a probe on the host. `NINEFOLD_HOSTILE_PROBES` picks probes; those that
+/// read counters need the appliance.
+#[test]
+#[ignore = "needs a running server: NINEFOLD_HOSTILE_TARGET=PORT"]
+fn probes_against_a_running_server() {
+    use ninefold_tests::hostile::probes::{self, Ctx};
+    use ninefold_tests::hostile::raw::attached;
+    use ninefold_tests::hostile::Limits;
+    use std::time::{Duration, Instant};
+
+    let port: u16 = std::env::var("NINEFOLD_HOSTILE_TARGET")
+        .expect("NINEFOLD_HOSTILE_TARGET=PORT")
+        .parse()
+        .expect("a port number");
+    let scale = Scale::short();
+    let mut c = attached(port, 0, "").expect("attach as root");
+    probes::prepare(&mut c).expect("making the fixtures");
+    let filter = std::env::var("NINEFOLD_HOSTILE_PROBES").unwrap_or_default();
+    let mut failures = Vec::new();
+    for p in probes::all(&scale) {
+        if !filter
+            .split(',')
+            .any(|part| !part.is_empty() && p.name.contains(part.trim()))
+        {
+            continue;
+        }
+        let ctx = Ctx {
+            port,
+            stats_port: 0,
+            scale: &scale,
+            limits: Limits::for_scale(&scale),
+            memory_limit: u64::MAX,
+            attach_bound: Duration::from_secs(10),
+            started: Instant::now(),
+        };
+        let outcome = (p.run)(&ctx);
+        println!("{}: {:?}", p.name, outcome.findings);
+        failures.extend(outcome.failures.iter().map(|f| format!("{}: {f}", p.name)));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
