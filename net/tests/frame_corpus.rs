@@ -382,8 +382,10 @@ fn damaged(corpus: &[Vec<Vec<u8>>], session: usize, damages: &[Damage]) -> Vec<V
         match *d {
             Damage::Poke { frame, at, byte } => {
                 let f = &mut frames[frame % n];
-                let at = at % f.len();
-                f[at] = byte;
+                if !f.is_empty() {
+                    let at = at % f.len();
+                    f[at] = byte;
+                }
             }
             Damage::Cut {
                 frame,
