@@ -65,8 +65,8 @@ fn soak() {
 /// `127.0.0.1:$NINEFOLD_HOSTILE_TARGET` (e.g. `ninefold serve --export :/ --export
 /// squashed:/:squash=all --export locked:/:allow=192.0.2.1/32 --group 1000:1000` on a
 /// fresh image), without the suite's checks around them (no honest load, no counters):
-/// for trying a probe on the host. `NINEFOLD_HOSTILE_PROBES` picks probes; those that
-/// read counters need the appliance.
+/// for trying a probe on the host. `NINEFOLD_HOSTILE_PROBES` picks probes (those that
+/// read counters need the appliance); `NINEFOLD_HOSTILE_SCALE=full` runs them in full.
 #[test]
 #[ignore = "needs a running server: NINEFOLD_HOSTILE_TARGET=PORT"]
 fn probes_against_a_running_server() {
@@ -79,7 +79,10 @@ fn probes_against_a_running_server() {
         .expect("NINEFOLD_HOSTILE_TARGET=PORT")
         .parse()
         .expect("a port number");
-    let scale = Scale::short();
+    let scale = match std::env::var("NINEFOLD_HOSTILE_SCALE").as_deref() {
+        Ok("full") => Scale::full(),
+        _ => Scale::short(),
+    };
     let mut c = attached(port, 0, "").expect("attach as root");
     probes::prepare(&mut c).expect("making the fixtures");
     let filter = std::env::var("NINEFOLD_HOSTILE_PROBES").unwrap_or_default();

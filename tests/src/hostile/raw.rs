@@ -19,6 +19,16 @@ use crate::ninep::{connect_lossy, Lossy, GONE};
 /// `ENOLCK` (not among `fs::vfs::Errno`'s names on every branch).
 pub const ENOLCK: Errno = Errno(37);
 
+/// The symbolic name of errno `e` (`E37` for one `fs::vfs::Errno` has no name for).
+pub fn errno_name(e: u32) -> String {
+    match Errno(e) {
+        ENOLCK => "ENOLCK".into(),
+        GONE => "ECONNRESET".into(),
+        known if known.name() != "E?" => known.name().into(),
+        _ => format!("E{e}"),
+    }
+}
+
 /// How long a probe waits for the appliance to take a new connection.
 pub const CONNECT_WAIT: Duration = Duration::from_secs(30);
 
@@ -124,7 +134,7 @@ impl Tally {
         self.errors
             .iter()
             .filter(|(e, _)| !allowed.contains(&Errno(**e)))
-            .map(|(e, n)| format!("{}×{n}", Errno(*e).name()))
+            .map(|(e, n)| format!("{}×{n}", errno_name(*e)))
             .collect()
     }
 

@@ -152,8 +152,6 @@ pub fn slowloris(ctx: &Ctx<'_>) -> Outcome {
     let opened = Instant::now();
     let results = in_parallel(ctx.scale.slowloris_conns, |i| {
         let kind = kinds[i % kinds.len()];
-        // One at a time (this is not a burst: see `silent_flood`).
-        std::thread::sleep(Duration::from_millis(100) * i as u32);
         let connected = Instant::now();
         let by = handshake_deadline(ctx, connected).max(connected + BURST_ACCEPTED / 4);
         (kind, slow_client(ctx, kind, by))
