@@ -91,8 +91,12 @@ fn storm_tags(pair: usize) -> (u16, u16) {
 const IDLE_FLUSH_TAG_BASE: u16 = 50_000;
 const IDLE_TAG_BASE: u16 = 60_000;
 
-/// (j) Reads of the whole msize each followed at once by its `Tflush`, and flushes of
-/// tags never used, pipelined; then two requests with one tag. Every flush is answered
+/// Bytes each read of the flush storm asks for: enough to keep a few in flight, not so
+/// much that the storm is a bandwidth test.
+const STORM_READ: u32 = 64 << 10;
+
+/// (j) 64 KiB reads each followed at once by its `Tflush`, and flushes of tags never
+/// used, pipelined; then two requests with one tag. Every flush is answered
 /// `Rflush`; a flushed request's reply, if sent, comes before its `Rflush` and never
 /// after; a duplicate tag closes the connection or both requests are answered.
 pub fn flush_storm(ctx: &Ctx<'_>) -> Outcome {
@@ -115,17 +119,17 @@ pub fn flush_storm(ctx: &Ctx<'_>) -> Outcome {
         return out;
     };
     let drain = Drain::start_recording(&s, true);
-    let count = ctx.limits.msize - 11;
     let mut frames = Vec::new();
     let mut idle_flushes = 0;
     for i in 0..pairs {
         let (read, flush) = storm_tags(i);
+        let offset = (i * STORM_READ as usize % fixture::BIG_SIZE) as u64;
         frames.push(frame(
             read,
             &Tmsg::Read {
                 fid: 1,
-                offset: 0,
-                count,
+                offset,
+                count: STORM_READ,
             },
         ));
         frames.push(frame(flush, &Tmsg::Flush { oldtag: read }));
