@@ -19,7 +19,7 @@ use crate::ninep::{connect_lossy, Lossy, GONE};
 /// `ENOLCK` (not among `fs::vfs::Errno`'s names on every branch).
 pub const ENOLCK: Errno = Errno(37);
 
-/// The symbolic name of errno `e` (`E37` for one `fs::vfs::Errno` has no name for).
+/// The symbolic name of errno `e` (`E37` for one that `fs::vfs::Errno` cannot name).
 pub fn errno_name(e: u32) -> String {
     match Errno(e) {
         ENOLCK => "ENOLCK".into(),
