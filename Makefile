@@ -127,7 +127,7 @@ crash-kill: deps image tool
 
 ## soak: the hostile-client suite in full (docs/testing.md, "Hostile clients"): every
 ## probe at 128 MiB and at 512 MiB while honest clients work, ~40 s each; prints the honest
-## latency table and writes it to build/soak/report.json. ~45 min.
+## latency table and writes it to build/soak/report.json. ~25 min.
 ## NINEFOLD_HOSTILE_PROBES=name,... runs some probes; NINEFOLD_HOSTILE_SEED=N repeats a fuzz run.
 .PHONY: soak
 soak: deps image tool
