@@ -189,7 +189,8 @@ pub fn run(memory: &str, scale: &Scale, port: u16, stats_port: u16) -> Run {
     };
     let image = FsImage::formatted("1G");
     let limits = Limits::for_scale(scale);
-    let boot_time = Duration::from_secs(if scale.name == "short" { 1200 } else { 7200 });
+    // Room for every step's window, its waits (a minute at most each) and the boot.
+    let boot_time = Duration::from_secs(600) + (scale.window + Duration::from_secs(120)) * 20;
     let mut vm = Qemu::appliance()
         .memory(memory)
         .nvme_image("nf-hostile", &image)
