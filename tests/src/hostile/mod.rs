@@ -146,9 +146,12 @@ impl Limits {
     /// As kernel command-line options.
     pub fn kernel_options(&self) -> String {
         format!(
-            "msize={} max_fids={} max_conns={} handshake_timeout={}",
+            // Every client of a QEMU user-network forward is 10.0.2.2: the per-address
+            // limit must not get in the way of the probes.
+            "msize={} max_fids={} max_conns={} max_conns_per_client={} handshake_timeout={}",
             self.msize,
             self.max_fids,
+            self.max_conns,
             self.max_conns,
             self.handshake_timeout.as_secs()
         )
