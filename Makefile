@@ -105,7 +105,8 @@ crash-quick:
 
 ## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults, the
 ## disk's filesystem served over 9P/TCP (images made and checked with the host tool), a
-## short kill test, and a Linux guest mounting it (the guest is built first, cached)
+## short kill test, the short slice of the hostile-client suite, and a Linux guest
+## mounting it (the guest is built first, cached)
 test-qemu: deps image guest tool
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
 		$(CARGO) test --locked -p ninefold-tests -- --test-threads=2
@@ -123,6 +124,16 @@ crash-kill: deps image tool
 		NINEFOLD_KILLS=10 NINEFOLD_KILL_DISK=virtio NINEFOLD_KILL_PORT=15845 \
 		$${KILL_SEED:+NINEFOLD_KILL_SEED=$$KILL_SEED} \
 		$(CARGO) test --locked -p ninefold-tests --test kill -- --nocapture acknowledged_fsyncs_survive_kills
+
+## soak: the hostile-client suite in full (docs/testing.md, "Hostile clients"): every
+## probe at 128 MiB and at 512 MiB while honest clients work, ~40 s each; prints the honest
+## latency table and writes it to build/soak/report.json. ~25 min.
+## NINEFOLD_HOSTILE_PROBES=name,... runs some probes; NINEFOLD_HOSTILE_SEED=N repeats a fuzz run.
+.PHONY: soak
+soak: deps image tool
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
+		NINEFOLD_SOAK_REPORT=$(abspath $(BUILD)/soak/report.json) \
+		$(CARGO) test --locked -p ninefold-tests --test hostile -- --ignored --nocapture soak
 
 ## bench-net: 9P throughput (1 MiB messages) and small-request latency from the host
 ## against the appliance in QEMU (TCG): docs/benchmarks.md, section Network

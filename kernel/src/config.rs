@@ -15,6 +15,7 @@
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
 //! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
+//! | `max_conns_per_client=N` | most concurrent 9P connections from one client address (1..=1024) | `16` |
 //! | `max_fids=N` | most fids per connection | `4096` |
 //! | `max_in_flight=N` | most requests outstanding per connection (1..=1024) | `128` |
 //! | `client_mem=MIB` | memory the 9P server may spend on clients' behalf | a sixth of the heap |
@@ -132,6 +133,8 @@ pub struct NinepLimits {
     pub msize: u32,
     /// Most concurrent connections.
     pub max_conns: usize,
+    /// Most concurrent connections from one client address.
+    pub max_conns_per_client: usize,
     /// Most fids per connection.
     pub max_fids: usize,
     /// Most requests outstanding per connection.
@@ -149,6 +152,7 @@ impl Default for NinepLimits {
         NinepLimits {
             msize: 1 << 20,
             max_conns: 64,
+            max_conns_per_client: ninep::server::DEFAULT_MAX_CONNS_PER_CLIENT,
             max_fids: 4096,
             max_in_flight: 128,
             client_mem_mib: None,
@@ -161,9 +165,10 @@ impl Default for NinepLimits {
 impl NinepLimits {
     /// Applies `key=value` if it is one of these limits: `Ok(false)` if it is not.
     fn apply(&mut self, key: &str, value: Option<&str>) -> Result<bool, Option<&'static str>> {
-        const KEYS: [&str; 7] = [
+        const KEYS: [&str; 8] = [
             "msize",
             "max_conns",
+            "max_conns_per_client",
             "max_fids",
             "max_in_flight",
             "client_mem",
@@ -191,6 +196,9 @@ impl NinepLimits {
                 self.msize = number(value, 512..=16 << 20, "expected 512 to 16777216 bytes")?
             }
             "max_conns" => self.max_conns = number(value, 1..=1024, "expected 1 to 1024")?,
+            "max_conns_per_client" => {
+                self.max_conns_per_client = number(value, 1..=1024, "expected 1 to 1024")?
+            }
             "max_fids" => self.max_fids = number(value, 1..=1 << 20, "expected 1 to 1048576")?,
             "max_in_flight" => self.max_in_flight = number(value, 1..=1024, "expected 1 to 1024")?,
             "client_mem" => {
@@ -215,6 +223,9 @@ impl fmt::Display for NinepLimits {
         }
         if self.max_conns != d.max_conns {
             write!(f, " max_conns={}", self.max_conns)?;
+        }
+        if self.max_conns_per_client != d.max_conns_per_client {
+            write!(f, " max_conns_per_client={}", self.max_conns_per_client)?;
         }
         if self.max_fids != d.max_fids {
             write!(f, " max_fids={}", self.max_fids)?;
@@ -728,7 +739,7 @@ mod tests {
     #[test]
     fn ninep_limits() {
         let (c, ignored) = parse(
-            "msize=65536 max_conns=8 max_fids=100 max_in_flight=16 client_mem=32 handshake_timeout=3 idle_timeout=30",
+            "msize=65536 max_conns=8 max_conns_per_client=2 max_fids=100 max_in_flight=16 client_mem=32 handshake_timeout=3 idle_timeout=30",
         );
         assert!(ignored.is_empty(), "{ignored:?}");
         assert_eq!(
@@ -736,6 +747,7 @@ mod tests {
             NinepLimits {
                 msize: 65536,
                 max_conns: 8,
+                max_conns_per_client: 2,
                 max_fids: 100,
                 max_in_flight: 16,
                 client_mem_mib: Some(32),

@@ -158,6 +158,9 @@ pub struct Connection<F: FileSystem + 'static> {
     closing: Option<CloseReason>,
     /// The in-flight limit stopped input (counted once per stop).
     throttled: bool,
+    /// When [`Connection::run`] must let other tasks run (server clock), so a long run of
+    /// completing requests yields too.
+    yield_at: Option<u64>,
 }
 
 impl<F: FileSystem + 'static> core::fmt::Debug for Connection<F> {
@@ -232,6 +235,7 @@ impl<F: FileSystem + 'static> Connection<F> {
             sent: 0,
             closing: None,
             throttled: false,
+            yield_at: None,
         }
     }
 
@@ -575,11 +579,23 @@ impl<F: FileSystem + 'static> Connection<F> {
                 }
             }
             match self.in_flight.poll_next_unpin(cx) {
-                Poll::Ready(Some((tag, frame))) => self.complete(tag, frame),
+                Poll::Ready(Some((tag, frame))) => {
+                    self.complete(tag, frame);
+                    if self.past_quantum() {
+                        // The rest are served at the task's next turn.
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                }
                 Poll::Ready(None) => return Poll::Ready(()),
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+
+    /// Whether the task has used its quantum of this turn.
+    fn past_quantum(&self) -> bool {
+        self.yield_at.is_some_and(|t| self.server.now() >= t)
     }
 
     /// The bytes to send next (empty if none).
@@ -639,7 +655,7 @@ impl<F: FileSystem + 'static> Connection<F> {
         let (mut staged_from, mut staged_to) = (0, 0);
         let quantum = self.server.config().cpu_quantum_ns;
         let result = poll_fn(|cx| {
-            let started = self.server.now();
+            self.yield_at = Some(self.server.now().saturating_add(quantum));
             for _ in 0..BUDGET {
                 let mut progress = false;
                 if staged_from < staged_to {
@@ -688,7 +704,7 @@ impl<F: FileSystem + 'static> Connection<F> {
                 if !progress {
                     return Poll::Pending;
                 }
-                if self.server.now().saturating_sub(started) >= quantum {
+                if self.past_quantum() {
                     self.server.counters().cpu_yields();
                     break;
                 }

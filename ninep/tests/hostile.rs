@@ -528,3 +528,24 @@ fn lock_records_are_charged_to_their_connection_and_given_back() {
     assert_eq!(account.charged_for(ninep::memory::Use::Locks), 0);
     assert_eq!(server.lock_count(), 0);
 }
+
+#[test]
+fn one_address_cannot_take_every_connection_slot() {
+    let server = model_server(Config {
+        max_conns_per_client: 3,
+        ..Config::default()
+    });
+    let guest: std::net::IpAddr = "10.0.2.7".parse().unwrap();
+    let other: std::net::IpAddr = "10.0.2.8".parse().unwrap();
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        assert!(server.admit(Some(guest)));
+        open.push(Connection::from_peer(server.clone(), guest));
+    }
+    assert!(!server.admit(Some(guest)), "a fourth from the same guest");
+    assert!(server.admit(Some(other)), "another guest is let in");
+    assert_eq!(server.stats().client_conn_limit_hits, 1);
+    // A connection being shed no longer counts.
+    open[0].session().request_close(CloseReason::IdleTimeout);
+    assert!(server.admit(Some(guest)));
+}

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use kernel::exit::ExitCode;
 
+pub mod hostile;
 pub mod ninep;
 pub mod stats;
 
@@ -499,6 +500,11 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether QEMU is still running (it has not exited or been killed).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Stops QEMU (if still running) and returns the whole boot.

@@ -69,9 +69,19 @@ pub struct Lossy(Option<TcpStream>);
 pub const GONE: vfs::Errno = vfs::Errno(104);
 
 impl Lossy {
+    /// A connection on `stream`, as it is (not versioned).
+    pub fn new(stream: TcpStream) -> Lossy {
+        Lossy(Some(stream))
+    }
+
     /// Whether the connection has failed.
     pub fn is_gone(&self) -> bool {
         self.0.is_none()
+    }
+
+    /// The socket, while the connection lasts (for sending raw frames on it).
+    pub fn stream(&self) -> Option<&TcpStream> {
+        self.0.as_ref()
     }
 }
 

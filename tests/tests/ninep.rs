@@ -46,9 +46,11 @@ struct Appliance {
 fn appliance(port: u16, backing: Backing) -> Appliance {
     let stats_port = port + 10;
     let image = (backing != Backing::Memory).then(|| FsImage::formatted("256M"));
+    // Every client of a QEMU user-network forward is 10.0.2.2, and one test opens 64.
     let mut q = Qemu::appliance()
         .memory("128M")
         .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])
+        .append("max_conns_per_client=64")
         .timeout(Duration::from_secs(300));
     q = match (backing, &image) {
         (Backing::Nvme, Some(i)) => q.nvme_image("nf-test", i),

@@ -82,6 +82,9 @@ pub struct ServeArgs {
     /// connection without fids, or is closed at once.
     #[arg(long, default_value_t = 64)]
     max_connections: usize,
+    /// Most simultaneous connections from one client address; more are closed at once.
+    #[arg(long, default_value_t = ninep::server::DEFAULT_MAX_CONNS_PER_CLIENT)]
+    max_connections_per_client: usize,
     /// Memory the server may spend on clients' behalf (frames, replies, fids, xattr
     /// values, locks), in MiB; a connection may use a quarter of it.
     #[arg(long, default_value_t = ninep::server::DEFAULT_MEMORY_LIMIT >> 20)]
@@ -175,6 +178,7 @@ impl ServeArgs {
             max_msize: self.msize,
             max_fids: self.max_fids,
             max_in_flight: self.max_in_flight,
+            max_conns_per_client: self.max_connections_per_client,
             max_locks_per_conn: self.max_locks_per_conn,
             max_locks: self.max_locks,
             max_lock_client_id: self.max_lock_client_id,

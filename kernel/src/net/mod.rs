@@ -91,6 +91,7 @@ mod serve_impl {
             max_msize: limits.msize,
             max_fids: limits.max_fids,
             max_in_flight: limits.max_in_flight,
+            max_conns_per_client: limits.max_conns_per_client,
             clock: Some(|| crate::clock::now().as_nanos()),
             timeouts: Timeouts {
                 handshake_ns: u64::from(limits.handshake_secs) * NS_PER_SEC,

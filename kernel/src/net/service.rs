@@ -329,12 +329,9 @@ impl<F: FileSystem + 'static> Service<F> {
         }
     }
 
-    /// Resets the connection.
+    /// Resets the connection (the socket may be freed once this returns).
     async fn abort(&self, io: &TcpTransport) {
-        io.with(|s| s.abort());
-        self.stack.kick();
-        // Give the poll task a chance to send the reset before the socket goes.
-        super::stack::yield_now().await;
+        self.stack.reset(io.handle()).await;
     }
 
     /// Applies the server's deadlines every [`SWEEP_INTERVAL`], for as long as the

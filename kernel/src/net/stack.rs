@@ -116,12 +116,31 @@ impl Stack {
         self.kick.signal();
     }
 
-    /// Resets the connection on socket `h` and frees the socket, once the poll task has
-    /// had its chance to send the reset.
-    pub async fn reset_and_remove(&self, h: SocketHandle) {
+    /// Resets the connection on socket `h` and waits (at most [`RESET_TIMEOUT`]) until
+    /// the reset has gone out. smoltcp sends it at the stack's next poll, and only while
+    /// the socket is in the set (it then forgets its peer): a socket freed before that
+    /// leaves its client believing the connection is open — one that has nothing to send
+    /// never learns.
+    pub async fn reset(&self, h: SocketHandle) {
         self.sockets.borrow_mut().get_mut::<tcp::Socket>(h).abort();
         self.kick();
-        yield_now().await;
+        let sent = poll_fn(|cx| {
+            let mut sockets = self.sockets.borrow_mut();
+            let s = sockets.get_mut::<tcp::Socket>(h);
+            if s.remote_endpoint().is_none() {
+                Poll::Ready(())
+            } else {
+                s.register_send_waker(cx.waker());
+                Poll::Pending
+            }
+        });
+        // A NIC that cannot send must not keep the socket forever.
+        let _ = task::timeout(RESET_TIMEOUT, sent).await;
+    }
+
+    /// Resets the connection on socket `h` ([`Stack::reset`]) and frees the socket.
+    pub async fn reset_and_remove(&self, h: SocketHandle) {
+        self.reset(h).await;
         self.sockets.borrow_mut().remove(h);
     }
 
@@ -262,6 +281,9 @@ impl Stack {
         }
     }
 }
+
+/// Longest a reset may take to go out before its socket is freed anyway.
+pub const RESET_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Lets every other ready task run once.
 pub async fn yield_now() {

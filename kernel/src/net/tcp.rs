@@ -47,6 +47,11 @@ impl TcpTransport {
     pub fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> R {
         f(self.stack.sockets.borrow_mut().get_mut(self.handle))
     }
+
+    /// The socket's handle.
+    pub fn handle(&self) -> SocketHandle {
+        self.handle
+    }
 }
 
 impl Transport for TcpTransport {

@@ -61,7 +61,7 @@ impl Default for Timeouts {
 
 impl<F: FileSystem> Server<F> {
     /// The open sessions (pruning those already gone).
-    fn live_sessions(&self) -> Vec<Rc<Session>> {
+    pub(super) fn live_sessions(&self) -> Vec<Rc<Session>> {
         let mut live = Vec::new();
         self.sessions.borrow_mut().retain(|_, w| match w.upgrade() {
             Some(s) => {

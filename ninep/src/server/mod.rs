@@ -58,6 +58,9 @@ pub struct Config {
     /// Most requests one connection may have in flight; past it the connection stops
     /// reading (backpressure) until one completes.
     pub max_in_flight: usize,
+    /// Most connections open at once from one client address; more are refused at
+    /// accept ([`Server::admit`]), so one guest cannot take every connection slot.
+    pub max_conns_per_client: usize,
     /// Most POSIX locks one connection may hold; a request that would need more gets
     /// `ENOLCK`.
     pub max_locks_per_conn: usize,
@@ -89,6 +92,9 @@ pub struct Config {
 /// Default of [`Config::memory`]'s limit for the host server: the appliance sizes it
 /// from its heap.
 pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+/// Default of [`Config::max_conns_per_client`]: a quarter of the appliance's default
+/// connection limit.
+pub const DEFAULT_MAX_CONNS_PER_CLIENT: usize = 16;
 /// Default of [`Config::cpu_quantum_ns`].
 pub const DEFAULT_CPU_QUANTUM_NS: u64 = 2_000_000;
 
@@ -112,6 +118,7 @@ impl Default for Config {
             max_msize: DEFAULT_MAX_MSIZE,
             max_fids: 4096,
             max_in_flight: 128,
+            max_conns_per_client: DEFAULT_MAX_CONNS_PER_CLIENT,
             max_locks_per_conn: 4096,
             max_locks: 32768,
             max_lock_client_id: 256,
@@ -207,13 +214,29 @@ impl<F: FileSystem> Server<F> {
 
     /// Whether a client at `peer` may connect: some export's allow-list admits it. A
     /// transport closes connections refused here right after accepting them (counted).
+    ///
+    /// A client that already has [`Config::max_conns_per_client`] connections open (not
+    /// counting those being shed) is refused too (counted `client_conn_limit_hits`).
     pub fn admit(&self, peer: Option<IpAddr>) -> bool {
         let c = &self.config;
-        let admitted = c.exports.iter().any(|e| c.allow_list(e).admits(peer));
-        if !admitted {
+        if !c.exports.iter().any(|e| c.allow_list(e).admits(peer)) {
             self.counters.refused_connections();
+            return false;
         }
-        admitted
+        let Some(peer) = peer else {
+            return true;
+        };
+        let open = self
+            .live_sessions()
+            .iter()
+            .filter(|s| s.peer() == Some(peer) && s.close_requested().is_none())
+            .count();
+        if open >= c.max_conns_per_client {
+            self.counters.client_conn_limit_hits();
+            log::warn!("9p: {peer}: refused: {open} connections from this address already");
+            return false;
+        }
+        true
     }
 
     /// The memory budget's state and counters.

@@ -81,6 +81,8 @@ counters! {
     enomem_replies,
     /// Times a connection's task gave the CPU to others after its quantum.
     cpu_yields,
+    /// Connections refused at accept: their address had `max_conns_per_client` open.
+    client_conn_limit_hits,
     /// Connections refused at accept: no export's allow-list admits the client's address.
     refused_connections,
     /// Attaches refused (`EACCES`) by the export's allow-list.

@@ -1,0 +1,208 @@
+//! Probes that make the server hold memory: values bound into fids, replies the client
+//! never reads, fids by the thousand.
+
+use std::time::Duration;
+
+use ninep::wire::{open_flags, Tmsg};
+use vfs::Errno;
+
+use super::{fixture, in_parallel, Ctx, Outcome, STALL};
+use crate::hostile::raw::{
+    attached, closed_by_server, cycling_tag, frame, send_all, socket, Drain,
+};
+
+/// (a) Every hog binds a copy of the 64 KiB xattr into every fid it may have, pipelined,
+/// and holds them for the window. Without a budget that is 256 MiB per connection; with
+/// one, walks get `ENOMEM` (or `EMFILE` past the fid limit) and the appliance lives.
+pub fn xattr_flood(ctx: &Ctx<'_>, conns: usize) -> Outcome {
+    let max_fids = ctx.limits.max_fids;
+    let hogs = in_parallel(conns, |_| {
+        let mut out = Outcome::default();
+        let mut c = match attached(ctx.port, 0, "") {
+            Ok(c) => c,
+            Err(e) => {
+                out.fail(format!("a hog could not attach: {e}"));
+                return out;
+            }
+        };
+        if let Err(e) = c.walk(0, 1, fixture::XATTR) {
+            out.fail(format!("a hog could not walk to the file: {e}"));
+            return out;
+        }
+        let Some(s) = socket(&c) else {
+            out.fail("a hog lost its connection during setup");
+            return out;
+        };
+        let drain = Drain::start(&s);
+        let walks = (2..max_fids + 64).map(|newfid| {
+            frame(
+                cycling_tag(newfid as usize),
+                &Tmsg::Xattrwalk {
+                    fid: 1,
+                    newfid,
+                    name: fixture::XATTR_NAME.as_bytes(),
+                },
+            )
+        });
+        let sent = send_all(&s, walks, STALL);
+        drain.wait_for(sent.frames as u64, ctx.deadline());
+        ctx.hold();
+        let t = drain.finish();
+        out.add("walks", sent.frames as u64);
+        out.add("shed", u64::from(t.closed_by_server));
+        out.tally("", &t, &[Errno::ENOMEM, Errno::EMFILE]);
+        // What one connection held: at most its share of the budget.
+        out.check(
+            t.ok * fixture::XATTR_SIZE as u64 <= ctx.memory_limit,
+            || {
+                format!(
+                    "one connection holds {} values of 64 KiB, more than the whole budget ({} MiB)",
+                    t.ok,
+                    ctx.memory_limit >> 20
+                )
+            },
+        );
+        out
+    });
+    let mut out = Outcome::default();
+    for h in hogs {
+        out.merge(h);
+    }
+    let refused = out.findings.get("ENOMEM").copied().unwrap_or(0);
+    out.check(refused > 0, || {
+        "no xattr walk was refused: the values are not bounded".into()
+    });
+    out
+}
+
+/// (b) Every hog pipelines reads of the whole msize from a 1 MiB file and never reads a
+/// reply, holding the connection for the window. The server must stop taking its input
+/// (backpressure: `memory_waits`) instead of queueing replies, and may shed it when
+/// others need the memory.
+pub fn read_flood(ctx: &Ctx<'_>, conns: usize) -> Outcome {
+    let waits_before = ctx.counter("memory_waits");
+    let count = ctx.limits.msize - 11;
+    let depth = ctx.scale.read_flood_depth;
+    let hogs = in_parallel(conns, |_| {
+        let mut out = Outcome::default();
+        let mut c = match attached(ctx.port, 0, "") {
+            Ok(c) => c,
+            Err(e) => {
+                out.fail(format!("a hog could not attach: {e}"));
+                return out;
+            }
+        };
+        let setup = c
+            .walk(0, 1, fixture::BIG)
+            .and_then(|_| c.lopen(1, open_flags::RDONLY));
+        if let Err(e) = setup {
+            out.fail(format!("a hog could not open the file: {e}"));
+            return out;
+        }
+        let Some(s) = socket(&c) else {
+            out.fail("a hog lost its connection during setup");
+            return out;
+        };
+        let reads = (0..depth).map(|i| {
+            frame(
+                cycling_tag(i),
+                &Tmsg::Read {
+                    fid: 1,
+                    offset: 0,
+                    count,
+                },
+            )
+        });
+        let sent = send_all(&s, reads, STALL);
+        out.add("reads sent", sent.frames as u64);
+        out.add("writers blocked", u64::from(sent.blocked));
+        ctx.hold();
+        out.add(
+            "shed",
+            u64::from(sent.failed || closed_by_server(&s, Duration::from_millis(200))),
+        );
+        // Dropping the socket with replies unread resets the connection.
+        drop(c);
+        out
+    });
+    let mut out = Outcome::default();
+    for h in hogs {
+        out.merge(h);
+    }
+    match ctx.counter_change("memory_waits", waits_before) {
+        Ok(waits) => {
+            out.note("memory waits", waits);
+            out.check(waits > 0, || {
+                "the server never stopped taking unread reads (no memory_waits)".into()
+            });
+        }
+        Err(e) => out.fail(e),
+    }
+    out
+}
+
+/// (k) Every hog walks fid 0 into every fid number up to the limit and past it,
+/// pipelined, and holds them: walks beyond the limit get `EMFILE`, and beyond the
+/// memory account `ENOMEM`.
+pub fn fid_flood(ctx: &Ctx<'_>) -> Outcome {
+    let max_fids = ctx.limits.max_fids;
+    let hogs = in_parallel(ctx.scale.fid_flood_conns, |_| {
+        let mut out = Outcome::default();
+        let c = match attached(ctx.port, 0, "") {
+            Ok(c) => c,
+            Err(e) => {
+                out.fail(format!("a hog could not attach: {e}"));
+                return out;
+            }
+        };
+        let Some(s) = socket(&c) else {
+            out.fail("a hog lost its connection during setup");
+            return out;
+        };
+        let drain = Drain::start(&s);
+        let walks = (1..max_fids + 500).map(|newfid| {
+            frame(
+                cycling_tag(newfid as usize),
+                &Tmsg::Walk {
+                    fid: 0,
+                    newfid,
+                    names: Vec::new(),
+                },
+            )
+        });
+        let sent = send_all(&s, walks, STALL);
+        drain.wait_for(sent.frames as u64, ctx.deadline());
+        ctx.hold();
+        let t = drain.finish();
+        out.add("walks", sent.frames as u64);
+        out.add("shed", u64::from(t.closed_by_server));
+        out.tally("", &t, &[Errno::EMFILE, Errno::ENOMEM]);
+        // Fid 0 is the attach's.
+        out.check(t.ok < u64::from(max_fids), || {
+            format!(
+                "{} walks bound a fid beside fid 0, above max_fids={max_fids}",
+                t.ok
+            )
+        });
+        out.check(
+            t.ok + 1 == u64::from(max_fids) || t.closed_by_server || t.errno(Errno::ENOMEM) > 0,
+            || {
+                format!(
+                    "only {} of {max_fids} fids bound, and nothing refused for memory",
+                    t.ok + 1
+                )
+            },
+        );
+        out
+    });
+    let mut out = Outcome::default();
+    for h in hogs {
+        out.merge(h);
+    }
+    let refused = out.findings.get("EMFILE").copied().unwrap_or(0)
+        + out.findings.get("ENOMEM").copied().unwrap_or(0);
+    out.check(refused > 0, || {
+        "no walk beyond the fid limit was refused".into()
+    });
+    out
+}
