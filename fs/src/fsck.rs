@@ -22,7 +22,6 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::block::BlockDevice;
 use crate::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
 use crate::format::bset::HEADER_LEN;
 use crate::format::items::{
@@ -36,6 +35,7 @@ use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::inspect::{describe_item, Image, NodeError};
 use crate::util::crc::crc32c;
 use crate::util::hash::name_ref_hash;
+use block::BlockDevice;
 use vfs::{FileType, ROOT_INO};
 
 /// What to check.

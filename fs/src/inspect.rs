@@ -6,7 +6,6 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::block::BlockDevice;
 use crate::btree::Node;
 use crate::format::bitmap::GroupBlock;
 use crate::format::bset::{parse_node, NodeId};
@@ -19,6 +18,7 @@ use crate::format::superblock::{state, NodePtr, Superblock};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::io::Dev;
 use crate::volume::{choose_group, read_superblock, MountError};
+use block::BlockDevice;
 
 /// An image opened for inspection.
 #[derive(Debug)]

@@ -1,8 +1,8 @@
 //! The filesystem's view of a block device: 4 KiB filesystem blocks, whatever the
 //! device's logical block size, and requests split to the device's transfer limit.
 
-use crate::block::{BlockDevice, IoError, WriteFlags};
 use crate::format::{BLOCK_SHIFT, BLOCK_SIZE};
+use block::{BlockDevice, IoError, WriteFlags};
 
 /// A block device addressed in filesystem blocks.
 #[derive(Debug)]
@@ -97,7 +97,7 @@ impl<D: BlockDevice> Dev<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::MemDisk;
+    use block::MemDisk;
 
     #[test]
     fn converts_512_byte_sectors_and_splits() {

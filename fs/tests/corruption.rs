@@ -2,7 +2,7 @@
 //! and the mounted filesystem must answer with correct data or EIO — never wrong data,
 //! never a panic.
 
-use fs::block::MemDisk;
+use block::MemDisk;
 use fs::fsck::{fsck, FsckOptions, Report};
 use fs::testing::{ManualClock, VisibleState};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};

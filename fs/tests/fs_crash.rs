@@ -8,10 +8,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use fs::block::{BlockDevice, MemDisk};
+use block::RecordingDisk;
+use block::{BlockDevice, MemDisk};
 use fs::fsck::{fsck, FsckOptions};
 use fs::sim::contract::{failure_report, record_run, Checker};
-use fs::sim::{enumerate, CrashParams, RecordingDisk};
+use fs::sim::{enumerate, CrashParams};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{op_time, CompareOptions, ManualClock, VisibleState};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};

@@ -4,9 +4,9 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
-use fs::block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
+use block::YieldDisk;
+use block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
 use fs::fsck::{fsck, FsckOptions};
-use fs::sim::YieldDisk;
 use fs::testing::{ManualClock, VisibleState};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use vfs::{Errno, FileSystem, Owner, Timespec, ROOT_INO};
@@ -491,7 +491,7 @@ fn write_policies_are_pluggable_and_counted() {
 /// afterwards still mounts and checks clean (nothing uncommitted became visible).
 #[test]
 fn device_errors_give_eio_and_leave_the_image_consistent() {
-    use fs::sim::{Fault, FaultDisk};
+    use block::{Fault, FaultDisk};
     for seed in 0..12u64 {
         let base = formatted(4096, 16 * 1024);
         let disk = FaultDisk::new(base, seed);

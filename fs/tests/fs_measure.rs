@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use fs::block::MemDisk;
+use block::MemDisk;
 use fs::testing::ManualClock;
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use vfs::{FileSystem, Owner, ROOT_INO};

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use fs::block::MemDisk;
+use block::MemDisk;
 use fs::fsck::{fsck, FsckOptions};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{run_against_model, CompareOptions, ManualClock};

@@ -1,8 +1,8 @@
 //! The fsync log end to end, without crash enumeration: what an fsync writes, and what
 //! mount recovers when the filesystem is dropped without unmounting.
 
-use fs::block::{BlockDevice, MemDisk};
-use fs::sim::RecordingDisk;
+use block::RecordingDisk;
+use block::{BlockDevice, MemDisk};
 use fs::testing::ManualClock;
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use pollster::block_on;

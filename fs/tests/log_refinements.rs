@@ -2,8 +2,8 @@
 //! a crash and replay): `last_reflink_trans`, `no_xattrs`, scratch buffers reserved
 //! before locks, group commit, log reclaim, and the checkpoint fallbacks.
 
-use fs::block::{BlockDevice, MemDisk};
-use fs::sim::{RecordingDisk, YieldDisk};
+use block::{BlockDevice, MemDisk};
+use block::{RecordingDisk, YieldDisk};
 use fs::testing::ManualClock;
 use fs::volume::synclog::Fallback;
 use fs::volume::{
@@ -34,7 +34,7 @@ fn mount_with<D: BlockDevice>(disk: D, policy: Box<dyn WritePolicy>) -> NineFs<D
     block_on(NineFs::mount(disk, opts, Box::new(ManualClock::default()))).unwrap()
 }
 
-fn fresh(blocks: u64) -> (NineFs<Disk>, fs::sim::Recorder) {
+fn fresh(blocks: u64) -> (NineFs<Disk>, block::Recorder) {
     let (disk, rec) = RecordingDisk::new(YieldDisk::new(image(blocks)));
     (mount_with(disk, Box::new(fs::volume::PressurePolicy)), rec)
 }

@@ -1,9 +1,9 @@
 //! The contract checker's rules, each shown to accept what the contract allows and to
 //! reject what it forbids, on recovered states made by hand from the model's history.
 
+use block::Recorder;
 use fs::model::ModelFs;
 use fs::sim::contract::{record_run, Checker};
-use fs::sim::Recorder;
 use fs::testing::{CompareOptions, Name, Op, Path, Target, VisibleState, XName};
 use vfs::{SetAttr, XattrMode};
 

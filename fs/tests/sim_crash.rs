@@ -6,9 +6,10 @@ mod sim_toy;
 
 use std::sync::Arc;
 
-use fs::block::{BlockDevice, MemDisk};
+use block::RecordingDisk;
+use block::{BlockDevice, MemDisk};
 use fs::sim::contract::{failure_report, record_run, Checker};
-use fs::sim::{enumerate, CrashParams, RecordingDisk};
+use fs::sim::{enumerate, CrashParams};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{op_time, CompareOptions, ManualClock, Name, Op, Path, Target, VisibleState};
 use pollster::block_on;

@@ -6,11 +6,9 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use fs::block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
-use fs::sim::{
-    enumerate, CrashParams, Fault, FaultDisk, RecordingDisk, RequestKind, Torn, TraceDisk,
-    YieldDisk,
-};
+use block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
+use block::{Fault, FaultDisk, RecordingDisk, RequestKind, TraceDisk, YieldDisk};
+use fs::sim::{enumerate, CrashParams, Torn};
 use pollster::block_on;
 
 const BS: usize = 4096;
@@ -168,7 +166,7 @@ fn trace_disk_logs_requests() {
 /// A recording made by hand: the base is zeros; block contents are their writer's tag.
 fn recorded(
     script: impl AsyncFnOnce(&RecordingDisk<YieldDisk<MemDisk>>),
-) -> (Arc<[u8]>, Geometry, fs::sim::Recording) {
+) -> (Arc<[u8]>, Geometry, block::Recording) {
     let base = MemDisk::new(BS as u32, 8);
     let image: Arc<[u8]> = base.snapshot().into();
     let (disk, recorder) = RecordingDisk::new(YieldDisk::new(base));

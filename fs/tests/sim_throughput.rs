@@ -7,9 +7,10 @@ mod sim_toy;
 use std::sync::Arc;
 use std::time::Instant;
 
-use fs::block::{BlockDevice, MemDisk, WriteFlags};
+use block::RecordingDisk;
+use block::{BlockDevice, MemDisk, WriteFlags};
 use fs::sim::contract::{record_run, Checker};
-use fs::sim::{enumerate, CrashParams, RecordingDisk};
+use fs::sim::{enumerate, CrashParams};
 use fs::testing::strategy::{self, GenConfig};
 use fs::testing::{op_time, CompareOptions, ManualClock, VisibleState};
 use pollster::block_on;

@@ -7,7 +7,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use fs::block::BlockDevice;
+use block::BlockDevice;
 use fs::model::ModelFs;
 use vfs::FileSystem;
 

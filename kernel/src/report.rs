@@ -32,7 +32,7 @@ use fs::volume::synclog::LogStats;
 use fs::volume::CheckpointCause;
 use serde::Serialize;
 
-use crate::drivers::counted::DeviceCounters;
+use block::DeviceCounters;
 
 /// Everything the appliance counts, at one moment.
 #[derive(Clone, Debug, Default, Serialize)]

@@ -44,7 +44,7 @@ mod mount_impl {
     use alloc::string::String;
     use core::fmt;
 
-    use fs::block::BlockDevice;
+    use block::BlockDevice;
     use fs::format::superblock::MAGIC;
     use fs::format::BLOCK_SIZE;
     use fs::io::Dev;
@@ -55,11 +55,11 @@ mod mount_impl {
     use super::{mount_options, LABEL};
     use crate::clock::rtc::WallClock;
     use crate::config::{Config, Mkfs};
-    use crate::drivers::counted::Counted;
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
+    use block::CountingDisk;
 
     /// The appliance's block device, with its counters.
-    pub type CountedDisk = Counted<Disk>;
+    pub type CountedDisk = CountingDisk<Disk>;
     /// The filesystem the appliance serves from its disk.
     pub type DiskFs = NineFs<&'static CountedDisk>;
 
@@ -115,9 +115,10 @@ mod mount_impl {
             .await
             .map_err(StorageError::Open)?;
         let name = format!("{}@{}", opened.kind(), opened.pci().address());
-        let disk: &'static CountedDisk = Box::leak(Box::new(Counted::new(opened, || {
-            crate::clock::now().as_nanos()
-        })));
+        let disk: &'static CountedDisk =
+            Box::leak(Box::new(CountingDisk::with_clock(opened, || {
+                crate::clock::now().as_nanos()
+            })));
         let g = disk.geometry();
         info!(
             "fs: disk {name}: {} MiB, {}-byte blocks, {} write cache, {} FUA",

@@ -7,9 +7,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
+use block::MemDisk;
+use block::YieldDisk;
 use common::*;
-use fs::block::MemDisk;
-use fs::sim::YieldDisk;
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use ninep::conn::Connection;
 use ninep::server::{Config, Server};

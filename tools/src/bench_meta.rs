@@ -12,10 +12,10 @@ use std::pin::Pin;
 use std::process::ExitCode;
 use std::task::{Context, Poll};
 
+use block::MemDisk;
+use block::{CounterHandle, CountingDisk, DeviceCounters, YieldDisk};
 use clap::Parser;
-use fs::block::MemDisk;
 use fs::btree::WriteCause;
-use fs::sim::{Counters, CountingDisk, YieldDisk};
 use fs::testing::ManualClock;
 use fs::volume::{
     format, CheckpointCause, DirtyThresholdPolicy, FormatOptions, FsStats, MountOptions, NineFs,
@@ -55,13 +55,11 @@ const OWNER: Owner = Owner {
 
 type Disk = CountingDisk<YieldDisk<MemDisk>>;
 
-fn fresh(
-    mib: u64,
-    policy: Box<dyn WritePolicy>,
-) -> (NineFs<Disk>, std::sync::Arc<spin::Mutex<Counters>>) {
+fn fresh(mib: u64, policy: Box<dyn WritePolicy>) -> (NineFs<Disk>, CounterHandle) {
     let mem = MemDisk::new(4096, mib * 256);
     block_on(format(&mem, &FormatOptions::default())).expect("format");
-    let (disk, counters) = CountingDisk::new(YieldDisk::new(mem));
+    let disk = CountingDisk::new(YieldDisk::new(mem));
+    let counters = disk.handle();
     let opts = MountOptions {
         policy,
         ..MountOptions::default()
@@ -74,7 +72,7 @@ fn fresh(
 #[derive(Debug)]
 struct Run {
     stats: FsStats,
-    device: Counters,
+    device: DeviceCounters,
     fsyncs: u64,
 }
 
@@ -181,7 +179,7 @@ fn fs_mark(args: &Args, policy: Box<dyn WritePolicy>) -> Run {
     block_on(fs.sync()).expect("sync");
     let stats = fs.stats();
     block_on(fs.unmount()).expect("unmount");
-    let device = *counters.lock();
+    let device = counters.get();
     Run {
         stats,
         device,
@@ -227,7 +225,7 @@ fn group_commit(n: u32, rounds: u32, mib: u64) -> String {
         fs.sync().await.expect("sync");
         v
     });
-    let before = (*counters.lock(), fs.stats());
+    let before = (counters.get(), fs.stats());
     let block = vec![0xa5u8; 4096];
     let fsyncer = |ino: u64| {
         let fs = &fs;
@@ -247,7 +245,7 @@ fn group_commit(n: u32, rounds: u32, mib: u64) -> String {
             .map(|&ino| Some(Box::pin(fsyncer(ino))))
             .collect(),
     ));
-    let after = (*counters.lock(), fs.stats());
+    let after = (counters.get(), fs.stats());
     let fsyncs = f64::from(n * rounds);
     let flushes = after.0.flushes - before.0.flushes;
     let fua = after.0.fua_writes - before.0.fua_writes;

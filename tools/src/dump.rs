@@ -40,7 +40,7 @@ pub fn run(args: DumpArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn print_superblock<D: fs::block::BlockDevice>(img: &Image<D>) {
+fn print_superblock<D: block::BlockDevice>(img: &Image<D>) {
     let sb = &img.sb;
     let l = sb.layout;
     println!(
@@ -76,7 +76,7 @@ fn print_superblock<D: fs::block::BlockDevice>(img: &Image<D>) {
 }
 
 /// Prints a tree depth-first; with `only`, just that inode's items (and no node lines).
-async fn walk<D: fs::block::BlockDevice>(
+async fn walk<D: block::BlockDevice>(
     img: &Image<D>,
     tree: TreeId,
     only: Option<u64>,

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use fs::block::FileDisk;
+use block::FileDisk;
 
 /// Opens an existing image with the largest block size that divides its length.
 pub fn open(path: &Path, writable: bool) -> Result<FileDisk, String> {

@@ -18,11 +18,11 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::recording::Recorder;
 use crate::testing::{
     format_ops, show_path, CompareOptions, Content, DualRunner, ManualClock, Mismatch, Op,
     OpOutcome, StepRecord, VisibleState,
 };
+use block::Recorder;
 use vfs::{FileSystem, FileType, Ino, Timespec, ROOT_INO};
 
 /// One op of a recorded run, with the recording's clock before and after it.

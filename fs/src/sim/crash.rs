@@ -44,8 +44,8 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::overlay::{BlockRef, CrashDisk, Layer};
-use super::recording::{Recording, RequestKind};
-use crate::block::Geometry;
+use block::Geometry;
+use block::{Recording, RequestKind};
 
 /// Bounds and seed of an enumeration (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

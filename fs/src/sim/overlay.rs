@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 
 use spin::Mutex;
 
-use crate::block::{check_request, BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
+use block::{check_request, BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
 
 /// One block's bytes inside a shared buffer (a recorded write, or a torn block).
 #[derive(Clone, Debug)]

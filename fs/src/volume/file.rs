@@ -14,11 +14,11 @@ use core::ops::Range;
 
 use super::core::{Core, Step, Stop, Txn};
 use super::{NineFs, MAX_FILE_SIZE};
-use crate::block::{BlockDevice, WriteFlags};
 use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent, InodeItem};
 use crate::format::key::kind;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::util::crc::crc32c;
+use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FileType, FsResult, Ino, Timespec};
 
 const BS: u64 = BLOCK_SIZE as u64;

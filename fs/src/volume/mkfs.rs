@@ -3,7 +3,6 @@
 
 use alloc::vec::Vec;
 
-use crate::block::{BlockDevice, IoError, WriteFlags};
 use crate::btree::{Trees, WriteCause};
 use crate::format::items::InodeItem;
 use crate::format::layout::{Layout, MIN_BLOCKS, SUPERBLOCK_BLOCKS};
@@ -13,6 +12,7 @@ use crate::format::{
 };
 use crate::io::{Dev, DevError};
 use crate::space::initial_group;
+use block::{BlockDevice, IoError, WriteFlags};
 use vfs::{mode, Timespec, ROOT_INO};
 
 use super::core::inode_key;

@@ -15,7 +15,6 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use spin::Mutex;
 
-use crate::block::{BlockDevice, WriteFlags};
 use crate::btree::cache::is_temp_addr;
 use crate::btree::{Node, NodeCache};
 use crate::format::bitmap::GroupBlock;
@@ -24,6 +23,7 @@ use crate::format::layout::SUPERBLOCK_BLOCKS;
 use crate::format::superblock::{state, NodePtr, Superblock};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE};
 use crate::io::{Dev, DevError};
+use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
 pub mod checkpoint;
@@ -102,7 +102,7 @@ pub enum MountError {
     /// The device cannot hold a filesystem.
     Device(DevError),
     /// Reading the superblocks failed.
-    Io(crate::block::IoError),
+    Io(block::IoError),
     /// Neither superblock copy is valid.
     NoSuperblock,
     /// The filesystem uses features this code does not know.
@@ -526,7 +526,7 @@ impl<D: BlockDevice> NineFs<D> {
         let Some(plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
             return Ok(());
         };
-        let written: Result<(), crate::block::IoError> = async {
+        let written: Result<(), block::IoError> = async {
             for (block, data) in &plan.writes {
                 self.dev.write(*block, data, WriteFlags::NONE).await?;
             }

@@ -9,7 +9,7 @@ use super::dir::check_name;
 use super::inode::{check_target, mknod_kind, NewInode};
 use super::xattr::check_xattr_name;
 use super::NineFs;
-use crate::block::BlockDevice;
+use block::BlockDevice;
 use vfs::{Attr, DirEntry, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
 
 impl<D: BlockDevice> NineFs<D> {

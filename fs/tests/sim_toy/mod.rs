@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 
-use fs::block::{BlockDevice, WriteFlags};
+use block::{BlockDevice, WriteFlags};
 use fs::model::ModelFs;
 use fs::testing::ManualClock;
 use vfs::{

@@ -20,7 +20,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use fs::block::{BlockDevice, WriteFlags};
+use block::{BlockDevice, WriteFlags};
 
 use crate::config::Config;
 use crate::drivers::disk::{open, open_at, Disk, DiskOptions, IoCounters};

@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use fs::block::{BlockDevice, Geometry, IoError, WriteFlags};
+use block::{BlockDevice, Geometry, IoError, WriteFlags};
 
 use super::inflight::SlotStats;
 use super::nvme::{self, NvmeDisk, NvmeError};

@@ -1,5 +1,5 @@
 //! Block-device drivers: NVMe (our own) and virtio-blk (over the `virtio-drivers`
-//! crate), both implementing the filesystem's [`fs::block::BlockDevice`], and [`disk`],
+//! crate), both implementing the filesystem's [`block::BlockDevice`], and [`disk`],
 //! which picks the device named by `disk=` on the command line.
 //!
 //! Shared design (details in `docs/drivers.md`):
@@ -16,7 +16,6 @@
 //! The wire formats and the slot table are pure and host-tested; the rest runs only on
 //! the appliance.
 
-pub mod counted;
 pub mod inflight;
 pub mod nvme;
 #[cfg(target_os = "none")]

@@ -18,7 +18,7 @@ use core::pin::Pin;
 use core::task::Poll;
 use core::time::Duration;
 
-use fs::block::IoError;
+use block::IoError;
 
 use super::inflight::SlotQueue;
 use super::yield_now;

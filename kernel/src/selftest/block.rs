@@ -13,7 +13,7 @@ use core::pin::pin;
 use core::task::Poll;
 use core::time::Duration;
 
-use fs::block::{BlockDevice, IoError, WriteFlags};
+use block::{BlockDevice, IoError, WriteFlags};
 
 use super::{ensure, Tally, Verdict};
 use crate::drivers::disk::{open_at, Disk, DiskOptions};

@@ -18,13 +18,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::contract::{failure_report, Checker, RecordedOp, RecordedRun};
-use super::{enumerate, CrashParams, RecordingDisk, YieldDisk};
-use crate::block::{BlockDevice, MemDisk};
+use super::{enumerate, CrashParams};
 use crate::fsck::{fsck, FsckOptions};
 use crate::testing::{
     format_ops, op_time, CompareOptions, DualRunner, ManualClock, Op, VisibleState,
 };
 use crate::volume::{format as mkfs, FormatOptions, MountOptions, NineFs};
+use block::{BlockDevice, MemDisk};
+use block::{RecordingDisk, YieldDisk};
 
 mod workloads;
 
@@ -183,7 +184,7 @@ fn check_recovery(
     out: &mut Outcome,
     checker: &Checker,
     image: Vec<u8>,
-    geometry: crate::block::Geometry,
+    geometry: block::Geometry,
     outer: &super::CrashDesc,
     params: &CrashParams,
     fail: &dyn Fn(&mut Outcome, String),
@@ -216,8 +217,8 @@ fn check_recovery(
 struct Recorded {
     base: Arc<[u8]>,
     run: RecordedRun,
-    recording: super::Recording,
-    geometry: crate::block::Geometry,
+    recording: block::Recording,
+    geometry: block::Geometry,
 }
 
 /// Runs the prelude (made durable by a clean remount) and the workload, recording what

@@ -15,10 +15,10 @@
 //! all. The commit lock is held across the commit's I/O, but only syncs wait for it,
 //! and they wait for exactly that I/O; the core lock is never held across I/O.
 
-use crate::block::{BlockDevice, WriteFlags};
 use crate::format::log::encode_commit;
 use crate::format::BLOCK_SIZE;
 use crate::util::scratch::Scratch;
+use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FsResult, Ino};
 
 use super::super::checkpoint::CheckpointCause;
@@ -164,7 +164,7 @@ impl<D: BlockDevice> NineFs<D> {
         debug_assert_eq!(blocks, batch.blocks);
         let first = batch.first_seq % capacity;
         let before_wrap = (capacity - first).min(blocks) as usize;
-        let written: Result<(), crate::block::IoError> = async {
+        let written: Result<(), block::IoError> = async {
             self.dev
                 .write(
                     start + first,

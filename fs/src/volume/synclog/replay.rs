@@ -23,7 +23,6 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::block::BlockDevice;
 use crate::format::items::{
     decode_csums, decode_dir_entries, encode_csums, encode_dir_entries, DirIndexRec, ExtentItem,
     FileExtent, InodeItem,
@@ -32,6 +31,7 @@ use crate::format::key::kind;
 use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::util::crc::crc32c;
+use block::BlockDevice;
 use vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
 
 use super::super::core::{inode_key, Core, Step, Stop, Txn};

@@ -17,7 +17,7 @@ use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::time::Duration;
 
-use fs::block::{check_request, BlockDevice, Geometry, IoError, WriteFlags};
+use block::{check_request, BlockDevice, Geometry, IoError, WriteFlags};
 
 use super::cmd::{cns, Command};
 use super::controller::{AdminError, Controller};

@@ -6,7 +6,7 @@
 //! - `queue`: one submission/completion ring pair with batched (and, where the
 //!   controller offers them, shadow) doorbells;
 //! - `controller`: reset/enable with CAP.TO timeouts, the admin queue;
-//! - `disk`: [`NvmeDisk`], the [`fs::block::BlockDevice`] over the first active
+//! - `disk`: [`NvmeDisk`], the [`block::BlockDevice`] over the first active
 //!   namespace: one I/O queue pair, a reaper task, timeouts with abort and reset.
 
 pub mod cmd;

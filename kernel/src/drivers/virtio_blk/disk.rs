@@ -16,7 +16,7 @@ use core::cell::{Cell, RefCell};
 use core::fmt;
 use core::time::Duration;
 
-use fs::block::{check_request, BlockDevice, Geometry, IoError, WriteFlags};
+use block::{check_request, BlockDevice, Geometry, IoError, WriteFlags};
 use virtio_drivers::transport::pci::{PciTransport, VirtioPciError};
 use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
 

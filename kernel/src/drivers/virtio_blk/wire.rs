@@ -3,7 +3,7 @@
 //! geometry derivation is host-tested.
 
 use bitflags::bitflags;
-use fs::block::{Geometry, IoError};
+use block::{Geometry, IoError};
 
 /// virtio-blk addresses the disk in 512-byte sectors whatever its block size.
 pub const SECTOR: u64 = 512;

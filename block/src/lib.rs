@@ -1,7 +1,20 @@
-//! The block-device interface the filesystem is written against.
+//! The block-device interface the filesystem is written against, the devices of the
+//! host (memory, files), and block middleware.
 //!
-//! The filesystem owns this interface (it is the consumer); the appliance's NVMe and
-//! virtio-blk drivers and the host's file- and memory-backed devices implement it.
+//! The filesystem consumes this interface; the appliance's NVMe and virtio-blk drivers
+//! and the host's file- and memory-backed devices implement it. As smoltcp stacks its
+//! `phy` middleware over any `phy::Device`, every middleware here is a [`BlockDevice`]
+//! wrapping another, so they stack over any device — in the appliance, the host tools
+//! and the tests alike: `TraceDisk<FaultDisk<CountingDisk<NvmeDisk>>>`.
+//! - [`CountingDisk`] counts requests, bytes, FUA writes, flushes, errors and time: the
+//!   one counter set of the block layer, [`DeviceCounters`].
+//! - [`RecordingDisk`] records writes, FLUSHes and discards with issue and completion
+//!   times (for crash-state enumeration), and counts them.
+//! - [`FaultDisk`] fails requests or flips bits by rule.
+//! - [`TraceDisk`] logs requests through `log`.
+//! - [`YieldDisk`] makes every request yield once, so joined futures overlap.
+//!
+//! `no_std + alloc`; [`FileDisk`] needs the `std` feature.
 //!
 //! # Durability
 //! Completion of a [`BlockDevice::write`] means the device has *accepted* the data: a
@@ -26,15 +39,30 @@
 //! a bounce buffer it owns). Callers need not align buffers; implementations that need
 //! alignment for DMA bounce internally.
 
+#![cfg_attr(not(any(test, feature = "std")), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
 use core::fmt;
 
-mod mem;
-pub use mem::MemDisk;
-
+mod counting;
+mod fault;
 #[cfg(any(test, feature = "std"))]
 mod file;
+mod mem;
+mod recording;
+mod trace;
+mod yielding;
+
+pub use counting::{Counted, CounterHandle, CountingDisk, DeviceCounters};
+pub use fault::{Fault, FaultCounters, FaultDisk};
 #[cfg(any(test, feature = "std"))]
 pub use file::FileDisk;
+pub use mem::MemDisk;
+pub use recording::{Recorder, Recording, RecordingDisk, Request, RequestKind};
+pub use trace::TraceDisk;
+pub use yielding::YieldDisk;
 
 /// Static facts about a block device, fixed for the life of the handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,8 @@ use alloc::vec::Vec;
 
 use spin::Mutex;
 
-use crate::block::{BlockDevice, Geometry, IoError, WriteFlags};
+use crate::counting::{Counted, DeviceCounters};
+use crate::{BlockDevice, Geometry, IoError, WriteFlags};
 
 /// What a recorded request did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,34 +54,13 @@ impl Request {
     }
 }
 
-/// Per-cause counters of a recording.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Write requests (successful or not).
-    pub writes: u64,
-    /// Of which issued with FUA.
-    pub fua_writes: u64,
-    /// Bytes written.
-    pub bytes_written: u64,
-    /// Flush requests.
-    pub flushes: u64,
-    /// Discard requests.
-    pub discards: u64,
-    /// Read requests.
-    pub reads: u64,
-    /// Bytes read.
-    pub bytes_read: u64,
-    /// Requests that failed.
-    pub errors: u64,
-}
-
 /// The recorded requests, in issue order, and the counters.
 #[derive(Clone, Debug, Default)]
 pub struct Recording {
     /// Every write, flush and discard (reads are only counted).
     pub requests: Vec<Request>,
-    /// Counters.
-    pub counters: Counters,
+    /// Counters of every request, reads included (counted as they complete).
+    pub counters: DeviceCounters,
     /// The logical clock's current value.
     pub now: u64,
 }
@@ -108,7 +88,7 @@ impl Recorder {
     }
 
     /// The counters so far.
-    pub fn counters(&self) -> Counters {
+    pub fn counters(&self) -> DeviceCounters {
         self.0.lock().counters
     }
 
@@ -117,21 +97,12 @@ impl Recorder {
     pub fn clear(&self) {
         let mut log = self.0.lock();
         log.requests.clear();
-        log.counters = Counters::default();
+        log.counters = DeviceCounters::default();
     }
 
     fn issue(&self, kind: RequestKind) -> usize {
         let mut log = self.0.lock();
         let issued = log.tick();
-        match &kind {
-            RequestKind::Write { data, fua, .. } => {
-                log.counters.writes += 1;
-                log.counters.fua_writes += u64::from(*fua);
-                log.counters.bytes_written += data.len() as u64;
-            }
-            RequestKind::Flush => log.counters.flushes += 1,
-            RequestKind::Discard { .. } => log.counters.discards += 1,
-        }
         log.requests.push(Request {
             kind,
             issued,
@@ -141,10 +112,10 @@ impl Recorder {
         log.requests.len() - 1
     }
 
-    fn complete(&self, id: usize, ok: bool) {
+    fn complete(&self, id: usize, what: Counted, ok: bool) {
         let mut log = self.0.lock();
         let completed = log.tick();
-        log.counters.errors += u64::from(!ok);
+        log.counters.count(what, ok, 0);
         // `clear` may have dropped the request meanwhile.
         if let Some(request) = log.requests.get_mut(id) {
             request.completed = Some(completed);
@@ -186,10 +157,12 @@ impl<D: BlockDevice> BlockDevice for RecordingDisk<D> {
 
     async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
         let result = self.inner.read(lba, buf).await;
-        let mut log = self.recorder.0.lock();
-        log.counters.reads += 1;
-        log.counters.bytes_read += buf.len() as u64;
-        log.counters.errors += u64::from(result.is_err());
+        let what = Counted::Read(buf.len());
+        self.recorder
+            .0
+            .lock()
+            .counters
+            .count(what, result.is_ok(), 0);
         result
     }
 
@@ -200,21 +173,23 @@ impl<D: BlockDevice> BlockDevice for RecordingDisk<D> {
             fua: flags.fua,
         });
         let result = self.inner.write(lba, buf, flags).await;
-        self.recorder.complete(id, result.is_ok());
+        let what = Counted::Write(buf.len(), flags);
+        self.recorder.complete(id, what, result.is_ok());
         result
     }
 
     async fn flush(&self) -> Result<(), IoError> {
         let id = self.recorder.issue(RequestKind::Flush);
         let result = self.inner.flush().await;
-        self.recorder.complete(id, result.is_ok());
+        self.recorder.complete(id, Counted::Flush, result.is_ok());
         result
     }
 
     async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
         let id = self.recorder.issue(RequestKind::Discard { lba, blocks });
         let result = self.inner.discard(lba, blocks).await;
-        self.recorder.complete(id, result.is_ok());
+        self.recorder
+            .complete(id, Counted::Discard(blocks), result.is_ok());
         result
     }
 }

@@ -6,7 +6,7 @@ use core::ops::Range;
 
 use spin::Mutex;
 
-use crate::block::{BlockDevice, Geometry, IoError, WriteFlags};
+use crate::{BlockDevice, Geometry, IoError, WriteFlags};
 
 /// When to inject a fault.
 #[derive(Clone, Debug, PartialEq, Eq)]

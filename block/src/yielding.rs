@@ -7,7 +7,7 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
-use crate::block::{BlockDevice, Geometry, IoError, WriteFlags};
+use crate::{BlockDevice, Geometry, IoError, WriteFlags};
 
 /// A device whose requests each yield once (see the module documentation).
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! [`TraceDisk`]: logs every request and its result through the `log` crate.
 
-use crate::block::{BlockDevice, Geometry, IoError, WriteFlags};
+use crate::{BlockDevice, Geometry, IoError, WriteFlags};
 
 /// A device that logs requests to `D` (target `ninefold::disk`, level `trace`; failures
 /// at `warn`), tagged with a name to tell stacked devices apart.
