@@ -9,23 +9,17 @@
 //! - [`vfs`] (the `ninefold-vfs` crate) is the filesystem interface this crate provides;
 //!   the 9P server consumes it.
 //! - [`format`] is the on-disk format (pure encode/decode), shared by the filesystem,
-//!   `fsck` and the tools.
-//! - [`model`] is the reference model of [`vfs::FileSystem`] the tests compare against;
-//!   `sim` holds crash-state enumeration; `testing` (behind the `testing` feature) is the
-//!   shared test kit.
+//!   the checker (`ninefold-fsck`) and the tools.
+//!
+//! The test kit (the reference model, the harness, the crash simulator) is the
+//! `ninefold-testkit` crate; the offline checker and inspector the `ninefold-fsck` crate.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 
 extern crate alloc;
 
 pub mod btree;
 pub mod format;
-pub mod fsck;
-pub mod inspect;
 pub mod io;
-pub mod model;
-pub mod sim;
 pub mod space;
-#[cfg(feature = "testing")]
-pub mod testing;
 pub mod util;
 pub mod volume;

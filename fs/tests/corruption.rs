@@ -3,9 +3,9 @@
 //! never a panic.
 
 use block::MemDisk;
-use fs::fsck::{fsck, FsckOptions, Report};
-use fs::testing::{ManualClock, VisibleState};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use fsck::{fsck, FsckOptions, Report};
+use testkit::testing::{ManualClock, VisibleState};
 use vfs::{Errno, FileSystem, Owner, Timespec, XattrMode, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 1, gid: 2 };
@@ -92,7 +92,7 @@ fn assert_no_wrong_data(image: Vec<u8>, original: &VisibleState, what: &str) {
             .get(path)
             .unwrap_or_else(|| panic!("{what}: new path {path:?}"));
         if node != orig {
-            let p = fs::testing::show_path(path);
+            let p = testkit::testing::show_path(path);
             assert!(
                 state
                     .anomalies

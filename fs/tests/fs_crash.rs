@@ -10,15 +10,15 @@ use std::sync::Arc;
 
 use block::RecordingDisk;
 use block::{BlockDevice, MemDisk};
-use fs::fsck::{fsck, FsckOptions};
-use fs::sim::contract::{failure_report, record_run, Checker};
-use fs::sim::{enumerate, CrashParams};
-use fs::testing::strategy::{self, GenConfig};
-use fs::testing::{op_time, CompareOptions, ManualClock, VisibleState};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use fsck::{fsck, FsckOptions};
 use pollster::block_on;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
+use testkit::sim::contract::{failure_report, record_run, Checker};
+use testkit::sim::{enumerate, CrashParams};
+use testkit::testing::strategy::{self, GenConfig};
+use testkit::testing::{op_time, CompareOptions, ManualClock, VisibleState};
 
 const BS: u32 = 4096;
 const BLOCKS: u64 = 2048;
@@ -33,7 +33,7 @@ fn mount<D: BlockDevice>(disk: D, clock: ManualClock) -> NineFs<D> {
 }
 
 /// Runs `ops`, then checks every crash state; returns how many there were.
-fn crash_test(ops: &[fs::testing::Op], seed: u64) -> Result<usize, TestCaseError> {
+fn crash_test(ops: &[testkit::testing::Op], seed: u64) -> Result<usize, TestCaseError> {
     let image = MemDisk::new(BS, BLOCKS);
     let opts = FormatOptions {
         node_size: 16 * 1024,

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use block::YieldDisk;
 use block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
-use fs::fsck::{fsck, FsckOptions};
-use fs::testing::{ManualClock, VisibleState};
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use fsck::{fsck, FsckOptions};
+use testkit::testing::{ManualClock, VisibleState};
 use vfs::{Errno, FileSystem, Owner, Timespec, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 0, gid: 0 };

@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use block::MemDisk;
-use fs::testing::ManualClock;
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use testkit::testing::ManualClock;
 use vfs::{FileSystem, Owner, ROOT_INO};
 
 fn fresh(blocks: u64) -> NineFs<MemDisk> {

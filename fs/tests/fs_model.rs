@@ -5,14 +5,14 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use block::MemDisk;
-use fs::fsck::{fsck, FsckOptions};
-use fs::testing::strategy::{self, GenConfig};
-use fs::testing::{run_against_model, CompareOptions, ManualClock};
 use fs::volume::{
     format, DirtyThresholdPolicy, FormatOptions, MountOptions, NineFs, PressurePolicy,
 };
+use fsck::{fsck, FsckOptions};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
+use testkit::testing::strategy::{self, GenConfig};
+use testkit::testing::{run_against_model, CompareOptions, ManualClock};
 use vfs::{Clock, Timespec};
 
 fn cases() -> u32 {
@@ -45,7 +45,11 @@ fn mount_opts(cache_limit: usize, early_writes: bool) -> MountOptions {
 }
 
 /// Runs `ops` against the model on a fresh 32 MiB filesystem.
-fn check(ops: &[fs::testing::Op], cache_limit: usize, early: bool) -> Result<(), TestCaseError> {
+fn check(
+    ops: &[testkit::testing::Op],
+    cache_limit: usize,
+    early: bool,
+) -> Result<(), TestCaseError> {
     let clock: Rc<RefCell<Option<ManualClock>>> = Rc::default();
     let make_clock = clock.clone();
     let make = move |c: ManualClock| {

@@ -3,9 +3,9 @@
 
 use block::RecordingDisk;
 use block::{BlockDevice, MemDisk};
-use fs::testing::ManualClock;
 use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use pollster::block_on;
+use testkit::testing::ManualClock;
 use vfs::{FileSystem, Owner, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 1, gid: 1 };
@@ -72,7 +72,7 @@ fn fsync_is_one_flush_and_no_node_writes_and_survives() {
     assert_eq!(block_on(fs.read(f2.ino, 0, &mut buf)).unwrap(), 10_000);
     assert!(buf.iter().all(|&b| b == 7));
     let disk = block_on(fs.unmount()).unwrap();
-    let report = block_on(fs::fsck::fsck(&disk, &Default::default())).unwrap();
+    let report = block_on(fsck::fsck(&disk, &Default::default())).unwrap();
     assert!(report.is_clean(), "{:#?}", report.errors);
 }
 
@@ -98,7 +98,7 @@ fn unsynced_changes_are_lost_whole_and_replay_is_idempotent() {
         assert_eq!(&buf[..n], b"hello");
         assert!(block_on(fs.lookup(ROOT_INO, b"b")).is_err());
         let disk = block_on(fs.unmount()).unwrap();
-        let report = block_on(fs::fsck::fsck(&disk, &Default::default())).unwrap();
+        let report = block_on(fsck::fsck(&disk, &Default::default())).unwrap();
         assert!(report.is_clean(), "{:#?}", report.errors);
     }
 }
@@ -205,7 +205,7 @@ mod malformed {
     #[test]
     fn mount_never_panics() {
         let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-            cases: fs::testing::strategy::cases(96),
+            cases: testkit::testing::strategy::cases(96),
             ..ProptestConfig::default()
         });
         let applied = std::cell::Cell::new(0);
@@ -239,7 +239,7 @@ mod malformed {
                         if fs.stats().log.replayed_commits == 3 {
                             applied.set(applied.get() + 1);
                         }
-                        let _ = fs::testing::VisibleState::capture_blocking(&fs);
+                        let _ = testkit::testing::VisibleState::capture_blocking(&fs);
                         let _ = block_on(fs.unmount());
                     }
                     Err(_) => failed.set(failed.get() + 1),

@@ -4,12 +4,12 @@
 
 use block::{BlockDevice, MemDisk};
 use block::{RecordingDisk, YieldDisk};
-use fs::testing::ManualClock;
 use fs::volume::synclog::Fallback;
 use fs::volume::{
     format, CheckpointCause, FormatOptions, MountOptions, NineFs, Pressure, WritePolicy,
 };
 use pollster::block_on;
+use testkit::testing::ManualClock;
 use vfs::{FileSystem, Ino, Owner, XattrMode, ROOT_INO};
 
 const OWNER: Owner = Owner { uid: 1, gid: 1 };
@@ -73,7 +73,7 @@ fn content(fs: &impl FileSystem, dir: Ino, name: &str) -> Vec<u8> {
 
 fn fsck_clean(fs: NineFs<MemDisk>) {
     let disk = block_on(fs.unmount()).unwrap();
-    let r = block_on(fs::fsck::fsck(&disk, &Default::default())).unwrap();
+    let r = block_on(fsck::fsck(&disk, &Default::default())).unwrap();
     assert!(r.is_clean(), "{:#?}", r.errors);
 }
 

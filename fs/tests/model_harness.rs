@@ -1,14 +1,14 @@
 //! The test kit checked against itself: the model agrees with the model, and
 //! deliberately broken filesystems are caught (and the failures shrink).
 
-use fs::model::ModelFs;
-use fs::testing::strategy::{self, GenConfig};
-use fs::testing::{
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestError, TestRunner};
+use testkit::model::ModelFs;
+use testkit::testing::strategy::{self, GenConfig};
+use testkit::testing::{
     apply_blocking, run_against_model, CompareOptions, Handles, ManualClock, Name, Op, OpOutcome,
     Path, Target, VisibleState, XName,
 };
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestError, TestRunner};
 use vfs::{Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
 
 /// Ways to break the model.
@@ -163,7 +163,7 @@ fn remount(fs: Broken) -> Broken {
     fs
 }
 
-fn run(bug: Bug, ops: &[Op]) -> Result<(), fs::testing::Mismatch> {
+fn run(bug: Bug, ops: &[Op]) -> Result<(), testkit::testing::Mismatch> {
     run_against_model(
         ops,
         |clock| Broken {
@@ -235,7 +235,7 @@ fn broken_filesystems_are_caught_and_shrunk() {
             ops.len() <= prelude + 4,
             "{bug:?}: shrunk to {} ops:\n{}",
             ops.len(),
-            fs::testing::format_ops(&ops)
+            testkit::testing::format_ops(&ops)
         );
         // The minimal sequence still fails, and the report names it.
         let report = run(bug, &ops).unwrap_err().to_string();

@@ -1,9 +1,9 @@
-//! The reference model's rules, one test (or more) per rule of `fs::model`'s documentation.
+//! The reference model's rules, one test (or more) per rule of `testkit::model`'s documentation.
 
 use std::cell::Cell;
 
-use fs::model::{ModelConfig, ModelFs};
 use pollster::block_on;
+use testkit::model::{ModelConfig, ModelFs};
 use vfs::{
     mode, Clock, Errno, FileSystem, FileType, Ino, Owner, SetAttr, SetTime, Timespec, XattrMode,
     NAME_MAX, ROOT_INO, SYMLINK_MAX, XATTR_VALUE_MAX,

@@ -2,9 +2,9 @@
 //! reject what it forbids, on recovered states made by hand from the model's history.
 
 use block::Recorder;
-use fs::model::ModelFs;
-use fs::sim::contract::{record_run, Checker};
-use fs::testing::{CompareOptions, Name, Op, Path, Target, VisibleState, XName};
+use testkit::model::ModelFs;
+use testkit::sim::contract::{record_run, Checker};
+use testkit::testing::{CompareOptions, Name, Op, Path, Target, VisibleState, XName};
 use vfs::{SetAttr, XattrMode};
 
 fn name(i: u8) -> Name {

@@ -8,13 +8,15 @@ use std::sync::Arc;
 
 use block::RecordingDisk;
 use block::{BlockDevice, MemDisk};
-use fs::sim::contract::{failure_report, record_run, Checker};
-use fs::sim::{enumerate, CrashParams};
-use fs::testing::strategy::{self, GenConfig};
-use fs::testing::{op_time, CompareOptions, ManualClock, Name, Op, Path, Target, VisibleState};
 use pollster::block_on;
 use proptest::prelude::*;
 use sim_toy::{mkfs, ToyFs, Variant};
+use testkit::sim::contract::{failure_report, record_run, Checker};
+use testkit::sim::{enumerate, CrashParams};
+use testkit::testing::strategy::{self, GenConfig};
+use testkit::testing::{
+    op_time, CompareOptions, ManualClock, Name, Op, Path, Target, VisibleState,
+};
 
 const BS: u32 = 4096;
 const BLOCKS: u64 = 4096;
@@ -124,7 +126,7 @@ fn scenario() -> Vec<Op> {
         },
         Op::Setxattr {
             target: path(&[3]),
-            name: fs::testing::XName(0),
+            name: testkit::testing::XName(0),
             len: 40,
             seed: 3,
             how: vfs::XattrMode::Upsert,

@@ -8,8 +8,8 @@ use std::task::{Context, Poll, Waker};
 
 use block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
 use block::{Fault, FaultDisk, RecordingDisk, RequestKind, TraceDisk, YieldDisk};
-use fs::sim::{enumerate, CrashParams, Torn};
 use pollster::block_on;
+use testkit::sim::{enumerate, CrashParams, Torn};
 
 const BS: usize = 4096;
 

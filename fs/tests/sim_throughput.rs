@@ -9,14 +9,14 @@ use std::time::Instant;
 
 use block::RecordingDisk;
 use block::{BlockDevice, MemDisk, WriteFlags};
-use fs::sim::contract::{record_run, Checker};
-use fs::sim::{enumerate, CrashParams};
-use fs::testing::strategy::{self, GenConfig};
-use fs::testing::{op_time, CompareOptions, ManualClock, VisibleState};
 use pollster::block_on;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
 use sim_toy::{mkfs, ToyFs, Variant};
+use testkit::sim::contract::{record_run, Checker};
+use testkit::sim::{enumerate, CrashParams};
+use testkit::testing::strategy::{self, GenConfig};
+use testkit::testing::{op_time, CompareOptions, ManualClock, VisibleState};
 
 #[test]
 #[ignore]

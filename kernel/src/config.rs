@@ -8,7 +8,7 @@
 //! | `ip=ADDR/PREFIX` or `ip=dhcp` | the NIC's IPv4 address | `dhcp` |
 //! | `gw=ADDR` | default IPv4 gateway (static `ip=` only) | none |
 //! | `port=N` | TCP port of the 9P server | `564` |
-//! | `fs=disk\|memory` | what 9P serves: the filesystem on the disk, or an empty in-memory one (development only: nothing is stored) | `disk` |
+//! | `fs=disk\|memory` | what 9P serves: the filesystem on the disk, or the same filesystem on a RAM disk formatted at boot (development only: nothing is stored) | `disk` |
 //! | `disk=nvme0\|virtio0\|BB:DD.F` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex) | the first one found |
 //! | `mkfs` | format the disk first if it holds no ninefold filesystem (a disk with a damaged one is refused) | off |
 //! | `mkfs=force` | format the disk first, whatever it holds (erases it) | off |
@@ -86,7 +86,7 @@ pub enum DiskSelector {
 pub enum FsSource {
     /// The filesystem on the block device.
     Disk,
-    /// An empty in-memory filesystem (the reference model): for developing and testing
+    /// The filesystem on a RAM disk formatted at boot: for developing and testing
     /// the network side; nothing survives a reboot.
     Memory,
 }

@@ -4,11 +4,9 @@ use alloc::rc::Rc;
 use core::time::Duration;
 
 use boot::BootInfo;
-use fs::model::ModelFs;
 use log::{error, info, warn};
 
 use crate::apic::{ioapic, lapic, pic};
-use crate::clock::rtc::WallClock;
 use crate::config::{self, Config, FsSource};
 use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, trap};
@@ -156,8 +154,14 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     }
     match config.fs {
         FsSource::Memory => {
-            warn!("fs: DEVELOPMENT MODE (fs=memory): serving an empty in-memory filesystem; nothing is stored on disk");
-            serve(&config, ModelFs::new(WallClock::new()), 0, &mem).await;
+            warn!("fs: DEVELOPMENT MODE (fs=memory): serving an empty filesystem on a RAM disk; nothing is stored on disk");
+            match storage::mount_memory(mem.heap).await {
+                Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
+                Err(e) => {
+                    error!("fs: {e}");
+                    info!("ready: idle (nothing to serve)");
+                }
+            }
         }
         FsSource::Disk => match storage::mount(&config, mem.heap).await {
             Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,

@@ -8,14 +8,12 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use block::BlockDevice;
-use fs::model::ModelFs;
 use vfs::FileSystem;
 
-use crate::clock::rtc::WallClock;
 use crate::net::service::Service;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{AccessReport, DeviceReport, FsReport, HeapReport, NinepReport, Snapshot};
-use crate::storage::DiskFs;
+use crate::storage::{DeviceName, ServedFs};
 use crate::{clock, hal, task};
 
 /// How often the `stats:` line is logged (when something changed).
@@ -30,23 +28,13 @@ pub trait Reporting {
     async fn fs_report(&self) -> Option<FsReport>;
 }
 
-impl Reporting for ModelFs<WallClock> {
-    fn devices(&self) -> Vec<DeviceReport> {
-        Vec::new()
-    }
-
-    async fn fs_report(&self) -> Option<FsReport> {
-        None
-    }
-}
-
-impl Reporting for DiskFs {
+impl<D: BlockDevice + DeviceName> Reporting for ServedFs<D> {
     fn devices(&self) -> Vec<DeviceReport> {
         let disk = *self.device();
         let g = disk.geometry();
         let counters = disk.counters();
         alloc::vec![DeviceReport {
-            name: alloc::format!("{}@{}", disk.inner().kind(), disk.inner().pci().address()),
+            name: disk.inner().device_name(),
             block_size: g.block_size,
             blocks: g.num_blocks,
             native_fua: g.native_fua,

@@ -1,15 +1,18 @@
-//! The disk's filesystem: open the `disk=` device, format it when asked (`mkfs`), mount
-//! it with memory limits derived from the heap, and say on the console what was found.
+//! The filesystem the appliance serves: open the `disk=` device, format it when asked
+//! (`mkfs`), mount it with memory limits derived from the heap, and say on the console
+//! what was found. With `fs=memory` (development), the same filesystem on a RAM disk
+//! ([`memory_disk_bytes`] of the heap), formatted at boot: nothing is stored.
 //!
 //! The disk lives for the rest of the appliance's life, so it is leaked to a `&'static`:
 //! the filesystem, the counters service and a failed mount (which must not lose the
-//! device) all borrow the same one.
+//! device) all borrow the same one. It is wrapped in a `block::CountingDisk`, whose
+//! counters the counters service reports.
 
 use fs::format::BLOCK_SIZE;
 use fs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
-pub use mount_impl::{mount, CountedDisk, DiskFs, Mounted, StorageError};
+pub use mount_impl::{mount, mount_memory, DeviceName, Mounted, ServedFs, StorageError};
 
 /// Share of the heap the btree node cache may use. A checkpoint holds encoded copies of
 /// the dirty nodes while it writes them, so the cache can cost twice this at peak; the
@@ -25,6 +28,19 @@ pub const MAX_CACHE: u64 = 1 << 30;
 pub const GROUP_SHARE: u64 = 64;
 /// Label given to a disk the appliance formats.
 pub const LABEL: &[u8] = b"ninefold";
+/// Share of the heap the RAM disk of `fs=memory` takes, and its bounds.
+pub const MEMORY_DISK_SHARE: u64 = 4;
+/// See [`MEMORY_DISK_SHARE`]: the filesystem's smallest useful size.
+pub const MIN_MEMORY_DISK: u64 = 16 << 20;
+/// See [`MEMORY_DISK_SHARE`].
+pub const MAX_MEMORY_DISK: u64 = 4 << 30;
+
+/// Bytes of the RAM disk `fs=memory` serves from, for a `heap_bytes` heap: a quarter of
+/// it, in whole filesystem blocks.
+pub fn memory_disk_bytes(heap_bytes: u64) -> u64 {
+    let bytes = (heap_bytes / MEMORY_DISK_SHARE).clamp(MIN_MEMORY_DISK, MAX_MEMORY_DISK);
+    bytes / BLOCK_SIZE as u64 * BLOCK_SIZE as u64
+}
 
 /// The mount options for a `heap_bytes` heap (pure: host-tested).
 pub fn mount_options(heap_bytes: u64) -> MountOptions {
@@ -56,24 +72,47 @@ mod mount_impl {
     use crate::clock::rtc::WallClock;
     use crate::config::{Config, Mkfs};
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
-    use block::CountingDisk;
+    use block::{CountingDisk, MemDisk};
 
-    /// The appliance's block device, with its counters.
-    pub type CountedDisk = CountingDisk<Disk>;
-    /// The filesystem the appliance serves from its disk.
-    pub type DiskFs = NineFs<&'static CountedDisk>;
+    /// The filesystem the appliance serves, on device `D` with its counters.
+    pub type ServedFs<D> = NineFs<&'static CountingDisk<D>>;
+
+    /// How a device is named in logs and reports.
+    pub trait DeviceName {
+        /// Short name, no spaces, e.g. `nvme@00:04.0`.
+        fn device_name(&self) -> String;
+    }
+
+    impl DeviceName for Disk {
+        fn device_name(&self) -> String {
+            format!("{}@{}", self.kind(), self.pci().address())
+        }
+    }
+
+    impl DeviceName for MemDisk {
+        fn device_name(&self) -> String {
+            "ram".into()
+        }
+    }
 
     /// The mounted filesystem and its device.
     #[derive(Debug)]
-    pub struct Mounted {
+    pub struct Mounted<D: BlockDevice + 'static> {
         /// The filesystem.
-        pub fs: DiskFs,
+        pub fs: ServedFs<D>,
         /// Its device.
-        pub disk: &'static CountedDisk,
-        /// The device's name in logs and reports: kind and PCI address.
+        pub disk: &'static CountingDisk<D>,
+        /// The device's name in logs and reports.
         pub name: String,
         /// The node cache's limit.
         pub cache_limit: usize,
+    }
+
+    /// A device with its counters, for the rest of the appliance's life.
+    fn counted<D: BlockDevice>(disk: D) -> &'static CountingDisk<D> {
+        Box::leak(Box::new(CountingDisk::with_clock(disk, || {
+            crate::clock::now().as_nanos()
+        })))
     }
 
     /// Why there is no filesystem to serve.
@@ -109,16 +148,24 @@ mod mount_impl {
         }
     }
 
+    /// The RAM disk of `fs=memory`, formatted and mounted: the real filesystem, with
+    /// nothing stored.
+    pub async fn mount_memory(heap_bytes: u64) -> Result<Mounted<MemDisk>, StorageError> {
+        let bytes = super::memory_disk_bytes(heap_bytes);
+        let disk = counted(MemDisk::new(BLOCK_SIZE as u32, bytes / BLOCK_SIZE as u64));
+        let name = disk.inner().device_name();
+        info!("fs: {name}: {} MiB RAM disk", bytes >> 20);
+        format_disk(disk, &name).await?;
+        mount_formatted(disk, name, heap_bytes).await
+    }
+
     /// Opens the disk, formats it if `config.mkfs` says so, and mounts it.
-    pub async fn mount(config: &Config, heap_bytes: u64) -> Result<Mounted, StorageError> {
+    pub async fn mount(config: &Config, heap_bytes: u64) -> Result<Mounted<Disk>, StorageError> {
         let opened = disk::open(config.disk, DiskOptions::for_config(config))
             .await
             .map_err(StorageError::Open)?;
-        let name = format!("{}@{}", opened.kind(), opened.pci().address());
-        let disk: &'static CountedDisk =
-            Box::leak(Box::new(CountingDisk::with_clock(opened, || {
-                crate::clock::now().as_nanos()
-            })));
+        let name = opened.device_name();
+        let disk = counted(opened);
         let g = disk.geometry();
         info!(
             "fs: disk {name}: {} MiB, {}-byte blocks, {} write cache, {} FUA",
@@ -137,7 +184,15 @@ mod mount_impl {
             (Mkfs::Off, true) => return Err(StorageError::Unformatted(name)),
             (Mkfs::Off, false) => {}
         }
+        mount_formatted(disk, name, heap_bytes).await
+    }
 
+    /// Mounts the filesystem on `disk` and logs what it found.
+    async fn mount_formatted<D: BlockDevice>(
+        disk: &'static CountingDisk<D>,
+        name: String,
+        heap_bytes: u64,
+    ) -> Result<Mounted<D>, StorageError> {
         let dev =
             Dev::new(disk).map_err(|e| StorageError::Mount(name.clone(), MountError::Device(e)))?;
         let (sb, copies) = match fs::volume::read_superblock(&dev).await {
@@ -183,7 +238,7 @@ mod mount_impl {
 
     /// Whether either superblock slot starts with the ninefold magic (the disk was formatted
     /// once, whatever state it is in now).
-    async fn has_magic(disk: &CountedDisk) -> bool {
+    async fn has_magic(disk: &impl BlockDevice) -> bool {
         let Ok(dev) = Dev::new(disk) else {
             return false;
         };
@@ -196,7 +251,7 @@ mod mount_impl {
         false
     }
 
-    async fn format_disk(disk: &CountedDisk, name: &str) -> Result<(), StorageError> {
+    async fn format_disk(disk: &impl BlockDevice, name: &str) -> Result<(), StorageError> {
         let seed = entropy();
         let mut uuid = [0u8; 16];
         uuid[..8].copy_from_slice(&seed[0].to_le_bytes());
@@ -252,6 +307,13 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_ram_disk_is_a_quarter_of_the_heap() {
+        assert_eq!(memory_disk_bytes(94 * MIB), 94 * MIB / 4 / 4096 * 4096);
+        assert_eq!(memory_disk_bytes(MIB), MIN_MEMORY_DISK);
+        assert_eq!(memory_disk_bytes(1 << 40), MAX_MEMORY_DISK);
+    }
 
     #[test]
     fn cache_scales_with_the_heap() {

@@ -736,7 +736,7 @@ fn permissions_follow_the_attaching_user() {
 fn gated_server(config: Config) -> (Rc<ninep::server::Server<GatedFs>>, Rc<Gate>) {
     let gate = Rc::new(Gate::default());
     let fs = GatedFs {
-        inner: fs::model::ModelFs::new(Ticks::default()),
+        inner: testkit::model::ModelFs::new(Ticks::default()),
         gate: gate.clone(),
     };
     (Rc::new(ninep::server::Server::new(fs, config)), gate)

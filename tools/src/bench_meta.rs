@@ -16,12 +16,12 @@ use block::MemDisk;
 use block::{CounterHandle, CountingDisk, DeviceCounters, YieldDisk};
 use clap::Parser;
 use fs::btree::WriteCause;
-use fs::testing::ManualClock;
 use fs::volume::{
     format, CheckpointCause, DirtyThresholdPolicy, FormatOptions, FsStats, MountOptions, NineFs,
     PressurePolicy, WritePolicy,
 };
 use pollster::block_on;
+use testkit::testing::ManualClock;
 use vfs::{FileSystem, Owner, ROOT_INO};
 
 /// fs_mark-like metadata benchmark.

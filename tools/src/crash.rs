@@ -1,4 +1,4 @@
-//! `ninefold-crash`: the crash suite (fs::sim::suite) as a release-mode command.
+//! `ninefold-crash`: the crash suite (testkit::sim::suite) as a release-mode command.
 //!
 //! `make crash` runs the full suite; `make test` a quick slice. The last line is always
 //! `crash states: N, violations: V, fsck errors: E`; the exit status is non-zero if V or
@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use fs::sim::suite::{self, Workload};
-use fs::sim::CrashParams;
+use testkit::sim::suite::{self, Workload};
+use testkit::sim::CrashParams;
 
 /// How much of the suite to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use fs::format::superblock::NodePtr;
 use fs::format::{Key, TreeId};
-use fs::inspect::{describe_item, Image};
+use fsck::inspect::{describe_item, Image};
 
 use crate::image;
 

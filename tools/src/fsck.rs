@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use fs::fsck::{fsck, FsckOptions};
+use fsck::{fsck, FsckOptions};
 
 use crate::image;
 

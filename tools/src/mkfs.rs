@@ -75,7 +75,8 @@ pub fn run(args: MkfsArgs) -> Result<(), String> {
         blocks: None,
     };
     pollster::block_on(format(&disk, &opts)).map_err(|e| e.to_string())?;
-    let report = pollster::block_on(fs::inspect::Image::open(&disk)).map_err(|e| e.to_string())?;
+    let report =
+        pollster::block_on(fsck::inspect::Image::open(&disk)).map_err(|e| e.to_string())?;
     let l = report.sb.layout;
     println!(
         "{}: {} MiB, {} blocks of 4 KiB, {} allocation groups, node size {} KiB, log {} KiB, {} blocks free",

@@ -15,10 +15,10 @@ use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
-use fs::model::ModelFs;
 use fs::volume::{MountOptions, NineFs};
 use ninep::conn::{Connection, Transport};
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
+use testkit::model::ModelFs;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use vfs::{Clock, FileSystem, Timespec};

@@ -13,8 +13,8 @@
 use std::cell::RefCell;
 
 use block::{BlockDevice, WriteFlags};
-use fs::model::ModelFs;
-use fs::testing::ManualClock;
+use testkit::model::ModelFs;
+use testkit::testing::ManualClock;
 use vfs::{
     Attr, Clock, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, SetTime, StatFs,
     Timespec, XattrMode,

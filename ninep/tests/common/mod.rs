@@ -8,11 +8,11 @@ use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-use fs::model::ModelFs;
 use ninep::conn::Connection;
 use ninep::server::{Config, Server};
 use ninep::testing::{Client, Exchange};
 use ninep::wire::{Rmsg, Tmsg};
+use testkit::model::ModelFs;
 use vfs::*;
 
 /// A clock that ticks one second per reading.

@@ -19,13 +19,13 @@ use std::sync::Mutex;
 
 use super::contract::{failure_report, Checker, RecordedOp, RecordedRun};
 use super::{enumerate, CrashParams};
-use crate::fsck::{fsck, FsckOptions};
 use crate::testing::{
     format_ops, op_time, CompareOptions, DualRunner, ManualClock, Op, VisibleState,
 };
-use crate::volume::{format as mkfs, FormatOptions, MountOptions, NineFs};
 use block::{BlockDevice, MemDisk};
 use block::{RecordingDisk, YieldDisk};
+use fs::volume::{format as mkfs, FormatOptions, MountOptions, NineFs};
+use fsck::{fsck, FsckOptions};
 
 mod workloads;
 

@@ -6,19 +6,19 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::btree::Node;
-use crate::format::bitmap::GroupBlock;
-use crate::format::bset::{parse_node, NodeId};
-use crate::format::items::{
+use block::BlockDevice;
+use fs::btree::Node;
+use fs::format::bitmap::GroupBlock;
+use fs::format::bset::{parse_node, NodeId};
+use fs::format::items::{
     decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
     FileExtent, InodeItem,
 };
-use crate::format::key::kind;
-use crate::format::superblock::{state, NodePtr, Superblock};
-use crate::format::{Key, TreeId, BLOCK_SIZE};
-use crate::io::Dev;
-use crate::volume::{choose_group, read_superblock, MountError};
-use block::BlockDevice;
+use fs::format::key::kind;
+use fs::format::superblock::{state, NodePtr, Superblock};
+use fs::format::{Key, TreeId, BLOCK_SIZE};
+use fs::io::Dev;
+use fs::volume::{choose_group, read_superblock, MountError};
 
 /// An image opened for inspection.
 #[derive(Debug)]
@@ -57,9 +57,9 @@ impl<D: BlockDevice> Image<D> {
 
     /// The commits the log holds past the checkpoint (what mount would replay, before
     /// it checks the last commit's data).
-    pub async fn log_commits(&self) -> Vec<crate::volume::synclog::replay::LoggedCommit> {
+    pub async fn log_commits(&self) -> Vec<fs::volume::synclog::replay::LoggedCommit> {
         let l = self.sb.layout;
-        let (commits, _) = crate::volume::synclog::replay::scan(
+        let (commits, _) = fs::volume::synclog::replay::scan(
             &self.dev,
             l.log_start,
             l.log_blocks,

@@ -7,11 +7,9 @@
 //!
 //! Everything here is `no_std + alloc` except [`contract`].
 
-#[cfg(feature = "testing")]
 pub mod contract;
 mod crash;
 mod overlay;
-#[cfg(feature = "testing")]
 pub mod suite;
 
 pub use crash::{enumerate, summary, CrashDesc, CrashParams, CrashState, CrashStates, Torn};

@@ -15,6 +15,17 @@
 //! It never changes the image. Problems are reported as errors (the image is damaged)
 //! or warnings (harmless leftovers, such as extents past the end of a file after a crash
 //! interrupted a truncation).
+//!
+//! [`inspect`] reads an image's superblocks, nodes and items for the checker and for
+//! `ninefold dump`. The offline tools of the filesystem, kept out of the filesystem crate
+//! itself (the appliance does not carry them); built on its public format and btree
+//! modules. `no_std + alloc`.
+#![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+pub mod inspect;
 
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
@@ -22,20 +33,20 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
-use crate::format::bset::HEADER_LEN;
-use crate::format::items::{
+use crate::inspect::{describe_item, Image, NodeError};
+use block::BlockDevice;
+use fs::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
+use fs::format::bset::HEADER_LEN;
+use fs::format::items::{
     decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
     FileExtent, InodeItem, XATTR_CHUNK_LEN,
 };
-use crate::format::key::kind;
-use crate::format::layout::Layout;
-use crate::format::superblock::NodePtr;
-use crate::format::{Key, TreeId, BLOCK_SIZE};
-use crate::inspect::{describe_item, Image, NodeError};
-use crate::util::crc::crc32c;
-use crate::util::hash::name_ref_hash;
-use block::BlockDevice;
+use fs::format::key::kind;
+use fs::format::layout::Layout;
+use fs::format::superblock::NodePtr;
+use fs::format::{Key, TreeId, BLOCK_SIZE};
+use fs::util::crc::crc32c;
+use fs::util::hash::name_ref_hash;
 use vfs::{FileType, ROOT_INO};
 
 /// What to check.
@@ -97,7 +108,7 @@ impl Report {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FsckError {
     /// No valid superblock, unusable device, ...
-    Open(crate::volume::MountError),
+    Open(fs::volume::MountError),
 }
 
 impl core::fmt::Display for FsckError {
@@ -663,7 +674,7 @@ impl<D: BlockDevice> Checker<D> {
                 ));
                 continue;
             }
-            if len > u64::from(crate::format::MAX_EXTENT_BLOCKS)
+            if len > u64::from(fs::format::MAX_EXTENT_BLOCKS)
                 || start + len > self.img.sb.layout.total_blocks
             {
                 self.error(format!(
