@@ -59,7 +59,9 @@ impl<D: BlockDevice + DeviceName> Reporting for ServedFs<D> {
             free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
             cache_bytes: cache_bytes as u64,
             cache_nodes: cache_nodes as u64,
-            ..FsReport::from_stats(&self.stats())
+            // The monitor knows the limit it mounted with.
+            cache_limit: 0,
+            stats: self.stats(),
         })
     }
 }

@@ -6,7 +6,6 @@
 //! The numbers are counts (writes, bytes, flushes), not times: they do not depend on the
 //! machine.
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;
@@ -15,10 +14,11 @@ use std::task::{Context, Poll};
 use block::MemDisk;
 use block::{CounterHandle, CountingDisk, DeviceCounters, YieldDisk};
 use clap::Parser;
-use fs::btree::WriteCause;
+use serde::Serialize;
+
 use fs::volume::{
-    format, CheckpointCause, DirtyThresholdPolicy, FormatOptions, FsStats, MountOptions, NineFs,
-    PressurePolicy, WritePolicy,
+    format, DirtyThresholdPolicy, FormatOptions, FsStats, MountOptions, NineFs, PressurePolicy,
+    WritePolicy,
 };
 use pollster::block_on;
 use testkit::testing::ManualClock;
@@ -90,56 +90,84 @@ impl Run {
         self.device.bytes_written - self.stats.data_bytes_written
     }
 
-    fn json(&self) -> String {
+    /// The run's figures as the report gives them.
+    fn report(&self) -> RunReport {
         let s = &self.stats;
         let f = self.fsyncs.max(1) as f64;
-        let mut causes = String::new();
-        for (i, c) in WriteCause::ALL.iter().enumerate() {
-            let _ = write!(
-                causes,
-                "{}\"{}\": {{\"writes\": {}, \"bytes\": {}}}",
-                if i > 0 { ", " } else { "" },
-                c.name(),
-                s.node_writes.writes[i],
-                s.node_writes.bytes[i]
-            );
+        RunReport {
+            node_writes: self.node_writes(),
+            metadata_bytes: self.metadata_bytes(),
+            node_bytes: self.node_bytes(),
+            log_bytes: s.log.blocks * 4096,
+            bitmap_writes: s.group_writes,
+            superblock_writes: s.superblock_writes,
+            data_bytes: s.data_bytes_written,
+            fsyncs: self.fsyncs,
+            log_commits: s.log.commits,
+            device_flushes: self.device.flushes,
+            device_fua_writes: self.device.fua_writes,
+            flushes_per_fsync: round(self.device.flushes as f64 / f, 3),
+            fua_per_fsync: round(self.device.fua_writes as f64 / f, 3),
+            log_bytes_per_fsync: round((s.log.blocks * 4096) as f64 / f, 0),
+            log_record_bytes_per_fsync: round(s.log.record_bytes as f64 / f, 0),
+            node_writes_per_fsync: round(self.node_writes() as f64 / f, 3),
+            stats: self.stats,
         }
-        let mut checkpoints = String::new();
-        for (i, c) in CheckpointCause::ALL.iter().enumerate() {
-            let _ = write!(
-                checkpoints,
-                "{}\"{}\": {}",
-                if i > 0 { ", " } else { "" },
-                c.name(),
-                s.checkpoints[i]
-            );
-        }
-        format!(
-            "{{\"node_writes\": {}, \"metadata_bytes\": {}, \"node_bytes\": {}, \
-             \"log_bytes\": {}, \"bitmap_writes\": {}, \"superblock_writes\": {}, \
-             \"data_bytes\": {}, \"fsyncs\": {}, \"log_commits\": {}, \"device_flushes\": {}, \
-             \"device_fua_writes\": {}, \"flushes_per_fsync\": {:.3}, \"fua_per_fsync\": {:.3}, \
-             \"log_bytes_per_fsync\": {:.0}, \"log_record_bytes_per_fsync\": {:.0}, \
-             \"node_writes_per_fsync\": {:.3}, \"checkpoints\": {{{checkpoints}}}, \
-             \"node_writes_by_cause\": {{{causes}}}}}",
-            self.node_writes(),
-            self.metadata_bytes(),
-            self.node_bytes(),
-            s.log.blocks * 4096,
-            s.group_writes,
-            s.superblock_writes,
-            s.data_bytes_written,
-            self.fsyncs,
-            s.log.commits,
-            self.device.flushes,
-            self.device.fua_writes,
-            self.device.flushes as f64 / f,
-            self.device.fua_writes as f64 / f,
-            (s.log.blocks * 4096) as f64 / f,
-            s.log.record_bytes as f64 / f,
-            self.node_writes() as f64 / f,
-        )
     }
+}
+
+/// `x` rounded to `digits` decimals (for a readable report).
+fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
+/// One policy run in the report: the figures, and the filesystem's own counters
+/// (checkpoints and node writes per cause among them).
+#[derive(Debug, Serialize)]
+struct RunReport {
+    node_writes: u64,
+    metadata_bytes: u64,
+    node_bytes: u64,
+    log_bytes: u64,
+    bitmap_writes: u64,
+    superblock_writes: u64,
+    data_bytes: u64,
+    fsyncs: u64,
+    log_commits: u64,
+    device_flushes: u64,
+    device_fua_writes: u64,
+    flushes_per_fsync: f64,
+    fua_per_fsync: f64,
+    log_bytes_per_fsync: f64,
+    log_record_bytes_per_fsync: f64,
+    node_writes_per_fsync: f64,
+    /// `fs::volume::stats::FsStats`, as the appliance reports them.
+    stats: FsStats,
+}
+
+/// One group-commit measurement.
+#[derive(Debug, Serialize)]
+struct GroupCommit {
+    fsyncers: u32,
+    fsyncs: u32,
+    log_commits: u64,
+    device_flushes: u64,
+    flushes_per_fsync: f64,
+    fua_per_fsync: f64,
+    log_bytes_per_fsync: f64,
+    node_writes: u64,
+}
+
+/// `build/bench/btree-writes.json`.
+#[derive(Debug, Serialize)]
+struct Report {
+    workload: String,
+    reclaim: RunReport,
+    baseline_4k: RunReport,
+    node_write_ratio: f64,
+    metadata_bytes_ratio: f64,
+    group_commit: Vec<GroupCommit>,
 }
 
 /// fs_mark-like: every file created, written and fsynced in turn; then all deleted;
@@ -211,7 +239,7 @@ impl<F: Future<Output = ()>> Future for JoinAll<F> {
 
 /// `n` fsyncers, each writing 4 KiB to its own file and fsyncing it, `rounds` times,
 /// concurrently: device flushes, FUA writes and log bytes per fsync.
-fn group_commit(n: u32, rounds: u32, mib: u64) -> String {
+fn group_commit(n: u32, rounds: u32, mib: u64) -> GroupCommit {
     let (fs, counters) = fresh(mib, Box::new(PressurePolicy));
     let files: Vec<u64> = block_on(async {
         let mut v = Vec::new();
@@ -252,15 +280,16 @@ fn group_commit(n: u32, rounds: u32, mib: u64) -> String {
     let log_bytes = (after.1.log.blocks - before.1.log.blocks) * 4096;
     let commits = after.1.log.commits - before.1.log.commits;
     let nodes = after.1.node_writes.total_writes() - before.1.node_writes.total_writes();
-    format!(
-        "{{\"fsyncers\": {n}, \"fsyncs\": {}, \"log_commits\": {commits}, \"device_flushes\": {flushes}, \
-         \"flushes_per_fsync\": {:.3}, \"fua_per_fsync\": {:.3}, \"log_bytes_per_fsync\": {:.0}, \
-         \"node_writes\": {nodes}}}",
-        n * rounds,
-        flushes as f64 / fsyncs,
-        fua as f64 / fsyncs,
-        log_bytes as f64 / fsyncs,
-    )
+    GroupCommit {
+        fsyncers: n,
+        fsyncs: n * rounds,
+        log_commits: commits,
+        device_flushes: flushes,
+        flushes_per_fsync: round(flushes as f64 / fsyncs, 3),
+        fua_per_fsync: round(fua as f64 / fsyncs, 3),
+        log_bytes_per_fsync: round(log_bytes as f64 / fsyncs, 0),
+        node_writes: nodes,
+    }
 }
 
 fn main() -> ExitCode {
@@ -286,20 +315,30 @@ fn main() -> ExitCode {
     let ratio = reclaim.node_writes() as f64 / baseline.node_writes().max(1) as f64;
     let bytes_ratio = reclaim.metadata_bytes() as f64 / baseline.metadata_bytes().max(1) as f64;
     println!("node_write_ratio: {ratio:.3}, metadata_bytes_ratio: {bytes_ratio:.3}");
-    let mut groups = Vec::new();
+    let mut group_commit_runs = Vec::new();
     for n in [1, 4, 16] {
         let g = group_commit(n, args.rounds, 256);
-        println!("group commit: {g}");
-        groups.push(g);
+        println!(
+            "group commit: {} fsyncers: {} flushes per fsync, {} log bytes per fsync",
+            g.fsyncers, g.flushes_per_fsync, g.log_bytes_per_fsync
+        );
+        group_commit_runs.push(g);
     }
-    let json = format!(
-        "{{\n  \"workload\": \"{workload}\",\n  \"reclaim\": {},\n  \"baseline_4k\": {},\n  \
-         \"node_write_ratio\": {ratio:.4},\n  \"metadata_bytes_ratio\": {bytes_ratio:.4},\n  \
-         \"group_commit\": [\n    {}\n  ]\n}}\n",
-        reclaim.json(),
-        baseline.json(),
-        groups.join(",\n    ")
-    );
+    let report = Report {
+        workload,
+        reclaim: reclaim.report(),
+        baseline_4k: baseline.report(),
+        node_write_ratio: round(ratio, 4),
+        metadata_bytes_ratio: round(bytes_ratio, 4),
+        group_commit: group_commit_runs,
+    };
+    let json = match serde_json::to_string_pretty(&report) {
+        Ok(j) => j + "\n",
+        Err(e) => {
+            eprintln!("ninefold-bench-meta: report: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if let Some(dir) = args.out.parent() {
         if let Err(e) = std::fs::create_dir_all(dir) {
             eprintln!("ninefold-bench-meta: {}: {e}", dir.display());

@@ -75,6 +75,42 @@ pub struct NodeWriteCounters {
     pub rewrites: u64,
 }
 
+/// Serialised as three fields of the enclosing counters: `node_writes` (per cause:
+/// `{writes, bytes}`), `node_appends`, `node_rewrites`.
+#[cfg(feature = "serde")]
+impl serde::Serialize for NodeWriteCounters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+
+        #[derive(serde::Serialize)]
+        struct PerCause {
+            writes: u64,
+            bytes: u64,
+        }
+        struct ByCause<'a>(&'a NodeWriteCounters);
+        impl serde::Serialize for ByCause<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let per: Vec<PerCause> = (0..WriteCause::ALL.len())
+                    .map(|i| PerCause {
+                        writes: self.0.writes[i],
+                        bytes: self.0.bytes[i],
+                    })
+                    .collect();
+                crate::volume::stats::by_cause::map(
+                    WriteCause::ALL.iter().map(|c| c.name()),
+                    &per,
+                    s,
+                )
+            }
+        }
+        let mut st = s.serialize_struct("NodeWriteCounters", 3)?;
+        st.serialize_field("node_writes", &ByCause(self))?;
+        st.serialize_field("node_appends", &self.appends)?;
+        st.serialize_field("node_rewrites", &self.rewrites)?;
+        st.end()
+    }
+}
+
 impl NodeWriteCounters {
     /// Counts one write.
     pub fn count(&mut self, w: &NodeWrite) {

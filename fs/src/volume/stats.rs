@@ -1,17 +1,24 @@
 //! Counters of a mounted filesystem, per cause where there is one (as bcachefs keeps
 //! them), so policies can be compared by what they cost.
+//!
+//! With the `serde` feature they serialise as the appliance reports them: per-cause
+//! arrays as maps from the cause's name (`checkpoints: {"sync": 3, ...}`), node writes
+//! as `node_writes: {cause: {writes, bytes}}` with `node_appends`/`node_rewrites` beside.
 
 use super::synclog::LogStats;
 use crate::btree::NodeWriteCounters;
 
 /// Filesystem counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FsStats {
     /// Transactions committed.
     pub commits: u64,
     /// Checkpoints committed, indexed like [`super::CheckpointCause::ALL`].
+    #[cfg_attr(feature = "serde", serde(serialize_with = "by_cause::checkpoints"))]
     pub checkpoints: [u64; super::CheckpointCause::ALL.len()],
     /// Node writes and bytes per cause.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub node_writes: NodeWriteCounters,
     /// Bitmap group blocks written.
     pub group_writes: u64,
@@ -43,5 +50,41 @@ impl FsStats {
     /// Total checkpoints.
     pub fn total_checkpoints(&self) -> u64 {
         self.checkpoints.iter().sum()
+    }
+}
+
+/// Per-cause arrays as maps from the cause's name.
+#[cfg(feature = "serde")]
+pub(crate) mod by_cause {
+    use serde::ser::{SerializeMap, Serializer};
+
+    use super::super::synclog::Fallback;
+    use super::super::CheckpointCause;
+
+    /// `values[i]` under `names[i]`.
+    pub(crate) fn map<S: Serializer, T: serde::Serialize>(
+        names: impl ExactSizeIterator<Item = &'static str>,
+        values: &[T],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(names.len()))?;
+        for (name, v) in names.zip(values) {
+            m.serialize_entry(name, v)?;
+        }
+        m.end()
+    }
+
+    pub(crate) fn checkpoints<S: Serializer>(
+        v: &[u64; CheckpointCause::ALL.len()],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        map(CheckpointCause::ALL.iter().map(|c| c.name()), v, s)
+    }
+
+    pub(crate) fn fallbacks<S: Serializer>(
+        v: &[u64; Fallback::ALL.len()],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        map(Fallback::ALL.iter().map(|f| f.name()), v, s)
     }
 }

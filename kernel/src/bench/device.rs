@@ -147,6 +147,29 @@ async fn bench_disk(disk: Rc<Disk>, runtime: Duration) {
     log::info!("bench: {device} counters {}", disk.stats_line());
 }
 
+/// One workload's result, as `tests/bench/device.py` reads it from the `bench-result:`
+/// line.
+#[derive(serde::Serialize)]
+struct BenchResult<'a> {
+    device: &'a str,
+    workload: &'a str,
+    ops: u64,
+    seconds: f64,
+    iops: f64,
+    mib_s: f64,
+    write_lat_us: f64,
+    flush_lat_us: f64,
+    write_lat_max_us: f64,
+    flush_lat_max_us: f64,
+    iteration_us: f64,
+    requests: u64,
+    doorbells_per_request: f64,
+    interrupts_per_request: f64,
+    reaps_per_request: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
 fn report(device: &str, workload: &str, o: &Outcome) {
     let secs = o.elapsed.as_secs_f64().max(1e-9);
     let per_op_us = |ns: u64, n: u64| {
@@ -158,27 +181,33 @@ fn report(device: &str, workload: &str, o: &Outcome) {
     };
     let c = &o.counters;
     let per_request = |n: u64| n as f64 / c.requests.max(1) as f64;
-    let error = match &o.error {
-        Some(e) => format!(",\"error\":\"{e}\""),
-        None => String::new(),
+    let result = BenchResult {
+        device,
+        workload,
+        ops: o.ops,
+        seconds: secs,
+        iops: o.ops as f64 / secs,
+        mib_s: o.bytes as f64 / secs / (1 << 20) as f64,
+        write_lat_us: per_op_us(o.write_ns, o.ops),
+        flush_lat_us: per_op_us(o.flush_ns, o.flushes),
+        write_lat_max_us: o.write_max_ns as f64 / 1000.0,
+        flush_lat_max_us: o.flush_max_ns as f64 / 1000.0,
+        iteration_us: if o.ops == 0 {
+            0.0
+        } else {
+            secs * 1e6 / o.ops as f64
+        },
+        requests: c.requests,
+        doorbells_per_request: per_request(c.doorbell_writes),
+        interrupts_per_request: per_request(c.interrupts),
+        reaps_per_request: per_request(c.reaps),
+        error: o.error.as_deref(),
     };
     // One line per workload, for tests/bench/device.py.
-    log::info!(
-        "bench-result: {{\"device\":\"{device}\",\"workload\":\"{workload}\",\"ops\":{},\"seconds\":{:.3},\"iops\":{:.1},\"mib_s\":{:.2},\"write_lat_us\":{:.1},\"flush_lat_us\":{:.1},\"write_lat_max_us\":{:.1},\"flush_lat_max_us\":{:.1},\"iteration_us\":{:.1},\"requests\":{},\"doorbells_per_request\":{:.3},\"interrupts_per_request\":{:.3},\"reaps_per_request\":{:.3}{error}}}",
-        o.ops,
-        secs,
-        o.ops as f64 / secs,
-        o.bytes as f64 / secs / (1 << 20) as f64,
-        per_op_us(o.write_ns, o.ops),
-        per_op_us(o.flush_ns, o.flushes),
-        o.write_max_ns as f64 / 1000.0,
-        o.flush_max_ns as f64 / 1000.0,
-        if o.ops == 0 { 0.0 } else { secs * 1e6 / o.ops as f64 },
-        c.requests,
-        per_request(c.doorbell_writes),
-        per_request(c.interrupts),
-        per_request(c.reaps),
-    );
+    match serde_json::to_string(&result) {
+        Ok(json) => log::info!("bench-result: {json}"),
+        Err(e) => log::error!("bench: {device} {workload}: result not encodable: {e}"),
+    }
 }
 
 /// A page-aligned buffer of `len` bytes filled with non-zero data.

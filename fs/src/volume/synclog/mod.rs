@@ -30,6 +30,7 @@ pub use build::{Built, Fallback};
 
 /// Log counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LogStats {
     /// `fsync` calls on files.
     pub fsyncs: u64,
@@ -52,6 +53,10 @@ pub struct LogStats {
     /// Inodes logged (an inode can be logged as the target or for another's path).
     pub inodes: u64,
     /// Syncs served by a checkpoint instead of the log, per [`Fallback`] reason.
+    #[cfg_attr(
+        feature = "serde",
+        serde(serialize_with = "crate::volume::stats::by_cause::fallbacks")
+    )]
     pub fallbacks: [u64; Fallback::ALL.len()],
     /// Syncs that waited for a checkpoint in flight (their changes were in it).
     pub checkpoint_waits: u64,
