@@ -7,7 +7,8 @@
 //!   controller offers them, shadow) doorbells;
 //! - `controller`: reset/enable with CAP.TO timeouts, the admin queue;
 //! - `disk`: [`NvmeDisk`], the [`fs::block::BlockDevice`] over the first active
-//!   namespace: one I/O queue pair, a reaper task, timeouts with abort and reset.
+//!   namespace: one I/O queue pair, data bounced through DMA streams the requests own, a
+//!   reaper task, timeouts with abort and reset.
 
 pub mod cmd;
 pub mod identify;
@@ -85,6 +86,8 @@ pub enum NvmeError {
     Identify(identify::IdentifyError),
     /// The controller has no active namespace.
     NoNamespace,
+    /// Another driver instance still holds the controller's DMA.
+    InUse,
 }
 
 impl fmt::Display for NvmeError {
@@ -104,6 +107,7 @@ impl fmt::Display for NvmeError {
             }
             NvmeError::Identify(e) => write!(f, "bad Identify data: {e:?}"),
             NvmeError::NoNamespace => f.write_str("no active namespace"),
+            NvmeError::InUse => f.write_str("already in use by another driver instance"),
         }
     }
 }
