@@ -13,6 +13,7 @@
 //!   `sim` holds block-device middleware and crash-state enumeration; `testing` (behind
 //!   the `testing` feature) is the shared test kit.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 

@@ -5,6 +5,7 @@
 //!
 //! The numbers are counts (writes, bytes, flushes), not times: they do not depend on the
 //! machine.
+#![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::future::Future;
