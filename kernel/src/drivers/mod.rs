@@ -99,6 +99,10 @@ mod glue {
 #[cfg(target_os = "none")]
 pub use glue::{irq_event, join_all, yield_now};
 
+/// Bytes of finished requests' DMA streams a block driver keeps for the next requests,
+/// by default (its `bounce_pool` option; see `bounce`).
+pub const DEFAULT_BOUNCE_POOL: usize = 2 << 20;
+
 /// How a driver learns that the device completed requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompletionMode {

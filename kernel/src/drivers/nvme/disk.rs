@@ -26,7 +26,7 @@ use super::identify::{self, oacs, oncs, ControllerInfo, NamespaceInfo};
 use super::prp::{self, Second};
 use super::queue::{DoorbellStats, QueuePair, ShadowPages};
 use super::{NvmeError, Options};
-use crate::drivers::bounce;
+use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
 use crate::drivers::reaper::{self, Health, Reaped};
 use crate::drivers::{irq_event, CompletionMode};
@@ -80,8 +80,8 @@ pub struct NvmeStats {
     pub flushes: u64,
     /// Dataset Management (deallocate) commands.
     pub discards: u64,
-    /// Bytes copied between callers' buffers and DMA streams (every transfer is).
-    pub bytes_copied: u64,
+    /// Bounce buffers (every transfer is copied through one).
+    pub bounce: BounceStats,
     /// Transfers that needed a PRP list.
     pub prp_lists: u64,
     /// Completions with an error status.
@@ -139,6 +139,7 @@ struct Inner {
     /// PRP list pages a slot may need.
     list_pages: usize,
     qp: RefCell<QueuePair>,
+    bounce: Bounce,
     slots: RefCell<Slots<Outcome>>,
     meta: RefCell<Vec<SlotMeta>>,
     shadow: Option<ShadowPages>,
@@ -253,6 +254,7 @@ impl NvmeDisk {
             block_shift: ns.block_shift,
             options,
             qp: RefCell::new(qp),
+            bounce: Bounce::new(&ctrl.dma, options.bounce_pool),
             slots: RefCell::new(Slots::new(slots)),
             meta: RefCell::new((0..slots).map(|_| SlotMeta::default()).collect()),
             shadow,
@@ -317,6 +319,7 @@ impl NvmeDisk {
         s.slots = i.slots.borrow().stats();
         s.interrupts = i.irqs.get(1).map_or(0, |h| h.count());
         s.dma = i.ctrl.dma.stats();
+        s.bounce = i.bounce.stats();
         s
     }
 
@@ -707,28 +710,29 @@ impl Inner {
         reaper::running(&self.health).await?;
         let (stream, mut cmd) = match &data {
             Data::Read(_) => (
-                bounce::for_read(&self.ctrl.dma, len).await?,
+                self.bounce.for_read(len).await?,
                 Command::read(self.nsid, lba, blocks),
             ),
             Data::Write(src, fua) => (
-                bounce::for_write(&self.ctrl.dma, src).await?,
+                self.bounce.for_write(src).await?,
                 Command::write(self.nsid, lba, blocks, *fua),
             ),
         };
         let stream = stream.lend();
         if let Err(e) = self.set_data_pointer(req.slot(), &mut cmd, stream.device_addr(), len) {
             // Never submitted: the controller has not seen the stream.
-            drop(stream.reclaim());
+            self.bounce.give_back(stream.reclaim());
             return Err(e);
         }
         self.submit(&mut req, cmd, Some(stream));
         let Outcome { status, data: back } = req.wait().await;
         status?;
-        if let Data::Read(dst) = data {
-            let back = back.expect("a read's stream comes back with its completion");
-            dst.copy_from_slice(&back.as_slice()[..len]);
+        match (data, back) {
+            (Data::Read(dst), Some(back)) => self.bounce.copy_out(back, dst),
+            (Data::Read(_), None) => unreachable!("a read's stream comes back with it"),
+            (Data::Write(..), Some(back)) => self.bounce.give_back(back),
+            (Data::Write(..), None) => {}
         }
-        self.bump(|s| s.bytes_copied += len as u64);
         Ok(())
     }
 

@@ -30,7 +30,7 @@ pub use queue::DoorbellStats;
 use core::fmt;
 use core::time::Duration;
 
-use super::CompletionMode;
+use super::{CompletionMode, DEFAULT_BOUNCE_POOL};
 
 /// How to run a controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,8 @@ pub struct Options {
     /// How long a request may take before it is aborted (and, if that fails, the
     /// controller reset).
     pub timeout: Duration,
+    /// Bytes of finished requests' DMA streams kept for the next requests.
+    pub bounce_pool: usize,
 }
 
 impl Default for Options {
@@ -53,6 +55,7 @@ impl Default for Options {
             queue_entries: 256,
             shadow_doorbells: true,
             timeout: Duration::from_secs(30),
+            bounce_pool: DEFAULT_BOUNCE_POOL,
         }
     }
 }

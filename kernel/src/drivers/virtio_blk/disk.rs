@@ -23,10 +23,10 @@ use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
 
 use super::ring::{BlkData, BlkRing, Popped};
 use super::wire::{self, config, kind, ConfigError, DeviceConfig, Features, SECTOR};
-use crate::drivers::bounce;
+use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
 use crate::drivers::reaper::{self, Health, Reaped};
-use crate::drivers::{irq_event, CompletionMode};
+use crate::drivers::{irq_event, CompletionMode, DEFAULT_BOUNCE_POOL};
 use crate::exec::IrqEvent;
 use crate::hal::dma::DmaStats;
 use crate::hal::virtio::{self, MsixRouteError};
@@ -48,6 +48,8 @@ pub struct Options {
     pub mode: CompletionMode,
     /// How long a request may take before the device is reset.
     pub timeout: Duration,
+    /// Bytes of finished requests' DMA streams kept for the next requests.
+    pub bounce_pool: usize,
 }
 
 impl Default for Options {
@@ -55,6 +57,7 @@ impl Default for Options {
         Options {
             mode: CompletionMode::Interrupt,
             timeout: Duration::from_secs(30),
+            bounce_pool: DEFAULT_BOUNCE_POOL,
         }
     }
 }
@@ -120,8 +123,8 @@ pub struct VirtioBlkStats {
     pub reaps: u64,
     /// Interrupts on the queue's vector.
     pub interrupts: u64,
-    /// Bytes copied between callers' buffers and DMA streams (every transfer is).
-    pub bytes_copied: u64,
+    /// Bounce buffers (every transfer is copied through one).
+    pub bounce: BounceStats,
     /// Slot table.
     pub slots: SlotStats,
     /// DMA memory.
@@ -151,6 +154,7 @@ enum Payload<'a> {
 struct Inner {
     pci: PciDevice,
     dma: DmaDevice,
+    bounce: Bounce,
     transport: RefCell<PciTransport>,
     ring: RefCell<BlkRing<QUEUE_SIZE>>,
     slots: RefCell<Slots<Outcome>>,
@@ -248,6 +252,7 @@ impl VirtioBlk {
         t.finish_init();
         let inner = Rc::new(Inner {
             pci,
+            bounce: Bounce::new(&dma, options.bounce_pool),
             dma,
             transport: RefCell::new(t),
             ring: RefCell::new(ring),
@@ -299,6 +304,7 @@ impl VirtioBlk {
         s.slots = i.slots.borrow().stats();
         s.interrupts = i.irq.as_ref().map_or(0, |h| h.count());
         s.dma = i.dma.stats();
+        s.bounce = i.bounce.stats();
         s
     }
 
@@ -483,17 +489,18 @@ impl Inner {
         reaper::running(&self.health).await?;
         let data = match &payload {
             Payload::None => BlkData::None,
-            Payload::Write(src) => BlkData::ToDevice(bounce::for_write(&self.dma, src).await?),
-            Payload::Read(dst) => {
-                BlkData::FromDevice(bounce::for_read(&self.dma, dst.len()).await?)
-            }
+            Payload::Write(src) => BlkData::ToDevice(self.bounce.for_write(src).await?),
+            Payload::Read(dst) => BlkData::FromDevice(self.bounce.for_read(dst.len()).await?),
             Payload::Discard(segment) => BlkData::Segment(*segment),
         };
         self.deadlines.borrow_mut()[usize::from(req.slot())] = task::now() + self.options.timeout;
         let header = wire::header(kind, sector);
-        if let Err((_, e)) = self.ring.borrow_mut().push(req.slot(), header, data) {
+        if let Err((data, e)) = self.ring.borrow_mut().push(req.slot(), header, data) {
             // Cannot happen: there are never more requests than the ring holds.
             log::error!("virtio-blk: queueing failed: {e:?}");
+            if let Some(stream) = data {
+                self.bounce.give_back(stream);
+            }
             return Err(IoError::NoMemory);
         }
         req.submitted();
@@ -501,16 +508,12 @@ impl Inner {
         self.kick.signal();
         let Outcome { status, data: back } = req.wait().await;
         status?;
-        let copied = match payload {
-            Payload::Read(dst) => {
-                let back = back.expect("a read's stream comes back with its completion");
-                dst.copy_from_slice(back.as_slice());
-                dst.len()
-            }
-            Payload::Write(src) => src.len(),
-            Payload::None | Payload::Discard(_) => 0,
-        };
-        self.bump(|s| s.bytes_copied += copied as u64);
+        match (payload, back) {
+            (Payload::Read(dst), Some(back)) => self.bounce.copy_out(back, dst),
+            (Payload::Read(_), None) => unreachable!("a read's stream comes back with it"),
+            (_, Some(back)) => self.bounce.give_back(back),
+            (_, None) => {}
+        }
         Ok(())
     }
 

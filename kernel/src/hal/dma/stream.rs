@@ -57,6 +57,20 @@ impl DmaStream {
         self.len == 0
     }
 
+    /// The most bytes it can hold (whole pages).
+    pub fn capacity(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Makes it `len` bytes long, for reuse. The bytes keep what they held.
+    ///
+    /// # Panics
+    /// If `len` is above [`DmaStream::capacity`].
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.capacity(), "{len} bytes in {self:?}");
+        self.len = len;
+    }
+
     /// The device it is for.
     pub fn device(&self) -> &DmaDevice {
         &self.device
