@@ -14,6 +14,7 @@
 //! The test kit (the reference model, the harness, the crash simulator) is the
 //! `ninefold-testkit` crate; the offline checker and inspector the `ninefold-fsck` crate.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 

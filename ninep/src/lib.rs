@@ -13,6 +13,7 @@
 //! [`conn::Connection`] per accepted stream and either `run` it over a
 //! [`conn::Transport`] or feed it bytes and poll it yourself.
 #![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 

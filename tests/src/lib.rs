@@ -16,6 +16,7 @@
 //! Environment: `NINEFOLD_IMAGE` (default: `build/appliance.elf` in the workspace),
 //! `NINEFOLD_QEMU` (default `qemu-system-x86_64`), `NINEFOLD_ACCEL` (default `tcg`),
 //! `NINEFOLD_TOOL` (the host CLI, default `target/debug/ninefold`: `make tool`).
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::io::Read;

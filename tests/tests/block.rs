@@ -5,7 +5,7 @@
 use kernel::exit::ExitCode;
 use ninefold_tests::{Boot, Qemu};
 
-const CHECKS: [&str; 10] = [
+const CHECKS: [&str; 11] = [
     "open",
     "spread",
     "fua",
@@ -14,6 +14,7 @@ const CHECKS: [&str; 10] = [
     "errors",
     "discard",
     "drop",
+    "forget",
     "backpressure",
     "timeout",
 ];
@@ -64,7 +65,7 @@ fn nvme_and_virtio_blk_pass_every_block_check() {
     expect_all_ok(&boot, "nvme");
     expect_all_ok(&boot, "virtio");
     boot.expect_line("serial \"nf-block\"");
-    boot.expect_line("selftest: 40 passed, 0 failed, 0 skipped");
+    boot.expect_line("selftest: 44 passed, 0 failed, 0 skipped");
     boot.expect_no_line("FAILED");
 }
 
@@ -83,7 +84,7 @@ fn nvme_transfers_up_to_a_4_mib_mdts_use_chained_prp_lists() {
     if !large.contains("4092 KiB transfers") {
         boot.fail(&format!("expected 4092 KiB transfers: {large}"));
     }
-    boot.expect_line("selftest: 20 passed, 0 failed, 0 skipped");
+    boot.expect_line("selftest: 22 passed, 0 failed, 0 skipped");
 }
 
 /// `bench=dev disk=virtio0` opens just that device (through the disk selection) and

@@ -28,7 +28,7 @@ fn selftest_passes_with_nvme_virtio_blk_virtio_net_and_edu() {
         boot.expect_line(device);
     }
     for check in [
-        "heap", "frames", "paging", "clock", "timer", "executor", "ioapic", "msi", "msix",
+        "heap", "frames", "paging", "clock", "timer", "executor", "ioapic", "msi", "dma", "msix",
     ] {
         boot.expect_line(&format!("selftest: {check}: ok"));
     }
@@ -36,7 +36,7 @@ fn selftest_passes_with_nvme_virtio_blk_virtio_net_and_edu() {
     if !msix.contains(NVME_SERIAL) {
         boot.fail("the NVMe Identify data did not carry the serial number QEMU was given");
     }
-    boot.expect_line("selftest: 9 passed, 0 failed, 0 skipped");
+    boot.expect_line("selftest: 10 passed, 0 failed, 0 skipped");
     boot.expect_no_line("FAILED");
 }
 

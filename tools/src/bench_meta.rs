@@ -5,6 +5,7 @@
 //!
 //! The numbers are counts (writes, bytes, flushes), not times: they do not depend on the
 //! machine.
+#![forbid(unsafe_code)]
 
 use std::future::Future;
 use std::pin::Pin;

@@ -4,6 +4,7 @@
 //! `crash states: N, violations: V, fsck errors: E`; the exit status is non-zero if V or
 //! E is. A failure prints the workload, the crash state, what was wrong and the command
 //! that replays it (`--replay <id> --seed <seed>`).
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::Instant;

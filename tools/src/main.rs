@@ -2,6 +2,7 @@
 //!
 //! Each subcommand lives in its own module; this file only parses the command line and
 //! dispatches.
+#![forbid(unsafe_code)]
 
 mod dump;
 mod fsck;

@@ -11,7 +11,8 @@
 //!
 //! Offsets stay within the first [`SPAN`] bytes of the device (fio's `--size=1g`), each
 //! workload runs for `benchtime=` seconds (10), and buffers are page-aligned (as fio's
-//! `direct=1` buffers are), so both drivers transfer without copying.
+//! `direct=1` buffers are); the drivers copy them through their DMA streams (see
+//! `drivers::bounce`), as they do every buffer.
 
 use alloc::format;
 use alloc::rc::Rc;

@@ -14,8 +14,11 @@
 //!   (first come, first served) and wakes it when a slot is freed, so a burst of requests
 //!   waits asynchronously instead of failing.
 //! - **Abandoned requests.** A request whose future is dropped while the device still owns
-//!   the slot is *abandoned*: the slot stays taken until the completion arrives, so the
-//!   driver's per-slot memory (bounce buffers, PRP lists) is not reused under the device.
+//!   the slot is *abandoned*: the slot stays taken until the completion arrives, and the
+//!   completion's result (which carries the request's DMA memory) is then dropped, so the
+//!   memory is freed only once the device has handed it back. Dropping never waits.
+//!   Forgetting a request future (`mem::forget`) leaks its slot and, once the device
+//!   completes it, the result held there; nothing the device could still write is freed.
 //! - **Stray completions** (a slot that is not waiting) are reported, not trusted.
 //!
 //! The table knows no hardware; the drivers keep it in a `RefCell` next to their queue
@@ -27,9 +30,6 @@ use core::cell::RefCell;
 use core::future::{poll_fn, Future};
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
-use core::time::Duration;
-
-use crate::time::Instant;
 
 /// A slot's life (see the module documentation).
 #[derive(Debug)]
@@ -329,9 +329,11 @@ impl<R> Slots<R> {
     }
 }
 
-/// A device queue whose requests live in [`Slots`]: what [`Request`] needs from a driver.
+/// A device queue whose requests live in [`Slots`]: what [`Request`] and the reaper need
+/// from a driver.
 pub trait SlotQueue {
-    /// What a completed request yields.
+    /// What a completed request yields (its status, and the DMA memory it lent the
+    /// device, which the driver took back when it saw the completion).
     type Output;
 
     /// The queue's slot table.
@@ -339,37 +341,15 @@ pub trait SlotQueue {
 
     /// Processes every completion the device has posted (completing slots).
     fn reap(&self);
-
-    /// The current time.
-    fn now(&self) -> Instant;
-
-    /// How long a dropped request waits for the device before giving up on it.
-    fn drop_wait_limit(&self) -> Duration;
-
-    /// Stops the device (a reset, which ends all its DMA) and completes every slot it
-    /// owns with an error.
-    fn stop_device(&self);
-
-    /// Called while a dropped request spins for its completion, waiting since `since`:
-    /// past the limit, stops the device.
-    fn stuck(&self, since: Instant) {
-        if self.now().saturating_duration_since(since) > self.drop_wait_limit() {
-            log::error!("a dropped request is stuck in the device; stopping the device");
-            self.stop_device();
-        }
-    }
 }
 
 /// One request's hold on a slot, from acquisition to completion.
 ///
-/// Dropping it is always safe for the memory the request lent the device:
+/// Dropping it never waits and never frees memory the device may use:
 /// - before [`Request::submitted`], the slot is simply released;
-/// - after, if the request was submitted with `borrows_caller_memory` (zero-copy), the
-///   drop *waits*, spinning on [`SlotQueue::reap`], until the device has completed it (or
-///   the driver stopped the device), so the caller's buffer is never touched after the
-///   future is gone;
-/// - otherwise (the device only touches driver-owned memory, e.g. a bounce buffer), the
-///   slot is abandoned and frees itself when the completion arrives.
+/// - after, the slot is abandoned: it stays taken until the device completes the request,
+///   and the request's DMA memory, which the driver keeps with the slot (not in the
+///   future), is freed then.
 #[derive(Debug)]
 pub struct Request<'q, Q: SlotQueue> {
     queue: &'q Q,
@@ -380,7 +360,7 @@ pub struct Request<'q, Q: SlotQueue> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Reserved,
-    Submitted { borrows_caller_memory: bool },
+    Submitted,
     Finished,
 }
 
@@ -401,18 +381,17 @@ impl<'q, Q: SlotQueue> Request<'q, Q> {
     }
 
     /// Marks the request as handed to the device; call before the device can see it.
-    pub fn submitted(&mut self, borrows_caller_memory: bool) {
+    pub fn submitted(&mut self) {
         assert_eq!(self.phase, Phase::Reserved, "request submitted twice");
         self.queue.slots().borrow_mut().submitted(self.slot);
-        self.phase = Phase::Submitted {
-            borrows_caller_memory,
-        };
+        self.phase = Phase::Submitted;
     }
 
     /// Waits for the device to complete the request.
     pub async fn wait(&mut self) -> Q::Output {
-        assert!(
-            matches!(self.phase, Phase::Submitted { .. }),
+        assert_eq!(
+            self.phase,
+            Phase::Submitted,
             "waiting for a request that was not submitted"
         );
         let (slots, slot) = (self.queue.slots(), self.slot);
@@ -424,26 +403,12 @@ impl<'q, Q: SlotQueue> Request<'q, Q> {
 
 impl<Q: SlotQueue> Drop for Request<'_, Q> {
     fn drop(&mut self) {
-        let slots = self.queue.slots();
+        let mut slots = self.queue.slots().borrow_mut();
         match self.phase {
             Phase::Finished => {}
-            Phase::Reserved => slots.borrow_mut().release(self.slot),
-            Phase::Submitted {
-                borrows_caller_memory,
-            } => {
-                let freed = slots.borrow_mut().abandon(self.slot);
-                if freed || !borrows_caller_memory {
-                    return;
-                }
-                let since = self.queue.now();
-                loop {
-                    self.queue.reap();
-                    if !slots.borrow().is_in_device(self.slot) {
-                        break;
-                    }
-                    self.queue.stuck(since);
-                    core::hint::spin_loop();
-                }
+            Phase::Reserved => slots.release(self.slot),
+            Phase::Submitted => {
+                slots.abandon(self.slot);
             }
         }
     }
@@ -484,8 +449,10 @@ impl<R> Drop for Acquire<'_, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::rc::Rc;
     use alloc::sync::Arc;
     use alloc::task::Wake;
+    use core::cell::Cell;
     use core::sync::atomic::{AtomicUsize, Ordering};
 
     #[derive(Default)]
@@ -610,14 +577,25 @@ mod tests {
         assert_eq!(s.busy(), 0);
     }
 
+    /// A request's result that records when it is dropped, as the DMA memory a real
+    /// result carries would be freed.
+    #[derive(Debug)]
+    struct Held(Rc<Cell<u32>>, u32);
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
     /// A fake device: completes requests when told to, counts reaps.
     struct FakeQueue {
-        slots: RefCell<Slots<u32>>,
+        slots: RefCell<Slots<Held>>,
         /// Slots the "device" will complete on the next reap.
         ready: RefCell<Vec<u16>>,
-        reaps: core::cell::Cell<u64>,
-        stopped: core::cell::Cell<bool>,
-        clock: core::cell::Cell<u64>,
+        reaps: Cell<u64>,
+        /// Results dropped so far.
+        freed: Rc<Cell<u32>>,
     }
 
     impl FakeQueue {
@@ -625,40 +603,26 @@ mod tests {
             FakeQueue {
                 slots: RefCell::new(Slots::new(n)),
                 ready: RefCell::new(Vec::new()),
-                reaps: core::cell::Cell::new(0),
-                stopped: core::cell::Cell::new(false),
-                clock: core::cell::Cell::new(0),
+                reaps: Cell::new(0),
+                freed: Rc::new(Cell::new(0)),
             }
+        }
+
+        fn complete(&self, slot: u16) -> Completed {
+            let result = Held(self.freed.clone(), 100 + u32::from(slot));
+            self.slots.borrow_mut().complete(slot, result)
         }
     }
 
     impl SlotQueue for FakeQueue {
-        type Output = u32;
-        fn slots(&self) -> &RefCell<Slots<u32>> {
+        type Output = Held;
+        fn slots(&self) -> &RefCell<Slots<Held>> {
             &self.slots
         }
         fn reap(&self) {
             self.reaps.set(self.reaps.get() + 1);
-            // The device finishes its work after a few looks.
-            if self.reaps.get().is_multiple_of(3) {
-                for s in self.ready.borrow_mut().drain(..) {
-                    self.slots.borrow_mut().complete(s, 100 + u32::from(s));
-                }
-            }
-        }
-        fn now(&self) -> Instant {
-            // Every look at the clock takes a microsecond.
-            self.clock.set(self.clock.get() + 1000);
-            Instant::from_nanos(self.clock.get())
-        }
-        fn drop_wait_limit(&self) -> Duration {
-            Duration::from_millis(1)
-        }
-        fn stop_device(&self) {
-            self.stopped.set(true);
-            let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
-            for s in busy {
-                self.slots.borrow_mut().complete(s, 0);
+            for s in self.ready.take() {
+                self.complete(s);
             }
         }
     }
@@ -673,57 +637,63 @@ mod tests {
         let q = FakeQueue::new(2);
         let mut req = pollster::block_on(Request::acquire(&q));
         let slot = req.slot();
-        req.submitted(true);
+        req.submitted();
         q.ready.borrow_mut().push(slot);
         {
             let mut wait = core::pin::pin!(req.wait());
             assert!(poll_once(wait.as_mut()).is_pending());
-            for _ in 0..3 {
-                q.reap();
-            }
-            assert_eq!(poll_once(wait.as_mut()), Poll::Ready(100 + u32::from(slot)));
+            q.reap();
+            let Poll::Ready(held) = poll_once(wait.as_mut()) else {
+                panic!("completed request still pending");
+            };
+            assert_eq!(held.1, 100 + u32::from(slot));
         }
         drop(req);
         assert_eq!(q.slots.borrow().busy(), 0);
+        assert_eq!(
+            q.freed.get(),
+            1,
+            "the result went to the waiter, who dropped it"
+        );
     }
 
     #[test]
-    fn dropping_a_zero_copy_request_waits_for_the_device() {
-        let q = FakeQueue::new(2);
-        let mut req = pollster::block_on(Request::acquire(&q));
-        let slot = req.slot();
-        req.submitted(true);
-        q.ready.borrow_mut().push(slot);
-        drop(req);
-        assert!(q.reaps.get() >= 3, "the drop reaped until completion");
-        assert!(!q.stopped.get());
-        assert_eq!(q.slots.borrow().busy(), 0);
-    }
-
-    #[test]
-    fn dropping_a_request_on_a_stuck_device_stops_the_device() {
-        let q = FakeQueue::new(2);
-        let mut req = pollster::block_on(Request::acquire(&q));
-        req.submitted(true);
-        drop(req); // never completes by itself
-        assert!(q.stopped.get());
-        assert_eq!(q.slots.borrow().busy(), 0);
-    }
-
-    #[test]
-    fn dropping_a_bounced_request_abandons_it() {
+    fn dropping_a_submitted_request_abandons_it_without_waiting() {
         let q = FakeQueue::new(1);
         let mut req = pollster::block_on(Request::acquire(&q));
         let slot = req.slot();
-        req.submitted(false);
+        req.submitted();
         drop(req);
-        assert_eq!(q.reaps.get(), 0, "no waiting");
+        assert_eq!(q.reaps.get(), 0, "the drop did not wait for the device");
         assert_eq!(q.slots.borrow().busy(), 1, "the device still owns the slot");
-        assert_eq!(q.slots.borrow_mut().complete(slot, 1), Completed::Freed);
+        assert_eq!(q.freed.get(), 0);
+        // The completion frees the slot and drops its result (the request's memory).
+        assert_eq!(q.complete(slot), Completed::Freed);
+        assert_eq!(q.freed.get(), 1);
+        assert_eq!(q.slots.borrow().busy(), 0);
         // Unsubmitted requests just give their slot back.
         let req = pollster::block_on(Request::acquire(&q));
         drop(req);
         assert_eq!(q.slots.borrow().busy(), 0);
+    }
+
+    #[test]
+    fn forgetting_a_request_leaks_its_slot_and_result_only() {
+        let q = FakeQueue::new(2);
+        let mut req = pollster::block_on(Request::acquire(&q));
+        let slot = req.slot();
+        req.submitted();
+        core::mem::forget(req);
+        assert_eq!(q.complete(slot), Completed::Delivered);
+        // Nobody takes the result: it stays in the slot, never reused, never freed early.
+        assert_eq!(q.freed.get(), 0);
+        assert_eq!(q.slots.borrow().busy(), 1);
+        let other = pollster::block_on(Request::acquire(&q));
+        assert_ne!(other.slot(), slot);
+        drop(other);
+        // Dropping the table (the driver) drops it.
+        drop(q.slots.replace(Slots::new(1)));
+        assert_eq!(q.freed.get(), 1);
     }
 
     #[test]

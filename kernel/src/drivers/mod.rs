@@ -1,27 +1,34 @@
-//! Block-device drivers: NVMe (our own) and virtio-blk (over the `virtio-drivers`
-//! crate), both implementing the filesystem's [`block::BlockDevice`], and [`disk`],
-//! which picks the device named by `disk=` on the command line.
+//! Device drivers: NVMe (our own) and virtio-blk (over the `virtio-drivers` crate), both
+//! implementing the filesystem's [`block::BlockDevice`], [`disk`], which picks the
+//! device named by `disk=` on the command line, and virtio-net's buffer handling
+//! (`virtio_net`, under the network stack's NIC). All of it is safe code on the `hal`'s
+//! DMA types.
 //!
 //! Shared design (details in `docs/drivers.md`):
 //! - every request takes a slot in an [`inflight::Slots`] table (back-pressure when the
-//!   device queue is full) and holds it through an [`inflight::Request`] guard, whose drop
-//!   never leaves the device touching freed memory;
+//!   device queue is full) and holds it through an [`inflight::Request`] guard; dropping
+//!   the request abandons the slot, never waits;
+//! - a request's data goes to the device through a DMA stream the request owns (`bounce`),
+//!   never as the caller's buffer; the slot (or the virtqueue) keeps the lent stream until
+//!   the completion hands it back, so a dropped or forgotten future cannot leave the
+//!   device writing into memory that something else owns;
 //! - a *reaper* task per device consumes completions (woken by MSI-X, or polling while
 //!   requests are outstanding), rings the submission doorbell once for all requests
-//!   queued since it last ran, and enforces request timeouts;
-//! - caller buffers are handed to the device directly when its addressing rules allow
-//!   (the kernel identity-maps RAM, so a buffer's address is its bus address), and
-//!   bounced through driver-owned DMA memory otherwise.
+//!   queued since it last ran, and enforces request timeouts.
 //!
 //! The wire formats and the slot table are pure and host-tested; the rest runs only on
 //! the appliance.
 
+#[cfg(target_os = "none")]
+pub mod bounce;
 pub mod inflight;
 pub mod nvme;
 #[cfg(target_os = "none")]
 pub mod reaper;
 pub mod select;
 pub mod virtio_blk;
+#[cfg(target_os = "none")]
+pub mod virtio_net;
 
 #[cfg(target_os = "none")]
 pub mod disk;
@@ -90,6 +97,10 @@ mod glue {
 
 #[cfg(target_os = "none")]
 pub use glue::{irq_event, join_all, yield_now};
+
+/// Bytes of finished requests' DMA streams a block driver keeps for the next requests,
+/// by default (its `bounce_pool` option; see `bounce`).
+pub const DEFAULT_BOUNCE_POOL: usize = 2 << 20;
 
 /// How a driver learns that the device completed requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

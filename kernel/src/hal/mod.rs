@@ -11,12 +11,14 @@
 //!   exception and interrupt.
 //! - [`memory`]: the global frame allocator; [`heap`]: the kernel heap; [`paging`]: page
 //!   tables, MMIO and firmware mappings; [`mmio`]: bounds-checked volatile register access;
-//!   [`dma`]: DMA-able buffers.
+//!   [`dma`]: memory devices read and write, typed by ownership (a device's bus mastering,
+//!   coherent queues, streams lent to the device).
 //! - [`acpi`]: the identity-mapping handler the `acpi` crate needs.
 //! - [`cpu_local`]: per-CPU values for task context.
-//! - [`virtio`]: what the `virtio-drivers` crate needs (its `Hal`, PCI configuration
-//!   access, MSI-X routing, and a block-request virtqueue wrapping its `unsafe` queue
-//!   API); [`virtio_net`]: ownership of a virtio-net device's queue buffers.
+//! - [`virtio`]: the `virtio-drivers` crate behind safe interfaces (its `Hal`, PCI
+//!   configuration access, MSI-X routing, and its `unsafe` queue and network APIs made
+//!   safe by owning every buffer the device holds). The virtio drivers themselves live in
+//!   `drivers/`.
 
 pub mod acpi;
 pub mod console;
@@ -31,4 +33,3 @@ pub mod mmio;
 pub mod paging;
 pub mod trap;
 pub mod virtio;
-pub mod virtio_net;

@@ -1,9 +1,9 @@
 //! Physical memory: the memory map, the frame allocator and (on the appliance) the heap,
-//! page tables and DMA buffers, which live in `hal`.
+//! page tables and DMA memory, which live in `hal`.
 //!
 //! The kernel identity-maps RAM: a physical address is also the virtual address of the same
-//! byte. So a heap buffer's address is its DMA address (and a virtually contiguous buffer is
-//! physically contiguous), and device MMIO is mapped at its physical address too.
+//! byte, so contiguous frames are physically contiguous, and device MMIO is mapped at its
+//! physical address too. Devices are only given addresses of `hal::dma` objects.
 
 pub mod frames;
 pub mod memmap;
@@ -16,4 +16,4 @@ pub const PAGE_SIZE: u64 = 4096;
 pub mod setup;
 
 #[cfg(target_os = "none")]
-pub use crate::hal::dma::{phys_addr_of, DmaBuffer};
+pub use crate::hal::dma::{DmaCoherent, DmaDevice, DmaStream, LentStream};

@@ -6,8 +6,9 @@
 //! ([`Nic::interrupts`] says which).
 //!
 //! Frames are copied once each way between the device's buffers and smoltcp (smoltcp's
-//! tokens hand out borrowed slices); the buffers themselves are owned by
-//! [`NetQueues`], which keeps the `unsafe` buffer contract in `hal`.
+//! tokens hand out borrowed slices); the buffers themselves are DMA streams managed by
+//! [`NetQueues`] (`drivers::virtio_net`), which the `hal` keeps with the device while it
+//! holds them.
 
 use alloc::sync::Arc;
 use core::cell::RefCell;
@@ -15,13 +16,13 @@ use core::fmt;
 
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
-use virtio_drivers::transport::pci::PciTransport;
 
 use super::stats::NicStats;
+use crate::drivers::virtio_net::{self, NetQueues, RxFrame};
 use crate::exec::IrqEvent;
 use crate::hal::virtio;
-use crate::hal::virtio_net::NetQueues;
 use crate::irq::{self, IrqHandle};
+use crate::mm::DmaDevice;
 use crate::pci::device::{self, MsixTable, PciDevice};
 
 /// PCI ids of a modern virtio-net function.
@@ -51,6 +52,8 @@ pub enum NicError {
     Transport(virtio_drivers::transport::pci::VirtioPciError),
     /// The device refused initialisation or its queues.
     Device(virtio_drivers::Error),
+    /// Another driver instance still holds the device's DMA.
+    InUse,
 }
 
 impl fmt::Display for NicError {
@@ -58,13 +61,14 @@ impl fmt::Display for NicError {
         match self {
             NicError::Transport(e) => write!(f, "virtio PCI transport: {e}"),
             NicError::Device(e) => write!(f, "virtio-net device: {e:?}"),
+            NicError::InUse => f.write_str("virtio-net device already in use"),
         }
     }
 }
 
 /// The virtio-net device, its queues and its interrupt.
 pub struct Nic {
-    queues: RefCell<NetQueues<PciTransport>>,
+    queues: RefCell<NetQueues>,
     event: Arc<IrqEvent>,
     interrupts: Interrupts,
     pci: PciDevice,
@@ -90,10 +94,10 @@ impl Nic {
 
     /// Brings up `dev` for IP MTU `mtu`: queues, receive buffers, MSI-X (or polling).
     pub fn new(dev: PciDevice, mtu: u16) -> Result<Nic, NicError> {
-        // The transport maps the BARs; bus mastering is ours to enable.
-        dev.enable_bus_master();
+        // The transport maps the BARs; the queues start bus mastering.
+        let dma = DmaDevice::new(dev).map_err(|_| NicError::InUse)?;
         let transport = virtio::pci_transport(&dev).map_err(NicError::Transport)?;
-        let queues = NetQueues::new(transport, mtu).map_err(NicError::Device)?;
+        let queues = NetQueues::new(transport, &dma, mtu).map_err(NicError::Device)?;
         let event = Arc::new(IrqEvent::new());
         let (irq, interrupts) = match route_msix(&dev, &event) {
             Ok((handle, table)) => {
@@ -175,7 +179,7 @@ fn route_msix(
 #[derive(Debug)]
 pub struct RxToken<'a> {
     nic: &'a Nic,
-    frame: crate::hal::virtio_net::RxFrame,
+    frame: RxFrame,
 }
 
 /// smoltcp's transmit token.
@@ -248,7 +252,7 @@ impl phy::Device for Nic {
         let q = self.queues.get_mut();
         q.reap_tx();
         // Room for one frame: `tx_buffer` checks again when the token is used.
-        if q.tx_in_flight() + 2 > crate::hal::virtio_net::QUEUE_SIZE {
+        if q.tx_in_flight() + 2 > virtio_net::QUEUE_SIZE {
             self.stats.tx_queue_full.inc();
             return None;
         }

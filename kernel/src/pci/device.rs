@@ -3,7 +3,8 @@
 //! ```ignore
 //! let dev = pci::device::find(0x1b36, 0x0010).next().unwrap(); // an NVMe controller
 //! let regs = dev.map_bar(0)?;                                   // uncached MMIO
-//! dev.enable_bus_master();                                      // DMA and MSI writes
+//! let dma = DmaDevice::new(dev)?;                               // its DMA memory
+//! dma.start();                                                  // DMA and MSI writes
 //! let event = Arc::new(IrqEvent::new());
 //! let e = event.clone();
 //! let irq = irq::allocate(move || e.signal())?;                 // vector + handler
@@ -149,15 +150,13 @@ impl PciDevice {
         }
     }
 
-    /// Lets the device master the bus: DMA, and the memory writes that deliver MSIs.
-    pub fn enable_bus_master(&self) {
-        self.set_command(regs::CMD_BUS_MASTER, true);
-    }
-
-    /// Stops the device from mastering the bus (no more DMA or MSI writes): the last
-    /// resort when a device does not respond to its own reset.
-    pub fn disable_bus_master(&self) {
-        self.set_command(regs::CMD_BUS_MASTER, false);
+    /// Lets the device master the bus (DMA, and the memory writes that deliver MSIs) or
+    /// stops it. Only `hal::dma::DmaDevice` calls this, so that it always knows whether
+    /// the device can reach memory; drivers go through it. The command register is read
+    /// back, so the change has reached the device when this returns.
+    pub(crate) fn set_bus_master(&self, on: bool) {
+        self.set_command(regs::CMD_BUS_MASTER, on);
+        let _ = PortIo.read16(self.info.addr, regs::COMMAND);
     }
 
     /// `(id, offset)` of each capability.
@@ -166,11 +165,11 @@ impl PciDevice {
     }
 
     /// Points the device's MSI capability (single message) at `irq`'s vector and enables
-    /// it; legacy INTx is disabled. Also enables bus mastering.
+    /// it; legacy INTx is disabled. An MSI is a memory write by the device, so it arrives
+    /// only while the device masters the bus (`hal::dma::DmaDevice::start`).
     pub fn enable_msi(&self, irq: &IrqHandle) -> Result<(), MsiError> {
         let cap = caps::find_capability(&PortIo, self.info.addr, CAP_MSI)
             .ok_or(MsiError::NotSupported)?;
-        self.enable_bus_master();
         caps::enable_msi(&PortIo, self.info.addr, cap, irq.msi_message());
         Ok(())
     }
@@ -240,10 +239,10 @@ impl MsixTable {
         self.table.write32(ctl, u32::from(masked));
     }
 
-    /// Enables MSI-X (and bus mastering), clears the function mask and disables INTx.
+    /// Enables MSI-X, clears the function mask and disables INTx. The messages arrive
+    /// only while the device masters the bus (`hal::dma::DmaDevice::start`).
     pub fn enable(&self) {
         let addr = self.device.info.addr;
-        self.device.enable_bus_master();
         self.device.set_command(regs::CMD_INTX_DISABLE, true);
         let ctl = PortIo.read16(addr, self.layout.cap + 2);
         let ctl = (ctl | msix_ctl::ENABLE) & !msix_ctl::FUNCTION_MASK;

@@ -5,6 +5,7 @@
 //! `selftest: block KIND ADDR MODE: CHECK: ok (...)` (or `FAILED`). Data is patterned by
 //! position and run, so a read-back proves this run's writes landed where they should.
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
@@ -80,6 +81,7 @@ pub async fn run() -> ExitCode {
             record("errors", errors(&disk, seed).await);
             record("discard", discard(&disk, seed).await);
             record("drop", dropped(&disk, seed).await);
+            record("forget", forgotten(&disk, seed).await);
             record("backpressure", backpressure(&disk, seed).await);
             log::info!("selftest: {name}: counters {}", disk.stats_line());
             drop(disk);
@@ -284,7 +286,7 @@ async fn large(disk: &Disk, seed: u64) -> Verdict {
     ))
 }
 
-/// Buffers at odd addresses (bounced for NVMe) write and read back.
+/// Buffers at odd addresses write and read back.
 async fn unaligned(disk: &Disk, seed: u64) -> Verdict {
     let g = disk.geometry();
     let len = 3 * g.block_size as usize + 8192;
@@ -448,6 +450,44 @@ async fn dropped(disk: &Disk, seed: u64) -> Verdict {
     ensure!(back == on_disk, "data did not read back after the drops");
     Verdict::Pass(format!(
         "{abandoned} in-flight reads dropped (aligned and unaligned), buffers untouched afterwards"
+    ))
+}
+
+/// Forgetting an in-flight request's future (`mem::forget` runs no destructor): the
+/// device must not write into the caller's buffer afterwards, and the driver keeps
+/// working. (The request's slot and memory stay taken until the disk is dropped.)
+async fn forgotten(disk: &Disk, seed: u64) -> Verdict {
+    let g = disk.geometry();
+    let max = g.max_transfer as usize;
+    let lba = g.num_blocks / 2 + 2048;
+    let on_disk = pattern(lba, max, seed ^ 0xf0);
+    if let Err(e) = disk.write(lba, &on_disk, WriteFlags::NONE).await {
+        return Verdict::Fail(format!("setup write: {e}"));
+    }
+    let mut buf = vec![0u8; max];
+    let mut read = Box::pin(disk.read(lba, &mut buf));
+    if poll_once(read.as_mut()).await {
+        return Verdict::Skip("the read finished at once: nothing to forget");
+    }
+    core::mem::forget(read);
+    // The caller's buffer is the caller's again; the device must not reach it.
+    buf.fill(0x5a);
+    task::sleep(Duration::from_millis(20)).await;
+    ensure!(
+        buf.iter().all(|&b| b == 0x5a),
+        "the device wrote into a buffer after its request's future was forgotten"
+    );
+    let mut back = vec![0u8; max];
+    if let Err(e) = disk.read(lba, &mut back).await {
+        return Verdict::Fail(format!("read after the forgotten one: {e}"));
+    }
+    ensure!(
+        back == on_disk,
+        "data did not read back after the forgotten read"
+    );
+    Verdict::Pass(format!(
+        "an in-flight {} KiB read forgotten, its buffer untouched afterwards",
+        max / 1024
     ))
 }
 

@@ -14,6 +14,7 @@ use crate::drivers::nvme::{self, NvmeDisk};
 use crate::drivers::select::select;
 use crate::exec::IrqEvent;
 use crate::irq::{self, IrqHandle};
+use crate::mm::DmaDevice;
 use crate::pci::device;
 use crate::task;
 
@@ -82,6 +83,12 @@ pub async fn msi() -> Verdict {
         Ok(x) => x,
         Err(e) => return Verdict::Fail(e),
     };
+    // An MSI is a memory write by the device: it needs bus mastering.
+    let dma = match DmaDevice::new(dev) {
+        Ok(d) => d,
+        Err(e) => return Verdict::Fail(format!("{e:?}")),
+    };
+    dma.start();
     if dev.enable_msi(&irq).is_err() {
         return Verdict::Fail("edu device has no MSI capability".into());
     }

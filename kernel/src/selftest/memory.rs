@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use super::{ensure, Verdict};
 use crate::hal::{gdt, heap, memory, paging};
 use crate::mm::setup::MemorySummary;
-use crate::mm::{phys_addr_of, DmaBuffer, PAGE_SIZE};
+use crate::mm::PAGE_SIZE;
 
 const MIB: u64 = 1 << 20;
 
@@ -62,7 +62,7 @@ pub fn heap(mem: &MemorySummary) -> Verdict {
         for (i, b) in big.iter_mut().enumerate().step_by(4093) {
             *b = pattern(1, i);
         }
-        let addr = phys_addr_of(big.as_ptr());
+        let addr = big.as_ptr() as u64;
         ensure!(
             big.iter()
                 .enumerate()
@@ -94,46 +94,65 @@ pub fn heap(mem: &MemorySummary) -> Verdict {
     ))
 }
 
-/// Contiguous DMA buffers: zeroed, aligned, distinct, and returned on drop.
+/// A run of frames from the allocator, returned when dropped.
+struct Run {
+    addr: u64,
+    pages: usize,
+}
+
+impl Run {
+    fn alloc(pages: usize, align_frames: usize) -> Option<Run> {
+        let addr = memory::alloc_zeroed_frames(pages, align_frames).ok()?;
+        Some(Run { addr, pages })
+    }
+
+    fn end(&self) -> u64 {
+        self.addr + self.pages as u64 * PAGE_SIZE
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        memory::free_frames(self.addr, self.pages);
+    }
+}
+
+/// The frame allocator (where DMA memory comes from): contiguous runs, aligned, distinct,
+/// and every frame returned. (Their contents are checked with a device: `dma`.)
 pub fn frames() -> Verdict {
     let before = memory::stats();
     {
-        let mut bufs = Vec::new();
+        let mut runs = Vec::new();
         for i in 0..64usize {
-            let len = (1 + i % 16) * PAGE_SIZE as usize;
-            let Ok(mut b) = DmaBuffer::new(len) else {
-                return Verdict::Fail(format!("DmaBuffer::new({len}) failed"));
+            let pages = 1 + i % 16;
+            let Some(run) = Run::alloc(pages, 1) else {
+                return Verdict::Fail(format!("allocating {pages} frames failed"));
             };
-            ensure!(b.phys_addr() % PAGE_SIZE == 0, "unaligned DMA buffer {b:?}");
             ensure!(
-                b.as_slice().iter().all(|x| *x == 0),
-                "DMA buffer {b:?} not zeroed"
+                run.addr % PAGE_SIZE == 0,
+                "unaligned run at {:#x}",
+                run.addr
             );
-            b.as_mut_slice().fill(i as u8);
-            bufs.push(b);
+            runs.push(run);
         }
-        bufs.sort_by_key(|b| b.phys_addr());
-        for w in bufs.windows(2) {
+        runs.sort_by_key(|r| r.addr);
+        for w in runs.windows(2) {
             ensure!(
-                w[0].phys_addr() + w[0].len() as u64 <= w[1].phys_addr(),
-                "DMA buffers overlap: {:?} {:?}",
-                w[0],
-                w[1]
-            );
-        }
-        for b in &bufs {
-            let v = b.as_slice()[0];
-            ensure!(
-                b.as_slice().iter().all(|x| *x == v),
-                "DMA buffer {b:?} corrupted"
+                w[0].end() <= w[1].addr,
+                "runs overlap: {:#x}..{:#x} and {:#x}",
+                w[0].addr,
+                w[0].end(),
+                w[1].addr
             );
         }
-        let Ok(aligned) = DmaBuffer::with_alignment(PAGE_SIZE as usize, 2 * MIB as usize) else {
-            return Verdict::Fail("2 MiB-aligned buffer failed".into());
+        let frames_per_2mib = (2 * MIB / PAGE_SIZE) as usize;
+        let Some(aligned) = Run::alloc(1, frames_per_2mib) else {
+            return Verdict::Fail("2 MiB-aligned frame failed".into());
         };
         ensure!(
-            aligned.phys_addr() % (2 * MIB) == 0,
-            "{aligned:?} not 2 MiB-aligned"
+            aligned.addr % (2 * MIB) == 0,
+            "{:#x} not 2 MiB-aligned",
+            aligned.addr
         );
     }
     let after = memory::stats();
@@ -183,7 +202,7 @@ pub fn paging() -> Verdict {
         );
     }
     let heap_byte = Box::new(7u8);
-    let addr = phys_addr_of(&*heap_byte);
+    let addr = &*heap_byte as *const u8 as u64;
     let heap_map = paging::translate(addr);
     ensure!(
         heap_map.is_some_and(|m| m.phys == addr && !m.executable),

@@ -10,6 +10,7 @@
 mod block;
 mod clock;
 mod devices;
+mod dma;
 mod memory;
 
 pub use block::run as run_block;
@@ -84,6 +85,7 @@ pub async fn run(mem: &MemorySummary) -> ExitCode {
     record("executor", clock::executor().await);
     record("ioapic", devices::ioapic().await);
     record("msi", devices::msi().await);
+    record("dma", dma::dma().await);
     record("msix", devices::msix().await);
     tally.finish()
 }

@@ -8,6 +8,7 @@
 //! Usage: ninep-bench [PORT] [MIB] [memory|disk]   (defaults 15870, 64, memory): `disk`
 //! serves a fresh image made by `ninefold mkfs` on an NVMe disk instead, and adds a
 //! `Twrite 4 KiB + Tfsync` latency row.
+#![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,12 @@
 //! Controller bring-up and the admin queue: reset and enable with CAP.TO timeouts, and
 //! admin commands one at a time, completed by MSI-X entry 0 or by polling.
+//!
+//! Stopping the controller ([`Controller::halt`]) never waits: it clears CC.EN and turns
+//! bus mastering off, which ends the controller's DMA at once whatever state its reset is
+//! in; [`Controller::enable`] waits for the reset to finish before letting it master the
+//! bus again.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::cell::{Cell, RefCell};
 use core::time::Duration;
@@ -13,7 +19,7 @@ use crate::drivers::inflight::{acquire, Slots};
 use crate::drivers::yield_now;
 use crate::exec::IrqEvent;
 use crate::hal::mmio::MmioRegion;
-use crate::mm::DmaBuffer;
+use crate::mm::{DmaCoherent, DmaDevice};
 use crate::pci::device::PciDevice;
 use crate::task;
 
@@ -21,6 +27,8 @@ use crate::task;
 pub const ADMIN_ENTRIES: u16 = 32;
 /// How long an admin command may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of an admin command's data (Identify).
+pub const ADMIN_DATA: usize = 4096;
 
 /// Why an admin command failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,12 +48,14 @@ pub struct Controller {
     pub regs: MmioRegion,
     /// The decoded CAP register.
     pub cap: Capabilities,
+    /// The controller's bus mastering and DMA memory.
+    pub dma: DmaDevice,
     admin: RefCell<QueuePair>,
     /// One admin command at a time: a single slot used as an async lock.
     turn: RefCell<Slots<()>>,
-    /// The data page of admin commands (Identify). The controller owns it for as long
-    /// as it may still be written, so an abandoned command cannot write into freed memory.
-    pub data: DmaBuffer,
+    /// The data page of admin commands (Identify), shared with the controller for its
+    /// whole life, so an abandoned command can only ever write here.
+    data: DmaCoherent,
     /// Signalled by MSI-X entry 0; `None` when admin completions are polled.
     event: Option<Arc<IrqEvent>>,
     next_cid: Cell<u16>,
@@ -53,7 +63,8 @@ pub struct Controller {
 
 impl Controller {
     /// Maps BAR0 and reads the capabilities; does not touch the controller's state.
-    pub fn new(pci: PciDevice) -> Result<Controller, NvmeError> {
+    /// Its queues and data page are DMA memory of `dma`.
+    pub fn new(pci: PciDevice, dma: DmaDevice) -> Result<Controller, NvmeError> {
         let regs = pci.map_bar(0).map_err(NvmeError::Bar)?;
         let cap = Capabilities::from_register(regs.read64(regs::CAP));
         if !cap.nvm_command_set {
@@ -63,13 +74,15 @@ impl Controller {
             return Err(NvmeError::Unsupported("4 KiB memory pages"));
         }
         let oom = |_| NvmeError::NoMemory;
+        let admin = QueuePair::new(0, ADMIN_ENTRIES, regs.clone(), &cap, &dma).map_err(oom)?;
         Ok(Controller {
             pci,
-            admin: RefCell::new(QueuePair::new(0, ADMIN_ENTRIES, regs.clone(), &cap).map_err(oom)?),
+            admin: RefCell::new(admin),
             regs,
             cap,
             turn: RefCell::new(Slots::new(1)),
-            data: DmaBuffer::new(4096).map_err(oom)?,
+            data: DmaCoherent::alloc(&dma, ADMIN_DATA).map_err(oom)?,
+            dma,
             event: None,
             next_cid: Cell::new(0),
         })
@@ -112,23 +125,23 @@ impl Controller {
         self.wait_ready(false, "disable").await
     }
 
-    /// Disables the controller without yielding (for drop paths and recovery): after it
-    /// returns true, the controller has stopped processing commands and touching memory.
-    pub fn disable_now(&self) -> bool {
+    /// Stops the controller at once, without waiting (for drop paths and recovery):
+    /// clears CC.EN and turns bus mastering off, so from here on it touches no memory and
+    /// raises no interrupt, whether or not its reset has finished. [`Controller::enable`]
+    /// brings it back.
+    pub fn halt(&self) {
         let cc = self.regs.read32(regs::CC);
         self.regs.write32(regs::CC, cc & !1);
-        let end = task::now() + self.cap.timeout;
-        while self.ready() {
-            if task::now() > end {
-                return false;
-            }
-            core::hint::spin_loop();
-        }
-        true
+        self.dma.stop();
     }
 
-    /// Sets up the admin queue and enables the controller (which must be disabled).
+    /// Waits (up to CAP.TO) for the controller to be disabled, lets it master the bus, sets
+    /// up the admin queue and enables it.
     pub async fn enable(&self) -> Result<(), NvmeError> {
+        // Only a controller whose reset has finished has forgotten the queues it was
+        // given before: only then may it reach memory again.
+        self.wait_ready(false, "reset").await?;
+        self.dma.start();
         {
             let mut admin = self.admin.borrow_mut();
             admin.reset();
@@ -140,8 +153,16 @@ impl Controller {
         self.wait_ready(true, "enable").await
     }
 
-    /// Runs one admin command and returns its completion (dword 0 in `result`). Commands
-    /// that transfer data use [`Controller::data`] (set PRP1 to its address).
+    /// Runs an Identify command (`cns`, namespace `nsid`) and returns its data page.
+    pub async fn identify(&self, cns: u32, nsid: u32) -> Result<Box<[u8]>, AdminError> {
+        let cmd = Command::identify(cns, nsid).with_prp(self.data.device_addr());
+        self.admin(cmd).await?;
+        let mut page = alloc::vec![0u8; ADMIN_DATA].into_boxed_slice();
+        self.data.read_bytes(0, &mut page);
+        Ok(page)
+    }
+
+    /// Runs one admin command and returns its completion (dword 0 in `result`).
     pub async fn admin(&self, mut cmd: Command) -> Result<Completion, AdminError> {
         let turn = acquire(&self.turn).await;
         let _release = Release(&self.turn, turn);
@@ -177,7 +198,7 @@ impl Controller {
             let now = task::now();
             if now > end {
                 log::error!("nvme: admin command {cmd:?} timed out; disabling the controller");
-                self.disable_now();
+                self.halt();
                 return Err(AdminError::Timeout);
             }
             match &self.event {
@@ -193,7 +214,7 @@ impl Controller {
 impl Drop for Controller {
     fn drop(&mut self) {
         // Never leave a controller running over freed queues (also on failed bring-ups).
-        self.disable_now();
+        self.halt();
     }
 }
 

@@ -1,15 +1,16 @@
 //! [`NvmeDisk`]: the block device over an NVMe namespace.
 //!
 //! One I/O queue pair serves every request (the appliance runs on one CPU). A request
-//! takes a slot (= command identifier), points the command at the caller's buffer (PRP1,
-//! PRP2 or a PRP list in the slot's list pages) or at a bounce buffer when the caller's
-//! is not dword-aligned, pushes it to the submission ring and waits for its slot to be
-//! completed. The *reaper* task publishes the submission tail once for all commands
-//! queued since it last ran, consumes completions (woken by MSI-X entry 1, or polling
-//! while commands are outstanding), and enforces timeouts: a late command is aborted;
-//! if the abort does not resolve it, the controller is disabled (which ends its DMA),
-//! everything in flight fails with [`IoError::Timeout`], and the controller is brought
-//! up again.
+//! takes a slot (= command identifier), copies its data into a DMA stream (see
+//! [`bounce`](crate::drivers::bounce)), lends the stream to the controller with the slot
+//! (PRP1, PRP2 or a PRP list in the slot's list pages), pushes the command to the
+//! submission ring and waits for its slot to be completed. The *reaper* task publishes
+//! the submission tail once for all commands queued since it last ran, consumes
+//! completions (woken by MSI-X entry 1, or polling while commands are outstanding) and
+//! takes each command's stream back with its completion, and enforces timeouts: a late
+//! command is aborted; if the abort does not resolve it, the controller is halted (which
+//! ends its DMA), everything in flight fails with [`IoError::Timeout`], and the
+//! controller is brought up again.
 
 use alloc::rc::Rc;
 use alloc::sync::Arc;
@@ -25,12 +26,14 @@ use super::identify::{self, oacs, oncs, ControllerInfo, NamespaceInfo};
 use super::prp::{self, Second};
 use super::queue::{DoorbellStats, QueuePair, ShadowPages};
 use super::{NvmeError, Options};
+use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
 use crate::drivers::reaper::{self, Health, Reaped};
 use crate::drivers::{irq_event, CompletionMode};
 use crate::exec::IrqEvent;
+use crate::hal::dma::DmaStats;
 use crate::irq::IrqHandle;
-use crate::mm::DmaBuffer;
+use crate::mm::{DmaCoherent, DmaDevice, DmaStream, LentStream};
 use crate::pci::device::{MsixTable, PciDevice};
 use crate::task;
 use crate::time::Instant;
@@ -54,10 +57,10 @@ const DSM_RANGES: usize = 256;
 /// Per-slot driver memory and timing.
 #[derive(Debug, Default)]
 struct SlotMeta {
-    /// Driver-owned copy of an unaligned caller buffer, while the device uses it.
-    bounce: Option<DmaBuffer>,
+    /// The data stream the command's PRPs point at, while the controller holds it.
+    data: Option<LentStream>,
     /// PRP list pages or Dataset Management ranges (allocated on first use, kept).
-    scratch: Option<DmaBuffer>,
+    scratch: Option<DmaCoherent>,
     /// When the command counts as late.
     deadline: Instant,
     /// An Abort was sent for it.
@@ -77,8 +80,8 @@ pub struct NvmeStats {
     pub flushes: u64,
     /// Dataset Management (deallocate) commands.
     pub discards: u64,
-    /// Transfers bounced through driver memory (caller buffer not dword-aligned).
-    pub bounced: u64,
+    /// Bounce buffers (every transfer is copied through one).
+    pub bounce: BounceStats,
     /// Transfers that needed a PRP list.
     pub prp_lists: u64,
     /// Completions with an error status.
@@ -97,6 +100,16 @@ pub struct NvmeStats {
     pub doorbells: DoorbellStats,
     /// Slot table.
     pub slots: SlotStats,
+    /// DMA memory.
+    pub dma: DmaStats,
+}
+
+/// How a command ended: its status (dword 0 of the completion, or why it failed), and
+/// the data stream it was lent, taken back with the completion.
+#[derive(Debug)]
+struct Outcome {
+    status: Result<u32, IoError>,
+    data: Option<DmaStream>,
 }
 
 /// What a transfer moves.
@@ -110,13 +123,6 @@ impl Data<'_> {
         match self {
             Data::Read(b) => b.len(),
             Data::Write(b, _) => b.len(),
-        }
-    }
-
-    fn addr(&self) -> u64 {
-        match self {
-            Data::Read(b) => crate::mm::phys_addr_of(b.as_ptr()),
-            Data::Write(b, _) => crate::mm::phys_addr_of(b.as_ptr()),
         }
     }
 }
@@ -133,7 +139,8 @@ struct Inner {
     /// PRP list pages a slot may need.
     list_pages: usize,
     qp: RefCell<QueuePair>,
-    slots: RefCell<Slots<Result<u32, IoError>>>,
+    bounce: Bounce,
+    slots: RefCell<Slots<Outcome>>,
     meta: RefCell<Vec<SlotMeta>>,
     shadow: Option<ShadowPages>,
     shadow_on: Cell<bool>,
@@ -168,8 +175,8 @@ fn admin_error(what: &'static str) -> impl Fn(AdminError) -> NvmeError {
 impl NvmeDisk {
     /// Resets and brings up the controller at `pci` and opens its first active namespace.
     pub async fn open(pci: PciDevice, options: Options) -> Result<NvmeDisk, NvmeError> {
-        let mut ctrl = Controller::new(pci)?;
-        pci.enable_bus_master();
+        let dma = DmaDevice::new(pci).map_err(|_| NvmeError::InUse)?;
+        let mut ctrl = Controller::new(pci, dma)?;
         // MSI-X entry 0 serves the admin queue, entry 1 the I/O queue. In polling mode
         // MSI-X is enabled with every entry masked, so the controller raises nothing.
         let msix = pci.msix().ok();
@@ -194,25 +201,24 @@ impl NvmeDisk {
         ctrl.disable().await?;
         ctrl.enable().await?;
 
-        ctrl.admin(Command::identify(cns::CONTROLLER, 0).with_prp(ctrl.data.phys_addr()))
+        let page = ctrl
+            .identify(cns::CONTROLLER, 0)
             .await
             .map_err(admin_error("identify controller"))?;
-        let info = ControllerInfo::parse(ctrl.data.as_slice()).map_err(NvmeError::Identify)?;
-        let nsid = match ctrl
-            .admin(Command::identify(cns::ACTIVE_NAMESPACES, 0).with_prp(ctrl.data.phys_addr()))
-            .await
-        {
-            Ok(_) => *identify::active_namespaces(ctrl.data.as_slice())
+        let info = ControllerInfo::parse(&page).map_err(NvmeError::Identify)?;
+        let nsid = match ctrl.identify(cns::ACTIVE_NAMESPACES, 0).await {
+            Ok(page) => *identify::active_namespaces(&page)
                 .first()
                 .ok_or(NvmeError::NoNamespace)?,
             // NVMe 1.0 controllers lack the list; namespace 1 is the usual one.
             Err(_) if info.namespaces >= 1 => 1,
             Err(_) => return Err(NvmeError::NoNamespace),
         };
-        ctrl.admin(Command::identify(cns::NAMESPACE, nsid).with_prp(ctrl.data.phys_addr()))
+        let page = ctrl
+            .identify(cns::NAMESPACE, nsid)
             .await
             .map_err(admin_error("identify namespace"))?;
-        let ns = NamespaceInfo::parse(ctrl.data.as_slice()).map_err(NvmeError::Identify)?;
+        let ns = NamespaceInfo::parse(&page).map_err(NvmeError::Identify)?;
 
         let max_transfer = info
             .max_transfer(PAGE)
@@ -232,9 +238,10 @@ impl NvmeDisk {
             .min(ctrl.cap.max_queue_entries)
             .clamp(2, 4096) as u16;
         let oom = |_| NvmeError::NoMemory;
-        let qp = QueuePair::new(IO_QID, entries, ctrl.regs.clone(), &ctrl.cap).map_err(oom)?;
+        let qp = QueuePair::new(IO_QID, entries, ctrl.regs.clone(), &ctrl.cap, &ctrl.dma)
+            .map_err(oom)?;
         let shadow = if options.shadow_doorbells && info.oacs & oacs::DOORBELL_BUFFER_CONFIG != 0 {
-            Some(ShadowPages::new().map_err(oom)?)
+            Some(ShadowPages::new(&ctrl.dma).map_err(oom)?)
         } else {
             None
         };
@@ -247,6 +254,7 @@ impl NvmeDisk {
             block_shift: ns.block_shift,
             options,
             qp: RefCell::new(qp),
+            bounce: Bounce::new(&ctrl.dma, options.bounce_pool),
             slots: RefCell::new(Slots::new(slots)),
             meta: RefCell::new((0..slots).map(|_| SlotMeta::default()).collect()),
             shadow,
@@ -310,6 +318,8 @@ impl NvmeDisk {
         s.doorbells = i.qp.borrow().stats();
         s.slots = i.slots.borrow().stats();
         s.interrupts = i.irqs.get(1).map_or(0, |h| h.count());
+        s.dma = i.ctrl.dma.stats();
+        s.bounce = i.bounce.stats();
         s
     }
 
@@ -391,26 +401,14 @@ impl BlockDevice for NvmeDisk {
 }
 
 impl SlotQueue for Inner {
-    type Output = Result<u32, IoError>;
+    type Output = Outcome;
 
-    fn slots(&self) -> &RefCell<Slots<Self::Output>> {
+    fn slots(&self) -> &RefCell<Slots<Outcome>> {
         &self.slots
     }
 
     fn reap(&self) {
         Inner::reap(self);
-    }
-
-    fn now(&self) -> Instant {
-        task::now()
-    }
-
-    fn drop_wait_limit(&self) -> Duration {
-        self.options.timeout + self.abort_grace()
-    }
-
-    fn stop_device(&self) {
-        Inner::stop_device(self);
     }
 }
 
@@ -425,6 +423,15 @@ impl Reaped for Inner {
 
     async fn check_timeouts(&self, now: Instant) {
         self.abort_late(now).await;
+    }
+}
+
+impl Outcome {
+    fn failed(e: IoError) -> Outcome {
+        Outcome {
+            status: Err(e),
+            data: None,
+        }
     }
 }
 
@@ -457,13 +464,11 @@ impl Inner {
         };
         self.shadow_on.set(false);
         if let Some(pages) = &self.shadow {
-            for at in (0..PAGE).step_by(4) {
-                pages.doorbells.write_volatile::<u32>(at, 0);
-                pages.event_idx.write_volatile::<u32>(at, 0);
-            }
+            pages.doorbells.zero(0, PAGE);
+            pages.event_idx.zero(0, PAGE);
             let cmd = Command::doorbell_buffer_config(
-                pages.doorbells.phys_addr(),
-                pages.event_idx.phys_addr(),
+                pages.doorbells.device_addr(),
+                pages.event_idx.device_addr(),
             );
             match ctrl.admin(cmd).await {
                 Ok(_) => self.shadow_on.set(true),
@@ -507,21 +512,27 @@ impl Inner {
                 );
                 continue;
             }
-            let aborted = meta.get(usize::from(c.cid)).is_some_and(|m| m.aborted);
-            let result = if c.status.is_success() {
+            if !slots.is_in_device(c.cid) {
+                // Not a command the controller holds: counted as stray, trusted for nothing.
+                let stray = slots.complete(c.cid, Outcome::failed(IoError::Timeout));
+                debug_assert_eq!(stray, Completed::Stray);
+                log::warn!("nvme: stray completion {c:?}");
+                continue;
+            }
+            let m = &mut meta[usize::from(c.cid)];
+            let status = if c.status.is_success() {
                 Ok(c.result)
-            } else if aborted {
+            } else if m.aborted {
                 Err(IoError::Timeout)
             } else {
                 errors += 1;
                 log::warn!("nvme: command {} failed: {:?}", c.cid, c.status);
                 Err(IoError::Device(c.status.code()))
             };
-            match slots.complete(c.cid, result) {
-                Completed::Delivered => {}
-                Completed::Freed => meta[usize::from(c.cid)].bounce = None,
-                Completed::Stray => log::warn!("nvme: stray completion {c:?}"),
-            }
+            // The controller completed the command: it is done with the data stream.
+            // An abandoned command's outcome (and stream) is dropped by the slot table.
+            let data = m.data.take().map(LentStream::reclaim);
+            slots.complete(c.cid, Outcome { status, data });
         }
         qp.ring_cq(shadow);
         qp.ring_sq(shadow);
@@ -533,20 +544,23 @@ impl Inner {
         n
     }
 
-    /// Stops the controller (which ends its DMA) and fails everything in flight with
-    /// [`IoError::Timeout`]; the reaper then brings it up again.
+    /// Halts the controller (which ends its DMA at once) and fails everything in flight
+    /// with [`IoError::Timeout`]; the reaper then brings it up again.
     fn stop_device(&self) {
-        if !self.ctrl.disable_now() {
-            log::error!("nvme: controller did not confirm the disable; cutting bus mastering");
-            self.ctrl.pci.disable_bus_master();
-        }
+        self.ctrl.halt();
         let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
         let mut slots = self.slots.borrow_mut();
         let mut meta = self.meta.borrow_mut();
         for &cid in &busy {
-            if slots.complete(cid, Err(IoError::Timeout)) == Completed::Freed {
-                meta[usize::from(cid)].bounce = None;
-            }
+            // Bus mastering is off: the controller can no longer touch the streams.
+            let data = meta[usize::from(cid)].data.take().map(LentStream::reclaim);
+            slots.complete(
+                cid,
+                Outcome {
+                    status: Err(IoError::Timeout),
+                    data,
+                },
+            );
         }
         drop((slots, meta));
         self.bump(|s| {
@@ -565,7 +579,6 @@ impl Inner {
             "nvme: {}: resetting the controller",
             self.ctrl.pci.address()
         );
-        self.ctrl.pci.enable_bus_master();
         let result = async {
             self.ctrl.enable().await?;
             self.setup_io().await
@@ -578,7 +591,7 @@ impl Inner {
             }
             Err(e) => {
                 log::error!("nvme: controller could not be restarted ({e}); giving up on it");
-                self.ctrl.disable_now();
+                self.ctrl.halt();
                 self.health.set(Health::Dead);
             }
         }
@@ -621,8 +634,9 @@ impl Inner {
         }
     }
 
-    /// Hands a prepared command to the device (the reaper publishes it).
-    fn submit(&self, req: &mut Request<'_, Inner>, mut cmd: Command, borrows_caller_memory: bool) {
+    /// Hands a prepared command, and the stream its PRPs point at, to the device (the
+    /// reaper publishes it). The slot keeps the stream until the command completes.
+    fn submit(&self, req: &mut Request<'_, Inner>, mut cmd: Command, data: Option<LentStream>) {
         let slot = req.slot();
         cmd.set_cid(slot);
         {
@@ -630,8 +644,9 @@ impl Inner {
             let m = &mut meta[usize::from(slot)];
             m.deadline = task::now() + self.options.timeout;
             m.aborted = false;
+            m.data = data;
         }
-        req.submitted(borrows_caller_memory);
+        req.submitted();
         self.qp.borrow_mut().push(&cmd);
         self.work.signal();
     }
@@ -640,21 +655,22 @@ impl Inner {
     async fn command(&self, cmd: Command) -> Result<u32, IoError> {
         let mut req = Request::acquire(self).await;
         reaper::running(&self.health).await?;
-        self.submit(&mut req, cmd, false);
-        req.wait().await
+        self.submit(&mut req, cmd, None);
+        req.wait().await.status
     }
 
     /// The slot's scratch pages, allocated on first use.
-    fn scratch<'m>(&self, m: &'m mut SlotMeta) -> Result<&'m DmaBuffer, IoError> {
+    fn scratch<'m>(&self, m: &'m mut SlotMeta) -> Result<&'m DmaCoherent, IoError> {
         if m.scratch.is_none() {
-            m.scratch =
-                Some(DmaBuffer::new(self.list_pages * PAGE).map_err(|_| IoError::NoMemory)?);
+            let pages = DmaCoherent::alloc(&self.ctrl.dma, self.list_pages * PAGE)
+                .map_err(|_| IoError::NoMemory)?;
+            m.scratch = Some(pages);
         }
         Ok(m.scratch.as_ref().expect("just allocated"))
     }
 
-    /// Points `cmd` at `addr..addr + len` (dword-aligned): PRP2 or a PRP list in the
-    /// slot's scratch pages.
+    /// Points `cmd` at `addr..addr + len` (a lent stream: page-aligned): PRP2 or a PRP
+    /// list in the slot's scratch pages.
     fn set_data_pointer(
         &self,
         slot: u16,
@@ -669,13 +685,13 @@ impl Inner {
             Second::List { list_pages, .. } => {
                 let mut meta = self.meta.borrow_mut();
                 let scratch = self.scratch(&mut meta[usize::from(slot)])?;
-                let base = scratch.phys_addr();
+                let base = scratch.device_addr();
                 let mut lists = [0u64; MAX_LIST_PAGES];
                 for (i, l) in lists.iter_mut().enumerate().take(list_pages) {
                     *l = base + (i * PAGE) as u64;
                 }
                 prp::fill_list(addr, len, PAGE, &lists[..list_pages], |l, e, v| {
-                    scratch.write_volatile::<u64>(l * PAGE + e * 8, v)
+                    scratch.write::<u64>(l * PAGE + e * 8, v)
                 });
                 drop(meta);
                 self.bump(|s| s.prp_lists += 1);
@@ -686,46 +702,38 @@ impl Inner {
         Ok(())
     }
 
-    /// Reads or writes; the length is already checked.
+    /// Reads or writes through a DMA stream; the length is already checked.
     async fn transfer(&self, lba: u64, data: Data<'_>) -> Result<(), IoError> {
         let len = data.len();
         let blocks = (len >> self.block_shift) as u32;
         let mut req = Request::acquire(self).await;
         reaper::running(&self.health).await?;
-        let slot = req.slot();
-        // PRPs need dword alignment; anything else goes through a bounce buffer.
-        let bounced = !data.addr().is_multiple_of(4);
-        let addr = if bounced {
-            let mut b = DmaBuffer::new(len).map_err(|_| IoError::NoMemory)?;
-            if let Data::Write(src, _) = &data {
-                b.as_mut_slice()[..len].copy_from_slice(src);
-            }
-            let a = b.phys_addr();
-            self.meta.borrow_mut()[usize::from(slot)].bounce = Some(b);
-            self.bump(|s| s.bounced += 1);
-            a
-        } else {
-            data.addr()
+        let (stream, mut cmd) = match &data {
+            Data::Read(_) => (
+                self.bounce.for_read(len).await?,
+                Command::read(self.nsid, lba, blocks),
+            ),
+            Data::Write(src, fua) => (
+                self.bounce.for_write(src).await?,
+                Command::write(self.nsid, lba, blocks, *fua),
+            ),
         };
-        let mut cmd = match data {
-            Data::Read(_) => Command::read(self.nsid, lba, blocks),
-            Data::Write(_, fua) => Command::write(self.nsid, lba, blocks, fua),
-        };
-        if let Err(e) = self.set_data_pointer(slot, &mut cmd, addr, len) {
-            self.meta.borrow_mut()[usize::from(slot)].bounce = None;
+        let stream = stream.lend();
+        if let Err(e) = self.set_data_pointer(req.slot(), &mut cmd, stream.device_addr(), len) {
+            // Never submitted: the controller has not seen the stream.
+            self.bounce.give_back(stream.reclaim());
             return Err(e);
         }
-        self.submit(&mut req, cmd, !bounced);
-        let result = req.wait().await;
-        // No await between the completion and here: the slot (and its bounce buffer)
-        // cannot have been reused yet.
-        if bounced {
-            let b = self.meta.borrow_mut()[usize::from(slot)].bounce.take();
-            if let (Data::Read(dst), Some(b), Ok(_)) = (data, b, &result) {
-                dst.copy_from_slice(&b.as_slice()[..len]);
-            }
+        self.submit(&mut req, cmd, Some(stream));
+        let Outcome { status, data: back } = req.wait().await;
+        status?;
+        match (data, back) {
+            (Data::Read(dst), Some(back)) => self.bounce.copy_out(back, dst),
+            (Data::Read(_), None) => unreachable!("a read's stream comes back with it"),
+            (Data::Write(..), Some(back)) => self.bounce.give_back(back),
+            (Data::Write(..), None) => {}
         }
-        result.map(|_| ())
+        Ok(())
     }
 
     /// Deallocates `lba..lba + blocks` (checked), up to 256 ranges per command.
@@ -743,19 +751,19 @@ impl Inner {
                 while next < end && count < DSM_RANGES {
                     let n = (end - next).min(u64::from(u32::MAX)) as u32;
                     let at = count * 16;
-                    scratch.write_volatile::<u32>(at, 0);
-                    scratch.write_volatile::<u32>(at + 4, n);
-                    scratch.write_volatile::<u64>(at + 8, next);
+                    scratch.write::<u32>(at, 0);
+                    scratch.write::<u32>(at + 4, n);
+                    scratch.write::<u64>(at + 8, next);
                     next += u64::from(n);
                     count += 1;
                 }
-                (count, scratch.phys_addr())
+                (count, scratch.device_addr())
             };
             let mut cmd = Command::deallocate(self.nsid, count);
             cmd.set_prps(addr, 0);
             self.bump(|s| s.discards += 1);
-            self.submit(&mut req, cmd, false);
-            req.wait().await?;
+            self.submit(&mut req, cmd, None);
+            req.wait().await.status?;
         }
         Ok(())
     }
@@ -764,7 +772,7 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         // Stop the controller before its queues and buffers are freed.
-        self.ctrl.disable_now();
+        self.ctrl.halt();
         if let Some(m) = &self.msix {
             m.disable();
         }

@@ -7,7 +7,8 @@
 //!   controller offers them, shadow) doorbells;
 //! - `controller`: reset/enable with CAP.TO timeouts, the admin queue;
 //! - `disk`: [`NvmeDisk`], the [`block::BlockDevice`] over the first active
-//!   namespace: one I/O queue pair, a reaper task, timeouts with abort and reset.
+//!   namespace: one I/O queue pair, data bounced through DMA streams the requests own, a
+//!   reaper task, timeouts with abort and reset.
 
 pub mod cmd;
 pub mod identify;
@@ -29,7 +30,7 @@ pub use queue::DoorbellStats;
 use core::fmt;
 use core::time::Duration;
 
-use super::CompletionMode;
+use super::{CompletionMode, DEFAULT_BOUNCE_POOL};
 
 /// How to run a controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +44,8 @@ pub struct Options {
     /// How long a request may take before it is aborted (and, if that fails, the
     /// controller reset).
     pub timeout: Duration,
+    /// Bytes of finished requests' DMA streams kept for the next requests.
+    pub bounce_pool: usize,
 }
 
 impl Default for Options {
@@ -52,6 +55,7 @@ impl Default for Options {
             queue_entries: 256,
             shadow_doorbells: true,
             timeout: Duration::from_secs(30),
+            bounce_pool: DEFAULT_BOUNCE_POOL,
         }
     }
 }
@@ -85,6 +89,8 @@ pub enum NvmeError {
     Identify(identify::IdentifyError),
     /// The controller has no active namespace.
     NoNamespace,
+    /// Another driver instance still holds the controller's DMA.
+    InUse,
 }
 
 impl fmt::Display for NvmeError {
@@ -104,6 +110,7 @@ impl fmt::Display for NvmeError {
             }
             NvmeError::Identify(e) => write!(f, "bad Identify data: {e:?}"),
             NvmeError::NoNamespace => f.write_str("no active namespace"),
+            NvmeError::InUse => f.write_str("already in use by another driver instance"),
         }
     }
 }

@@ -16,7 +16,7 @@ use super::cmd::{Command, Completion};
 use super::regs::{self, Capabilities};
 use crate::hal::mmio::MmioRegion;
 use crate::mm::frames::OutOfFrames;
-use crate::mm::DmaBuffer;
+use crate::mm::{DmaCoherent, DmaDevice};
 
 /// Bytes per submission queue entry.
 pub const SQE_SIZE: usize = 64;
@@ -27,17 +27,17 @@ pub const CQE_SIZE: usize = 16;
 #[derive(Debug)]
 pub struct ShadowPages {
     /// Where the driver writes doorbell values.
-    pub doorbells: DmaBuffer,
+    pub doorbells: DmaCoherent,
     /// Where the controller writes the values it wants to be told about.
-    pub event_idx: DmaBuffer,
+    pub event_idx: DmaCoherent,
 }
 
 impl ShadowPages {
-    /// Two zeroed pages.
-    pub fn new() -> Result<ShadowPages, OutOfFrames> {
+    /// Two zeroed pages for the controller behind `dma`.
+    pub fn new(dma: &DmaDevice) -> Result<ShadowPages, OutOfFrames> {
         Ok(ShadowPages {
-            doorbells: DmaBuffer::new(4096)?,
-            event_idx: DmaBuffer::new(4096)?,
+            doorbells: DmaCoherent::alloc(dma, 4096)?,
+            event_idx: DmaCoherent::alloc(dma, 4096)?,
         })
     }
 }
@@ -61,8 +61,8 @@ pub struct DoorbellStats {
 #[derive(Debug)]
 pub struct QueuePair {
     entries: u16,
-    sq: DmaBuffer,
-    cq: DmaBuffer,
+    sq: DmaCoherent,
+    cq: DmaCoherent,
     sq_tail: u16,
     /// The tail value the controller was last told.
     sq_published: u16,
@@ -79,18 +79,20 @@ pub struct QueuePair {
 }
 
 impl QueuePair {
-    /// Queue pair `id` with `entries` entries per ring; memory zeroed.
+    /// Queue pair `id` with `entries` entries per ring, in zeroed memory of the
+    /// controller behind `dma`.
     pub fn new(
         id: u16,
         entries: u16,
         regs: MmioRegion,
         cap: &Capabilities,
+        dma: &DmaDevice,
     ) -> Result<QueuePair, OutOfFrames> {
         assert!(entries >= 2, "an NVMe queue needs at least two entries");
         Ok(QueuePair {
             entries,
-            sq: DmaBuffer::new(usize::from(entries) * SQE_SIZE)?,
-            cq: DmaBuffer::new(usize::from(entries) * CQE_SIZE)?,
+            sq: DmaCoherent::alloc(dma, usize::from(entries) * SQE_SIZE)?,
+            cq: DmaCoherent::alloc(dma, usize::from(entries) * CQE_SIZE)?,
             sq_tail: 0,
             sq_published: 0,
             cq_head: 0,
@@ -109,14 +111,14 @@ impl QueuePair {
         self.entries
     }
 
-    /// Physical address of the submission ring.
+    /// Device address of the submission ring.
     pub fn sq_addr(&self) -> u64 {
-        self.sq.phys_addr()
+        self.sq.device_addr()
     }
 
-    /// Physical address of the completion ring.
+    /// Device address of the completion ring.
     pub fn cq_addr(&self) -> u64 {
-        self.cq.phys_addr()
+        self.cq.device_addr()
     }
 
     /// The counters.
@@ -127,7 +129,7 @@ impl QueuePair {
     /// Forgets all ring state, as the controller does when it is reset. Only while the
     /// controller is disabled.
     pub fn reset(&mut self) {
-        self.cq.as_mut_slice().fill(0);
+        self.cq.zero(0, self.cq.len());
         self.sq_tail = 0;
         self.sq_published = 0;
         self.cq_head = 0;
@@ -141,12 +143,8 @@ impl QueuePair {
     pub fn use_shadow(&mut self, pages: &ShadowPages) {
         let sq = self.sq_doorbell - regs::DOORBELLS;
         let cq = self.cq_doorbell - regs::DOORBELLS;
-        pages
-            .doorbells
-            .write_volatile::<u32>(sq, u32::from(self.sq_tail));
-        pages
-            .doorbells
-            .write_volatile::<u32>(cq, u32::from(self.cq_head));
+        pages.doorbells.write::<u32>(sq, u32::from(self.sq_tail));
+        pages.doorbells.write::<u32>(cq, u32::from(self.cq_head));
         self.shadow = Some((sq, cq));
     }
 
@@ -156,7 +154,7 @@ impl QueuePair {
     pub fn push(&mut self, cmd: &Command) {
         let base = usize::from(self.sq_tail) * SQE_SIZE;
         for (i, dw) in cmd.dw.iter().enumerate() {
-            self.sq.write_volatile::<u32>(base + 4 * i, *dw);
+            self.sq.write::<u32>(base + 4 * i, *dw);
         }
         self.sq_tail = (self.sq_tail + 1) % self.entries;
         self.stats.submitted += 1;
@@ -180,16 +178,16 @@ impl QueuePair {
     /// The next completion, if the controller has posted one.
     pub fn pop(&mut self) -> Option<Completion> {
         let base = usize::from(self.cq_head) * CQE_SIZE;
-        let dw3: u32 = self.cq.read_volatile(base + 12);
+        let dw3: u32 = self.cq.read(base + 12);
         if (dw3 & (1 << 16) != 0) != self.phase {
             return None;
         }
         // Read the rest only after seeing the phase bit flip.
         fence(Ordering::Acquire);
         let c = Completion::from_dwords([
-            self.cq.read_volatile(base),
-            self.cq.read_volatile(base + 4),
-            self.cq.read_volatile(base + 8),
+            self.cq.read(base),
+            self.cq.read(base + 4),
+            self.cq.read(base + 8),
             dw3,
         ]);
         self.cq_head += 1;
@@ -221,10 +219,10 @@ impl QueuePair {
             return true;
         };
         let at = if which == 0 { offsets.0 } else { offsets.1 };
-        pages.doorbells.write_volatile::<u32>(at, u32::from(new));
+        pages.doorbells.write::<u32>(at, u32::from(new));
         // The shadow value must be visible before we read what the controller wants.
         fence(Ordering::SeqCst);
-        let event = pages.event_idx.read_volatile::<u32>(at) as u16;
+        let event = pages.event_idx.read::<u32>(at) as u16;
         if regs::doorbell_needed(event, new, old) {
             true
         } else {

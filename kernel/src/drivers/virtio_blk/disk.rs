@@ -2,12 +2,13 @@
 //! crate's PCI transport and virtqueue (see `hal::virtio` and `docs/drivers.md` for why
 //! not its `VirtIOBlk`).
 //!
-//! Up to 85 requests are in flight in one 256-descriptor queue. Caller buffers are lent
-//! to the device as they are (virtio takes any byte address). The reaper task notifies
-//! the device once for every request queued since it last ran and consumes completions
-//! (woken by MSI-X, or polling). virtio has no FUA: a FUA write is a write then a FLUSH.
-//! A request that times out resets the device (which ends its DMA), fails everything in
-//! flight with [`IoError::Timeout`] and brings the device up again.
+//! Up to 85 requests are in flight in one 256-descriptor queue. Each request's data is
+//! copied through a DMA stream it owns (see [`bounce`](crate::drivers::bounce)), which the
+//! virtqueue holds until the completion. The reaper task notifies the device once for
+//! every request queued since it last ran and consumes completions (woken by MSI-X, or
+//! polling). virtio has no FUA: a FUA write is a write then a FLUSH. A request that times
+//! out resets the device and stops its bus mastering (which ends its DMA), fails
+//! everything in flight with [`IoError::Timeout`] and brings the device up again.
 
 use alloc::rc::Rc;
 use alloc::sync::Arc;
@@ -20,13 +21,17 @@ use block::{check_request, BlockDevice, Geometry, IoError, WriteFlags};
 use virtio_drivers::transport::pci::{PciTransport, VirtioPciError};
 use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
 
+use super::ring::{BlkData, BlkRing, Popped};
 use super::wire::{self, config, kind, ConfigError, DeviceConfig, Features, SECTOR};
+use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
 use crate::drivers::reaper::{self, Health, Reaped};
-use crate::drivers::{irq_event, CompletionMode};
+use crate::drivers::{irq_event, CompletionMode, DEFAULT_BOUNCE_POOL};
 use crate::exec::IrqEvent;
-use crate::hal::virtio::{self, BlkData, BlkRing, MsixRouteError};
+use crate::hal::dma::DmaStats;
+use crate::hal::virtio::{self, MsixRouteError};
 use crate::irq::IrqHandle;
+use crate::mm::{DmaDevice, DmaStream};
 use crate::pci::device::{MsixTable, PciDevice};
 use crate::task;
 use crate::time::Instant;
@@ -35,8 +40,6 @@ use crate::time::Instant;
 const QUEUE_SIZE: usize = 256;
 /// Requests in flight: three descriptors each.
 const SLOTS: usize = QUEUE_SIZE / 3;
-/// After a timeout, how long a dropped request waits before resetting the device.
-const STUCK_GRACE: Duration = Duration::from_secs(2);
 
 /// How to run a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +48,8 @@ pub struct Options {
     pub mode: CompletionMode,
     /// How long a request may take before the device is reset.
     pub timeout: Duration,
+    /// Bytes of finished requests' DMA streams kept for the next requests.
+    pub bounce_pool: usize,
 }
 
 impl Default for Options {
@@ -52,6 +57,7 @@ impl Default for Options {
         Options {
             mode: CompletionMode::Interrupt,
             timeout: Duration::from_secs(30),
+            bounce_pool: DEFAULT_BOUNCE_POOL,
         }
     }
 }
@@ -73,6 +79,8 @@ pub enum VirtioBlkError {
     NoVector,
     /// The device would not take our MSI-X routing.
     Route(MsixRouteError),
+    /// Another driver instance still holds the device's DMA.
+    InUse,
 }
 
 impl fmt::Display for VirtioBlkError {
@@ -85,6 +93,7 @@ impl fmt::Display for VirtioBlkError {
             VirtioBlkError::NoMsix => f.write_str("no MSI-X"),
             VirtioBlkError::NoVector => f.write_str("no free interrupt vector"),
             VirtioBlkError::Route(e) => write!(f, "MSI-X routing: {e:?}"),
+            VirtioBlkError::InUse => f.write_str("already in use by another driver instance"),
         }
     }
 }
@@ -114,16 +123,41 @@ pub struct VirtioBlkStats {
     pub reaps: u64,
     /// Interrupts on the queue's vector.
     pub interrupts: u64,
+    /// Bounce buffers (every transfer is copied through one).
+    pub bounce: BounceStats,
     /// Slot table.
     pub slots: SlotStats,
+    /// DMA memory.
+    pub dma: DmaStats,
+}
+
+/// How a request ended, and its data stream, back from the device.
+#[derive(Debug)]
+struct Outcome {
+    status: Result<(), IoError>,
+    data: Option<DmaStream>,
+}
+
+/// What a request moves.
+enum Payload<'a> {
+    /// Nothing (flush).
+    None,
+    /// These bytes to the device (write).
+    Write(&'a [u8]),
+    /// From the device into this buffer (read).
+    Read(&'a mut [u8]),
+    /// This discard segment.
+    Discard([u8; wire::SEGMENT_LEN]),
 }
 
 #[derive(Debug)]
 struct Inner {
     pci: PciDevice,
+    dma: DmaDevice,
+    bounce: Bounce,
     transport: RefCell<PciTransport>,
     ring: RefCell<BlkRing<QUEUE_SIZE>>,
-    slots: RefCell<Slots<Result<(), IoError>>>,
+    slots: RefCell<Slots<Outcome>>,
     deadlines: RefCell<Vec<Instant>>,
     geometry: Geometry,
     features: Features,
@@ -147,11 +181,11 @@ pub struct VirtioBlk {
     inner: Rc<Inner>,
 }
 
-/// Negotiates features, reads the configuration and sets up the request queue (the
-/// device is left before DRIVER_OK).
+/// Negotiates features, reads the configuration and sets up the request queue in DMA
+/// memory of `dma` (the device is left before DRIVER_OK, without bus mastering).
 fn init_device(
-    pci: &PciDevice,
     t: &mut PciTransport,
+    dma: &DmaDevice,
 ) -> Result<(Features, DeviceConfig, BlkRing<QUEUE_SIZE>), VirtioBlkError> {
     let features = t.begin_init(Features::WANTED);
     let read = |offset| {
@@ -172,8 +206,7 @@ fn init_device(
         max_discard_sectors: optional(Features::DISCARD, config::MAX_DISCARD_SECTORS)?,
         max_discard_seg: optional(Features::DISCARD, config::MAX_DISCARD_SEG)?,
     };
-    let ring = BlkRing::new(t, 0, SLOTS).map_err(VirtioBlkError::Virtio)?;
-    pci.enable_bus_master();
+    let ring = BlkRing::new(t, 0, SLOTS, dma).map_err(VirtioBlkError::Virtio)?;
     Ok((features, config, ring))
 }
 
@@ -184,7 +217,8 @@ impl VirtioBlk {
         if t.device_type() != DeviceType::Block {
             return Err(VirtioBlkError::NotBlock);
         }
-        let setup = init_device(&pci, &mut t).and_then(|(features, cfg, mut ring)| {
+        let dma = DmaDevice::new(pci).map_err(|_| VirtioBlkError::InUse)?;
+        let setup = init_device(&mut t, &dma).and_then(|(features, cfg, mut ring)| {
             let geometry = wire::geometry(features, &cfg).map_err(VirtioBlkError::Config)?;
             let irq = match options.mode {
                 CompletionMode::Interrupt => {
@@ -214,9 +248,12 @@ impl VirtioBlk {
             Some((m, h, e)) => (Some(m), Some(h), Some(e)),
             None => (None, None, None),
         };
+        dma.start();
         t.finish_init();
         let inner = Rc::new(Inner {
             pci,
+            bounce: Bounce::new(&dma, options.bounce_pool),
+            dma,
             transport: RefCell::new(t),
             ring: RefCell::new(ring),
             slots: RefCell::new(Slots::new(SLOTS)),
@@ -266,6 +303,8 @@ impl VirtioBlk {
         let mut s = i.stats.get();
         s.slots = i.slots.borrow().stats();
         s.interrupts = i.irq.as_ref().map_or(0, |h| h.count());
+        s.dma = i.dma.stats();
+        s.bounce = i.bounce.stats();
         s
     }
 
@@ -310,7 +349,7 @@ impl BlockDevice for VirtioBlk {
             s.writes += 1;
             s.fua_writes += u64::from(flags.fua);
         });
-        i.request(kind::OUT, i.sector(lba), BlkData::ToDevice(buf))
+        i.request(kind::OUT, i.sector(lba), Payload::Write(buf))
             .await?;
         if flags.fua {
             // No FUA in virtio: the write is durable once a flush after it completes.
@@ -344,26 +383,14 @@ impl BlockDevice for VirtioBlk {
 }
 
 impl SlotQueue for Inner {
-    type Output = Result<(), IoError>;
+    type Output = Outcome;
 
-    fn slots(&self) -> &RefCell<Slots<Self::Output>> {
+    fn slots(&self) -> &RefCell<Slots<Outcome>> {
         &self.slots
     }
 
     fn reap(&self) {
         Inner::reap(self);
-    }
-
-    fn now(&self) -> Instant {
-        task::now()
-    }
-
-    fn drop_wait_limit(&self) -> Duration {
-        self.options.timeout + STUCK_GRACE
-    }
-
-    fn stop_device(&self) {
-        Inner::stop_device(self);
     }
 }
 
@@ -375,7 +402,7 @@ impl Reaped for Inner {
     async fn restart(&self) {
         log::warn!("virtio-blk: {}: restarting the device", self.pci.address());
         let mut t = self.transport.borrow_mut();
-        let result = init_device(&self.pci, &mut t).and_then(|(features, _, mut ring)| {
+        let result = init_device(&mut t, &self.dma).and_then(|(features, _, mut ring)| {
             if features != self.features {
                 return Err(VirtioBlkError::Virtio(virtio_drivers::Error::Unsupported));
             }
@@ -385,12 +412,14 @@ impl Reaped for Inner {
                 }
                 None => ring.set_interrupts(false),
             }
-            // The old ring's memory is free to go: the device was reset.
+            // The device was reset and cannot master the bus: the old ring and the
+            // streams it still holds are freed as it goes.
             *self.ring.borrow_mut() = ring;
             Ok(())
         });
         match result {
             Ok(()) => {
+                self.dma.start();
                 t.finish_init();
                 self.health.set(Health::Running);
                 log::info!("virtio-blk: device is back");
@@ -434,7 +463,7 @@ impl Inner {
 
     async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
         self.bump(|s| s.reads += 1);
-        self.request(kind::IN, self.sector(lba), BlkData::FromDevice(buf))
+        self.request(kind::IN, self.sector(lba), Payload::Read(buf))
             .await
     }
 
@@ -444,50 +473,47 @@ impl Inner {
             return Ok(());
         }
         self.bump(|s| s.flushes += 1);
-        self.request(kind::FLUSH, 0, BlkData::None).await
+        self.request(kind::FLUSH, 0, Payload::None).await
     }
 
     async fn discard_sectors(&self, sector: u64, sectors: u32) -> Result<(), IoError> {
-        let mut req = Request::acquire(self).await;
-        reaper::running(&self.health).await?;
         let segment = wire::discard_segment(sector, sectors);
-        {
-            let mut ring = self.ring.borrow_mut();
-            ring.extra_mut(req.slot()).copy_from_slice(&segment);
-            let header = wire::header(kind::DISCARD, 0);
-            self.queue(&mut ring, &mut req, header, BlkData::Extra(16))?;
-        }
-        req.wait().await
+        self.request(kind::DISCARD, 0, Payload::Discard(segment))
+            .await
     }
 
-    /// One request: waits for a slot, lends `data` to the device, waits for completion.
-    async fn request(&self, kind: u32, sector: u64, data: BlkData<'_>) -> Result<(), IoError> {
+    /// One request: waits for a slot, copies the data into a DMA stream (writes), queues
+    /// it with the stream, waits for completion and copies the data out (reads).
+    async fn request(&self, kind: u32, sector: u64, payload: Payload<'_>) -> Result<(), IoError> {
         let mut req = Request::acquire(self).await;
         reaper::running(&self.health).await?;
-        self.queue(
-            &mut self.ring.borrow_mut(),
-            &mut req,
-            wire::header(kind, sector),
-            data,
-        )?;
-        req.wait().await
-    }
-
-    fn queue<'q>(
-        &self,
-        ring: &mut BlkRing<QUEUE_SIZE>,
-        req: &mut Request<'q, Inner>,
-        header: [u8; 16],
-        data: BlkData<'q>,
-    ) -> Result<(), IoError> {
+        let data = match &payload {
+            Payload::None => BlkData::None,
+            Payload::Write(src) => BlkData::ToDevice(self.bounce.for_write(src).await?),
+            Payload::Read(dst) => BlkData::FromDevice(self.bounce.for_read(dst.len()).await?),
+            Payload::Discard(segment) => BlkData::Segment(*segment),
+        };
         self.deadlines.borrow_mut()[usize::from(req.slot())] = task::now() + self.options.timeout;
-        ring.push_request(req, header, data).map_err(|e| {
+        let header = wire::header(kind, sector);
+        if let Err((data, e)) = self.ring.borrow_mut().push(req.slot(), header, data) {
             // Cannot happen: there are never more requests than the ring holds.
             log::error!("virtio-blk: queueing failed: {e:?}");
-            IoError::NoMemory
-        })?;
+            if let Some(stream) = data {
+                self.bounce.give_back(stream);
+            }
+            return Err(IoError::NoMemory);
+        }
+        req.submitted();
         self.unnotified.set(true);
         self.kick.signal();
+        let Outcome { status, data: back } = req.wait().await;
+        status?;
+        match (payload, back) {
+            (Payload::Read(dst), Some(back)) => self.bounce.copy_out(back, dst),
+            (Payload::Read(_), None) => unreachable!("a read's stream comes back with it"),
+            (_, Some(back)) => self.bounce.give_back(back),
+            (_, None) => {}
+        }
         Ok(())
     }
 
@@ -500,7 +526,7 @@ impl Inner {
         let mut slots = self.slots.borrow_mut();
         let mut errors = 0;
         while let Some(popped) = ring.pop() {
-            let (slot, status) = match popped {
+            let Popped { slot, status, data } = match popped {
                 Ok(done) => done,
                 Err(token) => {
                     log::error!(
@@ -515,12 +541,13 @@ impl Inner {
                 log::warn!("virtio-blk: fault injection: dropping the completion of slot {slot}");
                 continue;
             }
-            let result = wire::result(status);
-            if let Err(e) = result {
+            let status = wire::result(status);
+            if let Err(e) = status {
                 errors += 1;
-                log::warn!("virtio-blk: request in slot {slot} failed: {e} (status {status})");
+                log::warn!("virtio-blk: request in slot {slot} failed: {e} (status {status:?})");
             }
-            if slots.complete(slot, result) == Completed::Stray {
+            // An abandoned request's outcome (and stream) is dropped by the slot table.
+            if slots.complete(slot, Outcome { status, data }) == Completed::Stray {
                 log::warn!("virtio-blk: completion for idle slot {slot}");
             }
         }
@@ -536,23 +563,31 @@ impl Inner {
         });
     }
 
-    /// Resets the device (which ends its DMA: the device finishes or drops what it holds
-    /// first) and fails everything in flight; the reaper then restarts it.
+    /// Resets the device and stops its bus mastering (which ends its DMA at once), and
+    /// fails everything in flight; the reaper then restarts it (or, if the reset did not
+    /// take, gives up on it: it may still hold the old queue's addresses).
     fn stop_device(&self) {
-        self.transport
-            .borrow_mut()
-            .set_status(DeviceStatus::empty());
+        let reset = virtio::reset(&mut self.transport.borrow_mut());
+        self.dma.stop();
         let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
         let mut slots = self.slots.borrow_mut();
         for &slot in &busy {
-            slots.complete(slot, Err(IoError::Timeout));
+            // The streams stay with the old ring, which is freed when it is replaced.
+            let failed = Outcome {
+                status: Err(IoError::Timeout),
+                data: None,
+            };
+            slots.complete(slot, failed);
         }
         drop(slots);
         self.bump(|s| {
             s.resets += 1;
             s.timeouts += busy.len() as u64;
         });
-        if self.health.get() == Health::Running {
+        if !reset {
+            log::error!("virtio-blk: the device did not confirm its reset; giving up on it");
+            self.health.set(Health::Dead);
+        } else if self.health.get() == Health::Running {
             self.health.set(Health::Restarting);
         }
         self.kick.signal();
@@ -561,8 +596,9 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Reset the device before its queue memory is freed.
-        self.transport.get_mut().set_status(DeviceStatus::empty());
+        // Stop the device before its queue memory is freed.
+        virtio::reset(self.transport.get_mut());
+        self.dma.stop();
         if let Some(m) = &self.msix {
             m.disable();
         }

@@ -133,17 +133,22 @@ pub fn geometry(features: Features, c: &DeviceConfig) -> Result<Geometry, Config
     })
 }
 
+/// Bytes of a request header (`virtio_blk_req` up to the data).
+pub const HEADER_LEN: usize = 16;
+/// Bytes of a discard segment.
+pub const SEGMENT_LEN: usize = 16;
+
 /// A request header: type, reserved, first sector.
-pub fn header(kind: u32, sector: u64) -> [u8; 16] {
-    let mut h = [0u8; 16];
+pub fn header(kind: u32, sector: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&kind.to_le_bytes());
     h[8..16].copy_from_slice(&sector.to_le_bytes());
     h
 }
 
 /// A discard segment: first sector, sector count, flags (no unmap hint).
-pub fn discard_segment(sector: u64, sectors: u32) -> [u8; 16] {
-    let mut s = [0u8; 16];
+pub fn discard_segment(sector: u64, sectors: u32) -> [u8; SEGMENT_LEN] {
+    let mut s = [0u8; SEGMENT_LEN];
     s[0..8].copy_from_slice(&sector.to_le_bytes());
     s[8..12].copy_from_slice(&sectors.to_le_bytes());
     s
