@@ -3,8 +3,8 @@
 //! never a panic.
 
 use block::MemDisk;
-use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use fsck::{fsck, FsckOptions, Report};
+use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use testkit::testing::{ManualClock, VisibleState};
 use vfs::{Errno, FileSystem, Owner, Timespec, XattrMode, ROOT_INO};
 
@@ -17,7 +17,7 @@ fn clock() -> ManualClock {
     })
 }
 
-fn mount(disk: MemDisk) -> Result<NineFs<MemDisk>, fs::volume::MountError> {
+fn mount(disk: MemDisk) -> Result<NineFs<MemDisk>, ninefs::volume::MountError> {
     pollster::block_on(NineFs::mount(
         disk,
         MountOptions::default(),

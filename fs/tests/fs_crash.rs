@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use block::RecordingDisk;
 use block::{BlockDevice, MemDisk};
-use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use fsck::{fsck, FsckOptions};
+use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use pollster::block_on;
 use proptest::prelude::*;
 use proptest::test_runner::Config;

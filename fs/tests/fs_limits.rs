@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use block::YieldDisk;
 use block::{BlockDevice, Geometry, IoError, MemDisk, WriteFlags};
-use fs::volume::{format, FormatOptions, MountOptions, NineFs};
 use fsck::{fsck, FsckOptions};
+use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use testkit::testing::{ManualClock, VisibleState};
 use vfs::{Errno, FileSystem, Owner, Timespec, ROOT_INO};
 
@@ -430,7 +430,7 @@ fn concurrent_operations_interleave_and_agree() {
 /// what each cost.
 #[test]
 fn write_policies_are_pluggable_and_counted() {
-    let run = |policy: Box<dyn fs::volume::WritePolicy>| {
+    let run = |policy: Box<dyn ninefs::volume::WritePolicy>| {
         let opts = MountOptions {
             cache_limit: 8 << 20,
             policy,
@@ -465,16 +465,16 @@ fn write_policies_are_pluggable_and_counted() {
         assert_clean(&disk);
         (stats, state)
     };
-    let (lazy, lazy_state) = run(Box::new(fs::volume::PressurePolicy));
-    let (eager, eager_state) = run(Box::new(fs::volume::DirtyThresholdPolicy));
+    let (lazy, lazy_state) = run(Box::new(ninefs::volume::PressurePolicy));
+    let (eager, eager_state) = run(Box::new(ninefs::volume::DirtyThresholdPolicy));
     println!(
         "checkpoint-only: {:?}\n4 KiB-dirty:     {:?}",
         lazy.node_writes, eager.node_writes
     );
     assert_eq!(lazy_state, eager_state);
-    let dirty = fs::btree::WriteCause::ALL
+    let dirty = ninefs::btree::WriteCause::ALL
         .iter()
-        .position(|&c| c == fs::btree::WriteCause::Dirty)
+        .position(|&c| c == ninefs::btree::WriteCause::Dirty)
         .unwrap();
     assert_eq!(lazy.node_writes.writes[dirty], 0);
     assert!(eager.node_writes.writes[dirty] > 0, "{eager:?}");
@@ -550,7 +550,7 @@ fn device_errors_give_eio_and_leave_the_image_consistent() {
 /// names survive an fsync and a crash (log replay), a clean remount and fsck.
 #[test]
 fn hard_links_reach_the_limit_in_one_directory() {
-    use fs::volume::MAX_LINKS;
+    use ninefs::volume::MAX_LINKS;
     const LINKS: u32 = MAX_LINKS;
     // 1 GiB (allocated lazily): a 16 MiB log, so all the names fit in one log commit.
     let disk = formatted(256 * 1024, 64 * 1024);
@@ -704,7 +704,7 @@ fn unlinked_space_is_free_at_once_and_refillable() {
         let g = fs.create(ROOT_INO, b"refill", 0o644, OWNER).await.unwrap();
         let want = vec![9u8; (freed.blocks_avail * 4096) as usize];
         assert_eq!(fs.write(g.ino, 0, &want).await, Ok(want.len()));
-        let space = fs::volume::CheckpointCause::Space.index();
+        let space = ninefs::volume::CheckpointCause::Space.index();
         assert!(fs.stats().checkpoints[space] > 0, "{:?}", fs.stats());
         let mut back = vec![0u8; want.len()];
         assert_eq!(fs.read(g.ino, 0, &mut back).await, Ok(want.len()));
@@ -771,7 +771,7 @@ fn freed_space_is_reused_only_after_the_free_is_durable() {
             assert_eq!(fs.write(g.ino, 0, &refill).await, Ok(refill.len()));
             fs.fsync(g.ino, false).await.unwrap();
         });
-        let space = fs::volume::CheckpointCause::Space.index();
+        let space = ninefs::volume::CheckpointCause::Space.index();
         assert!(
             fs.stats().checkpoints[space] > 0,
             "the refill needed f0's space"

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use block::MemDisk;
-use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use testkit::testing::ManualClock;
 use vfs::{FileSystem, Owner, ROOT_INO};
 

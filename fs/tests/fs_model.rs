@@ -5,10 +5,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use block::MemDisk;
-use fs::volume::{
+use fsck::{fsck, FsckOptions};
+use ninefs::volume::{
     format, DirtyThresholdPolicy, FormatOptions, MountOptions, NineFs, PressurePolicy,
 };
-use fsck::{fsck, FsckOptions};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use testkit::testing::strategy::{self, GenConfig};

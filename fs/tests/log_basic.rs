@@ -3,7 +3,7 @@
 
 use block::RecordingDisk;
 use block::{BlockDevice, MemDisk};
-use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use pollster::block_on;
 use testkit::testing::ManualClock;
 use vfs::{FileSystem, Owner, ROOT_INO};
@@ -108,9 +108,9 @@ mod malformed {
     //! it recovers or fails with an error.
 
     use super::*;
-    use fs::format::items::FileExtent;
-    use fs::format::log::{encode_commit, put_name, rec, RecordWriter};
-    use fs::util::scratch::Scratch;
+    use ninefs::format::items::FileExtent;
+    use ninefs::format::log::{encode_commit, put_name, rec, RecordWriter};
+    use ninefs::util::scratch::Scratch;
     use proptest::prelude::*;
 
     fn record() -> impl Strategy<Value = (u8, Vec<u64>, Vec<u8>)> {
@@ -187,7 +187,7 @@ mod malformed {
     /// Appends a commit of `records` at sequence number `seq`; returns the next one.
     fn append(
         image: &MemDisk,
-        sb: &fs::format::Superblock,
+        sb: &ninefs::format::Superblock,
         seq: u64,
         records: Vec<Vec<u8>>,
     ) -> u64 {
@@ -219,8 +219,8 @@ mod malformed {
                 block_on(fs.write(a.ino, 0, &[1u8; 8192])).unwrap();
                 block_on(fs.fsync(a.ino, false)).unwrap();
                 let image = crash(fs);
-                let dev = fs::io::Dev::new(&image).unwrap();
-                let sb = block_on(fs::volume::read_superblock(&dev)).unwrap().0;
+                let dev = ninefs::io::Dev::new(&image).unwrap();
+                let sb = block_on(ninefs::volume::read_superblock(&dev)).unwrap().0;
                 // A commit of made-up records after it, then an empty commit (so the
                 // made-up one is not the last, whose data replay verifies).
                 let mut s = Scratch::with_capacity(64 << 10);

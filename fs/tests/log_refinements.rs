@@ -4,8 +4,8 @@
 
 use block::{BlockDevice, MemDisk};
 use block::{RecordingDisk, YieldDisk};
-use fs::volume::synclog::Fallback;
-use fs::volume::{
+use ninefs::volume::synclog::Fallback;
+use ninefs::volume::{
     format, CheckpointCause, FormatOptions, MountOptions, NineFs, Pressure, WritePolicy,
 };
 use pollster::block_on;
@@ -36,7 +36,10 @@ fn mount_with<D: BlockDevice>(disk: D, policy: Box<dyn WritePolicy>) -> NineFs<D
 
 fn fresh(blocks: u64) -> (NineFs<Disk>, block::Recorder) {
     let (disk, rec) = RecordingDisk::new(YieldDisk::new(image(blocks)));
-    (mount_with(disk, Box::new(fs::volume::PressurePolicy)), rec)
+    (
+        mount_with(disk, Box::new(ninefs::volume::PressurePolicy)),
+        rec,
+    )
 }
 
 /// Drops the filesystem without unmounting and mounts what the device holds (every
@@ -46,7 +49,7 @@ fn crash_and_mount(fs: NineFs<Disk>) -> NineFs<MemDisk> {
     drop(fs);
     let fs = mount_with(
         MemDisk::from_bytes(4096, bytes),
-        Box::new(fs::volume::PressurePolicy),
+        Box::new(ninefs::volume::PressurePolicy),
     );
     assert!(
         fs.stats().log.replayed_commits > 0,

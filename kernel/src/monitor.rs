@@ -55,7 +55,7 @@ impl<D: BlockDevice + DeviceName> Reporting for ServedFs<D> {
         let (cache_bytes, cache_nodes) = self.cache_usage();
         Some(FsReport {
             label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
-            size_bytes: sb.layout.total_blocks * fs::format::BLOCK_SIZE as u64,
+            size_bytes: sb.layout.total_blocks * ninefs::format::BLOCK_SIZE as u64,
             free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
             cache_bytes: cache_bytes as u64,
             cache_nodes: cache_nodes as u64,

@@ -25,7 +25,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
 
-use fs::volume::stats::FsStats;
+use ninefs::volume::stats::FsStats;
 use serde::Serialize;
 
 use block::DeviceCounters;
@@ -71,7 +71,7 @@ pub struct DeviceReport {
     pub device_flushes: u64,
 }
 
-/// The filesystem: its state, and its counters (`fs::volume::stats::FsStats`, defined
+/// The filesystem: its state, and its counters (`ninefs::volume::stats::FsStats`, defined
 /// once there and flattened into this object: commits, checkpoints and node writes per
 /// cause, device traffic, the fsync log's counters under `log`).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -236,8 +236,8 @@ impl Request {
 mod tests {
     use super::*;
     use alloc::string::ToString;
-    use fs::volume::synclog::build::Fallback;
-    use fs::volume::CheckpointCause;
+    use ninefs::volume::synclog::build::Fallback;
+    use ninefs::volume::CheckpointCause;
 
     fn snapshot() -> Snapshot {
         let mut stats = FsStats::default();

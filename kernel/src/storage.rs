@@ -8,8 +8,8 @@
 //! device) all borrow the same one. It is wrapped in a `block::CountingDisk`, whose
 //! counters the counters service reports.
 
-use fs::format::BLOCK_SIZE;
-use fs::volume::MountOptions;
+use ninefs::format::BLOCK_SIZE;
+use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
 pub use mount_impl::{mount, mount_memory, DeviceName, Mounted, ServedFs, StorageError};
@@ -61,11 +61,11 @@ mod mount_impl {
     use core::fmt;
 
     use block::BlockDevice;
-    use fs::format::superblock::MAGIC;
-    use fs::format::BLOCK_SIZE;
-    use fs::io::Dev;
-    use fs::volume::{format as mkfs, FormatError, FormatOptions, MountError, NineFs};
     use log::{info, warn};
+    use ninefs::format::superblock::MAGIC;
+    use ninefs::format::BLOCK_SIZE;
+    use ninefs::io::Dev;
+    use ninefs::volume::{format as mkfs, FormatError, FormatOptions, MountError, NineFs};
     use vfs::FileSystem;
 
     use super::{mount_options, LABEL};
@@ -195,7 +195,7 @@ mod mount_impl {
     ) -> Result<Mounted<D>, StorageError> {
         let dev =
             Dev::new(disk).map_err(|e| StorageError::Mount(name.clone(), MountError::Device(e)))?;
-        let (sb, copies) = match fs::volume::read_superblock(&dev).await {
+        let (sb, copies) = match ninefs::volume::read_superblock(&dev).await {
             Ok(found) => found,
             Err(MountError::NoSuperblock) => return Err(StorageError::Damaged(name)),
             Err(e) => return Err(StorageError::Mount(name, e)),
@@ -203,7 +203,7 @@ mod mount_impl {
         if copies != [true, true] {
             warn!("fs: {name}: one superblock copy is invalid (a torn last write, or damage): {copies:?}");
         }
-        let clean = sb.state & fs::format::superblock::state::CLEAN != 0;
+        let clean = sb.state & ninefs::format::superblock::state::CLEAN != 0;
         let opts = mount_options(heap_bytes);
         let cache_limit = opts.cache_limit;
         let started = crate::clock::now();
@@ -243,7 +243,7 @@ mod mount_impl {
             return false;
         };
         let mut buf = alloc::vec![0u8; BLOCK_SIZE];
-        for b in fs::format::layout::SUPERBLOCK_BLOCKS {
+        for b in ninefs::format::layout::SUPERBLOCK_BLOCKS {
             if dev.read(b, &mut buf).await.is_ok() && buf[..MAGIC.len()] == MAGIC {
                 return true;
             }

@@ -17,7 +17,7 @@ use block::{CounterHandle, CountingDisk, DeviceCounters, YieldDisk};
 use clap::Parser;
 use serde::Serialize;
 
-use fs::volume::{
+use ninefs::volume::{
     format, DirtyThresholdPolicy, FormatOptions, FsStats, MountOptions, NineFs, PressurePolicy,
     WritePolicy,
 };
@@ -143,7 +143,7 @@ struct RunReport {
     log_bytes_per_fsync: f64,
     log_record_bytes_per_fsync: f64,
     node_writes_per_fsync: f64,
-    /// `fs::volume::stats::FsStats`, as the appliance reports them.
+    /// `ninefs::volume::stats::FsStats`, as the appliance reports them.
     stats: FsStats,
 }
 

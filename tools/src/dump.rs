@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use fs::format::superblock::NodePtr;
-use fs::format::{Key, TreeId};
 use fsck::inspect::{describe_item, Image};
+use ninefs::format::superblock::NodePtr;
+use ninefs::format::{Key, TreeId};
 
 use crate::image;
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use fs::format::DEFAULT_NODE_SIZE;
-use fs::volume::{format, FormatOptions};
+use ninefs::format::DEFAULT_NODE_SIZE;
+use ninefs::volume::{format, FormatOptions};
 use vfs::Timespec;
 
 use crate::image;

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
-use fs::volume::{MountOptions, NineFs};
+use ninefs::volume::{MountOptions, NineFs};
 use ninep::conn::{Connection, Transport};
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
 use testkit::model::ModelFs;

@@ -57,8 +57,8 @@ fn mkfs_then_fsck_a_1gib_image() {
 
     // Damage the root node: errors, exit 4.
     let bytes = std::fs::read(&img).unwrap();
-    let sb = fs::format::Superblock::decode(&bytes[8192..12288]).unwrap();
-    let fs_root = sb.root(fs::format::TreeId::Fs).ptr.addr as usize;
+    let sb = ninefs::format::Superblock::decode(&bytes[8192..12288]).unwrap();
+    let fs_root = sb.root(ninefs::format::TreeId::Fs).ptr.addr as usize;
     let mut bad = bytes;
     bad[fs_root * 4096 + 100] ^= 0x40;
     std::fs::write(&img, &bad).unwrap();

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use block::MemDisk;
 use block::YieldDisk;
 use common::*;
-use fs::volume::{format, FormatOptions, MountOptions, NineFs};
+use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use ninep::conn::Connection;
 use ninep::server::{Config, Server};
 use ninep::wire::{open_flags as of, Data, Tmsg};

@@ -7,18 +7,18 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use block::BlockDevice;
-use fs::btree::Node;
-use fs::format::bitmap::GroupBlock;
-use fs::format::bset::{parse_node, NodeId};
-use fs::format::items::{
+use ninefs::btree::Node;
+use ninefs::format::bitmap::GroupBlock;
+use ninefs::format::bset::{parse_node, NodeId};
+use ninefs::format::items::{
     decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
     FileExtent, InodeItem,
 };
-use fs::format::key::kind;
-use fs::format::superblock::{state, NodePtr, Superblock};
-use fs::format::{Key, TreeId, BLOCK_SIZE};
-use fs::io::Dev;
-use fs::volume::{choose_group, read_superblock, MountError};
+use ninefs::format::key::kind;
+use ninefs::format::superblock::{state, NodePtr, Superblock};
+use ninefs::format::{Key, TreeId, BLOCK_SIZE};
+use ninefs::io::Dev;
+use ninefs::volume::{choose_group, read_superblock, MountError};
 
 /// An image opened for inspection.
 #[derive(Debug)]
@@ -57,9 +57,9 @@ impl<D: BlockDevice> Image<D> {
 
     /// The commits the log holds past the checkpoint (what mount would replay, before
     /// it checks the last commit's data).
-    pub async fn log_commits(&self) -> Vec<fs::volume::synclog::replay::LoggedCommit> {
+    pub async fn log_commits(&self) -> Vec<ninefs::volume::synclog::replay::LoggedCommit> {
         let l = self.sb.layout;
-        let (commits, _) = fs::volume::synclog::replay::scan(
+        let (commits, _) = ninefs::volume::synclog::replay::scan(
             &self.dev,
             l.log_start,
             l.log_blocks,

@@ -35,18 +35,18 @@ use alloc::vec::Vec;
 
 use crate::inspect::{describe_item, Image, NodeError};
 use block::BlockDevice;
-use fs::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
-use fs::format::bset::HEADER_LEN;
-use fs::format::items::{
+use ninefs::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
+use ninefs::format::bset::HEADER_LEN;
+use ninefs::format::items::{
     decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
     FileExtent, InodeItem, XATTR_CHUNK_LEN,
 };
-use fs::format::key::kind;
-use fs::format::layout::Layout;
-use fs::format::superblock::NodePtr;
-use fs::format::{Key, TreeId, BLOCK_SIZE};
-use fs::util::crc::crc32c;
-use fs::util::hash::name_ref_hash;
+use ninefs::format::key::kind;
+use ninefs::format::layout::Layout;
+use ninefs::format::superblock::NodePtr;
+use ninefs::format::{Key, TreeId, BLOCK_SIZE};
+use ninefs::util::crc::crc32c;
+use ninefs::util::hash::name_ref_hash;
 use vfs::{FileType, ROOT_INO};
 
 /// What to check.
@@ -108,7 +108,7 @@ impl Report {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FsckError {
     /// No valid superblock, unusable device, ...
-    Open(fs::volume::MountError),
+    Open(ninefs::volume::MountError),
 }
 
 impl core::fmt::Display for FsckError {
@@ -674,7 +674,7 @@ impl<D: BlockDevice> Checker<D> {
                 ));
                 continue;
             }
-            if len > u64::from(fs::format::MAX_EXTENT_BLOCKS)
+            if len > u64::from(ninefs::format::MAX_EXTENT_BLOCKS)
                 || start + len > self.img.sb.layout.total_blocks
             {
                 self.error(format!(

@@ -24,8 +24,8 @@ use crate::testing::{
 };
 use block::{BlockDevice, MemDisk};
 use block::{RecordingDisk, YieldDisk};
-use fs::volume::{format as mkfs, FormatOptions, MountOptions, NineFs};
 use fsck::{fsck, FsckOptions};
+use ninefs::volume::{format as mkfs, FormatOptions, MountOptions, NineFs};
 
 mod workloads;
 
