@@ -4,6 +4,7 @@
 use core::cell::OnceCell;
 use core::future::Future;
 use core::sync::atomic::{AtomicU64, Ordering};
+use core::task::Context;
 use core::time::Duration;
 
 use crate::apic::lapic;
@@ -73,6 +74,15 @@ where
     F::Output: 'static,
 {
     spawner().spawn(future)
+}
+
+/// Gives up the CPU with work left: the running task is polled again after the tasks
+/// that events made ready and the tasks deferred before it ([`Spawner::defer_current`]).
+/// Wakes `cx`'s task instead (back of the ready queue) when deferring is not possible.
+pub fn yield_to_others(cx: &Context<'_>) {
+    if !spawner().defer_current() {
+        cx.waker().wake_by_ref();
+    }
 }
 
 /// Completes after `d`.

@@ -29,8 +29,8 @@
 //!   deadlines, reclaimed memory or slot); it then stops at once, dropping unsent
 //!   replies.
 //! - [`Connection::run`] serves for at most [`crate::server::Config::cpu_quantum_ns`]
-//!   (and a bounded number of rounds) before letting other tasks run, so one pipelining
-//!   client cannot starve the others.
+//!   (and a bounded number of rounds) before letting other tasks run
+//!   ([`Transport::yield_cpu`]), so one pipelining client cannot starve the others.
 //! - `Tversion` waits until no request is in flight, and no new request starts until it
 //!   is answered (it resets the session).
 //! - `Tflush(oldtag)`: requests are never cancelled midway (the filesystem's operations
@@ -197,6 +197,15 @@ pub trait Transport {
     ) -> Poll<Result<usize, Self::Error>>;
     /// Writes some of `buf`; `Ok(0)` means the peer is gone.
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, Self::Error>>;
+    /// The connection used up its CPU quantum with work left and returns `Pending`:
+    /// arrange for it to be polled again after other work. The default wakes the task at
+    /// once (the back of a FIFO run queue); a transport on an executor that can hold
+    /// CPU-bound tasks back until event-driven ones have run (the appliance's) does so, so
+    /// a pipelining client's turn never delays another client's request by more than a
+    /// quantum.
+    fn yield_cpu(&mut self, cx: &mut Context<'_>) {
+        cx.waker().wake_by_ref();
+    }
 }
 
 /// Reads at least this large go straight into the frame being assembled (no staging
@@ -710,7 +719,7 @@ impl<F: FileSystem + 'static> Connection<F> {
                 }
             }
             // Out of budget or quantum: let other connections run, then continue.
-            cx.waker().wake_by_ref();
+            io.yield_cpu(cx);
             Poll::Pending
         })
         .await;

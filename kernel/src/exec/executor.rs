@@ -58,8 +58,17 @@ impl ReadyQueue {
     }
 }
 
-/// A task's waker. `scheduled` is true while the task sits in the ready queue, and forever
-/// once the task has finished, so late wakes of a finished task are ignored.
+/// Tasks that gave up the CPU with work left ([`Spawner::defer_current`]), oldest first.
+/// The run loop moves one back to the ready queue per pass, so tasks woken by events
+/// (a request arriving, a device completing) run before a CPU-bound task's next turn,
+/// and the CPU-bound tasks take turns among themselves. Only the executor's own CPU
+/// touches it (no interrupt handler defers a task); capacity is reserved at spawn.
+#[derive(Debug, Default)]
+struct BackgroundQueue(RefCell<VecDeque<TaskId>>);
+
+/// A task's waker. `scheduled` is true while the task sits in the ready queue or the
+/// background queue, and forever once the task has finished, so wakes of a queued task
+/// and late wakes of a finished task are ignored.
 #[derive(Debug)]
 struct TaskWaker {
     id: TaskId,
@@ -97,12 +106,17 @@ pub struct Stats {
     pub timers_fired: u64,
     /// Times the executor went idle.
     pub idles: u64,
+    /// Times a task gave up the CPU with work left and waited in the background queue.
+    pub deferrals: u64,
 }
 
 pub(super) struct Inner {
     platform: Box<dyn Platform>,
     tasks: RefCell<BTreeMap<TaskId, Rc<Task>>>,
     ready: Arc<ReadyQueue>,
+    background: BackgroundQueue,
+    /// The task being polled (not the main future), for [`Spawner::defer_current`].
+    current: Cell<Option<TaskId>>,
     pub(super) timers: RefCell<TimerQueue>,
     next_id: Cell<u64>,
     stats: Cell<Stats>,
@@ -137,11 +151,21 @@ impl Inner {
         let waker = Waker::from(task.waker.clone());
         let mut cx = Context::from_waker(&waker);
         self.bump(|s| s.polls += 1);
+        self.current.set(Some(id));
         let done = task.future.borrow_mut().as_mut().poll(&mut cx).is_ready();
+        self.current.set(None);
         if done {
             task.waker.scheduled.store(true, Ordering::Release);
             self.tasks.borrow_mut().remove(&id);
             self.bump(|s| s.completed += 1);
+        }
+    }
+
+    /// Moves the longest-waiting deferred task to the ready queue, if there is one.
+    fn release_deferred(&self) {
+        if let Some(id) = self.background.0.borrow_mut().pop_front() {
+            // Still `scheduled`: it is queued again, so wakes keep being ignored.
+            self.ready.push(id);
         }
     }
 }
@@ -189,9 +213,38 @@ impl Spawner {
         };
         // +1 for the main future of `block_on`.
         inner.ready.reserve_for(count + 1);
+        {
+            let mut background = inner.background.0.borrow_mut();
+            let want = count.saturating_sub(background.len());
+            background.reserve(want);
+        }
         inner.bump(|s| s.spawned += 1);
         waker.wake_by_ref();
         handle
+    }
+
+    /// Sends the task being polled to the background queue: it is polled again after the
+    /// tasks that are ready now and after the tasks deferred before it, and wakes meanwhile
+    /// are absorbed (it will look at everything when its turn comes). For a task that
+    /// used up its share of the CPU with work left; an event-driven task keeps its place.
+    ///
+    /// Returns false, doing nothing, outside a task's poll (the main future of
+    /// [`Executor::block_on`], or another thread) or if the task was already woken
+    /// during this poll (it is in the ready queue already): the caller then wakes itself.
+    pub fn defer_current(&self) -> bool {
+        let inner = &self.inner;
+        let Some(id) = inner.current.get() else {
+            return false;
+        };
+        let Some(task) = inner.tasks.borrow().get(&id).cloned() else {
+            return false;
+        };
+        if task.waker.scheduled.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        inner.background.0.borrow_mut().push_back(id);
+        inner.bump(|s| s.deferrals += 1);
+        true
     }
 
     /// The current time on the platform's clock.
@@ -262,6 +315,8 @@ impl Executor {
                     platform: Box::new(platform),
                     tasks: RefCell::new(BTreeMap::new()),
                     ready: Arc::new(ReadyQueue(IrqLock::new(queue))),
+                    background: BackgroundQueue::default(),
+                    current: Cell::new(None),
                     timers: RefCell::new(TimerQueue::default()),
                     next_id: Cell::new(MAIN.0 + 1),
                     stats: Cell::new(Stats::default()),
@@ -303,6 +358,8 @@ impl Executor {
                     return v;
                 }
             }
+            // One deferred task per pass: after everything an event made ready.
+            inner.release_deferred();
             if inner.ready.is_empty() {
                 let deadline = inner.timers.borrow().next_deadline();
                 if deadline.is_none_or(|d| d > inner.now()) {

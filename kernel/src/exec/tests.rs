@@ -219,3 +219,96 @@ fn a_self_waking_task_does_not_starve_timers() {
     ex.block_on(async move { sp2.sleep(Duration::ZERO).await });
     assert!(spins.load(Ordering::Relaxed) >= 1);
 }
+
+/// A CPU-bound task that defers itself after every turn, like a 9P connection past its
+/// quantum; returns after `turns` turns.
+fn hog(
+    sp: Spawner,
+    log: Rc<RefCell<Vec<&'static str>>>,
+    name: &'static str,
+    turns: usize,
+) -> impl Future<Output = ()> {
+    let mut left = turns;
+    core::future::poll_fn(move |cx| {
+        log.borrow_mut().push(name);
+        left -= 1;
+        if left == 0 {
+            return core::task::Poll::Ready(());
+        }
+        if !sp.defer_current() {
+            cx.waker().wake_by_ref();
+        }
+        core::task::Poll::Pending
+    })
+}
+
+#[test]
+fn deferred_tasks_run_after_event_driven_ones_and_take_turns() {
+    let (ex, _) = executor();
+    let sp = ex.spawner();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let hogs: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|name| sp.spawn(hog(sp.clone(), log.clone(), name, 20)))
+        .collect();
+    // An event-driven task: woken (by the hog "a", standing in for an interrupt) while
+    // every hog is busy, it must run within one hog turn of the wake-up.
+    let event = Rc::new(IrqEvent::new());
+    let waiter = {
+        let (event, log) = (event.clone(), log.clone());
+        sp.spawn(async move {
+            for _ in 0..5 {
+                event.wait().await;
+                log.borrow_mut().push("event");
+            }
+        })
+    };
+    // Another CPU-bound task, which signals the event every fourth turn.
+    let signaller = {
+        let (event, log, sp2) = (event.clone(), log.clone(), sp.clone());
+        let mut turn = 0;
+        sp.spawn(core::future::poll_fn(move |cx| {
+            turn += 1;
+            if turn % 4 == 0 {
+                log.borrow_mut().push("signal");
+                event.signal();
+                if turn == 20 {
+                    return core::task::Poll::Ready(());
+                }
+            }
+            if !sp2.defer_current() {
+                cx.waker().wake_by_ref();
+            }
+            core::task::Poll::Pending
+        }))
+    };
+    ex.block_on(async move {
+        for h in hogs {
+            h.await;
+        }
+        waiter.await;
+        signaller.await;
+    });
+    let log = log.borrow();
+    // After each signal, the waiter runs before more than one hog turn has passed.
+    for (i, _) in log.iter().enumerate().filter(|(_, e)| **e == "signal") {
+        let until = log[i..]
+            .iter()
+            .position(|e| *e == "event")
+            .expect("event ran");
+        let hog_turns = log[i..i + until].iter().filter(|e| e.len() == 1).count();
+        assert!(
+            hog_turns <= 1,
+            "{hog_turns} hog turns between signal and event: {log:?}"
+        );
+    }
+    // The hogs took turns: no hog ran twice while another one was waiting.
+    let hog_order: Vec<_> = log.iter().filter(|e| e.len() == 1).collect();
+    for w in hog_order[..57].windows(3) {
+        assert!(
+            w[0] != w[1] && w[1] != w[2] && w[0] != w[2],
+            "{hog_order:?}"
+        );
+    }
+    assert!(sp.stats().deferrals >= 57, "{:?}", sp.stats());
+}

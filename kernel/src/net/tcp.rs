@@ -99,4 +99,8 @@ impl Transport for TcpTransport {
         }
         r
     }
+
+    fn yield_cpu(&mut self, cx: &mut Context<'_>) {
+        crate::task::yield_to_others(cx);
+    }
 }
