@@ -29,16 +29,18 @@ use super::raw::attached;
 use super::{Limits, Scale};
 use crate::{stats, FsImage, Qemu, Running};
 
-/// Latency bounds for honest clients (generous: TCG on two shared cores).
+/// Latency bounds for honest clients: "never held out for more than a few seconds", with
+/// room for TCG on two shared cores (the soak's worst honest request is about 1.5 s:
+/// `docs/testing.md`).
 #[derive(Clone, Copy, Debug)]
 pub struct Bounds {
     /// 99th percentile of honest requests during an attack
-    /// (`NINEFOLD_HOSTILE_P99_MS`, default 5 s).
+    /// (`NINEFOLD_HOSTILE_P99_MS`, default 2 s).
     pub p99: Duration,
-    /// Slowest honest request (`NINEFOLD_HOSTILE_MAX_MS`, default 15 s).
+    /// Slowest honest request (`NINEFOLD_HOSTILE_MAX_MS`, default 5 s).
     pub max: Duration,
     /// Connect, version and attach of a new client (`NINEFOLD_HOSTILE_ATTACH_MS`,
-    /// default 10 s).
+    /// default 5 s).
     pub attach: Duration,
 }
 
@@ -54,9 +56,9 @@ impl Bounds {
             )
         };
         Bounds {
-            p99: ms("NINEFOLD_HOSTILE_P99_MS", 5_000),
-            max: ms("NINEFOLD_HOSTILE_MAX_MS", 15_000),
-            attach: ms("NINEFOLD_HOSTILE_ATTACH_MS", 10_000),
+            p99: ms("NINEFOLD_HOSTILE_P99_MS", 2_000),
+            max: ms("NINEFOLD_HOSTILE_MAX_MS", 5_000),
+            attach: ms("NINEFOLD_HOSTILE_ATTACH_MS", 5_000),
         }
     }
 }
