@@ -12,6 +12,8 @@
 //! | `disk=nvme0\|virtio0\|BB:DD.F` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex) | the first one found |
 //! | `mkfs` | format the disk first if it holds no ninefold filesystem (a disk with a damaged one is refused) | off |
 //! | `mkfs=force` | format the disk first, whatever it holds (erases it) | off |
+//! | `fault=RULE[,RULE...]` | inject device errors into the `disk=` device (testing the error paths on real drivers; `block::Fault::parse`): `write:N`, `flush:N`, `read:N` (the Nth request), `writes:PPM`, `reads:PPM` (a fraction), `write-range:A-B`, `read-range:A-B`, `flip:A-B` (blocks), `flush-after:S`, `write-after:S` (every one from S seconds after boot) | off |
+//! | `fault_seed=N` | seed of the random `fault=` rules | `1` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
 //! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
@@ -42,9 +44,11 @@
 //! (exports, allow-lists), so it runs once the heap exists; [`log_level`] reads just
 //! `log=` for what is logged before.
 
+use alloc::vec::Vec;
 use core::fmt;
 use core::net::Ipv4Addr;
 
+use block::Fault;
 use log::LevelFilter;
 use ninep::server::AccessConfig;
 
@@ -292,7 +296,14 @@ pub struct Config {
     pub poweroff: bool,
     /// Exports, client allow-lists (9P and counters port) and group membership.
     pub access: AccessConfig,
+    /// Device errors to inject into the disk (`fault=`).
+    pub faults: Vec<Fault>,
+    /// Seed of the random fault rules (`fault_seed=`).
+    pub fault_seed: u64,
 }
+
+/// Default of [`Config::fault_seed`].
+pub const DEFAULT_FAULT_SEED: u64 = 1;
 
 impl Default for Config {
     fn default() -> Self {
@@ -315,6 +326,8 @@ impl Default for Config {
             crash: None,
             poweroff: false,
             access: AccessConfig::default(),
+            faults: Vec::new(),
+            fault_seed: DEFAULT_FAULT_SEED,
         }
     }
 }
@@ -442,6 +455,16 @@ impl Config {
                     "dev" => Some(Bench::Device),
                     _ => return Err(Some("expected dev")),
                 }
+            }
+            "fault" => {
+                for rule in need(value)?.split(',') {
+                    self.faults.push(Fault::parse(rule).map_err(Some)?);
+                }
+            }
+            "fault_seed" => {
+                self.fault_seed = need(value)?
+                    .parse()
+                    .map_err(|_| Some("expected a number"))?
             }
             "export" => self.access.add_export(need(value)?)?,
             "allow" => self.access.set_allow(need(value)?)?,
@@ -607,6 +630,12 @@ impl fmt::Display for Config {
         if self.access != AccessConfig::default() {
             write!(f, " {}", self.access)?;
         }
+        for (i, fault) in self.faults.iter().enumerate() {
+            write!(f, "{}{fault}", if i == 0 { " fault=" } else { "," })?;
+        }
+        if self.fault_seed != DEFAULT_FAULT_SEED {
+            write!(f, " fault_seed={}", self.fault_seed)?;
+        }
         Ok(())
     }
 }
@@ -629,6 +658,27 @@ mod tests {
         assert_eq!(c, Config::default());
         assert!(ignored.is_empty());
         assert_eq!(c.to_string(), "log=info ip=dhcp gw=none port=564 disk=auto");
+    }
+
+    #[test]
+    fn fault_rules_parse_and_print_back() {
+        let (c, ignored) = parse("fault=flush-after:60,writes:1000 fault=read:3 fault_seed=7");
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(
+            c.faults,
+            [
+                Fault::FlushesAfter(60_000_000_000),
+                Fault::RandomWrites(1000),
+                Fault::NthRead(3)
+            ]
+        );
+        assert_eq!(c.fault_seed, 7);
+        assert!(c
+            .to_string()
+            .ends_with(" fault=flush-after:60,writes:1000,read:3 fault_seed=7"));
+        let (c, ignored) = parse("fault=flush-after:x fault=tear:1");
+        assert!(c.faults.is_empty());
+        assert_eq!(ignored.len(), 2, "{ignored:?}");
     }
 
     #[test]

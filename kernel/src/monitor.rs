@@ -13,7 +13,7 @@ use vfs::FileSystem;
 use crate::net::service::Service;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{AccessReport, DeviceReport, FsReport, HeapReport, NinepReport, Snapshot};
-use crate::storage::{DeviceName, ServedFs};
+use crate::storage::{DeviceName, InjectedFaults, ServedFs};
 use crate::{clock, hal, task};
 
 /// How often the `stats:` line is logged (when something changed).
@@ -28,7 +28,7 @@ pub trait Reporting {
     async fn fs_report(&self) -> Option<FsReport>;
 }
 
-impl<D: BlockDevice + DeviceName> Reporting for ServedFs<D> {
+impl<D: BlockDevice + DeviceName + InjectedFaults> Reporting for ServedFs<D> {
     fn devices(&self) -> Vec<DeviceReport> {
         let disk = *self.device();
         let g = disk.geometry();
@@ -41,6 +41,7 @@ impl<D: BlockDevice + DeviceName> Reporting for ServedFs<D> {
             volatile_cache: g.volatile_cache,
             counters,
             device_flushes: counters.device_flushes(&g),
+            injected_faults: disk.inner().injected_faults(),
         }]
     }
 

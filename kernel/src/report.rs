@@ -28,7 +28,7 @@ use core::fmt::Write;
 use ninefs::volume::stats::FsStats;
 use serde::Serialize;
 
-use block::DeviceCounters;
+use block::{DeviceCounters, FaultCounters};
 
 /// Everything the appliance counts, at one moment.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -69,6 +69,9 @@ pub struct DeviceReport {
     /// Flushes the device performs: `counters.flushes`, plus one per FUA write when FUA
     /// is emulated.
     pub device_flushes: u64,
+    /// What the fault injector did (`fault=` on the command line); absent when unarmed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub injected_faults: Option<FaultCounters>,
 }
 
 /// The filesystem: its state, and its counters (`ninefs::volume::stats::FsStats`, defined
@@ -267,6 +270,7 @@ mod tests {
                     ..DeviceCounters::default()
                 },
                 device_flushes: 4,
+                injected_faults: None,
             }],
             fs: Some(FsReport {
                 label: "data".to_string(),

@@ -12,7 +12,9 @@ use ninefs::format::BLOCK_SIZE;
 use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
-pub use mount_impl::{mount, mount_memory, DeviceName, Mounted, ServedFs, StorageError};
+pub use mount_impl::{
+    mount, mount_memory, DeviceName, InjectedFaults, Mounted, ServedFs, StorageError,
+};
 
 /// Share of the heap the btree node cache may use. A checkpoint holds encoded copies of
 /// the dirty nodes while it writes them, so the cache can cost twice this at peak; the
@@ -72,7 +74,7 @@ mod mount_impl {
     use crate::clock::rtc::WallClock;
     use crate::config::{Config, Mkfs};
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
-    use block::{CountingDisk, MemDisk};
+    use block::{CountingDisk, FaultCounters, FaultDisk, IoError, MemDisk};
 
     /// The filesystem the appliance serves, on device `D` with its counters.
     pub type ServedFs<D> = NineFs<&'static CountingDisk<D>>;
@@ -93,6 +95,52 @@ mod mount_impl {
         fn device_name(&self) -> String {
             "ram".into()
         }
+    }
+
+    impl<D: BlockDevice + DeviceName> DeviceName for FaultDisk<D> {
+        fn device_name(&self) -> String {
+            self.inner().device_name()
+        }
+    }
+
+    /// What a device's fault injector did, for the reports: `None` where there is none.
+    pub trait InjectedFaults {
+        /// The injector's counters, if the device has one that is armed.
+        fn injected_faults(&self) -> Option<FaultCounters> {
+            None
+        }
+    }
+
+    impl InjectedFaults for Disk {}
+
+    impl InjectedFaults for MemDisk {}
+
+    impl<D> InjectedFaults for FaultDisk<D>
+    where
+        D: BlockDevice,
+    {
+        fn injected_faults(&self) -> Option<FaultCounters> {
+            self.is_armed().then(|| self.counters())
+        }
+    }
+
+    /// The error a rule of `fault=` gives: NVMe's "write fault" status, which both
+    /// drivers' callers treat like any device error.
+    const INJECTED_ERROR: IoError = IoError::Device(0x0280);
+
+    /// `disk` behind a fault injector armed with `config.faults` (none: it passes every
+    /// request through).
+    fn with_faults(disk: Disk, config: &Config) -> FaultDisk<Disk> {
+        let disk =
+            FaultDisk::with_clock(disk, config.fault_seed, || crate::clock::now().as_nanos());
+        for fault in &config.faults {
+            warn!(
+                "fs: {}: injecting device errors: {fault}",
+                disk.inner().device_name()
+            );
+            disk.inject(fault.clone(), INJECTED_ERROR);
+        }
+        disk
     }
 
     /// The mounted filesystem and its device.
@@ -160,12 +208,15 @@ mod mount_impl {
     }
 
     /// Opens the disk, formats it if `config.mkfs` says so, and mounts it.
-    pub async fn mount(config: &Config, heap_bytes: u64) -> Result<Mounted<Disk>, StorageError> {
+    pub async fn mount(
+        config: &Config,
+        heap_bytes: u64,
+    ) -> Result<Mounted<FaultDisk<Disk>>, StorageError> {
         let opened = disk::open(config.disk, DiskOptions::for_config(config))
             .await
             .map_err(StorageError::Open)?;
         let name = opened.device_name();
-        let disk = counted(opened);
+        let disk = counted(with_faults(opened, config));
         let g = disk.geometry();
         info!(
             "fs: disk {name}: {} MiB, {}-byte blocks, {} write cache, {} FUA",

@@ -1,0 +1,148 @@
+//! Device faults end to end: the appliance's fault injector (`fault=` on the kernel
+//! command line, `block::FaultDisk` between the real driver and the filesystem) makes
+//! the disk fail every FLUSH from some time on, while a 9P client works. The policy
+//! (`docs/durability.md`, "Device errors"): an fsync whose FLUSH failed returns EIO and
+//! no later fsync reports success for what it did not make durable; the filesystem
+//! refuses further changes; after a reboot on a healthy disk, `ninefold fsck` is clean
+//! and everything acknowledged before the fault is there.
+//!
+//! Host ports: 16300-16303.
+
+use std::time::{Duration, Instant};
+
+use ninefold_tests::ninep::{connect, Tcp};
+use ninefold_tests::{stats, FsImage, Qemu, Running};
+use ninep::testing::Client;
+use ninep::wire::open_flags;
+use vfs::Errno;
+
+/// Seconds after boot from which every FLUSH fails: room for the boot and the
+/// acknowledged part under TCG on a loaded machine.
+const FLUSHES_FAIL_AFTER: u64 = 25;
+const UP: Duration = Duration::from_secs(120);
+
+fn boot(image: &FsImage, disk: &str, port: u16, stats_port: u16, append: &str) -> Running {
+    let q = Qemu::appliance()
+        .memory("128M")
+        .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])
+        .append(append)
+        .timeout(Duration::from_secs(300));
+    match disk {
+        "virtio" => q.virtio_blk_image(image),
+        _ => q.nvme_image("nf-faults", image),
+    }
+    .spawn()
+}
+
+/// The appliance's uptime, from its counters.
+fn uptime(stats_port: u16) -> Duration {
+    let v = stats::json(stats_port);
+    Duration::from_millis(stats::counter(&v, "/uptime_ms"))
+}
+
+/// Creates `name` in the root holding `data` and fsyncs it; fid 1 stays open on it.
+fn create_and_fsync(c: &mut Client<Tcp>, name: &str, data: &[u8]) -> Result<(), Errno> {
+    c.walk(0, 1, "")?;
+    c.lcreate(1, name, open_flags::RDWR, 0o644)?;
+    let n = c.write(1, 0, data)?;
+    assert_eq!(n as usize, data.len(), "short write");
+    c.fsync(1, false)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u16) {
+    let image = FsImage::formatted("256M");
+    let acked = pattern(7, 200_000);
+    let mut vm = boot(
+        &image,
+        disk,
+        port,
+        stats_port,
+        &format!("fault=flush-after:{FLUSHES_FAIL_AFTER}"),
+    );
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    create_and_fsync(&mut c, "acked", &acked).expect("fsync before the fault");
+    let done = uptime(stats_port);
+    assert!(
+        done < Duration::from_secs(FLUSHES_FAIL_AFTER),
+        "the acknowledged part ended {done:?} after boot, past the fault's start: the machine is too slow for this test"
+    );
+    c.clunk(1).unwrap();
+
+    // Wait until flushes fail, then write and fsync: EIO, and EIO again.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while uptime(stats_port) <= Duration::from_secs(FLUSHES_FAIL_AFTER + 1) {
+        assert!(
+            Instant::now() < deadline,
+            "the appliance's clock stands still"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let lost = create_and_fsync(&mut c, "lost", &pattern(9, 50_000));
+    assert_eq!(lost, Err(Errno::EIO), "fsync after a failed FLUSH");
+    assert_eq!(
+        c.fsync(1, false),
+        Err(Errno::EIO),
+        "a later fsync of the same file"
+    );
+    // The filesystem refuses changes from now on.
+    c.walk(0, 2, "").unwrap();
+    assert!(
+        c.lcreate(2, "after", open_flags::RDWR, 0o644).is_err(),
+        "a create after the failure succeeded"
+    );
+    let v = stats::json(stats_port);
+    assert!(
+        stats::counter(&v, "/devices/0/injected_faults/injected_errors") >= 1,
+        "no injected error counted: {v}"
+    );
+    let boot1 = vm.stop();
+    assert!(
+        boot1.line("filesystem is now failed").is_some(),
+        "the failure is not in the log"
+    );
+    assert!(boot1.line("panicked").is_none(), "the appliance panicked");
+
+    // A healthy disk again: clean, and the acknowledged file whole.
+    let (status, report) = image.fsck_status();
+    assert_eq!(status, Some(0), "ninefold fsck after the fault:\n{report}");
+    let mut vm = boot(&image, disk, port, stats_port, "");
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "acked").unwrap();
+    c.lopen(1, open_flags::RDONLY).unwrap();
+    let mut back = Vec::new();
+    loop {
+        let chunk = c.read(1, back.len() as u64, 65536).unwrap();
+        if chunk.is_empty() {
+            break;
+        }
+        back.extend_from_slice(&chunk);
+    }
+    assert!(
+        back == acked,
+        "the acknowledged file came back different ({} bytes)",
+        back.len()
+    );
+    vm.stop();
+    let (status, report) = image.fsck_status();
+    assert_eq!(status, Some(0), "ninefold fsck after the reboot:\n{report}");
+}
+
+#[test]
+fn failed_flushes_on_nvme_lose_nothing_acknowledged() {
+    failed_flushes_lose_nothing_acknowledged("nvme", 16300, 16301);
+}
+
+#[test]
+fn failed_flushes_on_virtio_blk_lose_nothing_acknowledged() {
+    failed_flushes_lose_nothing_acknowledged("virtio", 16302, 16303);
+}
