@@ -469,9 +469,7 @@ mod tests {
         }});
         let text = metrics(&doc);
         assert!(!text.contains("ninefold_9p_requests"), "{text}");
-        assert!(text.contains(
-            "ninefold_9p_request_duration_seconds_count{type=\"Tread\"} 2\n"
-        ));
+        assert!(text.contains("ninefold_9p_request_duration_seconds_count{type=\"Tread\"} 2\n"));
         assert!(text.contains(
             "ninefold_9p_request_duration_seconds_bucket{type=\"Twrite\",le=\"0.001\"} 1\n"
         ));
@@ -481,12 +479,20 @@ mod tests {
         let walk = schema().walk(&clash);
         assert_eq!(walk.refused.len(), 1);
         let text = walk.exposition.render();
-        assert_eq!(text.lines().filter(|l| l.starts_with("ninefold_a_b_total ")).count(), 1);
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("ninefold_a_b_total "))
+                .count(),
+            1
+        );
     }
 
     #[test]
     fn units() {
-        assert_eq!(unit("flush_ns"), ("flush_seconds".to_string(), 1_000_000_000));
+        assert_eq!(
+            unit("flush_ns"),
+            ("flush_seconds".to_string(), 1_000_000_000)
+        );
         assert_eq!(unit("idle_ms"), ("idle_seconds".to_string(), 1000));
         assert_eq!(unit("bytes_read"), ("read_bytes".to_string(), 1));
         assert_eq!(unit("node_load_bytes"), ("node_load_bytes".to_string(), 1));

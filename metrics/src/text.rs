@@ -258,7 +258,10 @@ fn sample(out: &mut String, name: &str, suffix: &str, labels: &Labels, le: Optio
     out.push_str(name);
     out.push_str(suffix);
     let le = le.map(|le| ("le", le));
-    let all = labels.iter().map(|(l, v)| (l.as_str(), v.as_str())).chain(le);
+    let all = labels
+        .iter()
+        .map(|(l, v)| (l.as_str(), v.as_str()))
+        .chain(le);
     for (i, (label, value)) in all.enumerate() {
         out.push(if i == 0 { '{' } else { ',' });
         let _ = write!(out, "{label}=\"{}\"", Escaped::label(value));
@@ -347,12 +350,22 @@ mod tests {
     fn families_render_once_with_help_and_type_and_their_samples_together() {
         let mut e = Exposition::new();
         let help = "Flushes the device performed.";
-        e.counter("a_flushes_total", help, labels(&[("device", "nvme0")]), Value::Int(3))
-            .unwrap();
+        e.counter(
+            "a_flushes_total",
+            help,
+            labels(&[("device", "nvme0")]),
+            Value::Int(3),
+        )
+        .unwrap();
         e.gauge("a_memory_bytes", "Bytes in use.", vec![], Value::Int(7))
             .unwrap();
-        e.counter("a_flushes_total", help, labels(&[("device", "vda")]), Value::Int(4))
-            .unwrap();
+        e.counter(
+            "a_flushes_total",
+            help,
+            labels(&[("device", "vda")]),
+            Value::Int(4),
+        )
+        .unwrap();
         let text = e.render();
         assert_eq!(
             text,
@@ -381,8 +394,15 @@ mod tests {
             text.contains("# HELP x a \\\\ backslash,\\na newline and \"quotes\"\n"),
             "{text}"
         );
-        assert!(text.contains("x{path=\"C:\\\\dir\\n\\\"q\\\"\"} 1\n"), "{text}");
-        assert_eq!(text.lines().count(), 3, "escaped newlines stay on their line");
+        assert!(
+            text.contains("x{path=\"C:\\\\dir\\n\\\"q\\\"\"} 1\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.lines().count(),
+            3,
+            "escaped newlines stay on their line"
+        );
     }
 
     #[test]
@@ -398,11 +418,23 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[1], "# TYPE lat_seconds histogram");
         assert_eq!(lines.len(), 2 + BOUNDS_NS.len() + 1 + 2);
-        assert_eq!(lines[2], "lat_seconds_bucket{type=\"Twrite\",le=\"0.00005\"} 1");
-        assert_eq!(lines[3], "lat_seconds_bucket{type=\"Twrite\",le=\"0.0001\"} 3");
-        assert_eq!(lines[7], "lat_seconds_bucket{type=\"Twrite\",le=\"0.0025\"} 4");
+        assert_eq!(
+            lines[2],
+            "lat_seconds_bucket{type=\"Twrite\",le=\"0.00005\"} 1"
+        );
+        assert_eq!(
+            lines[3],
+            "lat_seconds_bucket{type=\"Twrite\",le=\"0.0001\"} 3"
+        );
+        assert_eq!(
+            lines[7],
+            "lat_seconds_bucket{type=\"Twrite\",le=\"0.0025\"} 4"
+        );
         assert_eq!(lines[18], "lat_seconds_bucket{type=\"Twrite\",le=\"10\"} 4");
-        assert_eq!(lines[19], "lat_seconds_bucket{type=\"Twrite\",le=\"+Inf\"} 5");
+        assert_eq!(
+            lines[19],
+            "lat_seconds_bucket{type=\"Twrite\",le=\"+Inf\"} 5"
+        );
         assert_eq!(lines[20], "lat_seconds_sum{type=\"Twrite\"} 20.00213");
         assert_eq!(lines[21], "lat_seconds_count{type=\"Twrite\"} 5");
     }

@@ -590,13 +590,18 @@ fn requests_are_counted_and_timed_by_type_from_receipt_to_reply() {
     assert_eq!(r.received(TWRITE), 3);
     assert_eq!(r.received(116), 2, "Tread");
     let seen: Vec<(String, u64, u64)> = r.by_type().map(|(n, k, h)| (n, k, h.count)).collect();
-    for name in ["Tversion", "Tattach", "Twalk", "Tlcreate", "Twrite", "Tfsync", "Tflush", "Tread"] {
+    for name in [
+        "Tversion", "Tattach", "Twalk", "Tlcreate", "Twrite", "Tfsync", "Tflush", "Tread",
+    ] {
         assert!(seen.iter().any(|(n, _, _)| n == name), "{name} in {seen:?}");
     }
     for (name, received, h) in r.by_type() {
         assert_eq!(received, h.count, "{name}: every request answered once");
         assert_eq!(h.buckets.iter().sum::<u64>(), h.count, "{name}");
-        assert!(h.sum_ns >= 1000 * h.count, "{name}: at least one clock step each");
+        assert!(
+            h.sum_ns >= 1000 * h.count,
+            "{name}: at least one clock step each"
+        );
     }
 }
 

@@ -167,7 +167,10 @@ impl<D: BlockDevice> CountingDisk<D> {
     ) -> Result<T, IoError> {
         let start = self.clock.map(|now| now());
         let r = request.await;
-        let ns = self.clock.zip(start).map(|(now, t0)| now().saturating_sub(t0));
+        let ns = self
+            .clock
+            .zip(start)
+            .map(|(now, t0)| now().saturating_sub(t0));
         self.counters.0.lock().count(what, r.is_ok(), ns);
         r
     }
@@ -234,7 +237,9 @@ mod tests {
         let disk = CountingDisk::with_clock(MemDisk::new(512, 64), clock);
         pollster::block_on(async {
             disk.flush().await.unwrap();
-            disk.write(0, &[0u8; 512], WriteFlags::default()).await.unwrap();
+            disk.write(0, &[0u8; 512], WriteFlags::default())
+                .await
+                .unwrap();
             disk.flush().await.unwrap();
         });
         let c = disk.counters();

@@ -235,9 +235,7 @@ impl serde::Serialize for RequestStats {
         struct ByType<'a, T>(&'a RequestStats, fn(&RequestStats, usize) -> T);
         impl<T: serde::Serialize> serde::Serialize for ByType<'_, T> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let seen = |&i: &usize| {
-                    self.0.received[i] > 0 || !self.0.latency[i].is_empty()
-                };
+                let seen = |&i: &usize| self.0.received[i] > 0 || !self.0.latency[i].is_empty();
                 let mut m = s.serialize_map(None)?;
                 for i in (0..TYPE_SLOTS).filter(seen) {
                     m.serialize_entry(slot_name(i).as_str(), &(self.1)(self.0, i))?;
@@ -308,17 +306,22 @@ mod tests {
         assert_eq!(s.latency(118).sum_ns, 80_000);
         assert_eq!(s.received(7), 1);
         assert_eq!(s.received(255), 1, "every unknown type shares a slot");
-        let seen: Vec<(String, u64, u64)> = s
-            .by_type()
-            .map(|(name, n, h)| (name, n, h.count))
-            .collect();
+        let seen: Vec<(String, u64, u64)> =
+            s.by_type().map(|(name, n, h)| (name, n, h.count)).collect();
         assert_eq!(
             seen,
             [("Twrite".into(), 2, 1), ("unknown".into(), 1, 1)],
             "only the types seen"
         );
         let names: Vec<String> = (0..TYPE_SLOTS).map(slot_name).collect();
-        for name in ["Tversion", "Tlopen", "Tgetattr", "Txattrwalk", "Tunlinkat", "Tfsync"] {
+        for name in [
+            "Tversion",
+            "Tlopen",
+            "Tgetattr",
+            "Txattrwalk",
+            "Tunlinkat",
+            "Tfsync",
+        ] {
             assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
         }
     }
