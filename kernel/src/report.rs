@@ -219,7 +219,7 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("devices.*.counters.flushes")
             .named("device_flush_requests")
             .help("FLUSH requests the filesystem issued to the device."),
-        Rule::counter("devices.*.counters.flush_latency")
+        Rule::histogram("devices.*.counters.flush_latency")
             .named("device_flush_duration_seconds")
             .help("Time from submission to completion of the device's FLUSH requests."),
         Rule::counter("devices.*.counters.errors").help("Device requests that failed."),

@@ -38,6 +38,9 @@ pub enum Action {
     Counter,
     /// A number that goes up and down.
     Gauge,
+    /// A serialised [`LatencyHistogram`] (recognised by its shape; the rule gives it a
+    /// name or help text).
+    Histogram,
     /// Not a metric.
     Skip,
     /// An object whose keys are values of the label.
@@ -91,6 +94,11 @@ impl Rule {
     /// The number at `path` is a gauge.
     pub const fn gauge(path: &'static str) -> Rule {
         Rule::new(path, Action::Gauge)
+    }
+
+    /// The histogram at `path` (for a name or help text).
+    pub const fn histogram(path: &'static str) -> Rule {
+        Rule::new(path, Action::Histogram)
     }
 
     /// The node at `path` is not exposed.
@@ -384,7 +392,7 @@ mod tests {
             .help("Flushes the device performed."),
         Rule::counter("devices.*.counters.flushes").named("device_flush_requests"),
         Rule::gauge("devices.*.block_size").named("device_block_size_bytes"),
-        Rule::counter("devices.*.counters.flush_latency").named("device_flush_duration_seconds"),
+        Rule::histogram("devices.*.counters.flush_latency").named("device_flush_duration_seconds"),
         Rule::keys("fs.checkpoints", "cause"),
         Rule::keys("fs.node_writes", "cause"),
         Rule::counter("fs.node_writes.*.writes").named("fs_node_writes"),
