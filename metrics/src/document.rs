@@ -6,7 +6,8 @@
 //! Names come from the path, node_exporter style: `{"fs": {"log": {"commits": 3}}}`
 //! with prefix `ninefold` is `ninefold_fs_log_commits_total 3`. Along the way:
 //!
-//! - numbers are counters (`_total`) unless a [`Rule`] says gauge; booleans are gauges
+//! - numbers (non-negative integers) are counters (`_total`) unless a [`Rule`] says
+//!   gauge; booleans are gauges
 //!   (0 or 1); strings and nulls are not samples (a string can label its array
 //!   element, see [`Rule::elements`]);
 //! - units become base units: a key ending `_ns` or `_ms` is in seconds (`flush_ns` ->
