@@ -204,7 +204,7 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("idle_ms")
             .named("idle_seconds")
             .help("Time the CPU was idle (halted): 1 - rate() of it is how busy the appliance is."),
-        // Devices, labelled by name (`nvme@00:04.0`, `virtio-blk@00:05.0`).
+        // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
         Rule::elements("devices", "device", "name").named("device"),
         Rule::rename("devices.*.counters", ""),
         Rule::gauge("devices.*.block_size")
@@ -230,7 +230,7 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::gauge("fs.cache_nodes").help("Btree nodes cached."),
         Rule::gauge("fs.cache_limit")
             .named("fs_cache_limit_bytes")
-            .help("Limit of the node cache (cache= on the command line)."),
+            .help("Limit of the node cache (sized from the heap)."),
         Rule::keys("fs.checkpoints", "cause")
             .named("fs_checkpoints")
             .help("Checkpoints committed, by what caused them."),
