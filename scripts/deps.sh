@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure this machine can build and boot the appliance: QEMU (Debian's
-# qemu-system-x86) and the Rust target x86_64-unknown-none of the pinned toolchain.
+# qemu-system-x86), promtool (Debian's prometheus: the metrics test checks /metrics with
+# it) and the Rust target x86_64-unknown-none of the pinned toolchain.
 # Installs what is missing when it can (apt-get as root, rustup); otherwise says exactly
 # what to install and fails.
 set -euo pipefail
@@ -17,6 +18,18 @@ if ! command -v "$QEMU" >/dev/null 2>&1; then
             qemu-system-x86 >&2
     else
         echo "deps: $QEMU not found. Install it, e.g.: sudo apt-get install qemu-system-x86" >&2
+        missing=1
+    fi
+fi
+
+if ! command -v promtool >/dev/null 2>&1; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "deps: installing prometheus for promtool (apt-get)" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            prometheus >&2
+    else
+        echo "deps: promtool not found. Install it, e.g.: sudo apt-get install prometheus" >&2
         missing=1
     fi
 fi

@@ -136,6 +136,7 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 tx_bytes: conns.tx_bytes.get(),
                 server: self.service.server().stats(),
                 timings: self.service.server().timings(),
+                requests: self.service.server().request_stats(),
                 memory: self.service.server().memory(),
             }),
             heap: HeapReport {

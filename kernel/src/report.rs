@@ -6,7 +6,10 @@
 //! - one JSON document (the periodic `stats:` log line and the counters service);
 //! - `/sys/block/DEV/stat`-style lines (its 17 fields and an 18th, FUA writes, as the
 //!   guest harness reports Linux disks), so scripts that judge Linux disks by their
-//!   block-layer counters read the appliance's the same way.
+//!   block-layer counters read the appliance's the same way;
+//! - the Prometheus text format, made from the JSON document by the walk of
+//!   [`metrics::document`] and the rules of [`METRICS`] (so every counter of the
+//!   document is a metric, with no second list of fields).
 //!
 //! The counters service (`stats=PORT`, `kernel/src/net/stats_port.rs`) answers one
 //! request per connection; [`Request::parse`] reads its first line:
@@ -15,7 +18,9 @@
 //! |---|---|
 //! | nothing (the client only connects), `json` | the JSON document |
 //! | `stat` | one `NAME f1 .. f17` line per device |
-//! | `GET /stat HTTP/1.x` | the same lines, as an HTTP/1.0 response |
+//! | `metrics` | the Prometheus text format |
+//! | `GET /stat HTTP/1.x` | the `stat` lines, as an HTTP/1.0 response |
+//! | `GET /metrics HTTP/1.x` | the Prometheus text format, as an HTTP/1.0 response |
 //! | `GET /anything-else HTTP/1.x` | the JSON document, as an HTTP/1.0 response |
 //!
 //! Pure (host-tested); the appliance fills the snapshot.
@@ -25,6 +30,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
 
+use metrics::document::{Rule, Schema};
 use ninefs::volume::stats::FsStats;
 use serde::Serialize;
 
@@ -97,9 +103,9 @@ pub struct FsReport {
 }
 
 /// The 9P service's counters: the connections (the appliance's service) and the
-/// protocol's own (`ninep::server::Stats`, `Timings`, `MemoryStats`, defined once there
-/// and flattened into this object).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+/// protocol's own (`ninep::server::Stats`, `Timings`, `RequestStats`, `MemoryStats`,
+/// defined once there and flattened into this object).
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct NinepReport {
     /// Connections open now.
     pub connections: u64,
@@ -120,6 +126,10 @@ pub struct NinepReport {
     /// Nanoseconds requests spent in the server (decode to reply), by kind.
     #[serde(flatten)]
     pub timings: ninep::server::Timings,
+    /// Requests received by type (`requests_by_type`) and their latencies from receipt
+    /// to reply (`request_latency`).
+    #[serde(flatten)]
+    pub requests: ninep::server::RequestStats,
     /// The memory budget for clients: limit, committed and peak bytes, bytes charged and
     /// charges refused per use.
     pub memory: ninep::memory::MemoryStats,
@@ -184,54 +194,189 @@ impl Snapshot {
     }
 }
 
+/// How the metrics of `/metrics` are named from the JSON document (see
+/// [`metrics::document`]): what the paths alone do not say — gauges, labels, names in
+/// the node_exporter style, help texts. A counter without a rule is still exposed, as
+/// `ninefold_<path>_total`.
+pub const METRICS: Schema<'static> = Schema {
+    prefix: "ninefold",
+    rules: &[
+        Rule::gauge("uptime_ms")
+            .named("uptime_seconds")
+            .help("Time since boot."),
+        Rule::counter("idle_ms")
+            .named("idle_seconds")
+            .help("Time the CPU was idle (halted): 1 - rate() of it is how busy the appliance is."),
+        // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
+        Rule::elements("devices", "device", "name").named("device"),
+        Rule::rename("devices.*.counters", ""),
+        Rule::gauge("devices.*.block_size")
+            .named("device_block_size_bytes")
+            .help("Logical block size of the device."),
+        Rule::gauge("devices.*.blocks")
+            .named("device_blocks")
+            .help("Capacity of the device in logical blocks."),
+        Rule::counter("devices.*.device_flushes")
+            .named("device_flushes")
+            .help("Cache flushes the device performed: FLUSH requests, plus one per FUA write where FUA is emulated."),
+        Rule::counter("devices.*.counters.flushes")
+            .named("device_flush_requests")
+            .help("FLUSH requests the filesystem issued to the device."),
+        Rule::histogram("devices.*.counters.flush_latency")
+            .named("device_flush_duration_seconds")
+            .help("Time from submission to completion of the device's FLUSH requests."),
+        Rule::counter("devices.*.counters.errors").help("Device requests that failed."),
+        // The filesystem.
+        Rule::gauge("fs.size_bytes").help("Size of the filesystem."),
+        Rule::gauge("fs.free_bytes").help("Free space of the filesystem, as statfs reports it."),
+        Rule::gauge("fs.cache_bytes").help("Memory used by cached btree nodes."),
+        Rule::gauge("fs.cache_nodes").help("Btree nodes cached."),
+        Rule::gauge("fs.cache_limit")
+            .named("fs_cache_limit_bytes")
+            .help("Limit of the node cache (sized from the heap)."),
+        Rule::keys("fs.checkpoints", "cause")
+            .named("fs_checkpoints")
+            .help("Checkpoints committed, by what caused them."),
+        Rule::keys("fs.node_writes", "cause"),
+        Rule::counter("fs.node_writes.*.writes")
+            .named("fs_node_writes")
+            .help("Btree node writes, by cause."),
+        Rule::counter("fs.node_writes.*.bytes")
+            .named("fs_node_written_bytes")
+            .help("Bytes of btree node writes, by cause."),
+        Rule::counter("fs.corruptions")
+            .help("Checksum or decoding failures the filesystem found (each also logged): must stay 0."),
+        Rule::keys("fs.log.fallbacks", "reason")
+            .named("fs_log_fallbacks")
+            .help("Syncs served by a checkpoint instead of the fsync log, by reason."),
+        Rule::counter("fs.log.commits").help("Commits of the fsync log (each one device FLUSH)."),
+        // The 9P service.
+        Rule::gauge("9p.connections")
+            .named("9p_connections")
+            .help("9P connections open."),
+        Rule::counter("9p.accepted")
+            .named("9p_connections_accepted")
+            .help("9P connections accepted."),
+        Rule::counter("9p.shed")
+            .named("9p_connections_shed")
+            .help("9P connections the server reset: deadline passed, memory or slot reclaimed."),
+        Rule::counter("9p.refused")
+            .named("9p_connections_refused")
+            .help("9P clients reset at once at the connection limit (max_conns=)."),
+        Rule::counter("9p.fsyncs")
+            .named("fsyncs")
+            .help("fsync and fdatasync requests acknowledged to 9P clients."),
+        // The total is the sum of the series by type.
+        Rule::skip("9p.requests"),
+        Rule::keys("9p.requests_by_type", "type")
+            .named("9p_requests")
+            .help("9P requests received, by type."),
+        Rule::keys("9p.request_latency", "type")
+            .named("9p_request_duration_seconds")
+            .help("Time from receipt of a 9P request to its reply being queued, by type."),
+        Rule::gauge("9p.memory.limit")
+            .named("9p_memory_limit_bytes")
+            .help("Memory the 9P server may hold for clients (the memory budget)."),
+        Rule::gauge("9p.memory.committed")
+            .named("9p_memory_committed_bytes")
+            .help("Memory committed to 9P clients now."),
+        Rule::gauge("9p.memory.peak")
+            .named("9p_memory_peak_bytes")
+            .help("Most memory ever committed to 9P clients."),
+        Rule::keys("9p.memory.charged", "use"),
+        Rule::gauge("9p.memory.charged.*")
+            .named("9p_memory_charged_bytes")
+            .help("Memory charged to 9P clients now, by use."),
+        Rule::keys("9p.memory.refused", "use")
+            .named("9p_memory_refused")
+            .help("Charges to the 9P memory budget refused, by use."),
+        // The kernel.
+        Rule::gauge("heap.bytes")
+            .named("heap_size_bytes")
+            .help("Bytes the kernel heap manages."),
+        Rule::gauge("heap.allocated")
+            .named("heap_allocated_bytes")
+            .help("Bytes in live kernel heap allocations."),
+        Rule::counter("access.refused_stats")
+            .named("stats_connections_refused")
+            .help("Counters-port connections reset: the client is not in stats_allow=."),
+    ],
+};
+
+impl Snapshot {
+    /// The snapshot in the Prometheus text format (version 0.0.4).
+    pub fn metrics(&self) -> String {
+        let document = match serde_json::to_value(self) {
+            Ok(v) => v,
+            Err(e) => return format!("# the counters could not be serialised: {e}\n"),
+        };
+        let walk = METRICS.walk(&document);
+        for refused in &walk.refused {
+            log::warn!("stats: metric left out: {refused}");
+        }
+        walk.exposition.render()
+    }
+}
+
 /// What a client of the counters service asked for (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Request {
+pub struct Request {
+    /// The answer's format.
+    pub format: Format,
+    /// Asked over HTTP: the answer is an HTTP response.
+    pub http: bool,
+}
+
+/// The formats of the counters service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
     /// The JSON document.
     Json,
     /// The `/sys/block`-style lines.
     Stat,
-    /// An HTTP `GET`; `stat` if the path is `/stat`.
-    Http {
-        /// The path was `/stat`.
-        stat: bool,
-    },
+    /// The Prometheus text format.
+    Metrics,
 }
 
 impl Request {
     /// Reads the request from the first line a client sent (empty: it sent nothing).
     pub fn parse(line: &[u8]) -> Request {
         let line = core::str::from_utf8(line).unwrap_or("").trim();
-        if let Some(rest) = line.strip_prefix("GET ") {
-            let path = rest.split_ascii_whitespace().next().unwrap_or("/");
-            return Request::Http {
-                stat: path == "/stat",
-            };
-        }
-        match line {
-            "stat" => Request::Stat,
-            _ => Request::Json,
-        }
+        let (word, http) = match line.strip_prefix("GET ") {
+            Some(rest) => {
+                let target = rest.split_ascii_whitespace().next().unwrap_or("/");
+                let path = target.split('?').next().unwrap_or(target);
+                (path.trim_start_matches('/'), true)
+            }
+            None => (line, false),
+        };
+        let format = match word {
+            "stat" => Format::Stat,
+            "metrics" => Format::Metrics,
+            _ => Format::Json,
+        };
+        Request { format, http }
     }
 
     /// The answer to this request from `snapshot`.
     pub fn answer(self, snapshot: &Snapshot) -> Vec<u8> {
-        let (body, kind) = match self {
-            Request::Stat | Request::Http { stat: true } => (snapshot.sysfs_lines(), "text/plain"),
-            Request::Json | Request::Http { stat: false } => {
+        let (body, kind) = match self.format {
+            Format::Stat => (snapshot.sysfs_lines(), "text/plain"),
+            Format::Metrics => (snapshot.metrics(), metrics::text::CONTENT_TYPE),
+            Format::Json => {
                 let mut j = snapshot.json();
                 j.push('\n');
                 (j, "application/json")
             }
         };
-        match self {
-            Request::Http { .. } => format!(
-                "HTTP/1.0 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .into_bytes(),
-            _ => body.into_bytes(),
+        if !self.http {
+            return body.into_bytes();
         }
+        format!(
+            "HTTP/1.0 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
     }
 }
 
@@ -321,6 +466,55 @@ mod tests {
     }
 
     #[test]
+    fn metrics_name_every_counter_in_base_units() {
+        let mut s = snapshot();
+        s.devices[0].counters.flush_latency.record(120_000);
+        s.devices[0].counters.flush_latency.record(3_000_000);
+        let document = serde_json::to_value(&s).unwrap();
+        let walk = METRICS.walk(&document);
+        assert_eq!(walk.refused, [], "every rule names a distinct metric");
+        let text = walk.exposition.render();
+        let dev = "device=\"nvme@00:04.0\"";
+        for line in [
+            "ninefold_uptime_seconds 1.234".to_string(),
+            "ninefold_idle_seconds_total 1".to_string(),
+            format!("ninefold_device_written_bytes_total{{{dev}}} 40960"),
+            format!("ninefold_device_write_seconds_total{{{dev}}} 0.005"),
+            format!("ninefold_device_flushes_total{{{dev}}} 4"),
+            format!("ninefold_device_flush_requests_total{{{dev}}} 4"),
+            format!("ninefold_device_fua_writes_total{{{dev}}} 2"),
+            format!("ninefold_device_native_fua{{{dev}}} 1"),
+            format!("ninefold_device_flush_duration_seconds_bucket{{{dev},le=\"0.00025\"}} 1"),
+            format!("ninefold_device_flush_duration_seconds_bucket{{{dev},le=\"+Inf\"}} 2"),
+            format!("ninefold_device_flush_duration_seconds_sum{{{dev}}} 0.00312"),
+            "ninefold_fsyncs_total 7".to_string(),
+            "ninefold_fs_checkpoints_total{cause=\"fsync_fallback\"} 7".to_string(),
+            "ninefold_fs_node_written_bytes_total{cause=\"sync\"} 20480".to_string(),
+            "ninefold_fs_log_commits_total 3".to_string(),
+            "ninefold_fs_log_fallbacks_total{reason=\"too_many_inodes\"} 0".to_string(),
+            "ninefold_fs_corruptions_total 0".to_string(),
+            "ninefold_9p_memory_charged_bytes{use=\"fids\"} 0".to_string(),
+            "ninefold_9p_memory_refused_total{use=\"locks\"} 0".to_string(),
+            "ninefold_stats_connections_refused_total 2".to_string(),
+            "# TYPE ninefold_9p_connections gauge".to_string(),
+            "# TYPE ninefold_fs_free_bytes gauge".to_string(),
+            "# TYPE ninefold_heap_allocated_bytes gauge".to_string(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        // Each family once, its samples right after its HELP and TYPE lines.
+        let mut families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let n = families.len();
+        families.dedup();
+        assert_eq!(families.len(), n);
+        assert!(n > 100, "{n} families");
+    }
+
+    #[test]
     fn sysfs_lines_have_linux_fields_in_order_then_fua() {
         let s = snapshot().sysfs_lines();
         let f: Vec<&str> = s.trim().split(' ').collect();
@@ -336,26 +530,39 @@ mod tests {
 
     #[test]
     fn requests() {
-        assert_eq!(Request::parse(b""), Request::Json);
-        assert_eq!(Request::parse(b"json\n"), Request::Json);
-        assert_eq!(Request::parse(b"stat\r\n"), Request::Stat);
+        let plain = |format| Request {
+            format,
+            http: false,
+        };
+        let http = |format| Request { format, http: true };
+        assert_eq!(Request::parse(b""), plain(Format::Json));
+        assert_eq!(Request::parse(b"json\n"), plain(Format::Json));
+        assert_eq!(Request::parse(b"stat\r\n"), plain(Format::Stat));
+        assert_eq!(Request::parse(b"metrics"), plain(Format::Metrics));
         assert_eq!(
             Request::parse(b"GET /stat HTTP/1.1\r\n"),
-            Request::Http { stat: true }
+            http(Format::Stat)
         );
         assert_eq!(
-            Request::parse(b"GET / HTTP/1.1"),
-            Request::Http { stat: false }
+            Request::parse(b"GET /metrics?name[]=x HTTP/1.1"),
+            http(Format::Metrics)
         );
-        assert_eq!(Request::parse(&[0xff, 0xfe]), Request::Json);
+        assert_eq!(Request::parse(b"GET / HTTP/1.1"), http(Format::Json));
+        assert_eq!(Request::parse(&[0xff, 0xfe]), plain(Format::Json));
         let s = snapshot();
-        let http = String::from_utf8(Request::Http { stat: false }.answer(&s)).unwrap();
+        let http = String::from_utf8(http(Format::Json).answer(&s)).unwrap();
         let (head, body) = http.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.0 200 OK"));
         assert!(head.contains(&alloc::format!("Content-Length: {}", body.len())));
         assert!(serde_json::from_str::<serde_json::Value>(body).is_ok());
-        assert!(String::from_utf8(Request::Stat.answer(&s))
+        assert!(String::from_utf8(plain(Format::Stat).answer(&s))
             .unwrap()
             .starts_with("nvme@00:04.0 3 0 24 "));
+        let metrics =
+            String::from_utf8(Request::parse(b"GET /metrics HTTP/1.1").answer(&s)).unwrap();
+        assert!(
+            metrics.contains("Content-Type: text/plain; version=0.0.4"),
+            "{metrics}"
+        );
     }
 }

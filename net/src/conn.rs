@@ -53,7 +53,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use vfs::FileSystem;
 
 use crate::memory::{Charge, Refused, Use};
-use crate::server::{lerror, reply, Server, Session};
+use crate::server::{lerror, reply, Received, Server, Session};
 use crate::wire::{self, Header, Rmsg, Tmsg, HEADER_LEN};
 
 /// Type bytes the driver answers itself.
@@ -114,15 +114,24 @@ enum Parked {
     /// A frame whose size field has arrived: its bytes are not charged yet.
     Frame { size: u32 },
     /// A complete frame whose reply is not charged yet.
-    Request { frame: Vec<u8>, charge: Charge },
+    Request {
+        frame: Vec<u8>,
+        charge: Charge,
+        received: Received,
+    },
 }
 
+/// A tag in use; each holds its request's receipt, whose latency is taken when the
+/// reply is queued.
 #[derive(Debug)]
 enum TagState {
     /// A request in flight, with the tags of the flushes waiting for it.
-    Request { flushers: Vec<u16> },
+    Request {
+        flushers: Vec<u16>,
+        received: Received,
+    },
     /// A flush waiting for the request with tag `target`.
-    Flush { target: u16 },
+    Flush { target: u16, received: Received },
 }
 
 #[derive(Debug)]
@@ -408,30 +417,32 @@ impl<F: FileSystem + 'static> Connection<F> {
             self.close(CloseReason::DuplicateTag(tag));
             return;
         }
+        let received = self.server.received(header.ty);
         match header.ty {
             TVERSION => match Tmsg::decode(&frame) {
                 Ok((_, Tmsg::Version { msize, version })) => {
+                    let flushers = vec![];
                     self.tags
-                        .insert(tag, TagState::Request { flushers: vec![] });
+                        .insert(tag, TagState::Request { flushers, received });
                     self.version = Version::Waiting {
                         tag,
                         msize,
                         version: version.to_vec(),
                     };
                 }
-                _ => self.malformed(tag),
+                _ => self.malformed(tag, received),
             },
             TFLUSH => match Tmsg::decode(&frame) {
-                Ok((_, Tmsg::Flush { oldtag })) => self.flush(tag, oldtag),
-                _ => self.malformed(tag),
+                Ok((_, Tmsg::Flush { oldtag })) => self.flush(tag, oldtag, received),
+                _ => self.malformed(tag, received),
             },
-            _ => self.spawn_or_park(frame, charge),
+            _ => self.spawn_or_park(frame, charge, received),
         }
     }
 
     /// Starts a request if its reply can be charged, else parks it until memory is
     /// given back.
-    fn spawn_or_park(&mut self, frame: Vec<u8>, frame_charge: Charge) {
+    fn spawn_or_park(&mut self, frame: Vec<u8>, frame_charge: Charge, received: Received) {
         let bound = match Tmsg::decode(&frame) {
             Ok((_, msg)) => wire::reply_bound(&msg, self.session.msize()),
             // The handler answers it with an error.
@@ -444,13 +455,15 @@ impl<F: FileSystem + 'static> Connection<F> {
                 self.parked = Some(Parked::Request {
                     frame,
                     charge: frame_charge,
+                    received,
                 });
                 return;
             }
         };
         let tag = Header::peek(&frame).expect("frame has a header").tag;
+        let flushers = vec![];
         self.tags
-            .insert(tag, TagState::Request { flushers: vec![] });
+            .insert(tag, TagState::Request { flushers, received });
         let now = self.server.now();
         let outstanding = self.outstanding() + 1;
         self.session.note(|a| {
@@ -490,17 +503,22 @@ impl<F: FileSystem + 'static> Connection<F> {
                 self.parked = Some(Parked::Frame { size });
             }
             Some(Parked::Frame { .. }) => {}
-            Some(Parked::Request { frame, charge }) => self.spawn_or_park(frame, charge),
+            Some(Parked::Request {
+                frame,
+                charge,
+                received,
+            }) => self.spawn_or_park(frame, charge, received),
         }
         if self.parked.is_some() {
             self.session.account().budget().wait(cx.waker());
         }
     }
 
-    fn malformed(&mut self, tag: u16) {
+    fn malformed(&mut self, tag: u16, received: Received) {
         self.server.counters().decode_errors();
         self.server.counters().error_replies();
         self.queue(Reply::uncharged(lerror(tag, vfs::Errno::EPROTO)));
+        self.server.answered(received);
     }
 
     /// Queues a reply to be sent.
@@ -512,21 +530,22 @@ impl<F: FileSystem + 'static> Connection<F> {
         self.output.push_back(reply);
     }
 
-    fn flush(&mut self, tag: u16, oldtag: u16) {
+    fn flush(&mut self, tag: u16, oldtag: u16, received: Received) {
         self.server.counters().flushes();
         let target = match self.tags.get(&oldtag) {
             Some(TagState::Request { .. }) => oldtag,
             // Flushing a flush waits for what that flush waits for.
-            Some(TagState::Flush { target }) => *target,
+            Some(TagState::Flush { target, .. }) => *target,
             None => {
                 self.queue(Reply::uncharged(reply(tag, &Rmsg::Flush {})));
+                self.server.answered(received);
                 return;
             }
         };
-        if let Some(TagState::Request { flushers }) = self.tags.get_mut(&target) {
+        if let Some(TagState::Request { flushers, .. }) = self.tags.get_mut(&target) {
             flushers.push(tag);
         }
-        self.tags.insert(tag, TagState::Flush { target });
+        self.tags.insert(tag, TagState::Flush { target, received });
     }
 
     /// Queues a finished request's reply, then the `Rflush`es waiting for it.
@@ -534,23 +553,29 @@ impl<F: FileSystem + 'static> Connection<F> {
         if matches!(self.version, Version::Running) {
             self.version = Version::Idle;
         }
-        let flushers = match self.tags.remove(&tag) {
-            Some(TagState::Request { flushers }) => flushers,
+        let (flushers, received) = match self.tags.remove(&tag) {
+            Some(TagState::Request { flushers, received }) => (flushers, Some(received)),
             other => {
                 debug_assert!(false, "completion for tag {tag} in state {other:?}");
-                Vec::new()
+                (Vec::new(), None)
             }
         };
         if self.closing.is_some_and(CloseReason::drops_output) {
             return;
         }
         self.queue(frame);
+        if let Some(received) = received {
+            self.server.answered(received);
+        }
         if !flushers.is_empty() {
             self.server.counters().flushed_replies_sent();
         }
         for f in flushers {
-            self.tags.remove(&f);
+            let flush = self.tags.remove(&f);
             self.queue(Reply::uncharged(reply(f, &Rmsg::Flush {})));
+            if let Some(TagState::Flush { received, .. }) = flush {
+                self.server.answered(received);
+            }
         }
         let (now, outstanding) = (self.server.now(), self.outstanding());
         self.session.note(|a| {

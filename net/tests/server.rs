@@ -555,6 +555,57 @@ fn timings_split_by_request_kind() {
 }
 
 #[test]
+fn requests_are_counted_and_timed_by_type_from_receipt_to_reply() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    fn clock() -> u64 {
+        static T: AtomicU64 = AtomicU64::new(0);
+        T.fetch_add(1000, Ordering::Relaxed)
+    }
+    let untimed = model_server(Config::default());
+    let mut c = client(&untimed);
+    c.attach(0, 0, "").unwrap();
+    let r = untimed.request_stats();
+    assert_eq!(r.received(104), 1, "counted without a clock");
+    assert!(r.latency(104).is_empty(), "but not timed");
+
+    let server = model_server(Config {
+        clock: Some(clock),
+        ..Config::default()
+    });
+    let mut c = client(&server);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "").unwrap();
+    c.lcreate(1, "f", RDWR, 0o644).unwrap();
+    for i in 0..3 {
+        c.write(1, i * 4, b"data").unwrap();
+    }
+    c.fsync(1, false).unwrap();
+    // A flush of no request in flight is answered at once; it is timed too.
+    c.rpc(&Tmsg::Flush { oldtag: 999 }).unwrap();
+    assert_eq!(c.read(1, 0, 100).unwrap(), b"datadatadata");
+    // Error replies are answers too.
+    assert_eq!(c.read(42, 0, 1).unwrap_err(), Errno::EBADF);
+    let r = server.request_stats();
+    const TWRITE: u8 = 118;
+    assert_eq!(r.received(TWRITE), 3);
+    assert_eq!(r.received(116), 2, "Tread");
+    let seen: Vec<(String, u64, u64)> = r.by_type().map(|(n, k, h)| (n, k, h.count)).collect();
+    for name in [
+        "Tversion", "Tattach", "Twalk", "Tlcreate", "Twrite", "Tfsync", "Tflush", "Tread",
+    ] {
+        assert!(seen.iter().any(|(n, _, _)| n == name), "{name} in {seen:?}");
+    }
+    for (name, received, h) in r.by_type() {
+        assert_eq!(received, h.count, "{name}: every request answered once");
+        assert_eq!(h.buckets.iter().sum::<u64>(), h.count, "{name}");
+        assert!(
+            h.sum_ns >= 1000 * h.count,
+            "{name}: at least one clock step each"
+        );
+    }
+}
+
+#[test]
 fn fid_limit_is_emfile() {
     let server = model_server(Config {
         max_fids: 3,

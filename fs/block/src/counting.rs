@@ -7,6 +7,7 @@
 use alloc::sync::Arc;
 use core::future::Future;
 
+use metrics::LatencyHistogram;
 use spin::Mutex;
 
 use crate::{BlockDevice, Geometry, IoError, WriteFlags};
@@ -43,6 +44,9 @@ pub struct DeviceCounters {
     pub flush_ns: u64,
     /// See [`DeviceCounters::read_ns`].
     pub discard_ns: u64,
+    /// Flush latencies (only timed flushes: none without a clock). Fixed buckets, so
+    /// the counters stay a plain copyable value.
+    pub flush_latency: LatencyHistogram,
 }
 
 /// What a request was, for counting.
@@ -59,8 +63,13 @@ pub enum Counted {
 }
 
 impl DeviceCounters {
-    /// Counts one request that took `ns` nanoseconds and succeeded or not.
-    pub fn count(&mut self, request: Counted, ok: bool, ns: u64) {
+    /// Counts one request that succeeded or not and took `ns` nanoseconds (`None`: not
+    /// timed).
+    pub fn count(&mut self, request: Counted, ok: bool, ns: Option<u64>) {
+        if let (Counted::Flush, Some(ns)) = (request, ns) {
+            self.flush_latency.record(ns);
+        }
+        let ns = ns.unwrap_or(0);
         match request {
             Counted::Read(len) => {
                 self.reads += 1;
@@ -156,10 +165,12 @@ impl<D: BlockDevice> CountingDisk<D> {
         what: Counted,
         request: impl Future<Output = Result<T, IoError>>,
     ) -> Result<T, IoError> {
-        let now = || self.clock.map_or(0, |c| c());
-        let start = now();
+        let start = self.clock.map(|now| now());
         let r = request.await;
-        let ns = now().saturating_sub(start);
+        let ns = self
+            .clock
+            .zip(start)
+            .map(|(now, t0)| now().saturating_sub(t0));
         self.counters.0.lock().count(what, r.is_ok(), ns);
         r
     }
@@ -212,5 +223,29 @@ mod tests {
         assert_eq!(c.flushes, 1);
         let g = disk.geometry();
         assert_eq!(c.device_flushes(&g), if g.native_fua { 1 } else { 2 });
+        assert!(c.flush_latency.is_empty(), "no clock, no latencies");
+    }
+
+    #[test]
+    fn times_flushes_into_the_histogram_with_a_clock() {
+        use core::sync::atomic::{AtomicU64, Ordering};
+        // Every reading advances 300 µs: each request takes 300 µs.
+        static NOW: AtomicU64 = AtomicU64::new(0);
+        fn clock() -> u64 {
+            NOW.fetch_add(300_000, Ordering::Relaxed)
+        }
+        let disk = CountingDisk::with_clock(MemDisk::new(512, 64), clock);
+        pollster::block_on(async {
+            disk.flush().await.unwrap();
+            disk.write(0, &[0u8; 512], WriteFlags::default())
+                .await
+                .unwrap();
+            disk.flush().await.unwrap();
+        });
+        let c = disk.counters();
+        assert_eq!((c.flush_ns, c.write_ns), (600_000, 300_000));
+        let h = c.flush_latency;
+        assert_eq!((h.count, h.sum_ns), (2, 600_000), "flushes only");
+        assert_eq!(h.buckets[3], 2, "300 µs is in (250 µs, 500 µs]");
     }
 }

@@ -115,7 +115,7 @@ impl Recorder {
     fn complete(&self, id: usize, what: Counted, ok: bool) {
         let mut log = self.0.lock();
         let completed = log.tick();
-        log.counters.count(what, ok, 0);
+        log.counters.count(what, ok, None);
         // `clear` may have dropped the request meanwhile.
         if let Some(request) = log.requests.get_mut(id) {
             request.completed = Some(completed);
@@ -162,7 +162,7 @@ impl<D: BlockDevice> BlockDevice for RecordingDisk<D> {
             .0
             .lock()
             .counters
-            .count(what, result.is_ok(), 0);
+            .count(what, result.is_ok(), None);
         result
     }
 

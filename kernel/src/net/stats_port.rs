@@ -1,7 +1,8 @@
 //! The counters service (`stats=PORT`, default 5641): a read-only TCP port that answers
 //! each connection with a snapshot of the appliance's counters and closes it — `nc
 //! ADDR 5641` prints JSON, `echo stat | nc ADDR 5641` prints `/sys/block`-style lines,
-//! `curl http://ADDR:5641/` works too. The request formats are in [`crate::report`].
+//! `curl http://ADDR:5641/` works too, and Prometheus scrapes `http://ADDR:5641/metrics`.
+//! The request formats are in [`crate::report`].
 //!
 //! It changes nothing and holds nothing between connections. Clients outside its
 //! allow-list (`stats_allow=`, default `allow=`) are reset at once, and counted. At most
@@ -61,7 +62,7 @@ pub async fn run<S: Source + 'static>(
 ) {
     let busy = Rc::new(Cell::new(0usize));
     log::info!(
-        "stats: counters service on port {port}, clients: {allow} (JSON; `stat` for /sys/block-style lines)"
+        "stats: counters service on port {port}, clients: {allow} (JSON; `stat` for /sys/block-style lines; GET /metrics for Prometheus)"
     );
     loop {
         let Some(h) = listen(&stack, port) else {

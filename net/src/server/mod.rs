@@ -39,8 +39,9 @@ pub use access::{AccessConfig, AllowList, Cidr};
 pub use export::{Export, Squash};
 pub use housekeeping::Timeouts;
 pub use session::{Activity, Session};
-use stats::{Counters, TimingCells};
-pub use stats::{Stats, Timings};
+pub(crate) use stats::Received;
+use stats::{Counters, RequestCells, TimingCells};
+pub use stats::{RequestStats, Stats, Timings};
 
 /// Largest msize the server agrees to by default (what Linux asks for with
 /// `msize=1048576`).
@@ -76,8 +77,8 @@ pub struct Config {
     /// Group membership by uid (9P carries only a uid; without an entry a user is in no
     /// group, so only owner and other permission bits apply to it).
     pub groups: BTreeMap<u32, Vec<u32>>,
-    /// A monotonic clock in nanoseconds: with one, the server keeps [`Timings`] and
-    /// enforces [`Config::timeouts`].
+    /// A monotonic clock in nanoseconds: with one, the server keeps [`Timings`] and the
+    /// latencies of [`RequestStats`], and enforces [`Config::timeouts`].
     pub clock: Option<fn() -> u64>,
     /// What the server may allocate on clients' behalf ([`crate::memory`]).
     pub memory: MemoryConfig,
@@ -151,6 +152,7 @@ pub struct Server<F> {
     locks: RefCell<locks::LockTable>,
     counters: Counters,
     timings: TimingCells,
+    requests: RequestCells,
     next_conn: Cell<u64>,
     budget: Rc<Budget>,
     /// Open sessions, for housekeeping.
@@ -170,6 +172,7 @@ impl<F: FileSystem> Server<F> {
             locks: RefCell::new(locks::LockTable::new(limits)),
             counters: Counters::default(),
             timings: TimingCells::default(),
+            requests: RequestCells::default(),
             next_conn: Cell::new(1),
             budget: Budget::new(config.memory),
             sessions: RefCell::new(BTreeMap::new()),
@@ -195,6 +198,24 @@ impl<F: FileSystem> Server<F> {
     /// Time spent in requests so far (all zero without [`Config::clock`]).
     pub fn timings(&self) -> Timings {
         self.timings.snapshot()
+    }
+
+    /// Requests received and their latencies, by request type.
+    pub fn request_stats(&self) -> RequestStats {
+        self.requests.snapshot()
+    }
+
+    /// Counts a request whose frame is complete; hand the result to
+    /// [`Server::answered`] when its reply is queued.
+    pub(crate) fn received(&self, ty: u8) -> Received {
+        self.requests.receive(ty, self.now())
+    }
+
+    /// Records the latency of a request whose reply was just queued (with a clock).
+    pub(crate) fn answered(&self, request: Received) {
+        if self.config.clock.is_some() {
+            self.requests.answer(request, self.now());
+        }
     }
 
     /// Number of POSIX locks held by all connections.

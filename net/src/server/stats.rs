@@ -1,6 +1,15 @@
-//! Per-cause counters of a server, readable at any time.
+//! Per-cause counters of a server, readable at any time, and its requests' latencies by
+//! type.
 
-use core::cell::Cell;
+use alloc::format;
+use alloc::string::String;
+#[cfg(test)]
+use alloc::vec::Vec;
+use core::cell::{Cell, RefCell};
+
+use metrics::LatencyHistogram;
+
+use crate::wire::Tmsg;
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident,)*) => {
@@ -140,6 +149,180 @@ impl TimingCells {
             fsync_ns: self.fsync_ns.get(),
             read_ns: self.read_ns.get(),
             other_ns: self.other_ns.get(),
+        }
+    }
+}
+
+/// Slots of [`RequestStats`]: one per T-message of 9P2000.L ([`Tmsg::TYPES`]) and one for
+/// type bytes that are none of them.
+const TYPE_SLOTS: usize = Tmsg::TYPES.len() + 1;
+
+/// The slot of each type byte (the last slot: not a request type).
+const SLOT_OF_TYPE: [u8; 256] = {
+    let mut slots = [Tmsg::TYPES.len() as u8; 256];
+    let mut i = 0;
+    while i < Tmsg::TYPES.len() {
+        slots[Tmsg::TYPES[i].0 as usize] = i as u8;
+        i += 1;
+    }
+    slots
+};
+
+/// The 9P name of the requests in `slot`: `Twrite`, `Tgetattr`, ... (`unknown` for
+/// type bytes that are no request).
+fn slot_name(slot: usize) -> String {
+    match Tmsg::TYPES.get(slot) {
+        Some((_, variant)) => format!("T{}", variant.to_ascii_lowercase()),
+        None => String::from("unknown"),
+    }
+}
+
+/// A request received and not yet answered: its type and when it arrived (server
+/// clock), so its latency can be taken when its reply is queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Received {
+    slot: u8,
+    at: u64,
+}
+
+/// Requests received, and the time from receipt to their reply being queued, by
+/// request type: a snapshot.
+///
+/// Serialised (feature `serde`) as two fields of the enclosing counters, each a map
+/// from the type's name over the types seen: `requests_by_type` (`{"Twrite": 12}`) and
+/// `request_latency` (`{"Twrite": LatencyHistogram}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestStats {
+    received: [u64; TYPE_SLOTS],
+    latency: [LatencyHistogram; TYPE_SLOTS],
+}
+
+impl Default for RequestStats {
+    fn default() -> Self {
+        RequestStats {
+            received: [0; TYPE_SLOTS],
+            latency: [LatencyHistogram::default(); TYPE_SLOTS],
+        }
+    }
+}
+
+impl RequestStats {
+    /// Requests with type byte `ty` received (counted when their frame is complete).
+    pub fn received(&self, ty: u8) -> u64 {
+        self.received[usize::from(SLOT_OF_TYPE[usize::from(ty)])]
+    }
+
+    /// Latencies of the answered requests with type byte `ty`: from receipt to their
+    /// reply being queued (empty without [`super::Config::clock`]).
+    pub fn latency(&self, ty: u8) -> &LatencyHistogram {
+        &self.latency[usize::from(SLOT_OF_TYPE[usize::from(ty)])]
+    }
+
+    /// The types seen, by name (`Twrite`), with their counts and latencies.
+    pub fn by_type(&self) -> impl Iterator<Item = (String, u64, &LatencyHistogram)> {
+        (0..TYPE_SLOTS)
+            .filter(|&i| self.received[i] > 0 || !self.latency[i].is_empty())
+            .map(|i| (slot_name(i), self.received[i], &self.latency[i]))
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for RequestStats {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeStruct};
+
+        /// One of the two maps, over the types seen.
+        struct ByType<'a, T>(&'a RequestStats, fn(&RequestStats, usize) -> T);
+        impl<T: serde::Serialize> serde::Serialize for ByType<'_, T> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let seen = |&i: &usize| self.0.received[i] > 0 || !self.0.latency[i].is_empty();
+                let mut m = s.serialize_map(None)?;
+                for i in (0..TYPE_SLOTS).filter(seen) {
+                    m.serialize_entry(slot_name(i).as_str(), &(self.1)(self.0, i))?;
+                }
+                m.end()
+            }
+        }
+        let mut st = s.serialize_struct("RequestStats", 2)?;
+        st.serialize_field("requests_by_type", &ByType(self, |r, i| r.received[i]))?;
+        st.serialize_field("request_latency", &ByType(self, |r, i| r.latency[i]))?;
+        st.end()
+    }
+}
+
+/// The live [`RequestStats`]: a fixed array per type, so counting allocates nothing.
+#[derive(Debug)]
+pub(crate) struct RequestCells {
+    received: [Cell<u64>; TYPE_SLOTS],
+    latency: RefCell<[LatencyHistogram; TYPE_SLOTS]>,
+}
+
+impl Default for RequestCells {
+    fn default() -> Self {
+        RequestCells {
+            received: core::array::from_fn(|_| Cell::new(0)),
+            latency: RefCell::new([LatencyHistogram::default(); TYPE_SLOTS]),
+        }
+    }
+}
+
+impl RequestCells {
+    /// Counts a request with type byte `ty` received at `now`.
+    pub(crate) fn receive(&self, ty: u8, now: u64) -> Received {
+        let slot = SLOT_OF_TYPE[usize::from(ty)];
+        let cell = &self.received[usize::from(slot)];
+        cell.set(cell.get() + 1);
+        Received { slot, at: now }
+    }
+
+    /// Records the latency of `request`, answered at `now`.
+    pub(crate) fn answer(&self, request: Received, now: u64) {
+        self.latency.borrow_mut()[usize::from(request.slot)].record(now.saturating_sub(request.at));
+    }
+
+    pub(crate) fn snapshot(&self) -> RequestStats {
+        RequestStats {
+            received: core::array::from_fn(|i| self.received[i].get()),
+            latency: *self.latency.borrow(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_type_has_a_slot_and_a_9p_name() {
+        let cells = RequestCells::default();
+        let write = cells.receive(118, 1_000);
+        cells.receive(118, 2_000);
+        let unknown = cells.receive(7, 0); // Rlerror is no request
+        cells.answer(write, 81_000);
+        cells.answer(unknown, 10);
+        let s = cells.snapshot();
+        assert_eq!(s.received(118), 2);
+        assert_eq!(s.latency(118).count, 1);
+        assert_eq!(s.latency(118).sum_ns, 80_000);
+        assert_eq!(s.received(7), 1);
+        assert_eq!(s.received(255), 1, "every unknown type shares a slot");
+        let seen: Vec<(String, u64, u64)> =
+            s.by_type().map(|(name, n, h)| (name, n, h.count)).collect();
+        assert_eq!(
+            seen,
+            [("Twrite".into(), 2, 1), ("unknown".into(), 1, 1)],
+            "only the types seen"
+        );
+        let names: Vec<String> = (0..TYPE_SLOTS).map(slot_name).collect();
+        for name in [
+            "Tversion",
+            "Tlopen",
+            "Tgetattr",
+            "Txattrwalk",
+            "Tunlinkat",
+            "Tfsync",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
         }
     }
 }

@@ -119,6 +119,10 @@ macro_rules! messages {
         }
 
         impl<'a> $name<'a> {
+            /// Every message's type byte and variant name, in declaration order.
+            pub const TYPES: &'static [(u8, &'static str)] =
+                &[ $( ($ty, stringify!($variant)), )* ];
+
             /// The type byte on the wire.
             pub fn msg_type(&self) -> u8 {
                 match self {

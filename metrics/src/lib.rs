@@ -1,0 +1,19 @@
+//! ninefold's metrics for monitoring systems: latency histograms with fixed buckets
+//! ([`histogram`]), the Prometheus text exposition format ([`text`]), and the walk that
+//! turns a counters document — the JSON the appliance's counter sets serialise to —
+//! into that format ([`document`], feature `json`).
+//!
+//! `no_std + alloc`, pure and host-tested: the appliance's counters port and the host
+//! tools use the same code.
+
+#![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+
+#[cfg(feature = "json")]
+pub mod document;
+pub mod histogram;
+pub mod text;
+
+pub use histogram::LatencyHistogram;
