@@ -67,7 +67,7 @@ run: deps image $(DISK)
 		-serial mon:stdio -no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
 		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) fs=$(FS) $(APPEND))" \
-		-drive file=$(DISK),if=none,id=disk0,format=raw \
+		-drive file=$(DISK),if=none,id=disk0,format=raw,discard=unmap \
 		-device nvme,drive=disk0,serial=ninefold0 \
 		-netdev user,id=net0,hostfwd=tcp:127.0.0.1:$(PORT)-:$(NINEP_PORT),hostfwd=tcp:127.0.0.1:$(STATS_PORT)-:5641 \
 		-device virtio-net-pci,netdev=net0,disable-legacy=on,romfile=

@@ -92,6 +92,13 @@ impl<D: BlockDevice> Dev<D> {
     pub async fn flush(&self) -> Result<(), IoError> {
         self.dev.flush().await
     }
+
+    /// Tells the device that `blocks` filesystem blocks from `block` hold nothing.
+    pub async fn discard(&self, block: u64, blocks: u64) -> Result<(), IoError> {
+        self.dev
+            .discard(block << self.shift, blocks << self.shift)
+            .await
+    }
 }
 
 #[cfg(test)]

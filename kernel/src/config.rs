@@ -14,6 +14,7 @@
 //! | `mkfs=force` | format the disk first, whatever it holds (erases it) | off |
 //! | `fault=RULE[,RULE...]` | inject device errors into the `disk=` device (testing the error paths on real drivers; `block::Fault::parse`): `write:N`, `flush:N`, `read:N` (the Nth request), `writes:PPM`, `reads:PPM` (a fraction), `write-range:A-B`, `read-range:A-B`, `flip:A-B` (blocks), `flush-after:S`, `write-after:S` (every one from S seconds after boot) | off |
 //! | `fault_seed=N` | seed of the random `fault=` rules | `1` |
+//! | `discard=SECS\|off` | give freed blocks back to the disk (NVMe Deallocate, virtio-blk DISCARD) once their release is durable, committing it at most SECS after a deletion | `20` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
 //! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
@@ -300,7 +301,13 @@ pub struct Config {
     pub faults: Vec<Fault>,
     /// Seed of the random fault rules (`fault_seed=`).
     pub fault_seed: u64,
+    /// Seconds after a deletion by which freed blocks are discarded; `None`: never
+    /// (`discard=`).
+    pub discard_secs: Option<u32>,
 }
+
+/// Default of [`Config::discard_secs`].
+pub const DEFAULT_DISCARD_SECS: u32 = 20;
 
 /// Default of [`Config::fault_seed`].
 pub const DEFAULT_FAULT_SEED: u64 = 1;
@@ -328,6 +335,7 @@ impl Default for Config {
             access: AccessConfig::default(),
             faults: Vec::new(),
             fault_seed: DEFAULT_FAULT_SEED,
+            discard_secs: Some(DEFAULT_DISCARD_SECS),
         }
     }
 }
@@ -459,6 +467,17 @@ impl Config {
             "fault" => {
                 for rule in need(value)?.split(',') {
                     self.faults.push(Fault::parse(rule).map_err(Some)?);
+                }
+            }
+            "discard" => {
+                self.discard_secs = match need(value)? {
+                    "off" => None,
+                    v => Some(
+                        v.parse()
+                            .ok()
+                            .filter(|s| (1..=3600).contains(s))
+                            .ok_or(Some("expected off or 1-3600 seconds"))?,
+                    ),
                 }
             }
             "fault_seed" => {
@@ -633,6 +652,11 @@ impl fmt::Display for Config {
         for (i, fault) in self.faults.iter().enumerate() {
             write!(f, "{}{fault}", if i == 0 { " fault=" } else { "," })?;
         }
+        match self.discard_secs {
+            Some(DEFAULT_DISCARD_SECS) => {}
+            Some(s) => write!(f, " discard={s}")?,
+            None => f.write_str(" discard=off")?,
+        }
         if self.fault_seed != DEFAULT_FAULT_SEED {
             write!(f, " fault_seed={}", self.fault_seed)?;
         }
@@ -676,6 +700,13 @@ mod tests {
         assert!(c
             .to_string()
             .ends_with(" fault=flush-after:60,writes:1000,read:3 fault_seed=7"));
+        let (c, _) = parse("discard=off");
+        assert_eq!(
+            (c.discard_secs, c.to_string().ends_with(" discard=off")),
+            (None, true)
+        );
+        let (c, _) = parse("discard=5");
+        assert_eq!(c.discard_secs, Some(5));
         let (c, ignored) = parse("fault=flush-after:x fault=tear:1");
         assert!(c.faults.is_empty());
         assert_eq!(ignored.len(), 2, "{ignored:?}");

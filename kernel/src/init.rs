@@ -14,6 +14,7 @@ use crate::mm::setup::MemorySummary;
 use crate::monitor::{Monitor, Reporting};
 use crate::net::stats_port::PortStats;
 use crate::platform::{self, PlatformInfo};
+use crate::storage::Housekeeping;
 use crate::{bench, clock, crash, irq, klog, mm, net, pci, selftest, storage, task};
 
 const MIB: u64 = 1 << 20;
@@ -180,10 +181,17 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
 /// log; logs why not if the network cannot start.
 async fn serve<F>(config: &Config, fs: F, cache_limit: usize, mem: &MemorySummary)
 where
-    F: vfs::FileSystem + Reporting + 'static,
+    F: vfs::FileSystem + Reporting + Housekeeping + 'static,
 {
     match net::serve(config, fs, mem.heap).await {
         Ok(service) => {
+            let tended = service.clone();
+            task::spawn(async move {
+                loop {
+                    task::sleep(storage::HOUSEKEEPING_INTERVAL).await;
+                    tended.server().fs().housekeeping().await;
+                }
+            });
             let port_stats = Rc::new(PortStats::default());
             let monitor = Monitor::new(service.clone(), cache_limit, port_stats.clone());
             task::spawn(monitor.clone().log_periodically());

@@ -8,13 +8,18 @@
 //! device) all borrow the same one. It is wrapped in a `block::CountingDisk`, whose
 //! counters the counters service reports.
 
+use core::time::Duration;
+
 use ninefs::format::BLOCK_SIZE;
 use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
 pub use mount_impl::{
-    mount, mount_memory, DeviceName, InjectedFaults, Mounted, ServedFs, StorageError,
+    mount, mount_memory, DeviceName, Housekeeping, InjectedFaults, Mounted, ServedFs, StorageError,
 };
+
+/// How often the served filesystem's [`Housekeeping`] runs.
+pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Share of the heap the btree node cache may use. A checkpoint holds encoded copies of
 /// the dirty nodes while it writes them, so the cache can cost twice this at peak; the
@@ -45,12 +50,13 @@ pub fn memory_disk_bytes(heap_bytes: u64) -> u64 {
 }
 
 /// The mount options for a `heap_bytes` heap (pure: host-tested).
-pub fn mount_options(heap_bytes: u64) -> MountOptions {
+pub fn mount_options(heap_bytes: u64, discard: Option<Duration>) -> MountOptions {
     let cache = (heap_bytes / CACHE_SHARE).clamp(MIN_CACHE, MAX_CACHE);
     let groups = (heap_bytes / GROUP_SHARE / BLOCK_SIZE as u64).max(256);
     MountOptions {
         cache_limit: cache as usize,
         max_groups: groups as usize,
+        discard,
         ..MountOptions::default()
     }
 }
@@ -61,6 +67,7 @@ mod mount_impl {
     use alloc::format;
     use alloc::string::String;
     use core::fmt;
+    use core::time::Duration;
 
     use block::BlockDevice;
     use log::{info, warn};
@@ -100,6 +107,22 @@ mod mount_impl {
     impl<D: BlockDevice + DeviceName> DeviceName for FaultDisk<D> {
         fn device_name(&self) -> String {
             self.inner().device_name()
+        }
+    }
+
+    /// Periodic work of a served filesystem ([`HOUSEKEEPING_INTERVAL`]).
+    #[allow(async_fn_in_trait)]
+    pub trait Housekeeping {
+        /// Does what is due (on the real filesystem: commits and discards blocks freed
+        /// longer ago than `discard=`); errors are logged.
+        async fn housekeeping(&self);
+    }
+
+    impl<D: BlockDevice> Housekeeping for ServedFs<D> {
+        async fn housekeeping(&self) {
+            if let Err(e) = NineFs::housekeeping(self).await {
+                warn!("fs: housekeeping: {e}");
+            }
         }
     }
 
@@ -204,7 +227,8 @@ mod mount_impl {
         let name = disk.inner().device_name();
         info!("fs: {name}: {} MiB RAM disk", bytes >> 20);
         format_disk(disk, &name).await?;
-        mount_formatted(disk, name, heap_bytes).await
+        // Discarding a RAM disk's blocks would only zero memory.
+        mount_formatted(disk, name, heap_bytes, None).await
     }
 
     /// Opens the disk, formats it if `config.mkfs` says so, and mounts it.
@@ -235,7 +259,8 @@ mod mount_impl {
             (Mkfs::Off, true) => return Err(StorageError::Unformatted(name)),
             (Mkfs::Off, false) => {}
         }
-        mount_formatted(disk, name, heap_bytes).await
+        let discard = config.discard_secs.map(|s| Duration::from_secs(s.into()));
+        mount_formatted(disk, name, heap_bytes, discard).await
     }
 
     /// Mounts the filesystem on `disk` and logs what it found.
@@ -243,6 +268,7 @@ mod mount_impl {
         disk: &'static CountingDisk<D>,
         name: String,
         heap_bytes: u64,
+        discard: Option<Duration>,
     ) -> Result<Mounted<D>, StorageError> {
         let dev =
             Dev::new(disk).map_err(|e| StorageError::Mount(name.clone(), MountError::Device(e)))?;
@@ -255,7 +281,7 @@ mod mount_impl {
             warn!("fs: {name}: one superblock copy is invalid (a torn last write, or damage): {copies:?}");
         }
         let clean = sb.state & ninefs::format::superblock::state::CLEAN != 0;
-        let opts = mount_options(heap_bytes);
+        let opts = mount_options(heap_bytes, discard);
         let cache_limit = opts.cache_limit;
         let started = crate::clock::now();
         let fs = NineFs::mount(disk, opts, Box::new(WallClock::new()))
@@ -369,13 +395,13 @@ mod tests {
     #[test]
     fn cache_scales_with_the_heap() {
         // 128 MiB of RAM: a 94 MiB heap.
-        let small = mount_options(94 * MIB);
+        let small = mount_options(94 * MIB, None);
         assert_eq!(small.cache_limit as u64, 94 * MIB / CACHE_SHARE);
         assert_eq!(small.max_groups, 376);
         // make run's 512 MiB: about 375 MiB of heap.
-        assert_eq!(mount_options(375 * MIB).cache_limit as u64, 75 * MIB);
-        assert_eq!(mount_options(MIB).cache_limit as u64, MIN_CACHE);
-        assert_eq!(mount_options(64 << 30).cache_limit as u64, MAX_CACHE);
-        assert_eq!(mount_options(MIB).max_groups, 256);
+        assert_eq!(mount_options(375 * MIB, None).cache_limit as u64, 75 * MIB);
+        assert_eq!(mount_options(MIB, None).cache_limit as u64, MIN_CACHE);
+        assert_eq!(mount_options(64 << 30, None).cache_limit as u64, MAX_CACHE);
+        assert_eq!(mount_options(MIB, None).max_groups, 256);
     }
 }

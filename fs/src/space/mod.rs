@@ -436,6 +436,12 @@ impl Allocator {
         Ok(writes)
     }
 
+    /// The blocks the checkpoint prepared last frees, still pinned (for discarding them
+    /// before [`Allocator::committed`] makes them reusable).
+    pub fn pinned_ranges(&self) -> Vec<Range<u64>> {
+        self.pinned.iter().collect()
+    }
+
     /// The checkpoint prepared last has committed: its freed blocks are reusable.
     pub fn committed(&mut self) {
         self.pinned = RangeSet::new();

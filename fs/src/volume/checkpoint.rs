@@ -36,11 +36,14 @@ pub enum CheckpointCause {
     Reserve,
     /// Mount replayed the log: commit what it recovered and start a new log epoch.
     Replay,
+    /// Blocks were freed a while ago and nothing else committed their release: commit it,
+    /// so they are given back to the device (discarded) soon after the deletion.
+    Discard,
 }
 
 impl CheckpointCause {
     /// All causes, in counter order.
-    pub const ALL: [CheckpointCause; 8] = [
+    pub const ALL: [CheckpointCause; 9] = [
         CheckpointCause::Sync,
         CheckpointCause::Fsync,
         CheckpointCause::Unmount,
@@ -49,6 +52,7 @@ impl CheckpointCause {
         CheckpointCause::Space,
         CheckpointCause::Reserve,
         CheckpointCause::Replay,
+        CheckpointCause::Discard,
     ];
 
     /// The cause counted for leaf writes of such a checkpoint.
@@ -71,6 +75,7 @@ impl CheckpointCause {
             CheckpointCause::Space => "space",
             CheckpointCause::Reserve => "reserve",
             CheckpointCause::Replay => "replay",
+            CheckpointCause::Discard => "discard",
         }
     }
 

@@ -8,6 +8,8 @@
 //! with no lock held; writers of one inode's data are serialised by a per-inode async
 //! mutex, which readers and other inodes never wait for.
 
+use ::core::ops::Range;
+use ::core::time::Duration;
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec;
@@ -71,7 +73,19 @@ pub struct MountOptions {
     pub max_links: u32,
     /// When checkpoints run.
     pub policy: Box<dyn WritePolicy>,
+    /// Give freed blocks back to the device (discard) once their release is durable,
+    /// committing it at most this long after the first of them was freed (a `Discard`
+    /// checkpoint, started by [`NineFs::housekeeping`]); `None`: never discard.
+    pub discard: Option<Duration>,
 }
+
+/// Default of [`MountOptions::discard`]: freed blocks go back to the device within
+/// about this long (plus the housekeeping interval).
+pub const DEFAULT_DISCARD_DELAY: Duration = Duration::from_secs(20);
+
+/// Most discard requests one checkpoint sends; blocks beyond them are freed without
+/// being discarded (bounded checkpoint time; counted as skipped blocks in the log).
+const MAX_DISCARDS_PER_CHECKPOINT: usize = 4096;
 
 impl Default for MountOptions {
     fn default() -> MountOptions {
@@ -81,6 +95,7 @@ impl Default for MountOptions {
             read_only: false,
             max_links: MAX_LINKS,
             policy: Box::new(PressurePolicy),
+            discard: Some(DEFAULT_DISCARD_DELAY),
         }
     }
 }
@@ -188,6 +203,10 @@ pub struct NineFs<D: BlockDevice> {
     cache_limit: usize,
     max_groups: usize,
     policy: Box<dyn WritePolicy>,
+    /// [`MountOptions::discard`], until the device says it cannot discard.
+    discard: Mutex<Option<Duration>>,
+    /// When (wall-clock seconds) freed blocks were first seen waiting for a checkpoint.
+    freed_since: Mutex<Option<i64>>,
 }
 
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
@@ -242,6 +261,8 @@ impl<D: BlockDevice> NineFs<D> {
             cache_limit: opts.cache_limit,
             max_groups: opts.max_groups.max(4),
             policy: opts.policy,
+            discard: Mutex::new(opts.discard),
+            freed_since: Mutex::new(None),
         };
         // A cleanly unmounted image has an empty log (its tail is the head).
         let replayed = if clean {
@@ -503,6 +524,78 @@ impl<D: BlockDevice> NineFs<D> {
         }
     }
 
+    /// Discards `freed` (blocks whose release a checkpoint just made durable, still
+    /// pinned). Errors are logged and counted, never fatal: the blocks are free either
+    /// way; a device that cannot discard turns discarding off.
+    async fn discard_freed(&self, freed: Vec<Range<u64>>) {
+        let skipped: u64 = freed
+            .iter()
+            .skip(MAX_DISCARDS_PER_CHECKPOINT)
+            .map(|r| r.end - r.start)
+            .sum();
+        if skipped > 0 {
+            log::warn!("discard: {skipped} freed blocks left undiscarded (too many ranges)");
+        }
+        for r in freed.into_iter().take(MAX_DISCARDS_PER_CHECKPOINT) {
+            let blocks = r.end - r.start;
+            let result = self.dev.discard(r.start, blocks).await;
+            let mut c = self.core.lock();
+            match result {
+                Ok(()) => {
+                    c.stats.discards += 1;
+                    c.stats.discarded_blocks += blocks;
+                }
+                Err(block::IoError::Unsupported) => {
+                    drop(c);
+                    log::info!(
+                        "discard: the device cannot discard; freed blocks stay allocated on it"
+                    );
+                    *self.discard.lock() = None;
+                    return;
+                }
+                Err(e) => {
+                    c.stats.discard_errors += 1;
+                    drop(c);
+                    log::warn!("discard of blocks {}..{}: {e}", r.start, r.end);
+                }
+            }
+        }
+    }
+
+    /// Periodic work, for the owner to call every few seconds: commits the release of
+    /// blocks freed more than [`MountOptions::discard`] ago (a `Discard` checkpoint), so
+    /// deleted files give their space back to the device even when nothing else
+    /// checkpoints.
+    pub async fn housekeeping(&self) -> FsResult<()> {
+        let Some(delay) = *self.discard.lock() else {
+            return Ok(());
+        };
+        let waiting = {
+            let c = self.core.lock();
+            !c.read_only && !c.failed && c.space.reclaimable() > 0
+        };
+        let now = self.now().sec;
+        let due = {
+            let mut since = self.freed_since.lock();
+            match (*since, waiting) {
+                (_, false) => {
+                    *since = None;
+                    false
+                }
+                (None, true) => {
+                    *since = Some(now);
+                    false
+                }
+                (Some(t), true) => now.saturating_sub(t) >= delay.as_secs() as i64,
+            }
+        };
+        if due {
+            *self.freed_since.lock() = None;
+            self.checkpoint(CheckpointCause::Discard).await?;
+        }
+        Ok(())
+    }
+
     /// Runs a checkpoint now (if anything changed, or to mark an unmount clean).
     pub async fn checkpoint(&self, cause: CheckpointCause) -> FsResult<()> {
         let _guard = self.checkpoint_lock.lock().await;
@@ -552,6 +645,14 @@ impl<D: BlockDevice> NineFs<D> {
         let mut c = self.core.lock();
         match written {
             Ok(()) => {
+                // The release of the freed blocks is durable: give them back to the
+                // device before they can be reused (they stay pinned meanwhile).
+                if self.discard.lock().is_some() {
+                    let freed = c.space.pinned_ranges();
+                    drop(c);
+                    self.discard_freed(freed).await;
+                    c = self.core.lock();
+                }
                 c.checkpoint_committed(&plan);
                 drop(c);
                 self.log

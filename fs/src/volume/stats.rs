@@ -42,6 +42,12 @@ pub struct FsStats {
     pub corruptions: u64,
     /// `link`, `mkdir` and directory `rename` refused with `EMLINK` at the link limit.
     pub link_limit_hits: u64,
+    /// Discard requests sent to the device for freed blocks.
+    pub discards: u64,
+    /// Blocks discarded.
+    pub discarded_blocks: u64,
+    /// Discards the device failed (the blocks are free all the same; logged).
+    pub discard_errors: u64,
     /// The fsync log.
     pub log: LogStats,
 }
