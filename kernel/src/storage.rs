@@ -12,7 +12,9 @@ use ninefs::format::BLOCK_SIZE;
 use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
-pub use mount_impl::{mount, mount_memory, DeviceName, Mounted, ServedFs, StorageError};
+pub use mount_impl::{
+    mount, mount_memory, CleanUnmount, DeviceName, Mounted, ServedFs, StorageError,
+};
 
 /// Share of the heap the btree node cache may use. A checkpoint holds encoded copies of
 /// the dirty nodes while it writes them, so the cache can cost twice this at peak; the
@@ -92,6 +94,21 @@ mod mount_impl {
     impl DeviceName for MemDisk {
         fn device_name(&self) -> String {
             "ram".into()
+        }
+    }
+
+    /// A served filesystem the shutdown can leave clean on its device.
+    #[allow(async_fn_in_trait)]
+    pub trait CleanUnmount {
+        /// Makes everything durable and marks the image cleanly unmounted (the next
+        /// mount replays nothing); the filesystem stays mounted, read-only. Call it once
+        /// no request is running on it.
+        async fn unmount_clean(&self) -> vfs::FsResult<()>;
+    }
+
+    impl<D: BlockDevice> CleanUnmount for ServedFs<D> {
+        async fn unmount_clean(&self) -> vfs::FsResult<()> {
+            self.remount_read_only().await
         }
     }
 

@@ -59,7 +59,10 @@ mod tests {
         let qemu = sci_line(9, Some((9, 0x0d)));
         assert!(!qemu.active_low && qemu.level_triggered);
         let moved = sci_line(9, Some((20, 0x0f)));
-        assert_eq!((moved.gsi, moved.active_low, moved.level_triggered), (20, true, true));
+        assert_eq!(
+            (moved.gsi, moved.active_low, moved.level_triggered),
+            (20, true, true)
+        );
         let edge = sci_line(9, Some((9, 0x05)));
         assert!(!edge.active_low && !edge.level_triggered);
     }

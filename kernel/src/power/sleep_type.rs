@@ -101,6 +101,24 @@ fn integer(aml: &mut &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// The DSDTs' AML (the tables without their 36-byte headers) as QEMU 7.2 builds them
+    /// for its `pc` and `q35` machines, captured from the appliance at boot.
+    const QEMU_PC: &[u8] = include_bytes!("fixtures/qemu-7.2-pc-dsdt.aml");
+    const QEMU_Q35: &[u8] = include_bytes!("fixtures/qemu-7.2-q35-dsdt.aml");
+
+    #[test]
+    fn qemu_machines_soft_off_with_sleep_type_zero() {
+        for aml in [QEMU_PC, QEMU_Q35] {
+            assert_eq!(find_s5(aml), Some(SleepType { a: 0, b: 0 }));
+        }
+        // The scan finds the declaration, not just the name: without its NameOp there
+        // is none.
+        let mut broken = QEMU_Q35.to_vec();
+        let at = broken.windows(4).position(|w| w == b"_S5_").unwrap();
+        broken[at - 1] = 0xa4;
+        assert_eq!(find_s5(&broken), None);
+    }
+
     #[test]
     fn qemu_declares_s5_as_four_zeros() {
         // `Name (_S5, Package (0x04) { Zero, Zero, Zero, Zero })`, as QEMU's DSDT does.
@@ -136,8 +154,12 @@ mod tests {
         assert_eq!(find_s5(&integer), None);
         // Out of the 3-bit range, an expression instead of a constant, empty, truncated.
         for bad in [
-            &[0x08, b'_', b'S', b'5', b'_', 0x12, 0x05, 0x02, 0x0a, 0x08, 0x00][..],
-            &[0x08, b'_', b'S', b'5', b'_', 0x12, 0x05, 0x02, 0x72, 0x01, 0x01][..],
+            &[
+                0x08, b'_', b'S', b'5', b'_', 0x12, 0x05, 0x02, 0x0a, 0x08, 0x00,
+            ][..],
+            &[
+                0x08, b'_', b'S', b'5', b'_', 0x12, 0x05, 0x02, 0x72, 0x01, 0x01,
+            ][..],
             &[0x08, b'_', b'S', b'5', b'_', 0x12, 0x02, 0x00][..],
             &[0x08, b'_', b'S', b'5', b'_', 0x12, 0x05, 0x02, 0x0b, 0x01][..],
             &[0x08, b'_', b'S', b'5'][..],
