@@ -31,6 +31,11 @@ FS ?= disk
 APPEND ?=
 # Accelerator: empty = probe (scripts/accel.sh: kvm only if it really works here).
 ACCEL ?=
+# Host TCP port (on 127.0.0.1) of QEMU's QMP socket: Ctrl-C presses the power button
+# through it (scripts/run.sh).
+QMP_PORT ?= 5642
+# Seconds Ctrl-C waits for the clean shutdown before killing QEMU.
+STOP_TIMEOUT ?= 45
 
 .PHONY: all deps image tool run test test-host test-qemu lint fmt clean bench-net crash crash-quick bench-meta
 
@@ -58,13 +63,15 @@ $(DISK): | tool
 	$(TOOL) mkfs $(DISK) --size $(DISK_SIZE) --label ninefold
 
 ## run: boot the appliance with an NVMe disk and a NIC; 127.0.0.1:$(PORT) reaches its 9P
-## port, 127.0.0.1:$(STATS_PORT) its counters
+## port, 127.0.0.1:$(STATS_PORT) its counters. Ctrl-C shuts it down cleanly (the ACPI
+## power button, through QMP on 127.0.0.1:$(QMP_PORT)); Ctrl-A X quits QEMU at once.
 run: deps image $(DISK)
 	@accel="$(ACCEL)"; [[ -n $$accel ]] || accel=$$(QEMU=$(QEMU) scripts/accel.sh $(IMAGE)); \
 	cpu=; [[ $$accel == kvm ]] && cpu="-cpu host"; \
-	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (quit: Ctrl-A X)"; \
-	exec $(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
-		-serial mon:stdio -no-reboot \
+	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (stop: Ctrl-C, clean shutdown; quit at once: Ctrl-A X)"; \
+	QMP_PORT=$(QMP_PORT) STOP_TIMEOUT=$(STOP_TIMEOUT) exec scripts/run.sh \
+		$(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
+		-no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
 		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) fs=$(FS) $(APPEND))" \
 		-drive file=$(DISK),if=none,id=disk0,format=raw,discard=unmap \

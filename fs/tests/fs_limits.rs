@@ -354,6 +354,49 @@ fn unlinked_open_files_survive_until_release_and_crashes() {
 }
 
 #[test]
+fn remount_read_only_leaves_a_clean_image_while_still_mounted() {
+    let disk = formatted(4096, 16 * 1024);
+    let fs = mount(&disk, 1 << 20);
+    let (kept, orphan) = pollster::block_on(async {
+        let kept = fs.create(ROOT_INO, b"kept", 0o644, OWNER).await.unwrap();
+        fs.write(kept.ino, 0, b"fsynced").await.unwrap();
+        fs.fsync(kept.ino, false).await.unwrap();
+        fs.write(kept.ino, 7, b", then written").await.unwrap();
+        let orphan = fs.create(ROOT_INO, b"tmp", 0o600, OWNER).await.unwrap();
+        fs.write(orphan.ino, 0, &[3u8; 40_000]).await.unwrap();
+        fs.open(orphan.ino).await.unwrap();
+        fs.unlink(ROOT_INO, b"tmp").await.unwrap();
+        fs.remount_read_only().await.unwrap();
+        (kept, orphan)
+    });
+    // Still mounted, for reading only: what the shutdown leaves behind it.
+    pollster::block_on(async {
+        let mut buf = [0u8; 32];
+        let n = fs.read(kept.ino, 0, &mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"fsynced, then written");
+        assert_eq!(fs.write(kept.ino, 0, b"x").await, Err(Errno::EROFS));
+        assert_eq!(
+            fs.create(ROOT_INO, b"new", 0o644, OWNER).await.map(|_| ()),
+            Err(Errno::EROFS)
+        );
+        fs.remount_read_only().await.unwrap();
+    });
+    // The power goes off now: the image is clean, with nothing to replay.
+    let image = MemDisk::from_bytes(4096, disk.snapshot());
+    let r = pollster::block_on(fsck(&image, &FsckOptions::default())).unwrap();
+    assert!(r.is_clean(), "{:#?}", r.errors);
+    assert!(r.warnings.is_empty(), "{:#?}", r.warnings);
+    let fs = mount(&image, 1 << 20);
+    pollster::block_on(async {
+        let found = fs.lookup(ROOT_INO, b"kept").await.unwrap();
+        let mut buf = [0u8; 32];
+        let n = fs.read(found.ino, 0, &mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"fsynced, then written");
+        assert_eq!(fs.getattr(orphan.ino).await, Err(Errno::ENOENT));
+    });
+}
+
+#[test]
 fn concurrent_operations_interleave_and_agree() {
     let disk = YieldDisk::new(formatted(8192, 16 * 1024));
     // A small cache, so operations also wait for node reads.

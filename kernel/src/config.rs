@@ -31,6 +31,7 @@
 //! | `benchtime=SECS` | seconds per benchmark workload | `10` |
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
 //! | `poweroff` | power off once boot is complete (for probes) | off |
+//! | `shutdown_timeout=SECS` | longest clean shutdown after the ACPI power button (1..=3600): past it the appliance powers off anyway (the log keeps what was fsynced) | `30` |
 //! | `export=NAME:PATH[:OPT]...` | export directory PATH under aname NAME (repeatable; NAME may be empty); OPT: `ro`, `rw`, `squash=root\|all\|none`, `anonuid=N`, `anongid=N`, `allow=CIDR[,CIDR...]` | the whole filesystem at aname `""` (only while no `export=` is given) |
 //! | `allow=CIDR[,CIDR...]` | clients allowed by exports that name no `allow=` (`any`, an address, or a network) | `any` |
 //! | `group=UID:GID[,GID...]` | a uid's groups for permission checks (repeatable) | none |
@@ -57,6 +58,9 @@ use crate::pci::PciAddress;
 
 /// The default console log level (`log=`).
 pub const DEFAULT_LOG: LevelFilter = LevelFilter::Info;
+
+/// The default limit of a clean shutdown, in seconds (`shutdown_timeout=`).
+pub const DEFAULT_SHUTDOWN_SECONDS: u32 = 30;
 
 /// The default TCP port of the 9P server.
 pub const DEFAULT_9P_PORT: u16 = 564;
@@ -295,6 +299,8 @@ pub struct Config {
     pub crash: Option<Crash>,
     /// Power off once boot is complete.
     pub poweroff: bool,
+    /// Longest the shutdown after a power-button press may take, in seconds.
+    pub shutdown_secs: u32,
     /// Exports, client allow-lists (9P and counters port) and group membership.
     pub access: AccessConfig,
     /// Device errors to inject into the disk (`fault=`).
@@ -332,6 +338,7 @@ impl Default for Config {
             bench_seconds: DEFAULT_BENCH_SECONDS,
             crash: None,
             poweroff: false,
+            shutdown_secs: DEFAULT_SHUTDOWN_SECONDS,
             access: AccessConfig::default(),
             faults: Vec::new(),
             fault_seed: DEFAULT_FAULT_SEED,
@@ -453,6 +460,13 @@ impl Config {
             }
             "benchtime" => {
                 self.bench_seconds = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|s| (1..=3600).contains(s))
+                    .ok_or(Some("expected 1-3600 seconds"))?
+            }
+            "shutdown_timeout" => {
+                self.shutdown_secs = need(value)?
                     .parse()
                     .ok()
                     .filter(|s| (1..=3600).contains(s))
@@ -638,6 +652,9 @@ impl fmt::Display for Config {
         if self.poweroff {
             f.write_str(" poweroff")?;
         }
+        if self.shutdown_secs != DEFAULT_SHUTDOWN_SECONDS {
+            write!(f, " shutdown_timeout={}", self.shutdown_secs)?;
+        }
         if let Some(c) = self.crash {
             let name = match c {
                 Crash::PageFault => "pagefault",
@@ -797,6 +814,20 @@ mod tests {
         let (c, ignored) = parse("selftest=disk nvme=spin bench= bench=fs benchtime=0");
         assert_eq!(c, Config::default());
         assert_eq!(ignored.len(), 5, "{ignored:?}");
+    }
+
+    #[test]
+    fn shutdown_timeout() {
+        assert_eq!(Config::default().shutdown_secs, DEFAULT_SHUTDOWN_SECONDS);
+        let (c, ignored) = parse("shutdown_timeout=5");
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(c.shutdown_secs, 5);
+        assert!(c.to_string().ends_with(" shutdown_timeout=5"), "{c}");
+        assert_eq!(parse(&c.to_string()).0, c);
+        let (c, ignored) =
+            parse("shutdown_timeout=0 shutdown_timeout=3601 shutdown_timeout=x shutdown_timeout");
+        assert_eq!(c, Config::default());
+        assert_eq!(ignored.len(), 4, "{ignored:?}");
     }
 
     #[test]

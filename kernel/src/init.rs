@@ -14,8 +14,10 @@ use crate::mm::setup::MemorySummary;
 use crate::monitor::{Monitor, Reporting};
 use crate::net::stats_port::PortStats;
 use crate::platform::{self, PlatformInfo};
-use crate::storage::Housekeeping;
-use crate::{bench, clock, crash, irq, klog, mm, net, pci, selftest, storage, task};
+use crate::storage::{CleanUnmount, Housekeeping};
+use crate::{
+    bench, clock, crash, irq, klog, mm, net, pci, power, selftest, shutdown, storage, task,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -85,6 +87,7 @@ pub fn kmain(info: &'static BootInfo) -> ! {
         }
     };
     init_interrupts(platform);
+    arm_power_button(platform);
 
     for f in pci::device::scan() {
         info!("pci: {f}");
@@ -115,6 +118,7 @@ fn fallback_platform() -> &'static PlatformInfo {
         }],
         overrides: alloc::vec::Vec::new(),
         hpet: None,
+        fixed_hardware: Err("no ACPI tables"),
     })
 }
 
@@ -136,6 +140,27 @@ fn init_interrupts(platform: &PlatformInfo) {
     );
     if let Some(h) = platform.hpet {
         info!("interrupts: HPET at {h:#x}");
+    }
+}
+
+/// Arms the ACPI power button (the clean shutdown waits for it), or says why not.
+fn arm_power_button(platform: &PlatformInfo) {
+    let hw = match &platform.fixed_hardware {
+        Ok(hw) => *hw,
+        Err(why) => {
+            warn!("power: no ACPI power button ({why}): stopping the appliance means killing it (the log keeps every acknowledged fsync)");
+            return;
+        }
+    };
+    info!("power: {hw}");
+    match power::arm(hw) {
+        Ok(sci) => info!(
+            "power: button armed (SCI on GSI {}, {}-triggered, active {})",
+            sci.gsi,
+            if sci.level_triggered { "level" } else { "edge" },
+            if sci.active_low { "low" } else { "high" }
+        ),
+        Err(e) => warn!("power: button not armed: {e}; stopping the appliance means killing it (the log keeps every acknowledged fsync)"),
     }
 }
 
@@ -172,16 +197,16 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
             }
         },
     }
-    loop {
-        task::sleep(Duration::from_secs(3600)).await;
-    }
+    shutdown::on_power_button_idle().await;
+    power::off()
 }
 
-/// Serves `fs` over 9P until power-off, with its counters on the stats port and in the
-/// log; logs why not if the network cannot start.
+/// Serves `fs` over 9P, with its counters on the stats port and in the log, until the
+/// power button shuts it down cleanly and powers off; returns (having logged why) if
+/// the network cannot start.
 async fn serve<F>(config: &Config, fs: F, cache_limit: usize, mem: &MemorySummary)
 where
-    F: vfs::FileSystem + Reporting + Housekeeping + 'static,
+    F: vfs::FileSystem + Reporting + Housekeeping + CleanUnmount + 'static,
 {
     match net::serve(config, fs, mem.heap).await {
         Ok(service) => {
@@ -203,6 +228,9 @@ where
                 ));
             }
             info!("ready: serving 9P on port {}", config.port);
+            let limit = Duration::from_secs(u64::from(config.shutdown_secs));
+            shutdown::on_power_button(service, limit).await;
+            power::off()
         }
         Err(e) => {
             error!("net: {e}; not serving 9P");

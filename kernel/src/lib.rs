@@ -4,9 +4,12 @@
 //! - pure modules (build everywhere, unit-tested on the host): [`config`] (command line),
 //!   [`exec`] (async executor), [`mm`] (memory map, frame allocator), [`net`] (sizing
 //!   rules; the network stack and 9P service build only for the appliance), [`pci`] (decoding,
-//!   enumeration, capabilities), [`report`] (counter snapshots and their formats), [`time`], [`sync`], [`exit`];
+//!   enumeration, capabilities), [`power`] (ACPI register bits, the `\_S5_` scan, SCI
+//!   wiring; the power button and soft-off themselves build only for the appliance),
+//!   [`report`] (counter snapshots and their formats), [`time`], [`sync`], [`exit`];
 //! - hardware modules (only for `x86_64-unknown-none`): `hal` (all `unsafe` code),
-//!   `apic`, `clock`, `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`, and
+//!   `apic`, `clock`, `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`,
+//!   `shutdown` (the clean shutdown after a power-button press), and
 //!   `init` (the boot sequence, [`kmain`]).
 //!
 //! `unsafe` is denied crate-wide and allowed only in `hal`.
@@ -22,6 +25,7 @@ pub mod exit;
 pub mod mm;
 pub mod net;
 pub mod pci;
+pub mod power;
 pub mod report;
 pub mod storage;
 pub mod sync;
@@ -53,6 +57,8 @@ mod monitor;
 pub mod platform;
 #[cfg(target_os = "none")]
 mod selftest;
+#[cfg(target_os = "none")]
+mod shutdown;
 #[cfg(target_os = "none")]
 pub mod task;
 

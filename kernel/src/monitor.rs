@@ -12,7 +12,9 @@ use vfs::FileSystem;
 
 use crate::net::service::Service;
 use crate::net::stats_port::{PortStats, Source};
-use crate::report::{AccessReport, DeviceReport, FsReport, HeapReport, NinepReport, Snapshot};
+use crate::report::{
+    AccessReport, DeviceReport, FsReport, HeapReport, NinepReport, PowerReport, Snapshot,
+};
 use crate::storage::{DeviceName, InjectedFaults, ServedFs};
 use crate::{clock, hal, task};
 
@@ -145,6 +147,10 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
             },
             access: AccessReport {
                 refused_stats: self.port_stats.refused.get(),
+            },
+            power: PowerReport {
+                shutdown: crate::shutdown::report(conns),
+                ..crate::power::report()
             },
         }
     }

@@ -55,6 +55,37 @@ pub struct Snapshot {
     pub heap: HeapReport,
     /// Clients refused by the allow-lists.
     pub access: AccessReport,
+    /// The ACPI power button and the shutdown it starts.
+    pub power: PowerReport,
+}
+
+/// The ACPI power button and the clean shutdown it starts (`kernel/src/power`,
+/// `kernel/src/shutdown.rs`).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct PowerReport {
+    /// The power button is armed (ACPI fixed hardware found, SCI routed).
+    pub button_armed: bool,
+    /// SCIs taken.
+    pub sci_interrupts: u64,
+    /// Power-button presses seen; the first starts the shutdown.
+    pub button_presses: u64,
+    /// The shutdown.
+    pub shutdown: ShutdownReport,
+}
+
+/// The shutdown after a power-button press.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct ShutdownReport {
+    /// A shutdown is under way.
+    pub started: bool,
+    /// Presses while it was under way (ignored).
+    pub ignored_presses: u64,
+    /// 9P connections it closed politely (their requests in flight answered first).
+    pub connections_closed: u64,
+    /// 9P connections it shed because they had not finished within the grace time.
+    pub connections_reset: u64,
+    /// It ran out of time (`shutdown_timeout=`) and powered off anyway.
+    pub timed_out: bool,
 }
 
 /// One block device: what it is and what was asked of it.
@@ -431,6 +462,17 @@ mod tests {
             }),
             heap: HeapReport::default(),
             access: AccessReport { refused_stats: 2 },
+            power: PowerReport {
+                button_armed: true,
+                sci_interrupts: 2,
+                button_presses: 2,
+                shutdown: ShutdownReport {
+                    started: true,
+                    ignored_presses: 1,
+                    connections_closed: 3,
+                    ..ShutdownReport::default()
+                },
+            },
         }
     }
 
@@ -447,6 +489,10 @@ mod tests {
         assert_eq!(v["9p"]["write_ns"], 0);
         assert_eq!(v["9p"]["memory"]["charged"]["fids"], 0);
         assert_eq!(v["access"]["refused_stats"], 2);
+        assert_eq!(v["power"]["button_presses"], 2);
+        assert_eq!(v["power"]["shutdown"]["ignored_presses"], 1);
+        assert_eq!(v["power"]["shutdown"]["connections_closed"], 3);
+        assert_eq!(v["power"]["shutdown"]["timed_out"], false);
         assert_eq!(v["9p"]["refused_attaches"], 0);
         assert_eq!(
             v["fs"]["checkpoints"].as_object().unwrap().len(),

@@ -15,7 +15,8 @@ use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
 pub use mount_impl::{
-    mount, mount_memory, DeviceName, Housekeeping, InjectedFaults, Mounted, ServedFs, StorageError,
+    mount, mount_memory, CleanUnmount, DeviceName, Housekeeping, InjectedFaults, Mounted, ServedFs,
+    StorageError,
 };
 
 /// How often the served filesystem's [`Housekeeping`] runs.
@@ -164,6 +165,21 @@ mod mount_impl {
             disk.inject(fault.clone(), INJECTED_ERROR);
         }
         disk
+    }
+
+    /// A served filesystem the shutdown can leave clean on its device.
+    #[allow(async_fn_in_trait)]
+    pub trait CleanUnmount {
+        /// Makes everything durable and marks the image cleanly unmounted (the next
+        /// mount replays nothing); the filesystem stays mounted, read-only. Call it once
+        /// no request is running on it.
+        async fn unmount_clean(&self) -> vfs::FsResult<()>;
+    }
+
+    impl<D: BlockDevice> CleanUnmount for ServedFs<D> {
+        async fn unmount_clean(&self) -> vfs::FsResult<()> {
+            self.remount_read_only().await
+        }
     }
 
     /// The mounted filesystem and its device.

@@ -27,7 +27,9 @@
 //!   without using it.
 //! - The server may ask a connection to close ([`crate::server::Session::request_close`]:
 //!   deadlines, reclaimed memory or slot); it then stops at once, dropping unsent
-//!   replies.
+//!   replies. A shutdown ([`crate::server::Server::shut_down`]) closes politely
+//!   instead: no new request is read, those in flight finish and their replies are
+//!   sent, then the connection ends.
 //! - [`Connection::run`] serves for at most [`crate::server::Config::cpu_quantum_ns`]
 //!   (and a bounded number of rounds) before letting other tasks run
 //!   ([`Transport::yield_cpu`]), so one pipelining client cannot starve the others.
@@ -95,16 +97,35 @@ pub enum CloseReason {
     SlotReclaimed,
     /// It held memory others needed without using it.
     MemoryReclaimed,
+    /// The server is shutting down ([`crate::server::Server::shut_down`]): the requests
+    /// in flight finish and their replies are sent, then the connection closes.
+    Shutdown,
+    /// The server is shutting down and the connection did not finish in time
+    /// ([`crate::server::Server::shut_down_now`]): it is shed like the others.
+    ShutdownNow,
 }
 
 impl CloseReason {
     /// Whether the server closes without sending the replies still queued: the client
-    /// is being shed, not told about a protocol violation.
+    /// is being shed, not told about a protocol violation or a shutdown.
     pub fn drops_output(self) -> bool {
         !matches!(
             self,
-            CloseReason::BadFrameSize(_) | CloseReason::DuplicateTag(_)
+            CloseReason::BadFrameSize(_) | CloseReason::DuplicateTag(_) | CloseReason::Shutdown
         )
+    }
+
+    /// Whether the connection answers the requests in flight before it closes (else
+    /// they still finish, at teardown, but their replies are dropped).
+    pub fn finishes_requests(self) -> bool {
+        self == CloseReason::Shutdown
+    }
+
+    /// Whether `later`, asked for after `self`, replaces it: shedding overrides a close
+    /// that would still send replies (a shutdown whose grace ran out), nothing else
+    /// does.
+    pub fn overridden_by(self, later: CloseReason) -> bool {
+        !self.drops_output() && later.drops_output()
     }
 }
 
@@ -396,7 +417,11 @@ impl<F: FileSystem + 'static> Connection<F> {
     }
 
     fn close(&mut self, reason: CloseReason) {
-        let reason = *self.closing.get_or_insert(reason);
+        let reason = match self.closing {
+            Some(first) if !first.overridden_by(reason) => first,
+            _ => reason,
+        };
+        self.closing = Some(reason);
         self.input = Vec::new();
         self.input_charge = None;
         self.parked = None;
@@ -710,7 +735,8 @@ impl<F: FileSystem + 'static> Connection<F> {
                     }
                 }
                 if let Some(reason) = self.closing {
-                    if self.output().is_empty() {
+                    let answered = !reason.finishes_requests() || self.in_flight.is_empty();
+                    if self.output().is_empty() && answered {
                         return Poll::Ready(Ok(Some(reason)));
                     }
                 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::rc::Rc;
 
 use common::*;
@@ -1116,4 +1117,147 @@ fn run_reassembles_frames_from_any_chunking() {
         // EOF tore the connection down.
         assert_eq!(server.stats().connections_closed, 1);
     }
+}
+
+/// A transport fed by the test: reads what was pushed into `input` (pending while it is
+/// empty), collects what the connection writes.
+#[derive(Default)]
+struct Scripted {
+    input: Rc<std::cell::RefCell<Vec<u8>>>,
+    output: Rc<std::cell::RefCell<Vec<u8>>>,
+}
+
+impl ninep::conn::Transport for Scripted {
+    type Error = ();
+    fn poll_read(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<Result<usize, ()>> {
+        let mut input = self.input.borrow_mut();
+        if input.is_empty() {
+            return std::task::Poll::Pending;
+        }
+        let n = buf.len().min(input.len());
+        buf[..n].copy_from_slice(&input[..n]);
+        input.drain(..n);
+        std::task::Poll::Ready(Ok(n))
+    }
+    fn poll_write(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<Result<usize, ()>> {
+        self.output.borrow_mut().extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+}
+
+/// Every reply frame in `bytes`, as (tag, type).
+fn reply_frames(bytes: &[u8]) -> Vec<(u16, u8)> {
+    let mut rest = bytes;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let size = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        let (tag, r) = Rmsg::decode(&rest[..size]).unwrap();
+        out.push((tag, r.msg_type()));
+        rest = &rest[size..];
+    }
+    out
+}
+
+#[test]
+fn a_shutdown_answers_the_requests_in_flight_then_closes() {
+    let (server, gate) = gated_server(Config::default());
+    let conn = open_file(&server);
+    let io = Scripted::default();
+    let (input, output) = (io.input.clone(), io.output.clone());
+    input.borrow_mut().extend(frame(
+        5,
+        Tmsg::Fsync {
+            fid: 1,
+            datasync: 0,
+        },
+    ));
+    let mut io = io;
+    let mut run = std::pin::pin!(conn.run(&mut io));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(run.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(gate.arrivals.get(), 1, "the fsync is in flight");
+
+    assert_eq!(server.shut_down(), 1);
+    // A request that arrives now is not read.
+    let late = frame(
+        6,
+        Tmsg::Getattr {
+            fid: 1,
+            request_mask: 0x7ff,
+        },
+    );
+    input.borrow_mut().extend(&late);
+    assert!(
+        run.as_mut().poll(&mut cx).is_pending(),
+        "waits for the fsync"
+    );
+    assert!(output.borrow().is_empty());
+    gate.open();
+    match run.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => assert_eq!(r, Ok(Some(CloseReason::Shutdown))),
+        std::task::Poll::Pending => panic!("the connection should have closed"),
+    }
+    assert_eq!(
+        reply_frames(&output.borrow()),
+        vec![(5, 51)],
+        "the fsync answered"
+    );
+    assert_eq!(*input.borrow(), late, "the late request left unread");
+    assert_eq!(server.stats().connections_closed, 1);
+    // A connection opened during the shutdown closes before it reads anything.
+    let newcomer = Connection::new(server.clone());
+    assert_eq!(
+        newcomer.session().close_requested(),
+        Some(CloseReason::Shutdown)
+    );
+}
+
+#[test]
+fn a_shutdown_past_its_grace_sheds_the_connection_after_its_requests() {
+    let (server, gate) = gated_server(Config::default());
+    let conn = open_file(&server);
+    let mut io = Scripted::default();
+    let (input, output) = (io.input.clone(), io.output.clone());
+    input.borrow_mut().extend(frame(
+        5,
+        Tmsg::Fsync {
+            fid: 1,
+            datasync: 0,
+        },
+    ));
+    let mut run = std::pin::pin!(conn.run(&mut io));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(run.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(server.shut_down(), 1);
+    assert_eq!(server.shut_down_now(), 1);
+    // Shed, but the fsync still runs to its end before the connection is torn down.
+    assert!(run.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(server.stats().connections_closed, 0);
+    gate.open();
+    match run.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => assert_eq!(r, Ok(Some(CloseReason::ShutdownNow))),
+        std::task::Poll::Pending => panic!("the connection should have closed"),
+    }
+    assert!(output.borrow().is_empty(), "its reply dropped");
+    assert_eq!(server.stats().connections_closed, 1);
+}
+
+#[test]
+fn shedding_overrides_a_polite_close_and_nothing_else_does() {
+    use CloseReason::*;
+    assert!(Shutdown.overridden_by(ShutdownNow));
+    assert!(Shutdown.overridden_by(MemoryReclaimed));
+    assert!(BadFrameSize(3).overridden_by(IdleTimeout));
+    assert!(!ShutdownNow.overridden_by(Shutdown));
+    assert!(!IdleTimeout.overridden_by(ShutdownNow));
+    assert!(!Shutdown.overridden_by(DuplicateTag(1)));
+    assert!(Shutdown.finishes_requests() && !ShutdownNow.finishes_requests());
 }

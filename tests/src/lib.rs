@@ -31,6 +31,7 @@ use kernel::exit::ExitCode;
 
 pub mod hostile;
 pub mod ninep;
+pub mod qmp;
 pub mod stats;
 
 /// How long a boot may take before it counts as hung. Boots take well under a second
@@ -55,9 +56,14 @@ pub fn tool() -> PathBuf {
 
 /// A fresh path for a temporary disk file.
 fn temp_disk_path(what: &str) -> PathBuf {
+    temp_path(what, "img")
+}
+
+/// A fresh path for a temporary file (`ninefold-WHAT-PID-N.EXT`).
+fn temp_path(what: &str, ext: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     std::env::temp_dir().join(format!(
-        "ninefold-{what}-{}-{}.img",
+        "ninefold-{what}-{}-{}.{ext}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ))
@@ -170,6 +176,7 @@ pub struct Qemu {
     timeout: Duration,
     disks: Vec<ScratchDisk>,
     next_id: usize,
+    qmp: Option<PathBuf>,
 }
 
 impl Qemu {
@@ -211,6 +218,7 @@ impl Qemu {
             timeout: DEFAULT_TIMEOUT,
             disks: Vec::new(),
             next_id: 0,
+            qmp: None,
         }
     }
 
@@ -249,6 +257,22 @@ impl Qemu {
     /// Adds raw QEMU arguments.
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// The QEMU machine type (`-machine`, e.g. `"q35"`; QEMU's default is `pc`).
+    pub fn machine(self, machine: &str) -> Self {
+        self.args(&["-machine", machine])
+    }
+
+    /// A QMP socket, for acting on the running machine ([`Running::power_button`]).
+    pub fn qmp(mut self) -> Self {
+        let path = temp_path("qmp", "sock");
+        self.args.extend([
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", path.display()),
+        ]);
+        self.qmp = Some(path);
         self
     }
 
@@ -427,6 +451,7 @@ impl Qemu {
             serial,
             threads: Some((out, err)),
             _disks: self.disks,
+            qmp: self.qmp,
         }
     }
 
@@ -486,6 +511,7 @@ pub struct Running {
     serial: Arc<Mutex<Vec<u8>>>,
     threads: Option<(JoinHandle<()>, JoinHandle<String>)>,
     _disks: Vec<ScratchDisk>,
+    qmp: Option<PathBuf>,
 }
 
 impl Running {
@@ -517,6 +543,30 @@ impl Running {
 
     /// Stops QEMU (if still running) and returns the whole boot.
     pub fn stop(mut self) -> Boot {
+        self.finish()
+    }
+
+    /// Presses the machine's ACPI power button (QMP `system_powerdown`; needs
+    /// [`Qemu::qmp`]). Fails, printing everything, if QEMU cannot be told.
+    pub fn power_button(&mut self) {
+        let Some(path) = self.qmp.clone() else {
+            self.fail("power_button needs Qemu::qmp()");
+        };
+        if let Err(e) = qmp::execute(&path, "system_powerdown") {
+            self.fail(&format!("pressing the power button: {e}"));
+        }
+    }
+
+    /// Waits up to `within` for QEMU to exit by itself and returns the whole boot;
+    /// fails (killing it, printing everything) if it is still running then.
+    pub fn wait_for_exit(mut self, within: Duration) -> Boot {
+        let deadline = Instant::now() + within;
+        while self.is_running() {
+            if Instant::now() >= deadline {
+                self.fail(&format!("QEMU did not exit by itself within {within:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.finish()
     }
 
@@ -557,6 +607,9 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(path) = &self.qmp {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

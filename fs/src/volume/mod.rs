@@ -325,22 +325,35 @@ impl<D: BlockDevice> NineFs<D> {
         Ok(fs)
     }
 
-    /// Unmounts cleanly: frees inodes that were unlinked while open, writes a final
-    /// checkpoint marked clean, and returns the device.
+    /// Unmounts cleanly ([`NineFs::remount_read_only`]) and returns the device.
     pub async fn unmount(self) -> FsResult<D> {
-        let read_only = self.core.lock().read_only;
-        if !read_only {
-            let open: Vec<Ino> = {
-                let mut c = self.core.lock();
-                c.inodes.values_mut().for_each(|s| s.open = 0);
-                c.inodes.keys().copied().collect()
-            };
-            for ino in open {
-                self.free_if_unlinked(ino).await?;
-            }
-            self.checkpoint(CheckpointCause::Unmount).await?;
-        }
+        self.remount_read_only().await?;
         Ok(self.dev.into_inner())
+    }
+
+    /// Does what a clean unmount does on disk, but keeps the filesystem mounted,
+    /// read-only from then on (`mount -o remount,ro`; for a holder that cannot give the
+    /// filesystem up, such as the appliance's 9P server at shutdown): frees inodes that
+    /// were unlinked while open, writes a final checkpoint marked clean (the log is then
+    /// empty: the next mount replays nothing), and refuses every later change with
+    /// `EROFS`, so nothing can make the image unclean again. Every open file counts as
+    /// closed: call it once no operation is running and no client holds a file.
+    pub async fn remount_read_only(&self) -> FsResult<()> {
+        if self.core.lock().read_only {
+            return Ok(());
+        }
+        let open: Vec<Ino> = {
+            let mut c = self.core.lock();
+            c.inodes.values_mut().for_each(|s| s.open = 0);
+            c.inodes.keys().copied().collect()
+        };
+        for ino in open {
+            self.free_if_unlinked(ino).await?;
+        }
+        self.checkpoint(CheckpointCause::Unmount).await?;
+        // No await since the checkpoint: nothing changed in between.
+        self.core.lock().read_only = true;
+        Ok(())
     }
 
     /// The block device.

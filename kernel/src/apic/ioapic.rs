@@ -74,12 +74,14 @@ pub fn init(info: &PlatformInfo) -> u32 {
 
 /// An ISA IRQ's GSI and polarity/trigger (edge, active-high unless overridden).
 pub fn isa_irq(irq: u8) -> (u32, bool, bool) {
-    OVERRIDES
-        .get()
-        .and_then(|o| o.iter().find(|o| o.isa_irq == irq))
-        .map_or((u32::from(irq), false, false), |o| {
-            (o.gsi, o.active_low, o.level_triggered)
-        })
+    isa_override(irq).map_or((u32::from(irq), false, false), |o| {
+        (o.gsi, o.active_low, o.level_triggered)
+    })
+}
+
+/// The MADT's override of ISA IRQ `irq`, if it has one.
+pub fn isa_override(irq: u8) -> Option<InterruptOverride> {
+    OVERRIDES.get()?.iter().find(|o| o.isa_irq == irq).copied()
 }
 
 /// The GSI is not on any IOAPIC.

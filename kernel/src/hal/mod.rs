@@ -13,7 +13,7 @@
 //!   tables, MMIO and firmware mappings; [`mmio`]: bounds-checked volatile register access;
 //!   [`dma`]: memory devices read and write, typed by ownership (a device's bus mastering,
 //!   coherent queues, streams lent to the device).
-//! - [`acpi`]: the identity-mapping handler the `acpi` crate needs.
+//! - [`acpi`]: the identity-mapping handler the `acpi` crate needs, and the DSDT's bytes.
 //! - [`cpu_local`]: per-CPU values for task context.
 //! - [`virtio`]: the `virtio-drivers` crate behind safe interfaces (its `Hal`, PCI
 //!   configuration access, MSI-X routing, and its `unsafe` queue and network APIs made

@@ -20,15 +20,23 @@
 //!
 //! A housekeeping task applies the server's deadlines every [`SWEEP_INTERVAL`]
 //! (`Server::sweep`: handshake and idle timeouts).
+//!
+//! At shutdown (`crate::shutdown`), [`Service::stop_listening`] closes the pool and ends
+//! the listener, and [`Service::drain`] asks every connection to close politely
+//! (`Server::shut_down`: no new request is read, those in flight are answered, then
+//! FIN), sheds those still open after a grace time (`Server::shut_down_now`) and waits
+//! until every connection task has ended, so no request is left running on the
+//! filesystem.
 
 use alloc::rc::Rc;
 use alloc::vec;
 use alloc::vec::Vec;
+use core::cell::Cell;
 use core::future::{poll_fn, Future};
 use core::task::Poll;
 use core::time::Duration;
 
-use ninep::conn::Connection;
+use ninep::conn::{CloseReason, Connection};
 use ninep::server::Server;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
@@ -62,6 +70,21 @@ pub struct Service<F: FileSystem + 'static> {
     stats: Rc<ServiceStats>,
     /// Signalled when a connection task ends (the pool may grow again).
     ended: IrqEvent,
+    /// Signalled when a connection task ends, for [`Service::drain`].
+    drained: IrqEvent,
+    /// [`Service::stop_listening`] was called.
+    stopping: Cell<bool>,
+    /// Wakes the listener to stop.
+    stop: IrqEvent,
+}
+
+/// What [`Service::drain`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections asked to close politely.
+    pub asked: u64,
+    /// ... of which were shed after the grace time.
+    pub shed: u64,
 }
 
 impl<F: FileSystem + 'static> core::fmt::Debug for Service<F> {
@@ -91,6 +114,9 @@ impl<F: FileSystem + 'static> Service<F> {
             max_conns,
             stats: Rc::new(ServiceStats::default()),
             ended: IrqEvent::new(),
+            drained: IrqEvent::new(),
+            stopping: Cell::new(false),
+            stop: IrqEvent::new(),
         })
     }
 
@@ -127,10 +153,14 @@ impl<F: FileSystem + 'static> Service<F> {
         Some(self.stack.sockets.borrow_mut().add(s))
     }
 
-    /// The listener: runs for as long as the appliance does.
+    /// The listener: runs until [`Service::stop_listening`].
     pub async fn run(self: Rc<Self>) {
         let mut pool: Vec<SocketHandle> = Vec::new();
         loop {
+            if self.stopping.get() {
+                self.close_pool(pool).await;
+                return;
+            }
             self.ended.take();
             let accepted = self.accept(&mut pool);
             for handle in accepted {
@@ -163,12 +193,59 @@ impl<F: FileSystem + 'static> Service<F> {
                         .get_mut::<tcp::Socket>(h)
                         .register_recv_waker(cx.waker());
                 }
-                match core::pin::pin!(self.ended.wait()).poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(()),
-                    Poll::Pending => Poll::Pending,
+                let ended = core::pin::pin!(self.ended.wait()).poll(cx);
+                let stop = core::pin::pin!(self.stop.wait()).poll(cx);
+                if ended.is_ready() || stop.is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
                 }
             })
             .await;
+        }
+    }
+
+    /// Stops accepting connections: the listener closes its pool (a client caught
+    /// mid-handshake is reset) and ends.
+    pub fn stop_listening(&self) {
+        self.stopping.set(true);
+        self.stop.signal();
+    }
+
+    /// Frees the pool's sockets, resetting those a client has reached.
+    async fn close_pool(&self, pool: Vec<SocketHandle>) {
+        for h in pool {
+            let listening =
+                self.stack.sockets.borrow().get::<tcp::Socket>(h).state() == State::Listen;
+            if listening {
+                self.stack.sockets.borrow_mut().remove(h);
+            } else {
+                self.stack.reset_and_remove(h).await;
+            }
+        }
+        log::info!("9p: listener on port {} closed", self.port);
+    }
+
+    /// Closes every connection for a shutdown: politely first (requests in flight are
+    /// answered), shedding those still open after `grace`; returns once every
+    /// connection task has ended (their requests have finished: the filesystem is
+    /// idle). The caller bounds the whole with its own deadline.
+    pub async fn drain(&self, grace: Duration) -> Drained {
+        let mut done = Drained {
+            asked: self.server.shut_down() as u64,
+            shed: 0,
+        };
+        if task::timeout(grace, self.all_ended()).await.is_err() {
+            done.shed = self.server.shut_down_now() as u64;
+            self.all_ended().await;
+        }
+        done
+    }
+
+    /// Completes when no connection task is left.
+    async fn all_ended(&self) {
+        while self.stats.active() > 0 {
+            self.drained.wait().await;
         }
     }
 
@@ -275,6 +352,15 @@ impl<F: FileSystem + 'static> Service<F> {
                 log::warn!("9p: conn {id}: socket error {e:?}");
                 "socket error"
             }
+            Ok(Some(CloseReason::Shutdown)) => {
+                self.stats.shutdown_closed.inc();
+                "closed for shutdown"
+            }
+            Ok(Some(CloseReason::ShutdownNow)) => {
+                self.stats.shutdown_shed.inc();
+                shed = true;
+                "reset for shutdown (grace time over)"
+            }
             Ok(Some(reason)) if reason.drops_output() => {
                 self.stats.shed.inc();
                 shed = true;
@@ -307,6 +393,7 @@ impl<F: FileSystem + 'static> Service<F> {
             self.stats.active()
         );
         self.ended.signal();
+        self.drained.signal();
     }
 
     /// Closes the socket (FIN after the queued data) and waits for the close to finish,
@@ -314,9 +401,13 @@ impl<F: FileSystem + 'static> Service<F> {
     async fn close(&self, io: &TcpTransport) {
         io.with(|s| s.close());
         self.stack.kick();
+        // At shutdown, the peer having acknowledged our FIN is enough: every reply has
+        // arrived, and its own FIN may come only when its user unmounts.
+        let stopping = self.stopping.get();
         let finished = poll_fn(|cx| {
             io.with(|s| match s.state() {
                 State::Closed | State::TimeWait => Poll::Ready(()),
+                State::FinWait2 if stopping => Poll::Ready(()),
                 _ => {
                     s.register_send_waker(cx.waker());
                     Poll::Pending

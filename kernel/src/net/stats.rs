@@ -88,6 +88,10 @@ pub struct ServiceStats {
     pub aborted: Counter,
     /// ... of which the server shed (reset): deadline passed, memory or slot reclaimed.
     pub shed: Counter,
+    /// ... of which the server closed for a shutdown, their requests answered first.
+    pub shutdown_closed: Counter,
+    /// ... of which the server shed for a shutdown: not finished within the grace time.
+    pub shutdown_shed: Counter,
     /// Clients reset at once: the connection limit was reached and no slot could be
     /// reclaimed.
     pub refused: Counter,
@@ -110,7 +114,7 @@ impl fmt::Display for ServiceStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} accepted, {} active, {} closed ({} by peer, {} reset, {} protocol, {} aborted, {} shed), {} refused, rx {} B, tx {} B, {} listen errors",
+            "{} accepted, {} active, {} closed ({} by peer, {} reset, {} protocol, {} aborted, {} shed, {} for shutdown, {} shed for shutdown), {} refused, rx {} B, tx {} B, {} listen errors",
             self.accepted.get(),
             self.active(),
             self.closed.get(),
@@ -119,6 +123,8 @@ impl fmt::Display for ServiceStats {
             self.protocol_closed.get(),
             self.aborted.get(),
             self.shed.get(),
+            self.shutdown_closed.get(),
+            self.shutdown_shed.get(),
             self.refused.get(),
             self.rx_bytes.get(),
             self.tx_bytes.get(),

@@ -106,6 +106,39 @@ impl<F: FileSystem> Server<F> {
         closed
     }
 
+    /// Starts a shutdown: asks every connection, and any opened from now on, to close
+    /// politely ([`CloseReason::Shutdown`]: no new request is read, those in flight
+    /// finish and their replies are sent). Returns how many were open. The transport's
+    /// owner stops accepting, waits for the connections to end, and may shed those that
+    /// take too long with [`Server::shut_down_now`].
+    pub fn shut_down(&self) -> usize {
+        self.shutting_down.set(true);
+        let open = self.live_sessions();
+        for s in &open {
+            s.request_close(CloseReason::Shutdown);
+        }
+        open.len()
+    }
+
+    /// Whether [`Server::shut_down`] was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.get()
+    }
+
+    /// Sheds every connection still open during a shutdown
+    /// ([`CloseReason::ShutdownNow`]: unsent replies are dropped; requests in flight
+    /// still finish at teardown, so the filesystem is left with no operation running).
+    /// Returns how many.
+    pub fn shut_down_now(&self) -> usize {
+        self.shutting_down.set(true);
+        let open = self.live_sessions();
+        for s in &open {
+            log::warn!("9p: conn {}: closing: shutdown grace time over", s.id());
+            s.request_close(CloseReason::ShutdownNow);
+        }
+        open.len()
+    }
+
     /// Frees a connection slot for a new client: closes the connection without fids and
     /// without outstanding requests that has been quiet longest (at least
     /// [`Timeouts::slot_grace_ns`]). Returns whether one was found (its slot is free once

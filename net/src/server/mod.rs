@@ -33,6 +33,7 @@ use core::net::IpAddr;
 
 use vfs::{Attr, Errno, FileSystem, FileType};
 
+use crate::conn::CloseReason;
 use crate::memory::{Budget, MemoryConfig, MemoryStats, Refused};
 use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
 pub use access::{AccessConfig, AllowList, Cidr};
@@ -157,6 +158,8 @@ pub struct Server<F> {
     budget: Rc<Budget>,
     /// Open sessions, for housekeeping.
     sessions: RefCell<BTreeMap<u64, Weak<Session>>>,
+    /// [`Server::shut_down`] was called: every connection, new ones too, is closing.
+    shutting_down: Cell<bool>,
 }
 
 impl<F: FileSystem> Server<F> {
@@ -176,6 +179,7 @@ impl<F: FileSystem> Server<F> {
             next_conn: Cell::new(1),
             budget: Budget::new(config.memory),
             sessions: RefCell::new(BTreeMap::new()),
+            shutting_down: Cell::new(false),
             config,
         }
     }
@@ -291,6 +295,10 @@ impl<F: FileSystem> Server<F> {
         self.sessions
             .borrow_mut()
             .insert(id, Rc::downgrade(&session));
+        if self.shutting_down.get() {
+            // Accepted while the server shuts down: closed before it reads anything.
+            session.request_close(CloseReason::Shutdown);
+        }
         session
     }
 

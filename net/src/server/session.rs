@@ -140,9 +140,15 @@ impl Session {
         self.activity.set(a);
     }
 
-    /// Asks the connection to close (the first reason given stands) and wakes its task.
+    /// Asks the connection to close and wakes its task. The first reason given stands,
+    /// unless a later one sheds a connection the first would have let send its replies
+    /// ([`CloseReason::overridden_by`]).
     pub fn request_close(&self, reason: CloseReason) {
-        if self.close.get().is_none() {
+        if self
+            .close
+            .get()
+            .is_none_or(|first| first.overridden_by(reason))
+        {
             self.close.set(Some(reason));
         }
         if let Some(w) = self.waker.borrow_mut().take() {

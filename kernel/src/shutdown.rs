@@ -1,0 +1,158 @@
+//! The clean shutdown a press of the ACPI power button starts (QEMU's
+//! `system_powerdown`, libvirt's `virsh shutdown`, `make run`'s Ctrl-C), as a task on
+//! the executor. Each step is logged as `shutdown: ...`:
+//!
+//! 1. The 9P listener closes: no new connection.
+//! 2. Every 9P connection is asked to close politely: no new request is read, the
+//!    requests in flight finish and their replies are sent, then FIN. Connections still
+//!    open after half of the limit are shed; their requests still run to their end.
+//!    When every connection task has ended, no operation runs on the filesystem.
+//! 3. The filesystem is made durable and marked clean (`NineFs::remount_read_only`: a
+//!    final checkpoint, superblock clean, log empty); it stays mounted, read-only.
+//! 4. The counters are logged, and the machine powers off (`power::off`, ACPI S5).
+//!
+//! The whole is bounded by `shutdown_timeout=` (default 30 s): past it the appliance
+//! logs the step that hung and powers off anyway. Nothing acknowledged is lost then:
+//! every fsync a client saw answered is in the log, which the next mount replays (it
+//! reports "NOT cleanly unmounted"). A press while the shutdown runs is ignored
+//! (counted: `power.shutdown.ignored_presses`).
+
+use alloc::rc::Rc;
+use core::cell::Cell;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::time::Duration;
+
+use log::{error, info, warn};
+use vfs::FileSystem;
+
+use crate::net::service::Service;
+use crate::net::stats::ServiceStats;
+use crate::report::ShutdownReport;
+use crate::storage::CleanUnmount;
+use crate::{clock, power, task};
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+static IGNORED_PRESSES: AtomicU64 = AtomicU64::new(0);
+static TIMED_OUT: AtomicBool = AtomicBool::new(false);
+
+/// The shutdown's counters; `service` has the connections it closed.
+pub fn report(service: &ServiceStats) -> ShutdownReport {
+    ShutdownReport {
+        started: STARTED.load(Ordering::Relaxed),
+        ignored_presses: IGNORED_PRESSES.load(Ordering::Relaxed),
+        connections_closed: service.shutdown_closed.get(),
+        connections_reset: service.shutdown_shed.get(),
+        timed_out: TIMED_OUT.load(Ordering::Relaxed),
+    }
+}
+
+/// The step under way, for the log when the limit passes.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Listener,
+    Connections,
+    Unmount,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Step::Listener => "closing the 9P listener",
+            Step::Connections => "closing the 9P connections",
+            Step::Unmount => "unmounting the filesystem",
+        })
+    }
+}
+
+/// Waits for the power button, then shuts `service` and its filesystem down cleanly
+/// within `limit` (see the module documentation). Returns when the machine may be
+/// powered off.
+pub async fn on_power_button<F>(service: Rc<Service<F>>, limit: Duration)
+where
+    F: FileSystem + CleanUnmount + 'static,
+{
+    power::pressed().await;
+    let started = begin();
+    info!(
+        "shutdown: power button pressed; closing the 9P service, unmounting, powering off (limit {} s)",
+        limit.as_secs()
+    );
+    let step = Cell::new(Step::Listener);
+    match task::timeout(limit, steps(&service, limit, &step)).await {
+        Ok(Ok(())) => info!(
+            "shutdown: done in {} ms",
+            (clock::now() - started).as_millis()
+        ),
+        Ok(Err(e)) => error!(
+            "shutdown: unmount failed ({e}); powering off anyway: the log keeps every acknowledged fsync and the next mount replays it"
+        ),
+        Err(_) => {
+            TIMED_OUT.store(true, Ordering::Relaxed);
+            error!(
+                "shutdown: still {} after {} s (shutdown_timeout=); powering off anyway: the log keeps every acknowledged fsync and the next mount replays it",
+                step.get(),
+                limit.as_secs()
+            );
+        }
+    }
+    service.log_stats();
+}
+
+/// Waits for the power button when nothing is being served (no disk, no network):
+/// there is nothing to close. Returns when the machine may be powered off.
+pub async fn on_power_button_idle() {
+    power::pressed().await;
+    begin();
+    info!("shutdown: power button pressed; nothing is served: powering off");
+}
+
+/// Marks the shutdown started and counts (and ignores) the presses after this one.
+fn begin() -> crate::time::Instant {
+    STARTED.store(true, Ordering::Relaxed);
+    task::spawn(async {
+        loop {
+            power::pressed().await;
+            IGNORED_PRESSES.fetch_add(1, Ordering::Relaxed);
+            warn!("shutdown: power button pressed again; already shutting down (ignored)");
+        }
+    });
+    clock::now()
+}
+
+/// Steps 1 to 3; `step` says which one runs.
+async fn steps<F>(service: &Service<F>, limit: Duration, step: &Cell<Step>) -> vfs::FsResult<()>
+where
+    F: FileSystem + CleanUnmount + 'static,
+{
+    step.set(Step::Listener);
+    service.stop_listening();
+    info!(
+        "shutdown: 9P: accepting no new connections; {} open",
+        service.stats().active()
+    );
+
+    step.set(Step::Connections);
+    let grace = limit / 2;
+    let drained = service.drain(grace).await;
+    if drained.shed > 0 {
+        warn!(
+            "shutdown: 9P: {} connection(s) had not finished after {} s: reset",
+            drained.shed,
+            grace.as_secs()
+        );
+    }
+    info!(
+        "shutdown: 9P: every connection closed ({} asked to close, {} reset); no request is running",
+        drained.asked, drained.shed
+    );
+
+    step.set(Step::Unmount);
+    let started = clock::now();
+    service.server().fs().unmount_clean().await?;
+    info!(
+        "shutdown: fs: everything durable, unmounted cleanly in {} ms (read-only until power off)",
+        (clock::now() - started).as_millis()
+    );
+    Ok(())
+}
