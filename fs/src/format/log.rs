@@ -453,6 +453,10 @@ fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
 mod tests {
     use super::*;
 
+    use crate::util::crc::crc32c;
+
+    const GOLDEN_LOG_BLOCK_CRC: u32 = 2_348_774_869;
+
     fn header(seq: u64, len: usize) -> LogBlockHeader {
         LogBlockHeader {
             epoch: 7,
@@ -563,5 +567,26 @@ mod tests {
             let _ = decode_records(&s.as_slice()[..cut]);
         }
         assert!(decode_records(&[99, 0, 0, 0, 0]).is_err());
+    }
+
+    /// The framing is the on-disk format: this pins every byte of a block.
+    #[test]
+    fn framing_is_pinned() {
+        let h = LogBlockHeader {
+            epoch: 0x0102_0304_0506_0708,
+            seq: 41,
+            commit_seq: 40,
+            commit_blocks: 2,
+            payload_len: 3,
+            fs_seq: 0x1112_1314_1516_1718,
+        };
+        let mut b = alloc::vec![0u8; BLOCK_SIZE];
+        h.encode_block(b"abc", &mut b);
+        assert_eq!(&b[..4], b"NFLG");
+        assert_eq!(b[8..16], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(b[32..36], 2u32.to_le_bytes());
+        assert_eq!(&b[LOG_HEADER_LEN..LOG_HEADER_LEN + 3], b"abc");
+        assert_eq!(crc32c(&b), GOLDEN_LOG_BLOCK_CRC, "log block bytes changed");
+        assert_eq!(LogBlockHeader::decode_block(&b), Ok((h, &b"abc"[..])));
     }
 }

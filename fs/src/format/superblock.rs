@@ -330,6 +330,8 @@ pub(crate) mod tests {
         }
     }
 
+    const GOLDEN_SUPERBLOCK_CRC: u32 = 2_202_086_992;
+
     #[test]
     fn round_trip() {
         let sb = sample();
@@ -346,5 +348,31 @@ pub(crate) mod tests {
             c[i] ^= 0x10;
             assert!(Superblock::decode(&c).is_err(), "flip at {i} undetected");
         }
+    }
+
+    /// The encoding is the on-disk format: this pins every byte of the sample's block
+    /// (a change here is a format change, `FORMAT_VERSION` and docs/format.md with it).
+    #[test]
+    fn encoding_is_pinned() {
+        let b = sample().encode();
+        assert_eq!(b.len(), BLOCK_SIZE);
+        assert_eq!(&b[..8], b"NINEFOLD");
+        assert_eq!(&b[12..16], &FORMAT_VERSION.to_le_bytes());
+        assert_eq!(
+            crc32c(&b),
+            GOLDEN_SUPERBLOCK_CRC,
+            "superblock bytes changed"
+        );
+        let ptr = NodePtr {
+            addr: 0x0102_0304_0506_0708,
+            nonce: 0x1112_1314_1516_1718,
+            blocks: 0x2122_2324,
+        };
+        let bytes = ptr.to_bytes();
+        assert_eq!(bytes[..8], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(bytes[8..16], 0x1112_1314_1516_1718u64.to_le_bytes());
+        assert_eq!(bytes[16..], [0x24, 0x23, 0x22, 0x21, 0, 0, 0, 0]);
+        assert_eq!(NodePtr::from_bytes(&bytes), Some(ptr));
+        assert_eq!(NodePtr::from_bytes(&bytes[1..]), None);
     }
 }
