@@ -23,18 +23,22 @@
 //! Records: `kind u8, len u32, body[len]`. Bodies are listed at [`Record`].
 
 use alloc::vec::Vec;
+use core::mem::{offset_of, size_of};
+
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::items::{FileExtent, INODE_ITEM_LEN};
 use super::{Corrupt, BLOCK_SIZE};
 use crate::util::bytes::Reader;
-use crate::util::crc::crc32c;
+use crate::util::crc::{crc32c, crc32c_parts};
 use crate::util::scratch::Scratch;
 use vfs::FileType;
 
 /// Magic at the start of every log block.
 pub const LOG_MAGIC: [u8; 4] = *b"NFLG";
 /// Bytes of a log block header.
-pub const LOG_HEADER_LEN: usize = 64;
+pub const LOG_HEADER_LEN: usize = size_of::<LogBlockHeaderDisk>();
 /// Payload bytes per log block.
 pub const LOG_PAYLOAD: usize = BLOCK_SIZE - LOG_HEADER_LEN;
 /// Bytes of a record's kind and length.
@@ -57,6 +61,25 @@ pub struct LogBlockHeader {
     pub fs_seq: u64,
 }
 
+/// A log block header on disk: the layout in the module documentation.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct LogBlockHeaderDisk {
+    magic: [u8; 4],
+    /// crc32c of the block from `epoch` to its end.
+    crc: U32,
+    epoch: U64,
+    seq: U64,
+    commit_seq: U64,
+    commit_blocks: U32,
+    payload_len: U32,
+    fs_seq: U64,
+    reserved: [u8; 16],
+}
+
+/// Where a log block's checksum starts: everything after the magic and the checksum.
+const CRC_START: usize = offset_of!(LogBlockHeaderDisk, epoch);
+
 impl LogBlockHeader {
     /// Encodes a block: this header and `payload` (at most [`LOG_PAYLOAD`] bytes) into
     /// `out` (one block).
@@ -72,16 +95,19 @@ impl LogBlockHeader {
     /// `payload_len` bytes (the rest of the block must be zero).
     pub fn frame_in_place(&self, b: &mut [u8]) {
         assert!(self.payload_len as usize <= LOG_PAYLOAD && b.len() == BLOCK_SIZE);
-        b[..4].copy_from_slice(&LOG_MAGIC);
-        b[8..16].copy_from_slice(&self.epoch.to_le_bytes());
-        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        b[24..32].copy_from_slice(&self.commit_seq.to_le_bytes());
-        b[32..36].copy_from_slice(&self.commit_blocks.to_le_bytes());
-        b[36..40].copy_from_slice(&self.payload_len.to_le_bytes());
-        b[40..48].copy_from_slice(&self.fs_seq.to_le_bytes());
-        b[48..LOG_HEADER_LEN].fill(0);
-        let crc = crc32c(&b[8..]);
-        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        let (header, payload) = LogBlockHeaderDisk::mut_from_prefix(b).expect("a block");
+        *header = LogBlockHeaderDisk {
+            magic: LOG_MAGIC,
+            crc: U32::ZERO,
+            epoch: self.epoch.into(),
+            seq: self.seq.into(),
+            commit_seq: self.commit_seq.into(),
+            commit_blocks: self.commit_blocks.into(),
+            payload_len: self.payload_len.into(),
+            fs_seq: self.fs_seq.into(),
+            reserved: [0; 16],
+        };
+        header.crc = crc32c_parts(&[&header.as_bytes()[CRC_START..], payload]).into();
     }
 
     /// Decodes one block; returns the header and the used payload.
@@ -89,22 +115,21 @@ impl LogBlockHeader {
         if b.len() != BLOCK_SIZE {
             return Err(Corrupt::Truncated);
         }
-        if b[..4] != LOG_MAGIC {
+        let (d, payload) =
+            LogBlockHeaderDisk::ref_from_prefix(b).map_err(|_| Corrupt::Truncated)?;
+        if d.magic != LOG_MAGIC {
             return Err(Corrupt::Magic);
         }
-        let crc = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
-        if crc != crc32c(&b[8..]) {
+        if d.crc.get() != crc32c(&b[CRC_START..]) {
             return Err(Corrupt::Checksum);
         }
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let h = LogBlockHeader {
-            epoch: u64_at(8),
-            seq: u64_at(16),
-            commit_seq: u64_at(24),
-            commit_blocks: u32_at(32),
-            payload_len: u32_at(36),
-            fs_seq: u64_at(40),
+            epoch: d.epoch.get(),
+            seq: d.seq.get(),
+            commit_seq: d.commit_seq.get(),
+            commit_blocks: d.commit_blocks.get(),
+            payload_len: d.payload_len.get(),
+            fs_seq: d.fs_seq.get(),
         };
         if h.payload_len as usize > LOG_PAYLOAD
             || h.commit_blocks == 0
@@ -113,10 +138,7 @@ impl LogBlockHeader {
         {
             return Err(Corrupt::Field("log block header"));
         }
-        Ok((
-            h,
-            &b[LOG_HEADER_LEN..LOG_HEADER_LEN + h.payload_len as usize],
-        ))
+        Ok((h, &payload[..h.payload_len as usize]))
     }
 }
 
@@ -452,7 +474,6 @@ fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use crate::util::crc::crc32c;
 
     const GOLDEN_LOG_BLOCK_CRC: u32 = 2_348_774_869;

@@ -508,31 +508,31 @@ impl Inner {
             if self.lose_next.replace(false) {
                 log::warn!(
                     "nvme: fault injection: ignoring the completion of command {}",
-                    c.cid
+                    c.cid()
                 );
                 continue;
             }
-            if !slots.is_in_device(c.cid) {
+            if !slots.is_in_device(c.cid()) {
                 // Not a command the controller holds: counted as stray, trusted for nothing.
-                let stray = slots.complete(c.cid, Outcome::failed(IoError::Timeout));
+                let stray = slots.complete(c.cid(), Outcome::failed(IoError::Timeout));
                 debug_assert_eq!(stray, Completed::Stray);
                 log::warn!("nvme: stray completion {c:?}");
                 continue;
             }
-            let m = &mut meta[usize::from(c.cid)];
-            let status = if c.status.is_success() {
-                Ok(c.result)
+            let m = &mut meta[usize::from(c.cid())];
+            let status = if c.status().is_success() {
+                Ok(c.result())
             } else if m.aborted {
                 Err(IoError::Timeout)
             } else {
                 errors += 1;
-                log::warn!("nvme: command {} failed: {:?}", c.cid, c.status);
-                Err(IoError::Device(c.status.code()))
+                log::warn!("nvme: command {} failed: {:?}", c.cid(), c.status());
+                Err(IoError::Device(c.status().code()))
             };
             // The controller completed the command: it is done with the data stream.
             // An abandoned command's outcome (and stream) is dropped by the slot table.
             let data = m.data.take().map(LentStream::reclaim);
-            slots.complete(c.cid, Outcome { status, data });
+            slots.complete(c.cid(), Outcome { status, data });
         }
         qp.ring_cq(shadow);
         qp.ring_sq(shadow);
