@@ -363,6 +363,7 @@ pub fn decode_records(payload: &[u8]) -> Result<Vec<Record>, Corrupt> {
     Ok(out)
 }
 
+/// Decodes the body of a record of `kind`; `None` if it is malformed or has bytes left.
 fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
     let mut r = Reader::new(body);
     let rec = match kind {
@@ -370,69 +371,34 @@ fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
             ino: r.u64()?,
             item: r.bytes(INODE_ITEM_LEN)?.to_vec(),
         },
-        rec::NAMES => {
-            let ino = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut names = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                names.push(LoggedName {
+        rec::NAMES => Record::Names {
+            ino: r.u64()?,
+            names: counted(&mut r, |r| {
+                Some(LoggedName {
                     parent: r.u64()?,
                     index: r.u64()?,
-                    file_type: get_type(&mut r)?,
-                    name: get_name(&mut r)?,
-                });
-            }
-            Record::Names { ino, names }
-        }
-        rec::XATTRS => {
-            let ino = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut items = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                let k = r.u8()?;
-                let off = r.u64()?;
+                    file_type: get_type(r)?,
+                    name: get_name(r)?,
+                })
+            })?,
+        },
+        rec::XATTRS => Record::Xattrs {
+            ino: r.u64()?,
+            items: counted(&mut r, |r| {
+                let kind = r.u8()?;
+                let offset = r.u64()?;
                 let len = r.u32()? as usize;
-                items.push((k, off, r.bytes(len)?.to_vec()));
-            }
-            Record::Xattrs { ino, items }
-        }
-        rec::EXTENTS => {
-            let ino = r.u64()?;
-            let start = r.u64()?;
-            let end = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut pieces = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                let fb = r.u64()?;
-                let fe = FileExtent::decode(r.bytes(FileExtent::LEN)?)?;
-                if fb < start
-                    || fb.checked_add(u64::from(fe.num_blocks))? > end
-                    || fe.disk_blocks > super::MAX_EXTENT_BLOCKS
-                {
-                    return None;
-                }
-                pieces.push((fb, fe));
-            }
-            if start >= end {
-                return None;
-            }
-            Record::Extents {
-                ino,
-                start,
-                end,
-                pieces,
-            }
-        }
+                Some((kind, offset, r.bytes(len)?.to_vec()))
+            })?,
+        },
+        rec::EXTENTS => decode_extents(&mut r)?,
         rec::CSUM => {
             let disk_block = r.u64()?;
             let n = r.u32()? as usize;
             if n == 0 || n > super::MAX_EXTENT_BLOCKS as usize {
                 return None;
             }
-            let mut csums = Vec::with_capacity(n);
-            for _ in 0..n {
-                csums.push(r.u32()?);
-            }
+            let csums = (0..n).map(|_| r.u32()).collect::<Option<_>>()?;
             Record::Csum { disk_block, csums }
         }
         rec::SYMLINK => {
@@ -443,32 +409,57 @@ fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
                 target: r.bytes(len)?.to_vec(),
             }
         }
-        rec::DENTRIES => {
-            let dir = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut entries = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                entries.push(LoggedEntry {
+        rec::DENTRIES => Record::Dentries {
+            dir: r.u64()?,
+            entries: counted(&mut r, |r| {
+                Some(LoggedEntry {
                     index: r.u64()?,
                     ino: r.u64()?,
-                    file_type: get_type(&mut r)?,
-                    name: get_name(&mut r)?,
-                });
-            }
-            let m = r.u32()? as usize;
-            let mut removed = Vec::with_capacity(m.min(1024));
-            for _ in 0..m {
-                removed.push((r.u64()?, r.u64()?));
-            }
-            Record::Dentries {
-                dir,
-                entries,
-                removed,
-            }
-        }
+                    file_type: get_type(r)?,
+                    name: get_name(r)?,
+                })
+            })?,
+            removed: counted(&mut r, |r| Some((r.u64()?, r.u64()?)))?,
+        },
         _ => return None,
     };
     (r.remaining() == 0).then_some(rec)
+}
+
+/// A `u32` count, then that many elements read by `element`. The count comes from the
+/// disk, so it does not size the allocation beyond what a sane record holds.
+fn counted<T>(
+    r: &mut Reader<'_>,
+    mut element: impl FnMut(&mut Reader<'_>) -> Option<T>,
+) -> Option<Vec<T>> {
+    let n = r.u32()? as usize;
+    let mut out = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        out.push(element(r)?);
+    }
+    Some(out)
+}
+
+/// The body of an [`rec::EXTENTS`] record: every piece lies inside `start..end` and
+/// within the largest extent.
+fn decode_extents(r: &mut Reader<'_>) -> Option<Record> {
+    let ino = r.u64()?;
+    let start = r.u64()?;
+    let end = r.u64()?;
+    let pieces = counted(r, |r| {
+        let fb = r.u64()?;
+        let fe = FileExtent::decode(r.bytes(FileExtent::LEN)?)?;
+        let inside = fb >= start
+            && fb.checked_add(u64::from(fe.num_blocks))? <= end
+            && fe.disk_blocks <= super::MAX_EXTENT_BLOCKS;
+        inside.then_some((fb, fe))
+    })?;
+    (start < end).then_some(Record::Extents {
+        ino,
+        start,
+        end,
+        pieces,
+    })
 }
 
 #[cfg(test)]

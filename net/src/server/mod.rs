@@ -386,29 +386,7 @@ impl<F: FileSystem> Server<F> {
             Tmsg::Fsync { fid, datasync } => self.fsync(s, tag, fid, datasync != 0).await,
             Tmsg::Statfs { fid } => self.statfs(s, tag, fid).await,
             Tmsg::Getattr { fid, .. } => self.getattr(s, tag, fid).await,
-            Tmsg::Setattr {
-                fid,
-                valid,
-                mode,
-                uid,
-                gid,
-                size,
-                atime_sec,
-                atime_nsec,
-                mtime_sec,
-                mtime_nsec,
-            } => {
-                let req = attr::SetattrReq {
-                    valid,
-                    mode,
-                    uid,
-                    gid,
-                    size,
-                    atime: (atime_sec, atime_nsec),
-                    mtime: (mtime_sec, mtime_nsec),
-                };
-                self.setattr(s, tag, fid, req).await
-            }
+            msg @ Tmsg::Setattr { .. } => self.dispatch_setattr(s, tag, msg).await,
             Tmsg::Readdir { fid, offset, count } => self.readdir(s, tag, fid, offset, count).await,
             Tmsg::Mkdir {
                 dfid,
@@ -459,6 +437,51 @@ impl<F: FileSystem> Server<F> {
                 attr_size,
                 flags,
             } => self.xattrcreate(s, tag, fid, name, attr_size, flags).await,
+            msg @ (Tmsg::Lock { .. } | Tmsg::Getlock { .. }) => {
+                self.dispatch_lock(s, tag, msg).await
+            }
+        }
+    }
+
+    /// `Tsetattr`: its fields as one request. [`Server::dispatch`] routes only `Tsetattr`
+    /// here.
+    async fn dispatch_setattr(
+        &self,
+        s: &Session,
+        tag: u16,
+        msg: Tmsg<'_>,
+    ) -> Result<Vec<u8>, Errno> {
+        let Tmsg::Setattr {
+            fid,
+            valid,
+            mode,
+            uid,
+            gid,
+            size,
+            atime_sec,
+            atime_nsec,
+            mtime_sec,
+            mtime_nsec,
+        } = msg
+        else {
+            return Err(Errno::EPROTO);
+        };
+        let req = attr::SetattrReq {
+            valid,
+            mode,
+            uid,
+            gid,
+            size,
+            atime: (atime_sec, atime_nsec),
+            mtime: (mtime_sec, mtime_nsec),
+        };
+        self.setattr(s, tag, fid, req).await
+    }
+
+    /// `Tlock` and `Tgetlock`, which describe a lock the same way. [`Server::dispatch`]
+    /// routes only these two here.
+    async fn dispatch_lock(&self, s: &Session, tag: u16, msg: Tmsg<'_>) -> Result<Vec<u8>, Errno> {
+        match msg {
             Tmsg::Lock {
                 fid,
                 lock_type,
@@ -494,6 +517,7 @@ impl<F: FileSystem> Server<F> {
                 };
                 self.getlock(s, tag, fid, req).await
             }
+            _ => Err(Errno::EPROTO),
         }
     }
 }
