@@ -34,7 +34,7 @@ use core::net::IpAddr;
 use vfs::{Attr, Errno, FileSystem, FileType};
 
 use crate::memory::{Budget, MemoryConfig, MemoryStats, Refused};
-use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
+use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, RmsgType, Tmsg};
 pub use access::{AccessConfig, AllowList, Cidr};
 pub use export::{Export, Squash};
 pub use housekeeping::Timeouts;
@@ -349,10 +349,11 @@ impl<F: FileSystem> Server<F> {
                 lerror(tag, Errno::EPROTO)
             }
         };
-        if out.get(4) == Some(&7) {
+        if wire::Header::peek(&out).is_some_and(|h| h.ty == RmsgType::Lerror as u8) {
             self.counters.error_replies();
         }
-        if let (Some(now), Some(t0), Some(&ty)) = (self.config.clock, started, frame.get(4)) {
+        let ty = wire::Header::peek(frame).map(|h| h.ty);
+        if let (Some(now), Some(t0), Some(ty)) = (self.config.clock, started, ty) {
             self.timings.add(ty, now().saturating_sub(t0));
         }
         out
