@@ -106,6 +106,13 @@ crash-sim:
 bench-meta:
 	$(CARGO) run --locked --release -p ninefold-tools --bin ninefold-bench-meta -- --out $(BUILD)/bench/btree-writes.json $(BENCH_ARGS)
 
+## bench-host: host-side measurements (release build; figures printed, nothing asserted):
+## the filesystem on a RAM disk, crash-state enumeration and checking, 9P lock requests
+## with 40,000 locks held
+.PHONY: bench-host
+bench-host:
+	$(CARGO) bench --locked -p ninefold-fs -p ninefold-ninep --bench fs_measure --bench crash_states --bench locks
+
 ## crash-quick: the slice of the crash suite `make test` runs
 crash-quick:
 	$(CARGO) run --locked --profile crash -p ninefold-tools --bin ninefold-crash -- --size quick $(CRASH_ARGS)

@@ -56,11 +56,7 @@ use vfs::FileSystem;
 
 use crate::memory::{Charge, Refused, Use};
 use crate::server::{lerror, reply, Received, Server, Session};
-use crate::wire::{self, Header, Rmsg, Tmsg, HEADER_LEN};
-
-/// Type bytes the driver answers itself.
-const TVERSION: u8 = 100;
-const TFLUSH: u8 = 108;
+use crate::wire::{self, Header, Rmsg, Tmsg, TmsgType, HEADER_LEN};
 
 /// A request's future: its tag and its reply.
 type RequestFuture = Pin<Box<dyn Future<Output = (u16, Reply)>>>;
@@ -443,8 +439,8 @@ impl<F: FileSystem + 'static> Connection<F> {
             return;
         }
         let received = self.server.received(header.ty);
-        match header.ty {
-            TVERSION => match Tmsg::decode(&frame) {
+        match TmsgType::from_byte(header.ty) {
+            Some(TmsgType::Version) => match Tmsg::decode(&frame) {
                 Ok((_, Tmsg::Version { msize, version })) => {
                     let flushers = vec![];
                     self.tags
@@ -457,7 +453,7 @@ impl<F: FileSystem + 'static> Connection<F> {
                 }
                 _ => self.malformed(tag, received),
             },
-            TFLUSH => match Tmsg::decode(&frame) {
+            Some(TmsgType::Flush) => match Tmsg::decode(&frame) {
                 Ok((_, Tmsg::Flush { oldtag })) => self.flush(tag, oldtag, received),
                 _ => self.malformed(tag, received),
             },

@@ -220,7 +220,7 @@ fn shared_dir() -> (Rc<Server<Model>>, TestClient, TestClient) {
 fn creates_never_give_a_user_a_group_they_are_not_in() {
     let (server, mut user, _root) = shared_dir();
     user.walk(0, 1, "shared").unwrap();
-    // The review's case: uid 1000 asks for root's group and a set-gid file.
+    // uid 1000 asks for root's group and a set-gid file.
     create_all(&mut user, 1, 2, FOREIGN_GID, 0o2755);
     for kind in ["file", "fifo", "link"] {
         let (uid, gid, mode) = owner_of(&mut user, 1, &format!("{kind}-0"));

@@ -256,60 +256,6 @@ fn locks_between_connections() {
     assert_eq!(a.lock(0, lock::WRLCK, 0, 0, 1).unwrap(), lock::SUCCESS);
 }
 
-/// `Tlock` for a given client id; the status.
-fn lock_as<X: ninep::testing::Exchange>(
-    c: &mut ninep::testing::Client<X>,
-    fid: u32,
-    lock_type: u8,
-    start: u64,
-    proc_id: u32,
-    client_id: &[u8],
-) -> Result<u8, Errno> {
-    let msg = Tmsg::Lock {
-        fid,
-        lock_type,
-        flags: 0,
-        start,
-        length: 1,
-        proc_id,
-        client_id,
-    };
-    let reply = c.rpc(&msg)?;
-    match Rmsg::decode(&reply).unwrap().1 {
-        Rmsg::Lock { status } => Ok(status),
-        r => panic!("{r:?}"),
-    }
-}
-
-/// `Tgetlock` for a given client id; the reply's fields.
-fn getlock_as<X: ninep::testing::Exchange>(
-    c: &mut ninep::testing::Client<X>,
-    fid: u32,
-    lock_type: u8,
-    (start, length): (u64, u64),
-    client_id: &[u8],
-) -> Result<(u8, u64, u64, u32, Vec<u8>), Errno> {
-    let msg = Tmsg::Getlock {
-        fid,
-        lock_type,
-        start,
-        length,
-        proc_id: 99,
-        client_id,
-    };
-    let reply = c.rpc(&msg)?;
-    match Rmsg::decode(&reply).unwrap().1 {
-        Rmsg::Getlock {
-            lock_type,
-            start,
-            length,
-            proc_id,
-            client_id,
-        } => Ok((lock_type, start, length, proc_id, client_id.to_vec())),
-        r => panic!("{r:?}"),
-    }
-}
-
 #[test]
 fn getlock_unlck_asks_whether_anything_is_in_the_way() {
     // Linux sends every Tgetlock with type UNLCK (v9fs_file_getlock), after finding no
@@ -434,71 +380,6 @@ fn client_ids_are_bounded_and_stored_once() {
     );
     c.clunk(0).unwrap();
     assert_eq!(server.lock_bytes(c.io.conn.session()), 0);
-}
-
-/// How long lock requests take while one connection holds 40,000 locks on the file (run
-/// with `--ignored --nocapture`; the review found 1.4 ms per request with a scan).
-#[test]
-#[ignore = "timing: prints figures, asserts nothing about them"]
-fn lock_requests_with_40000_locks_held() {
-    let server = model_server(Config {
-        max_locks_per_conn: 100_000,
-        max_locks: 100_000,
-        ..Config::default()
-    });
-    let mut a = client(&server);
-    let mut b = client(&server);
-    a.attach(0, 0, "").unwrap();
-    a.lcreate(0, "f", RDWR, 0o644).unwrap();
-    b.attach(0, 0, "").unwrap();
-    b.walk(0, 1, "f").unwrap();
-    b.lopen(1, RDWR).unwrap();
-    let id = [b'n'; 64];
-    for i in 0..40_000 {
-        assert_eq!(
-            lock_as(&mut a, 0, lock::WRLCK, 2 * i, 99, &id),
-            Ok(lock::SUCCESS)
-        );
-    }
-    let rounds = 10_000u64;
-    let time = |what: &str, f: &mut dyn FnMut(u64)| {
-        let t0 = std::time::Instant::now();
-        for i in 0..rounds {
-            f(i);
-        }
-        println!(
-            "{what}: {:.2} µs per request",
-            t0.elapsed().as_secs_f64() * 1e6 / rounds as f64
-        );
-    };
-    time(
-        "another connection's Tgetlock(UNLCK) over the whole file",
-        &mut |_| {
-            assert_eq!(b.getlock(1, lock::UNLCK, 0, 0, 7).unwrap().0, lock::WRLCK);
-        },
-    );
-    time(
-        "the holder's Tgetlock(UNLCK) over the whole file",
-        &mut |_| {
-            let reply = getlock_as(&mut a, 0, lock::UNLCK, (0, 0), &id).unwrap();
-            assert_eq!(reply.0, lock::UNLCK);
-        },
-    );
-    time(
-        "another connection's Tlock + unlock of a free byte",
-        &mut |i| {
-            let off = 2 * (i % 40_000) + 1;
-            assert_eq!(b.lock(1, lock::WRLCK, off, 1, 7).unwrap(), lock::SUCCESS);
-            assert_eq!(b.lock(1, lock::UNLCK, off, 1, 7).unwrap(), lock::SUCCESS);
-        },
-    );
-    time("the holder's relock of one of its bytes", &mut |i| {
-        let off = 2 * (i % 40_000);
-        assert_eq!(
-            lock_as(&mut a, 0, lock::RDLCK, off, 99, &id),
-            Ok(lock::SUCCESS)
-        );
-    });
 }
 
 #[test]

@@ -23,18 +23,22 @@
 //! Records: `kind u8, len u32, body[len]`. Bodies are listed at [`Record`].
 
 use alloc::vec::Vec;
+use core::mem::{offset_of, size_of};
+
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::items::{FileExtent, INODE_ITEM_LEN};
 use super::{Corrupt, BLOCK_SIZE};
 use crate::util::bytes::Reader;
-use crate::util::crc::crc32c;
+use crate::util::crc::{crc32c, crc32c_parts};
 use crate::util::scratch::Scratch;
 use vfs::FileType;
 
 /// Magic at the start of every log block.
 pub const LOG_MAGIC: [u8; 4] = *b"NFLG";
 /// Bytes of a log block header.
-pub const LOG_HEADER_LEN: usize = 64;
+pub const LOG_HEADER_LEN: usize = size_of::<LogBlockHeaderDisk>();
 /// Payload bytes per log block.
 pub const LOG_PAYLOAD: usize = BLOCK_SIZE - LOG_HEADER_LEN;
 /// Bytes of a record's kind and length.
@@ -57,6 +61,25 @@ pub struct LogBlockHeader {
     pub fs_seq: u64,
 }
 
+/// A log block header on disk: the layout in the module documentation.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct LogBlockHeaderDisk {
+    magic: [u8; 4],
+    /// crc32c of the block from `epoch` to its end.
+    crc: U32,
+    epoch: U64,
+    seq: U64,
+    commit_seq: U64,
+    commit_blocks: U32,
+    payload_len: U32,
+    fs_seq: U64,
+    reserved: [u8; 16],
+}
+
+/// Where a log block's checksum starts: everything after the magic and the checksum.
+const CRC_START: usize = offset_of!(LogBlockHeaderDisk, epoch);
+
 impl LogBlockHeader {
     /// Encodes a block: this header and `payload` (at most [`LOG_PAYLOAD`] bytes) into
     /// `out` (one block).
@@ -72,16 +95,19 @@ impl LogBlockHeader {
     /// `payload_len` bytes (the rest of the block must be zero).
     pub fn frame_in_place(&self, b: &mut [u8]) {
         assert!(self.payload_len as usize <= LOG_PAYLOAD && b.len() == BLOCK_SIZE);
-        b[..4].copy_from_slice(&LOG_MAGIC);
-        b[8..16].copy_from_slice(&self.epoch.to_le_bytes());
-        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        b[24..32].copy_from_slice(&self.commit_seq.to_le_bytes());
-        b[32..36].copy_from_slice(&self.commit_blocks.to_le_bytes());
-        b[36..40].copy_from_slice(&self.payload_len.to_le_bytes());
-        b[40..48].copy_from_slice(&self.fs_seq.to_le_bytes());
-        b[48..LOG_HEADER_LEN].fill(0);
-        let crc = crc32c(&b[8..]);
-        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        let (header, payload) = LogBlockHeaderDisk::mut_from_prefix(b).expect("a block");
+        *header = LogBlockHeaderDisk {
+            magic: LOG_MAGIC,
+            crc: U32::ZERO,
+            epoch: self.epoch.into(),
+            seq: self.seq.into(),
+            commit_seq: self.commit_seq.into(),
+            commit_blocks: self.commit_blocks.into(),
+            payload_len: self.payload_len.into(),
+            fs_seq: self.fs_seq.into(),
+            reserved: [0; 16],
+        };
+        header.crc = crc32c_parts(&[&header.as_bytes()[CRC_START..], payload]).into();
     }
 
     /// Decodes one block; returns the header and the used payload.
@@ -89,22 +115,21 @@ impl LogBlockHeader {
         if b.len() != BLOCK_SIZE {
             return Err(Corrupt::Truncated);
         }
-        if b[..4] != LOG_MAGIC {
+        let (d, payload) =
+            LogBlockHeaderDisk::ref_from_prefix(b).map_err(|_| Corrupt::Truncated)?;
+        if d.magic != LOG_MAGIC {
             return Err(Corrupt::Magic);
         }
-        let crc = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
-        if crc != crc32c(&b[8..]) {
+        if d.crc.get() != crc32c(&b[CRC_START..]) {
             return Err(Corrupt::Checksum);
         }
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let h = LogBlockHeader {
-            epoch: u64_at(8),
-            seq: u64_at(16),
-            commit_seq: u64_at(24),
-            commit_blocks: u32_at(32),
-            payload_len: u32_at(36),
-            fs_seq: u64_at(40),
+            epoch: d.epoch.get(),
+            seq: d.seq.get(),
+            commit_seq: d.commit_seq.get(),
+            commit_blocks: d.commit_blocks.get(),
+            payload_len: d.payload_len.get(),
+            fs_seq: d.fs_seq.get(),
         };
         if h.payload_len as usize > LOG_PAYLOAD
             || h.commit_blocks == 0
@@ -113,10 +138,7 @@ impl LogBlockHeader {
         {
             return Err(Corrupt::Field("log block header"));
         }
-        Ok((
-            h,
-            &b[LOG_HEADER_LEN..LOG_HEADER_LEN + h.payload_len as usize],
-        ))
+        Ok((h, &payload[..h.payload_len as usize]))
     }
 }
 
@@ -341,6 +363,7 @@ pub fn decode_records(payload: &[u8]) -> Result<Vec<Record>, Corrupt> {
     Ok(out)
 }
 
+/// Decodes the body of a record of `kind`; `None` if it is malformed or has bytes left.
 fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
     let mut r = Reader::new(body);
     let rec = match kind {
@@ -348,69 +371,34 @@ fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
             ino: r.u64()?,
             item: r.bytes(INODE_ITEM_LEN)?.to_vec(),
         },
-        rec::NAMES => {
-            let ino = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut names = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                names.push(LoggedName {
+        rec::NAMES => Record::Names {
+            ino: r.u64()?,
+            names: counted(&mut r, |r| {
+                Some(LoggedName {
                     parent: r.u64()?,
                     index: r.u64()?,
-                    file_type: get_type(&mut r)?,
-                    name: get_name(&mut r)?,
-                });
-            }
-            Record::Names { ino, names }
-        }
-        rec::XATTRS => {
-            let ino = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut items = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                let k = r.u8()?;
-                let off = r.u64()?;
+                    file_type: get_type(r)?,
+                    name: get_name(r)?,
+                })
+            })?,
+        },
+        rec::XATTRS => Record::Xattrs {
+            ino: r.u64()?,
+            items: counted(&mut r, |r| {
+                let kind = r.u8()?;
+                let offset = r.u64()?;
                 let len = r.u32()? as usize;
-                items.push((k, off, r.bytes(len)?.to_vec()));
-            }
-            Record::Xattrs { ino, items }
-        }
-        rec::EXTENTS => {
-            let ino = r.u64()?;
-            let start = r.u64()?;
-            let end = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut pieces = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                let fb = r.u64()?;
-                let fe = FileExtent::decode(r.bytes(FileExtent::LEN)?)?;
-                if fb < start
-                    || fb.checked_add(u64::from(fe.num_blocks))? > end
-                    || fe.disk_blocks > super::MAX_EXTENT_BLOCKS
-                {
-                    return None;
-                }
-                pieces.push((fb, fe));
-            }
-            if start >= end {
-                return None;
-            }
-            Record::Extents {
-                ino,
-                start,
-                end,
-                pieces,
-            }
-        }
+                Some((kind, offset, r.bytes(len)?.to_vec()))
+            })?,
+        },
+        rec::EXTENTS => decode_extents(&mut r)?,
         rec::CSUM => {
             let disk_block = r.u64()?;
             let n = r.u32()? as usize;
             if n == 0 || n > super::MAX_EXTENT_BLOCKS as usize {
                 return None;
             }
-            let mut csums = Vec::with_capacity(n);
-            for _ in 0..n {
-                csums.push(r.u32()?);
-            }
+            let csums = (0..n).map(|_| r.u32()).collect::<Option<_>>()?;
             Record::Csum { disk_block, csums }
         }
         rec::SYMLINK => {
@@ -421,37 +409,65 @@ fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
                 target: r.bytes(len)?.to_vec(),
             }
         }
-        rec::DENTRIES => {
-            let dir = r.u64()?;
-            let n = r.u32()? as usize;
-            let mut entries = Vec::with_capacity(n.min(1024));
-            for _ in 0..n {
-                entries.push(LoggedEntry {
+        rec::DENTRIES => Record::Dentries {
+            dir: r.u64()?,
+            entries: counted(&mut r, |r| {
+                Some(LoggedEntry {
                     index: r.u64()?,
                     ino: r.u64()?,
-                    file_type: get_type(&mut r)?,
-                    name: get_name(&mut r)?,
-                });
-            }
-            let m = r.u32()? as usize;
-            let mut removed = Vec::with_capacity(m.min(1024));
-            for _ in 0..m {
-                removed.push((r.u64()?, r.u64()?));
-            }
-            Record::Dentries {
-                dir,
-                entries,
-                removed,
-            }
-        }
+                    file_type: get_type(r)?,
+                    name: get_name(r)?,
+                })
+            })?,
+            removed: counted(&mut r, |r| Some((r.u64()?, r.u64()?)))?,
+        },
         _ => return None,
     };
     (r.remaining() == 0).then_some(rec)
 }
 
+/// A `u32` count, then that many elements read by `element`. The count comes from the
+/// disk, so it does not size the allocation beyond what a sane record holds.
+fn counted<T>(
+    r: &mut Reader<'_>,
+    mut element: impl FnMut(&mut Reader<'_>) -> Option<T>,
+) -> Option<Vec<T>> {
+    let n = r.u32()? as usize;
+    let mut out = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        out.push(element(r)?);
+    }
+    Some(out)
+}
+
+/// The body of an [`rec::EXTENTS`] record: every piece lies inside `start..end` and
+/// within the largest extent.
+fn decode_extents(r: &mut Reader<'_>) -> Option<Record> {
+    let ino = r.u64()?;
+    let start = r.u64()?;
+    let end = r.u64()?;
+    let pieces = counted(r, |r| {
+        let fb = r.u64()?;
+        let fe = FileExtent::decode(r.bytes(FileExtent::LEN)?)?;
+        let inside = fb >= start
+            && fb.checked_add(u64::from(fe.num_blocks))? <= end
+            && fe.disk_blocks <= super::MAX_EXTENT_BLOCKS;
+        inside.then_some((fb, fe))
+    })?;
+    (start < end).then_some(Record::Extents {
+        ino,
+        start,
+        end,
+        pieces,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::crc::crc32c;
+
+    const GOLDEN_LOG_BLOCK_CRC: u32 = 2_348_774_869;
 
     fn header(seq: u64, len: usize) -> LogBlockHeader {
         LogBlockHeader {
@@ -563,5 +579,26 @@ mod tests {
             let _ = decode_records(&s.as_slice()[..cut]);
         }
         assert!(decode_records(&[99, 0, 0, 0, 0]).is_err());
+    }
+
+    /// The framing is the on-disk format: this pins every byte of a block.
+    #[test]
+    fn framing_is_pinned() {
+        let h = LogBlockHeader {
+            epoch: 0x0102_0304_0506_0708,
+            seq: 41,
+            commit_seq: 40,
+            commit_blocks: 2,
+            payload_len: 3,
+            fs_seq: 0x1112_1314_1516_1718,
+        };
+        let mut b = alloc::vec![0u8; BLOCK_SIZE];
+        h.encode_block(b"abc", &mut b);
+        assert_eq!(&b[..4], b"NFLG");
+        assert_eq!(b[8..16], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(b[32..36], 2u32.to_le_bytes());
+        assert_eq!(&b[LOG_HEADER_LEN..LOG_HEADER_LEN + 3], b"abc");
+        assert_eq!(crc32c(&b), GOLDEN_LOG_BLOCK_CRC, "log block bytes changed");
+        assert_eq!(LogBlockHeader::decode_block(&b), Ok((h, &b"abc"[..])));
     }
 }

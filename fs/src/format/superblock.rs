@@ -1,14 +1,20 @@
 //! The superblock: two copies at fixed blocks ([`super::layout::SUPERBLOCK_BLOCKS`]),
 //! written alternately (generation `g` goes to copy `g % 2`). Mount takes the valid copy
 //! with the highest generation.
+//!
+//! The block is [`SuperblockDisk`] followed by zeros; [`Superblock`] is its decoded,
+//! validated form.
 
 use alloc::vec::Vec;
+use core::mem::{offset_of, size_of};
+
+use zerocopy::little_endian::{I64, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::key::TreeId;
 use super::layout::Layout;
 use super::{Corrupt, BLOCK_SIZE, FORMAT_VERSION};
-use crate::util::bytes::{Reader, Writer};
-use crate::util::crc::crc32c;
+use crate::util::crc::{crc32c, crc32c_parts};
 use vfs::Timespec;
 
 /// Magic at the start of a superblock.
@@ -37,37 +43,48 @@ pub struct NodePtr {
 
 impl NodePtr {
     /// Encoded size.
-    pub const ENCODED_LEN: usize = 24;
-
-    /// Encodes.
-    pub fn encode(&self, w: &mut Writer) {
-        w.u64(self.addr).u64(self.nonce).u32(self.blocks).u32(0);
-    }
+    pub const ENCODED_LEN: usize = size_of::<NodePtrDisk>();
 
     /// Encodes into a fresh vector (the value of an interior node entry).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(Self::ENCODED_LEN);
-        self.encode(&mut w);
-        w.finish()
-    }
-
-    /// Decodes.
-    pub fn decode(r: &mut Reader<'_>) -> Option<NodePtr> {
-        let p = NodePtr {
-            addr: r.u64()?,
-            nonce: r.u64()?,
-            blocks: r.u32()?,
-        };
-        r.u32()?;
-        Some(p)
+        NodePtrDisk::from(*self).as_bytes().to_vec()
     }
 
     /// Decodes an interior node entry's value (exactly [`Self::ENCODED_LEN`] bytes).
     pub fn from_bytes(b: &[u8]) -> Option<NodePtr> {
-        if b.len() != Self::ENCODED_LEN {
-            return None;
+        NodePtrDisk::ref_from_bytes(b).ok().map(NodePtr::from)
+    }
+}
+
+/// A [`NodePtr`] on disk (24 bytes): in the superblock's roots and as the value of every
+/// interior node entry.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct NodePtrDisk {
+    addr: U64,
+    nonce: U64,
+    blocks: U32,
+    reserved: U32,
+}
+
+impl From<NodePtr> for NodePtrDisk {
+    fn from(p: NodePtr) -> NodePtrDisk {
+        NodePtrDisk {
+            addr: p.addr.into(),
+            nonce: p.nonce.into(),
+            blocks: p.blocks.into(),
+            reserved: U32::ZERO,
         }
-        Self::decode(&mut Reader::new(b))
+    }
+}
+
+impl From<&NodePtrDisk> for NodePtr {
+    fn from(d: &NodePtrDisk) -> NodePtr {
+        NodePtr {
+            addr: d.addr.get(),
+            nonce: d.nonce.get(),
+            blocks: d.blocks.get(),
+        }
     }
 }
 
@@ -127,16 +144,59 @@ pub struct Superblock {
     pub log_epoch: u64,
 }
 
-fn encode_time(w: &mut Writer, t: Timespec) {
-    w.i64(t.sec).u32(t.nsec);
+/// The superblock's on-disk layout (little-endian, no padding), at the start of its
+/// block; the rest of the block is zero and covered by the checksum.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct SuperblockDisk {
+    magic: [u8; 8],
+    /// crc32c of the block from `version` to its end.
+    crc: U32,
+    version: U32,
+    compat: U64,
+    ro_compat: U64,
+    incompat: U64,
+    uuid: [u8; 16],
+    secret: U64,
+    label: [u8; LABEL_LEN],
+    block_size: U32,
+    node_size: U32,
+    total_blocks: U64,
+    groups: U32,
+    log_start: U64,
+    log_blocks: U64,
+    generation: U64,
+    checkpoint_seq: U64,
+    state: U32,
+    roots: [RootDisk; TreeId::COUNT],
+    next_ino: U64,
+    free_blocks: U64,
+    inode_count: U64,
+    created: TimespecDisk,
+    mount_count: U64,
+    log_tail: U64,
+    log_epoch: U64,
 }
 
-fn decode_time(r: &mut Reader<'_>) -> Option<Timespec> {
-    let t = Timespec {
-        sec: r.i64()?,
-        nsec: r.u32()?,
-    };
-    (t.nsec < 1_000_000_000).then_some(t)
+/// Where the superblock's checksum starts: everything after the magic and the checksum.
+const CRC_START: usize = offset_of!(SuperblockDisk, version);
+
+const _: () = assert!(size_of::<SuperblockDisk>() <= BLOCK_SIZE);
+
+/// A [`Root`] on disk (25 bytes, packed).
+#[derive(Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct RootDisk {
+    ptr: NodePtrDisk,
+    level: u8,
+}
+
+/// A [`Timespec`] on disk.
+#[derive(Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct TimespecDisk {
+    sec: I64,
+    nsec: U32,
 }
 
 impl Superblock {
@@ -153,106 +213,97 @@ impl Superblock {
 
     /// Encodes into one block.
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(BLOCK_SIZE);
-        w.bytes(&MAGIC).u32(0).u32(self.version);
-        w.u64(self.compat).u64(self.ro_compat).u64(self.incompat);
-        w.bytes(&self.uuid).u64(self.secret).bytes(&self.label);
-        w.u32(BLOCK_SIZE as u32).u32(self.node_size);
-        w.u64(self.layout.total_blocks).u32(self.layout.groups);
-        w.u64(self.layout.log_start).u64(self.layout.log_blocks);
-        w.u64(self.generation)
-            .u64(self.checkpoint_seq)
-            .u32(self.state);
-        for root in &self.roots {
-            root.ptr.encode(&mut w);
-            w.u8(root.level);
-        }
-        w.u64(self.next_ino)
-            .u64(self.free_blocks)
-            .u64(self.inode_count);
-        encode_time(&mut w, self.created);
-        w.u64(self.mount_count);
-        w.u64(self.log_tail).u64(self.log_epoch);
-        let mut b = w.finish();
-        assert!(b.len() <= BLOCK_SIZE, "superblock fields overflow a block");
-        b.resize(BLOCK_SIZE, 0);
-        let crc = crc32c(&b[12..]);
-        b[8..12].copy_from_slice(&crc.to_le_bytes());
+        let mut b = alloc::vec![0u8; BLOCK_SIZE];
+        let (disk, rest) = SuperblockDisk::mut_from_prefix(&mut b).expect("fits a block");
+        *disk = self.to_disk();
+        disk.crc = crc32c_parts(&[&disk.as_bytes()[CRC_START..], rest]).into();
         b
+    }
+
+    fn to_disk(&self) -> SuperblockDisk {
+        SuperblockDisk {
+            magic: MAGIC,
+            crc: U32::ZERO,
+            version: self.version.into(),
+            compat: self.compat.into(),
+            ro_compat: self.ro_compat.into(),
+            incompat: self.incompat.into(),
+            uuid: self.uuid,
+            secret: self.secret.into(),
+            label: self.label,
+            block_size: U32::new(BLOCK_SIZE as u32),
+            node_size: self.node_size.into(),
+            total_blocks: self.layout.total_blocks.into(),
+            groups: self.layout.groups.into(),
+            log_start: self.layout.log_start.into(),
+            log_blocks: self.layout.log_blocks.into(),
+            generation: self.generation.into(),
+            checkpoint_seq: self.checkpoint_seq.into(),
+            state: self.state.into(),
+            roots: self.roots.map(|r| RootDisk {
+                ptr: r.ptr.into(),
+                level: r.level,
+            }),
+            next_ino: self.next_ino.into(),
+            free_blocks: self.free_blocks.into(),
+            inode_count: self.inode_count.into(),
+            created: TimespecDisk {
+                sec: self.created.sec.into(),
+                nsec: self.created.nsec.into(),
+            },
+            mount_count: self.mount_count.into(),
+            log_tail: self.log_tail.into(),
+            log_epoch: self.log_epoch.into(),
+        }
     }
 
     /// Decodes one block, checking magic, checksum and field sanity.
     pub fn decode(b: &[u8]) -> Result<Superblock, Corrupt> {
-        if b.len() < BLOCK_SIZE {
-            return Err(Corrupt::Truncated);
-        }
-        let b = &b[..BLOCK_SIZE];
-        if b[..8] != MAGIC {
+        let b = b.get(..BLOCK_SIZE).ok_or(Corrupt::Truncated)?;
+        let (disk, _) = SuperblockDisk::ref_from_prefix(b).map_err(|_| Corrupt::Truncated)?;
+        if disk.magic != MAGIC {
             return Err(Corrupt::Magic);
         }
-        let crc = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-        if crc != crc32c(&b[12..]) {
+        if disk.crc.get() != crc32c(&b[CRC_START..]) {
             return Err(Corrupt::Checksum);
         }
-        Self::decode_fields(&mut Reader::new(&b[12..])).ok_or(Corrupt::Truncated)?
+        Self::from_disk(disk).validate(disk.block_size.get())
     }
 
-    fn decode_fields(r: &mut Reader<'_>) -> Option<Result<Superblock, Corrupt>> {
-        let version = r.u32()?;
-        let (compat, ro_compat, incompat) = (r.u64()?, r.u64()?, r.u64()?);
-        let uuid = r.array()?;
-        let secret = r.u64()?;
-        let label = r.array()?;
-        let block_size = r.u32()?;
-        let node_size = r.u32()?;
-        let total_blocks = r.u64()?;
-        let groups = r.u32()?;
-        let log_start = r.u64()?;
-        let log_blocks = r.u64()?;
-        let generation = r.u64()?;
-        let checkpoint_seq = r.u64()?;
-        let state = r.u32()?;
-        let mut roots = [Root::default(); TreeId::COUNT];
-        for root in &mut roots {
-            root.ptr = NodePtr::decode(r)?;
-            root.level = r.u8()?;
+    fn from_disk(d: &SuperblockDisk) -> Superblock {
+        Superblock {
+            version: d.version.get(),
+            compat: d.compat.get(),
+            ro_compat: d.ro_compat.get(),
+            incompat: d.incompat.get(),
+            uuid: d.uuid,
+            secret: d.secret.get(),
+            label: d.label,
+            node_size: d.node_size.get(),
+            layout: Layout {
+                total_blocks: d.total_blocks.get(),
+                groups: d.groups.get(),
+                log_start: d.log_start.get(),
+                log_blocks: d.log_blocks.get(),
+            },
+            generation: d.generation.get(),
+            checkpoint_seq: d.checkpoint_seq.get(),
+            state: d.state.get(),
+            roots: d.roots.map(|r| Root {
+                ptr: NodePtr::from(&r.ptr),
+                level: r.level,
+            }),
+            next_ino: d.next_ino.get(),
+            free_blocks: d.free_blocks.get(),
+            inode_count: d.inode_count.get(),
+            created: Timespec {
+                sec: d.created.sec.get(),
+                nsec: d.created.nsec.get(),
+            },
+            mount_count: d.mount_count.get(),
+            log_tail: d.log_tail.get(),
+            log_epoch: d.log_epoch.get(),
         }
-        let next_ino = r.u64()?;
-        let free_blocks = r.u64()?;
-        let inode_count = r.u64()?;
-        let created = decode_time(r)?;
-        let mount_count = r.u64()?;
-        let log_tail = r.u64()?;
-        let log_epoch = r.u64()?;
-        let layout = Layout {
-            total_blocks,
-            groups,
-            log_start,
-            log_blocks,
-        };
-        let sb = Superblock {
-            version,
-            compat,
-            ro_compat,
-            incompat,
-            uuid,
-            secret,
-            label,
-            node_size,
-            layout,
-            generation,
-            checkpoint_seq,
-            state,
-            roots,
-            next_ino,
-            free_blocks,
-            inode_count,
-            created,
-            mount_count,
-            log_tail,
-            log_epoch,
-        };
-        Some(sb.validate(block_size))
     }
 
     fn validate(self, block_size: u32) -> Result<Superblock, Corrupt> {
@@ -287,6 +338,9 @@ impl Superblock {
         }
         if self.free_blocks > self.layout.total_blocks {
             return Err(Corrupt::Field("free_blocks"));
+        }
+        if self.created.nsec >= 1_000_000_000 {
+            return Err(Corrupt::Field("created"));
         }
         Ok(self)
     }
@@ -330,6 +384,8 @@ pub(crate) mod tests {
         }
     }
 
+    const GOLDEN_SUPERBLOCK_CRC: u32 = 2_202_086_992;
+
     #[test]
     fn round_trip() {
         let sb = sample();
@@ -346,5 +402,31 @@ pub(crate) mod tests {
             c[i] ^= 0x10;
             assert!(Superblock::decode(&c).is_err(), "flip at {i} undetected");
         }
+    }
+
+    /// The encoding is the on-disk format: this pins every byte of the sample's block
+    /// (a change here is a format change, `FORMAT_VERSION` and docs/format.md with it).
+    #[test]
+    fn encoding_is_pinned() {
+        let b = sample().encode();
+        assert_eq!(b.len(), BLOCK_SIZE);
+        assert_eq!(&b[..8], b"NINEFOLD");
+        assert_eq!(&b[12..16], &FORMAT_VERSION.to_le_bytes());
+        assert_eq!(
+            crc32c(&b),
+            GOLDEN_SUPERBLOCK_CRC,
+            "superblock bytes changed"
+        );
+        let ptr = NodePtr {
+            addr: 0x0102_0304_0506_0708,
+            nonce: 0x1112_1314_1516_1718,
+            blocks: 0x2122_2324,
+        };
+        let bytes = ptr.to_bytes();
+        assert_eq!(bytes[..8], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(bytes[8..16], 0x1112_1314_1516_1718u64.to_le_bytes());
+        assert_eq!(bytes[16..], [0x24, 0x23, 0x22, 0x21, 0, 0, 0, 0]);
+        assert_eq!(NodePtr::from_bytes(&bytes), Some(ptr));
+        assert_eq!(NodePtr::from_bytes(&bytes[1..]), None);
     }
 }

@@ -275,6 +275,91 @@ struct WritePlan {
     runs: Vec<Range<u64>>,
 }
 
+/// A copy of a file's last block with its tail past a truncation zeroed, written to a new
+/// block ([`NineFs::zero_tail`]).
+struct ZeroedTail {
+    /// The file block it replaces.
+    block_no: u64,
+    /// The new block.
+    run: Range<u64>,
+    /// Its checksum.
+    csum: u32,
+}
+
+impl ZeroedTail {
+    /// Maps the new block in place of the file's block, with its checksum, in `tx`.
+    /// Returns the change in the file's bytes.
+    fn map_into(&self, c: &mut Core, tx: &mut Txn, ino: Ino) -> Result<i64, Stop> {
+        let fe = FileExtent {
+            disk_block: self.run.start,
+            disk_blocks: 1,
+            offset_blocks: 0,
+            num_blocks: 1,
+        };
+        tx.put(
+            TreeId::Csum,
+            Key::new(self.run.start, kind::CSUM, 0),
+            encode_csums(&[self.csum]),
+        );
+        tx.claims.push(self.run.clone());
+        let b = self.block_no;
+        c.replace_range(tx, ino, b, b + 1, &[(b, fe)])
+    }
+}
+
+/// A `clone_range` of whole blocks, done in bounded steps ([`CloneRange::step`]).
+struct CloneRange {
+    src: Ino,
+    dst: Ino,
+    /// The source's blocks.
+    src_blocks: Range<u64>,
+    /// Where they go in the destination.
+    dst_block: u64,
+    /// The destination's size afterwards, at least.
+    dst_end: u64,
+    now: Timespec,
+}
+
+impl CloneRange {
+    /// Shares the source's extents from block `s` on (at most [`BATCH`] of them) into the
+    /// destination, in one commit. Returns where the next step starts.
+    fn step(&self, c: &mut Core, s: u64) -> Result<u64, Stop> {
+        let (sb0, sb1, db0) = (self.src_blocks.start, self.src_blocks.end, self.dst_block);
+        c.check_meta_space()?;
+        let found = c.extents_in(self.src, s, sb1, BATCH)?;
+        let next = match found.last() {
+            Some((fb, fe)) if found.len() >= BATCH => (fb + u64::from(fe.num_blocks)).min(sb1),
+            _ => sb1,
+        };
+        let pieces: Vec<(u64, FileExtent)> = found
+            .iter()
+            .map(|&(fb, fe)| {
+                let start = fb.max(s);
+                let end = (fb + u64::from(fe.num_blocks)).min(next);
+                let piece = FileExtent {
+                    offset_blocks: fe.offset_blocks + (start - fb) as u32,
+                    num_blocks: (end - start) as u32,
+                    ..fe
+                };
+                (db0 + (start - sb0), piece)
+            })
+            .filter(|(_, p)| p.num_blocks > 0)
+            .collect();
+        let mut tx = Txn::new();
+        let (from, to) = (db0 + (s - sb0), db0 + (next - sb0));
+        let delta = c.replace_range(&mut tx, self.dst, from, to, &pieces)?;
+        let mut item = tx.inode(c, self.dst)?;
+        item.size = item.size.max(self.dst_end);
+        content_changed(&mut item, delta, self.now, c.seq);
+        tx.put_inode(self.dst, &item);
+        c.commit(tx)?;
+        let seq = c.seq;
+        c.state(self.src).last_reflink_trans = seq;
+        c.state(self.dst).last_reflink_trans = seq;
+        Ok(next)
+    }
+}
+
 impl<D: BlockDevice> NineFs<D> {
     /// Reads and verifies the data of `piece` into `out` (whole blocks). A checksum
     /// mismatch is reported as `EAGAIN` (the caller re-plans once before failing).
@@ -547,78 +632,17 @@ impl<D: BlockDevice> NineFs<D> {
         }
         self.trim_past_eof(ino).await?;
         let now = self.now();
-        // A cut inside a block with data: rewrite that block with its tail zeroed.
-        let tail_block = size / BS;
-        let mut zeroed = None;
-        if size < old && !size.is_multiple_of(BS) {
-            let plan = self
-                .run(|c| {
-                    let pieces = c.read_plan(ino, tail_block, tail_block + 1)?;
-                    if pieces.is_empty() {
-                        return Ok(None);
-                    }
-                    let keep = c.meta_reserve();
-                    let runs = c.space.alloc_data(1, keep)?;
-                    Ok(Some(WritePlan {
-                        old: pieces.into_iter().map(|p| (0, p)).collect(),
-                        runs,
-                    }))
-                })
-                .await?;
-            if let Some(plan) = plan {
-                let cut = (size % BS) as usize;
-                let mut block = vec![0u8; BLOCK_SIZE];
-                let read = match self.read_piece(&plan.old[0].1, &mut block).await {
-                    Err(Errno::EAGAIN) => {
-                        log::error!(
-                            "data checksum mismatch at block {}",
-                            plan.old[0].1.disk_block
-                        );
-                        Err(Errno::EIO)
-                    }
-                    r => r,
-                };
-                let wrote = match read {
-                    Ok(()) => {
-                        block[cut..].fill(0);
-                        self.dev
-                            .write(plan.runs[0].start, &block, WriteFlags::NONE)
-                            .await
-                            .map_err(|_| Errno::EIO)
-                    }
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = wrote {
-                    self.release_runs(&plan.runs);
-                    return Err(e);
-                }
-                zeroed = Some((plan.runs[0].clone(), crc32c(&block)));
-            }
-        }
+        let zeroed = if size < old && !size.is_multiple_of(BS) {
+            self.zero_tail(ino, size).await?
+        } else {
+            None
+        };
         let applied = self
             .run(|c| {
                 let mut tx = Txn::new();
                 let mut item = tx.inode(c, ino)?;
-                if let Some((run, csum)) = &zeroed {
-                    let fe = FileExtent {
-                        disk_block: run.start,
-                        disk_blocks: 1,
-                        offset_blocks: 0,
-                        num_blocks: 1,
-                    };
-                    tx.put(
-                        TreeId::Csum,
-                        Key::new(run.start, kind::CSUM, 0),
-                        encode_csums(&[*csum]),
-                    );
-                    tx.claims.push(run.clone());
-                    let delta = c.replace_range(
-                        &mut tx,
-                        ino,
-                        tail_block,
-                        tail_block + 1,
-                        &[(tail_block, fe)],
-                    )?;
+                if let Some(tail) = &zeroed {
+                    let delta = tail.map_into(c, &mut tx, ino)?;
                     add_bytes(&mut item, delta);
                 }
                 item.size = size;
@@ -628,8 +652,8 @@ impl<D: BlockDevice> NineFs<D> {
             })
             .await;
         if applied.is_err() {
-            if let Some((run, _)) = &zeroed {
-                self.release_runs(core::slice::from_ref(run));
+            if let Some(tail) = &zeroed {
+                self.release_runs(core::slice::from_ref(&tail.run));
             }
         }
         applied?;
@@ -637,6 +661,58 @@ impl<D: BlockDevice> NineFs<D> {
         // them past the end of file, where nothing reads them and the next extension or
         // deletion removes them.
         self.trim_past_eof(ino).await
+    }
+
+    /// A cut at `size`, inside a block: writes a copy of that block with its tail zeroed
+    /// to a new block, to be mapped in its place ([`ZeroedTail::map_into`]). `None` if
+    /// the block holds no data (a hole reads as zeros anyway).
+    async fn zero_tail(&self, ino: Ino, size: u64) -> FsResult<Option<ZeroedTail>> {
+        let block_no = size / BS;
+        let plan = self
+            .run(|c| {
+                let pieces = c.read_plan(ino, block_no, block_no + 1)?;
+                if pieces.is_empty() {
+                    return Ok(None);
+                }
+                let keep = c.meta_reserve();
+                let runs = c.space.alloc_data(1, keep)?;
+                Ok(Some(WritePlan {
+                    old: pieces.into_iter().map(|p| (0, p)).collect(),
+                    runs,
+                }))
+            })
+            .await?;
+        let Some(plan) = plan else {
+            return Ok(None);
+        };
+        let mut block = vec![0u8; BLOCK_SIZE];
+        let read = match self.read_piece(&plan.old[0].1, &mut block).await {
+            Err(Errno::EAGAIN) => {
+                let at = plan.old[0].1.disk_block;
+                log::error!("data checksum mismatch at block {at}");
+                Err(Errno::EIO)
+            }
+            r => r,
+        };
+        let wrote = match read {
+            Ok(()) => {
+                block[(size % BS) as usize..].fill(0);
+                self.dev
+                    .write(plan.runs[0].start, &block, WriteFlags::NONE)
+                    .await
+                    .map_err(|_| Errno::EIO)
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = wrote {
+            self.release_runs(&plan.runs);
+            return Err(e);
+        }
+        Ok(Some(ZeroedTail {
+            block_no,
+            run: plan.runs[0].clone(),
+            csum: crc32c(&block),
+        }))
     }
 
     /// `clone_range` (arguments already validated against the model's rules here).
@@ -661,13 +737,11 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(Errno::EINVAL);
         };
         self.run(|c| c.writable()).await?;
-        let locks = if src == dst {
-            (self.inode_lock(src), None)
-        } else if src < dst {
-            (self.inode_lock(src), Some(self.inode_lock(dst)))
-        } else {
-            (self.inode_lock(dst), Some(self.inode_lock(src)))
-        };
+        let (first, second) = if src <= dst { (src, dst) } else { (dst, src) };
+        let locks = (
+            self.inode_lock(first),
+            (src != dst).then(|| self.inode_lock(second)),
+        );
         let _g1 = locks.0.lock().await;
         let _g2 = match &locks.1 {
             Some(l) => Some(l.lock().await),
@@ -691,55 +765,18 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(Errno::EFBIG);
         }
         self.trim_past_eof(dst).await?;
-        let now = self.now();
-        let (sb0, sb1, db0) = (so / BS, src_end.div_ceil(BS), dof / BS);
-        let mut s = sb0;
+        let clone = CloneRange {
+            src,
+            dst,
+            src_blocks: so / BS..src_end.div_ceil(BS),
+            dst_block: dof / BS,
+            dst_end,
+            now: self.now(),
+        };
+        let mut s = clone.src_blocks.start;
         let mut first = true;
-        while s < sb1 || first {
-            let next = self
-                .run(|c| {
-                    c.check_meta_space()?;
-                    let found = c.extents_in(src, s, sb1, BATCH)?;
-                    let next = if found.len() < BATCH {
-                        sb1
-                    } else {
-                        let (fb, fe) = found.last().expect("not empty");
-                        (fb + u64::from(fe.num_blocks)).min(sb1)
-                    };
-                    let pieces: Vec<(u64, FileExtent)> = found
-                        .iter()
-                        .map(|&(fb, fe)| {
-                            let start = fb.max(s);
-                            let end = (fb + u64::from(fe.num_blocks)).min(next);
-                            let piece = FileExtent {
-                                offset_blocks: fe.offset_blocks + (start - fb) as u32,
-                                num_blocks: (end - start) as u32,
-                                ..fe
-                            };
-                            (db0 + (start - sb0), piece)
-                        })
-                        .filter(|(_, p)| p.num_blocks > 0)
-                        .collect();
-                    let mut tx = Txn::new();
-                    let delta = c.replace_range(
-                        &mut tx,
-                        dst,
-                        db0 + (s - sb0),
-                        db0 + (next - sb0),
-                        &pieces,
-                    )?;
-                    let mut item = tx.inode(c, dst)?;
-                    item.size = item.size.max(dst_end);
-                    content_changed(&mut item, delta, now, c.seq);
-                    tx.put_inode(dst, &item);
-                    c.commit(tx)?;
-                    let seq = c.seq;
-                    c.state(src).last_reflink_trans = seq;
-                    c.state(dst).last_reflink_trans = seq;
-                    Ok(next)
-                })
-                .await?;
-            s = next;
+        while s < clone.src_blocks.end || first {
+            s = self.run(|c| clone.step(c, s)).await?;
             first = false;
         }
         Ok(())

@@ -3,6 +3,7 @@
 
 use alloc::vec::Vec;
 
+use crate::btree::write::FlushResult;
 use crate::btree::{Trees, WriteCause};
 use crate::format::items::InodeItem;
 use crate::format::layout::{Layout, MIN_BLOCKS, SUPERBLOCK_BLOCKS};
@@ -80,7 +81,37 @@ impl core::fmt::Display for FormatError {
 /// Makes a filesystem on `dev`.
 pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(), FormatError> {
     let dev = Dev::new(dev).map_err(FormatError::Device)?;
-    let total = opts.blocks.unwrap_or(dev.blocks()).min(dev.blocks());
+    let layout = checked_layout(dev.blocks(), opts)?;
+    // The initial trees, built in memory and written like a checkpoint (sequence 1).
+    let seq = 1;
+    let (roots, trees) = initial_trees(opts, &layout, seq);
+    let node_blocks = u64::from(opts.node_size) / BLOCK_SIZE as u64;
+    let used: Vec<_> = trees.placed.iter().map(|&a| a..a + node_blocks).collect();
+    write(&dev, 0, &[0; BLOCK_SIZE]).await?;
+    for w in trees.writes {
+        write(&dev, w.block, &w.data).await?;
+    }
+    let mut free = 0;
+    for g in 0..layout.groups {
+        let mut grp = initial_group(&layout, g, &used);
+        grp.seq = seq;
+        free += u64::from(grp.free);
+        let data = grp.encode();
+        write(&dev, layout.bitmap_block(g, 0), &data).await?;
+        write(&dev, layout.bitmap_block(g, 1), &data).await?;
+    }
+    let mut sb = initial_superblock(opts, layout, roots, free, seq);
+    // Copy B (generation 0) and copy A (generation 1): both valid, A current.
+    write(&dev, SUPERBLOCK_BLOCKS[0], &sb.encode()).await?;
+    sb.generation = 1;
+    write(&dev, SUPERBLOCK_BLOCKS[1], &sb.encode()).await?;
+    dev.flush().await.map_err(FormatError::Io)
+}
+
+/// The layout of a filesystem of `opts` on a device of `dev_blocks` blocks, if the
+/// options are valid and it fits.
+fn checked_layout(dev_blocks: u64, opts: &FormatOptions) -> Result<Layout, FormatError> {
+    let total = opts.blocks.unwrap_or(dev_blocks).min(dev_blocks);
     if total < MIN_BLOCKS {
         return Err(FormatError::TooSmall(MIN_BLOCKS));
     }
@@ -98,10 +129,22 @@ pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(),
             layout.data_start() + 16 * node_blocks,
         ));
     }
+    Ok(layout)
+}
 
-    // The initial trees, built in memory and written like a checkpoint (sequence 1).
-    let seq = 1;
-    let mut trees = Trees::new([Root::default(); TreeId::COUNT], ns, opts.secret, seq);
+/// The fs tree holding the root directory and empty extent and checksum trees, placed
+/// at the start of the data region: their roots and the node writes.
+fn initial_trees(
+    opts: &FormatOptions,
+    layout: &Layout,
+    seq: u64,
+) -> ([Root; TreeId::COUNT], FlushResult) {
+    let mut trees = Trees::new(
+        [Root::default(); TreeId::COUNT],
+        opts.node_size,
+        opts.secret,
+        seq,
+    );
     for tree in [TreeId::Fs, TreeId::Extent, TreeId::Csum] {
         trees.create_tree(tree);
     }
@@ -120,37 +163,26 @@ pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(),
     trees
         .insert(TreeId::Fs, inode_key(ROOT_INO), root.encode())
         .expect("fresh trees are cached");
+    let node_blocks = u64::from(opts.node_size) / BLOCK_SIZE as u64;
     let mut pool: Vec<u64> = (0..8)
         .map(|i| layout.data_start() + i * node_blocks)
         .rev()
         .collect();
     let flushed = trees.flush(seq, WriteCause::Initial, &mut pool);
-    let used: Vec<_> = flushed.placed.iter().map(|&a| a..a + node_blocks).collect();
+    (trees.roots, flushed)
+}
 
-    let write = |block: u64, data: Vec<u8>| {
-        let dev = &dev;
-        async move {
-            dev.write(block, &data, WriteFlags::NONE)
-                .await
-                .map_err(FormatError::Io)
-        }
-    };
-    write(0, alloc::vec![0; BLOCK_SIZE]).await?;
-    for w in flushed.writes {
-        write(w.block, w.data).await?;
-    }
-    let mut free = 0;
-    for g in 0..layout.groups {
-        let mut grp = initial_group(&layout, g, &used);
-        grp.seq = seq;
-        free += u64::from(grp.free);
-        let data = grp.encode();
-        write(layout.bitmap_block(g, 0), data.clone()).await?;
-        write(layout.bitmap_block(g, 1), data).await?;
-    }
+/// The superblock of the new filesystem (generation 0).
+fn initial_superblock(
+    opts: &FormatOptions,
+    layout: Layout,
+    roots: [Root; TreeId::COUNT],
+    free_blocks: u64,
+    seq: u64,
+) -> Superblock {
     let mut label = [0u8; LABEL_LEN];
     label[..opts.label.len()].copy_from_slice(&opts.label);
-    let mut sb = Superblock {
+    Superblock {
         version: FORMAT_VERSION,
         compat: features::COMPAT_SUPPORTED,
         ro_compat: 0,
@@ -158,23 +190,25 @@ pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(),
         uuid: opts.uuid,
         secret: opts.secret,
         label,
-        node_size: ns,
+        node_size: opts.node_size,
         layout,
         generation: 0,
         checkpoint_seq: seq,
         state: state::CLEAN,
-        roots: trees.roots,
+        roots,
         next_ino: ROOT_INO + 1,
-        free_blocks: free,
+        free_blocks,
         inode_count: 1,
         created: opts.now,
         mount_count: 0,
         log_tail: 0,
         log_epoch: 0,
-    };
-    // Copy B (generation 0) and copy A (generation 1): both valid, A current.
-    write(SUPERBLOCK_BLOCKS[0], sb.encode()).await?;
-    sb.generation = 1;
-    write(SUPERBLOCK_BLOCKS[1], sb.encode()).await?;
-    dev.flush().await.map_err(FormatError::Io)
+    }
+}
+
+/// Writes one block (or a node's blocks) at `block`.
+async fn write<D: BlockDevice>(dev: &Dev<D>, block: u64, data: &[u8]) -> Result<(), FormatError> {
+    dev.write(block, data, WriteFlags::NONE)
+        .await
+        .map_err(FormatError::Io)
 }

@@ -217,6 +217,24 @@ impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     }
 }
 
+/// Whether the filesystem of `sb` on `dev` mounts read-only (asked for, or features this
+/// code can only read); refuses what cannot be mounted at all.
+fn mount_read_only<D: BlockDevice>(
+    sb: &Superblock,
+    dev: &Dev<D>,
+    opts: &MountOptions,
+) -> Result<bool, MountError> {
+    if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
+        return Err(MountError::Features(
+            sb.incompat & !features::INCOMPAT_SUPPORTED,
+        ));
+    }
+    if sb.layout.total_blocks > dev.blocks() {
+        return Err(MountError::TooSmall);
+    }
+    Ok(opts.read_only || sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
+}
+
 impl<D: BlockDevice> NineFs<D> {
     /// Mounts the filesystem on `dev`. After an unclean shutdown this first rewrites every
     /// bitmap group's stale slot (so torn or uncommitted slot writes can never be taken
@@ -230,15 +248,7 @@ impl<D: BlockDevice> NineFs<D> {
     ) -> Result<NineFs<D>, MountError> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, _) = read_superblock(&dev).await?;
-        if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
-            return Err(MountError::Features(
-                sb.incompat & !features::INCOMPAT_SUPPORTED,
-            ));
-        }
-        let read_only = opts.read_only || sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0;
-        if sb.layout.total_blocks > dev.blocks() {
-            return Err(MountError::TooSmall);
-        }
+        let read_only = mount_read_only(&sb, &dev, &opts)?;
         let clean = sb.state & state::CLEAN != 0;
         if !read_only && !clean {
             scrub_groups(&dev, &sb).await.map_err(MountError::Errno)?;
@@ -285,44 +295,51 @@ impl<D: BlockDevice> NineFs<D> {
             } else {
                 replayed.end
             };
-            // The next superblock written gets generation + 1: that is the new epoch,
-            // unique to this mount, so no block written to the log before (by an
-            // earlier mount, torn or not) is ever taken for one of this mount's.
-            let epoch = {
-                let mut c = fs.core.lock();
-                c.sb.mount_count += 1;
-                c.sb.state = 0;
-                c.sb.incompat |= features::INCOMPAT_LOG;
-                c.sb.log_epoch = c.sb.generation + 1;
-                c.sb.log_tail = end;
-                c.sb.log_epoch
-            };
-            {
-                let mut l = fs.log.lock();
-                l.epoch = epoch;
-                l.head = end;
-                l.tail = end;
-            }
-            if replayed.commits > 0 {
-                fs.checkpoint(CheckpointCause::Replay)
-                    .await
-                    .map_err(MountError::Errno)?;
-            } else {
-                let sb = {
-                    let mut c = fs.core.lock();
-                    c.sb.generation += 1;
-                    c.sb.clone()
-                };
-                debug_assert_eq!(sb.generation, epoch);
-                let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
-                fs.dev
-                    .write(slot, &sb.encode(), WriteFlags::FUA)
-                    .await
-                    .map_err(MountError::Io)?;
-            }
+            fs.start_epoch(end, replayed.commits > 0).await?;
             fs.clean_orphans().await.map_err(MountError::Errno)?;
         }
         Ok(fs)
+    }
+
+    /// Starts this mount's log epoch with the log empty at `end` (where replay stopped),
+    /// and commits it: with a checkpoint when replay changed the trees, else with a
+    /// superblock write.
+    async fn start_epoch(&self, end: u64, replayed: bool) -> Result<(), MountError> {
+        // The next superblock written gets generation + 1: that is the new epoch,
+        // unique to this mount, so no block written to the log before (by an
+        // earlier mount, torn or not) is ever taken for one of this mount's.
+        let epoch = {
+            let mut c = self.core.lock();
+            c.sb.mount_count += 1;
+            c.sb.state = 0;
+            c.sb.incompat |= features::INCOMPAT_LOG;
+            c.sb.log_epoch = c.sb.generation + 1;
+            c.sb.log_tail = end;
+            c.sb.log_epoch
+        };
+        {
+            let mut l = self.log.lock();
+            l.epoch = epoch;
+            l.head = end;
+            l.tail = end;
+        }
+        if replayed {
+            return self
+                .checkpoint(CheckpointCause::Replay)
+                .await
+                .map_err(MountError::Errno);
+        }
+        let sb = {
+            let mut c = self.core.lock();
+            c.sb.generation += 1;
+            c.sb.clone()
+        };
+        debug_assert_eq!(sb.generation, epoch);
+        let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
+        self.dev
+            .write(slot, &sb.encode(), WriteFlags::FUA)
+            .await
+            .map_err(MountError::Io)
     }
 
     /// Unmounts cleanly ([`NineFs::remount_read_only`]) and returns the device.

@@ -10,7 +10,10 @@ use super::{ensure, Verdict};
 use crate::clock::{self, hpet::Hpet};
 use crate::{irq, platform, task};
 
-/// Monotonic over many reads, and within 20% of the HPET over 100 ms.
+/// Monotonic over many reads, and within a factor of two of the HPET over 100 ms: that
+/// catches a miscalibrated TSC (a wrong frequency is off by far more), while under TCG
+/// on a loaded host the two emulated clocks drift apart by tens of percent (0.6 seen
+/// with the host's two cores running three builds).
 pub async fn clock() -> Verdict {
     let mut last = clock::now();
     for _ in 0..100_000 {
@@ -31,7 +34,7 @@ pub async fn clock() -> Verdict {
     let theirs = (h1 - h0) as f64;
     let ratio = ours / theirs;
     ensure!(
-        (0.8..1.25).contains(&ratio),
+        (0.5..2.0).contains(&ratio),
         "clock measured {ours} ns while the HPET measured {theirs} ns"
     );
     Verdict::Pass(format!(

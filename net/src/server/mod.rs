@@ -35,7 +35,7 @@ use vfs::{Attr, Errno, FileSystem, FileType};
 
 use crate::conn::CloseReason;
 use crate::memory::{Budget, MemoryConfig, MemoryStats, Refused};
-use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, Tmsg};
+use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, RmsgType, Tmsg};
 pub use access::{AccessConfig, AllowList, Cidr};
 pub use export::{Export, Squash};
 pub use housekeeping::Timeouts;
@@ -378,10 +378,11 @@ impl<F: FileSystem> Server<F> {
                 lerror(tag, Errno::EPROTO)
             }
         };
-        if out.get(4) == Some(&7) {
+        if wire::Header::peek(&out).is_some_and(|h| h.ty == RmsgType::Lerror as u8) {
             self.counters.error_replies();
         }
-        if let (Some(now), Some(t0), Some(&ty)) = (self.config.clock, started, frame.get(4)) {
+        let ty = wire::Header::peek(frame).map(|h| h.ty);
+        if let (Some(now), Some(t0), Some(ty)) = (self.config.clock, started, ty) {
             self.timings.add(ty, now().saturating_sub(t0));
         }
         out
@@ -415,29 +416,7 @@ impl<F: FileSystem> Server<F> {
             Tmsg::Fsync { fid, datasync } => self.fsync(s, tag, fid, datasync != 0).await,
             Tmsg::Statfs { fid } => self.statfs(s, tag, fid).await,
             Tmsg::Getattr { fid, .. } => self.getattr(s, tag, fid).await,
-            Tmsg::Setattr {
-                fid,
-                valid,
-                mode,
-                uid,
-                gid,
-                size,
-                atime_sec,
-                atime_nsec,
-                mtime_sec,
-                mtime_nsec,
-            } => {
-                let req = attr::SetattrReq {
-                    valid,
-                    mode,
-                    uid,
-                    gid,
-                    size,
-                    atime: (atime_sec, atime_nsec),
-                    mtime: (mtime_sec, mtime_nsec),
-                };
-                self.setattr(s, tag, fid, req).await
-            }
+            msg @ Tmsg::Setattr { .. } => self.dispatch_setattr(s, tag, msg).await,
             Tmsg::Readdir { fid, offset, count } => self.readdir(s, tag, fid, offset, count).await,
             Tmsg::Mkdir {
                 dfid,
@@ -488,6 +467,51 @@ impl<F: FileSystem> Server<F> {
                 attr_size,
                 flags,
             } => self.xattrcreate(s, tag, fid, name, attr_size, flags).await,
+            msg @ (Tmsg::Lock { .. } | Tmsg::Getlock { .. }) => {
+                self.dispatch_lock(s, tag, msg).await
+            }
+        }
+    }
+
+    /// `Tsetattr`: its fields as one request. [`Server::dispatch`] routes only `Tsetattr`
+    /// here.
+    async fn dispatch_setattr(
+        &self,
+        s: &Session,
+        tag: u16,
+        msg: Tmsg<'_>,
+    ) -> Result<Vec<u8>, Errno> {
+        let Tmsg::Setattr {
+            fid,
+            valid,
+            mode,
+            uid,
+            gid,
+            size,
+            atime_sec,
+            atime_nsec,
+            mtime_sec,
+            mtime_nsec,
+        } = msg
+        else {
+            return Err(Errno::EPROTO);
+        };
+        let req = attr::SetattrReq {
+            valid,
+            mode,
+            uid,
+            gid,
+            size,
+            atime: (atime_sec, atime_nsec),
+            mtime: (mtime_sec, mtime_nsec),
+        };
+        self.setattr(s, tag, fid, req).await
+    }
+
+    /// `Tlock` and `Tgetlock`, which describe a lock the same way. [`Server::dispatch`]
+    /// routes only these two here.
+    async fn dispatch_lock(&self, s: &Session, tag: u16, msg: Tmsg<'_>) -> Result<Vec<u8>, Errno> {
+        match msg {
             Tmsg::Lock {
                 fid,
                 lock_type,
@@ -523,6 +547,7 @@ impl<F: FileSystem> Server<F> {
                 };
                 self.getlock(s, tag, fid, req).await
             }
+            _ => Err(Errno::EPROTO),
         }
     }
 }

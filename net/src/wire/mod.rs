@@ -23,7 +23,7 @@ mod read;
 pub use bound::{reply_bound, MIN_DIRENT, READDIR_BATCH, SMALL_REPLY};
 pub use buf::{Reader, Writer};
 pub use dirent::{Dirent, DirentIter};
-pub use msg::{Data, Rmsg, Tmsg};
+pub use msg::{Data, Rmsg, RmsgType, Tmsg, TmsgType};
 pub use read::{ReadReply, ReaddirReply};
 
 use alloc::vec::Vec;

@@ -102,7 +102,7 @@ impl<'a> Field<'a> for Vec<Qid> {
 macro_rules! messages {
     (
         $(#[$meta:meta])*
-        pub enum $name:ident {
+        pub enum $name:ident, types: $types:ident {
             $(
                 $(#[$vmeta:meta])*
                 $variant:ident = $ty:literal { $( $(#[$fmeta:meta])* $field:ident : $fty:ty ),* $(,)? }
@@ -118,6 +118,26 @@ macro_rules! messages {
             )*
         }
 
+        #[doc = concat!("The type byte of each [`", stringify!($name), "`] on the wire.")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum $types {
+            $(
+                $(#[$vmeta])*
+                $variant = $ty,
+            )*
+        }
+
+        impl $types {
+            /// The message type of a type byte, if it is one of these.
+            pub fn from_byte(ty: u8) -> Option<$types> {
+                match ty {
+                    $( $ty => Some($types::$variant), )*
+                    _ => None,
+                }
+            }
+        }
+
         impl<'a> $name<'a> {
             /// Every message's type byte and variant name, in declaration order.
             pub const TYPES: &'static [(u8, &'static str)] =
@@ -126,7 +146,7 @@ macro_rules! messages {
             /// The type byte on the wire.
             pub fn msg_type(&self) -> u8 {
                 match self {
-                    $( Self::$variant { .. } => $ty, )*
+                    $( Self::$variant { .. } => $types::$variant as u8, )*
                 }
             }
 
@@ -172,7 +192,7 @@ macro_rules! messages {
 
 messages! {
     /// A request (T-message) of 9P2000.L.
-    pub enum Tmsg {
+    pub enum Tmsg, types: TmsgType {
         /// Negotiate msize and version; resets the session.
         Version = 100 { msize: u32, version: &'a [u8] },
         /// Start authentication (this server needs none and answers `Rlerror`).
@@ -243,7 +263,7 @@ messages! {
 
 messages! {
     /// A reply (R-message) of 9P2000.L.
-    pub enum Rmsg {
+    pub enum Rmsg, types: RmsgType {
         /// The request failed with Linux errno `ecode`.
         Lerror = 7 { ecode: u32 },
         /// Negotiated msize and version (`"unknown"` if unsupported).
@@ -398,5 +418,16 @@ mod tests {
         let msg = Rmsg::Readlink { target: &long };
         assert!(msg.encode(1, &mut out).is_err());
         assert_eq!(out, [9]);
+    }
+
+    #[test]
+    fn type_bytes_name_their_messages() {
+        assert_eq!(TmsgType::from_byte(100), Some(TmsgType::Version));
+        assert_eq!(TmsgType::from_byte(108), Some(TmsgType::Flush));
+        assert_eq!(TmsgType::from_byte(101), None, "Rversion is not a request");
+        assert_eq!(RmsgType::from_byte(7), Some(RmsgType::Lerror));
+        assert_eq!(RmsgType::Lerror as u8, 7);
+        let flush = Tmsg::Flush { oldtag: 3 };
+        assert_eq!(TmsgType::from_byte(flush.msg_type()), Some(TmsgType::Flush));
     }
 }

@@ -206,3 +206,57 @@ impl FileSystem for GatedFs {
         self.inner.sync().await
     }
 }
+
+/// `Tlock` for a given client id; the status.
+pub fn lock_as<X: ninep::testing::Exchange>(
+    c: &mut ninep::testing::Client<X>,
+    fid: u32,
+    lock_type: u8,
+    start: u64,
+    proc_id: u32,
+    client_id: &[u8],
+) -> Result<u8, Errno> {
+    let msg = Tmsg::Lock {
+        fid,
+        lock_type,
+        flags: 0,
+        start,
+        length: 1,
+        proc_id,
+        client_id,
+    };
+    let reply = c.rpc(&msg)?;
+    match Rmsg::decode(&reply).unwrap().1 {
+        Rmsg::Lock { status } => Ok(status),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// `Tgetlock` for a given client id; the reply's fields.
+pub fn getlock_as<X: ninep::testing::Exchange>(
+    c: &mut ninep::testing::Client<X>,
+    fid: u32,
+    lock_type: u8,
+    (start, length): (u64, u64),
+    client_id: &[u8],
+) -> Result<(u8, u64, u64, u32, Vec<u8>), Errno> {
+    let msg = Tmsg::Getlock {
+        fid,
+        lock_type,
+        start,
+        length,
+        proc_id: 99,
+        client_id,
+    };
+    let reply = c.rpc(&msg)?;
+    match Rmsg::decode(&reply).unwrap().1 {
+        Rmsg::Getlock {
+            lock_type,
+            start,
+            length,
+            proc_id,
+            client_id,
+        } => Ok((lock_type, start, length, proc_id, client_id.to_vec())),
+        r => panic!("{r:?}"),
+    }
+}

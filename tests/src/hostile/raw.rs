@@ -16,13 +16,9 @@ use vfs::Errno;
 
 use crate::ninep::{connect_lossy, Lossy, GONE};
 
-/// `ENOLCK` (not among `vfs::Errno`'s names on every branch).
-pub const ENOLCK: Errno = Errno(37);
-
 /// The symbolic name of errno `e` (`E37` for one that `vfs::Errno` cannot name).
 pub fn errno_name(e: u32) -> String {
     match Errno(e) {
-        ENOLCK => "ENOLCK".into(),
         GONE => "ECONNRESET".into(),
         known if known.name() != "E?" => known.name().into(),
         _ => format!("E{e}"),

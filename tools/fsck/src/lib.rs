@@ -25,29 +25,25 @@
 
 extern crate alloc;
 
+mod fs_tree;
 pub mod inspect;
 
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::inspect::{describe_item, Image, NodeError};
+use crate::inspect::{Image, NodeError};
 use block::BlockDevice;
 use ninefs::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
 use ninefs::format::bset::HEADER_LEN;
-use ninefs::format::items::{
-    decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
-    FileExtent, InodeItem, XATTR_CHUNK_LEN,
-};
+use ninefs::format::items::{decode_csums, ExtentItem};
 use ninefs::format::key::kind;
 use ninefs::format::layout::Layout;
 use ninefs::format::superblock::NodePtr;
 use ninefs::format::{Key, TreeId, BLOCK_SIZE};
 use ninefs::util::crc::crc32c;
-use ninefs::util::hash::name_ref_hash;
-use vfs::{FileType, ROOT_INO};
 
 /// What to check.
 #[derive(Clone, Copy, Debug)]
@@ -321,292 +317,6 @@ impl<D: BlockDevice> Checker<D> {
                 }
             }
         }
-    }
-
-    fn check_fs_tree(&mut self) {
-        let items = core::mem::take(&mut self.fs_items);
-        let mut inodes: BTreeMap<u64, InodeItem> = BTreeMap::new();
-        // (dir, name) -> (ino, type, index) from DIR_ENTRY; and from DIR_INDEX.
-        let mut by_name: BTreeMap<(u64, Vec<u8>), (u64, u8, u64)> = BTreeMap::new();
-        let mut by_index: BTreeMap<(u64, Vec<u8>), (u64, u8, u64)> = BTreeMap::new();
-        let mut refs: BTreeSet<(u64, u64, u64, Vec<u8>)> = BTreeSet::new(); // (ino, parent, index, name)
-        let mut orphans: BTreeSet<u64> = BTreeSet::new();
-        let mut symlinks: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut xattr_chunks: BTreeSet<(u64, u64)> = BTreeSet::new();
-        let mut xattr_needs: Vec<(u64, u64, u32)> = Vec::new();
-        let mut file_extents: BTreeMap<u64, Vec<(u64, FileExtent)>> = BTreeMap::new();
-        for (k, v) in &items {
-            let bad =
-                |what: &str| format!("{}: undecodable {what}", describe_item(TreeId::Fs, k, v));
-            if k.objectid == 0 {
-                if k.kind == kind::ORPHAN {
-                    orphans.insert(k.offset);
-                } else {
-                    self.error(format!("unexpected item {k:?}"));
-                }
-                continue;
-            }
-            match k.kind {
-                kind::INODE => match InodeItem::decode(v) {
-                    Some(i) if k.offset == 0 => {
-                        inodes.insert(k.objectid, i);
-                    }
-                    _ => self.error(bad("inode")),
-                },
-                kind::INODE_REF => match decode_inode_refs(v) {
-                    Some(list) => {
-                        let secret = self.img.sb.secret;
-                        for r in list {
-                            if name_ref_hash(secret, r.parent, &r.name) != k.offset {
-                                self.error(format!(
-                                    "{}: name {:?} in dir {} is in the wrong hash bucket",
-                                    describe_item(TreeId::Fs, k, v),
-                                    r.name.escape_ascii().to_string(),
-                                    r.parent
-                                ));
-                            }
-                            refs.insert((k.objectid, r.parent, r.index, r.name));
-                        }
-                    }
-                    None => self.error(bad("inode ref")),
-                },
-                kind::DIR_ENTRY => match decode_dir_entries(v) {
-                    Some(list) => {
-                        for e in list {
-                            by_name.insert(
-                                (k.objectid, e.name),
-                                (e.ino, e.file_type.dirent_type(), e.index),
-                            );
-                        }
-                    }
-                    None => self.error(bad("directory entry")),
-                },
-                kind::DIR_INDEX => match DirIndexRec::decode(v) {
-                    Some(e) => {
-                        by_index.insert(
-                            (k.objectid, e.name),
-                            (e.ino, e.file_type.dirent_type(), k.offset),
-                        );
-                    }
-                    None => self.error(bad("directory index")),
-                },
-                kind::SYMLINK => {
-                    *symlinks.entry(k.objectid).or_default() += v.len() as u64;
-                }
-                kind::XATTR => match decode_xattrs(v) {
-                    Some(list) => {
-                        for x in list {
-                            if x.inline.is_none() {
-                                xattr_needs.push((k.objectid, x.id, x.value_len));
-                            }
-                        }
-                    }
-                    None => self.error(bad("xattr")),
-                },
-                kind::XATTR_CHUNK => {
-                    xattr_chunks.insert((k.objectid, k.offset));
-                }
-                kind::EXTENT_DATA => match FileExtent::decode(v) {
-                    Some(e) if k.offset.is_multiple_of(BLOCK_SIZE as u64) => {
-                        file_extents
-                            .entry(k.objectid)
-                            .or_default()
-                            .push((k.offset / BLOCK_SIZE as u64, e));
-                    }
-                    _ => self.error(bad("file extent")),
-                },
-                _ => self.error(format!("unknown item {k:?}")),
-            }
-        }
-        // Every item belongs to an existing inode.
-        let owners: BTreeSet<u64> = items
-            .keys()
-            .filter(|k| k.objectid != 0)
-            .map(|k| k.objectid)
-            .collect();
-        for ino in owners {
-            if !inodes.contains_key(&ino) {
-                self.error(format!("items of inode {ino}, which has no inode item"));
-            }
-        }
-        self.report.stats.inodes = inodes.len() as u64;
-        match inodes.get(&ROOT_INO) {
-            Some(root) if root.is_dir() => {}
-            _ => self.error(String::from("the root directory is missing")),
-        }
-        if let Some((&max, _)) = inodes.last_key_value() {
-            if max >= self.img.sb.next_ino {
-                self.error(format!(
-                    "inode {max} is not below next_ino {}",
-                    self.img.sb.next_ino
-                ));
-            }
-        }
-        if self.img.sb.inode_count != inodes.len() as u64 {
-            self.error(format!(
-                "superblock counts {} inodes, the tree holds {}",
-                self.img.sb.inode_count,
-                inodes.len()
-            ));
-        }
-        // Names: the hashed entries, the index and the back-references agree.
-        if by_name != by_index {
-            let a: BTreeSet<_> = by_name.iter().collect();
-            let b: BTreeSet<_> = by_index.iter().collect();
-            for x in a.symmetric_difference(&b).take(MAX_LISTED) {
-                self.error(format!(
-                    "directory entry and index disagree: dir {} name {:?} -> {:?}",
-                    x.0 .0,
-                    x.0 .1.escape_ascii().to_string(),
-                    x.1
-                ));
-            }
-        }
-        let expected_refs: BTreeSet<(u64, u64, u64, Vec<u8>)> = by_name
-            .iter()
-            .map(|((dir, name), (ino, _, idx))| (*ino, *dir, *idx, name.clone()))
-            .collect();
-        for x in expected_refs.symmetric_difference(&refs).take(MAX_LISTED) {
-            self.error(format!(
-                "inode back-reference and directory entry disagree: inode {} in dir {} name {:?}",
-                x.0,
-                x.1,
-                x.3.escape_ascii().to_string()
-            ));
-        }
-        // Link counts, types, directory sizes.
-        let mut names: BTreeMap<u64, u32> = BTreeMap::new();
-        let mut subdirs: BTreeMap<u64, u32> = BTreeMap::new();
-        let mut entries: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut max_index: BTreeMap<u64, u64> = BTreeMap::new();
-        for ((dir, name), (ino, ft, idx)) in &by_name {
-            *names.entry(*ino).or_default() += 1;
-            *entries.entry(*dir).or_default() += 1;
-            let m = max_index.entry(*dir).or_default();
-            *m = (*m).max(*idx);
-            match inodes.get(ino) {
-                None => self.error(format!(
-                    "entry {:?} in dir {dir} points to missing inode {ino}",
-                    name.escape_ascii().to_string()
-                )),
-                Some(i) => {
-                    if i.file_type().map(FileType::dirent_type) != Some(*ft) {
-                        self.error(format!(
-                            "entry {:?} in dir {dir} has the wrong type for inode {ino}",
-                            name.escape_ascii().to_string()
-                        ));
-                    }
-                    if i.is_dir() {
-                        *subdirs.entry(*dir).or_default() += 1;
-                    }
-                }
-            }
-            match inodes.get(dir) {
-                Some(d) if d.is_dir() => {}
-                _ => self.error(format!(
-                    "entry {:?} in {dir}, which is not a directory",
-                    name.escape_ascii().to_string()
-                )),
-            }
-        }
-        for (ino, item) in &inodes {
-            let n = names.get(ino).copied().unwrap_or(0);
-            if item.is_dir() {
-                self.report.stats.dirs += 1;
-                let expect = if item.nlink == 0 {
-                    0
-                } else {
-                    2 + subdirs.get(ino).copied().unwrap_or(0)
-                };
-                if item.nlink != expect || (n != 1 && *ino != ROOT_INO && item.nlink != 0) {
-                    self.error(format!(
-                        "directory {ino}: nlink {} but {n} names and {} subdirectories",
-                        item.nlink,
-                        subdirs.get(ino).copied().unwrap_or(0)
-                    ));
-                }
-                if item.size != entries.get(ino).copied().unwrap_or(0) {
-                    self.error(format!(
-                        "directory {ino}: size {} but {} entries",
-                        item.size,
-                        entries.get(ino).copied().unwrap_or(0)
-                    ));
-                }
-                if max_index.get(ino).is_some_and(|&m| m >= item.next_seq) {
-                    self.error(format!(
-                        "directory {ino}: entry index not below next_seq {}",
-                        item.next_seq
-                    ));
-                }
-            } else if item.nlink != n {
-                self.error(format!("inode {ino}: nlink {} but {n} names", item.nlink));
-            }
-            if item.nlink == 0 && !orphans.contains(ino) {
-                self.error(format!("inode {ino} has no links and no orphan item"));
-            }
-            if item.file_type() == Some(FileType::Symlink)
-                && symlinks.get(ino).copied().unwrap_or(0) != item.size
-            {
-                self.error(format!(
-                    "symlink {ino}: target length differs from size {}",
-                    item.size
-                ));
-            }
-        }
-        for ino in &orphans {
-            match inodes.get(ino) {
-                Some(i) if i.nlink == 0 => {}
-                Some(_) => self.error(format!("orphan item for linked inode {ino}")),
-                None => self.warn(format!("orphan item for missing inode {ino}")),
-            }
-        }
-        for (ino, id, len) in xattr_needs {
-            for chunk in 0..(len as usize).div_ceil(XATTR_CHUNK_LEN) {
-                if !xattr_chunks.remove(&(ino, (id << 8) | chunk as u64)) {
-                    self.error(format!("inode {ino}: xattr {id} is missing chunk {chunk}"));
-                }
-            }
-        }
-        for (ino, off) in xattr_chunks.into_iter().take(MAX_LISTED) {
-            self.error(format!(
-                "inode {ino}: xattr chunk {off:#x} belongs to no xattr"
-            ));
-        }
-        // File extents: no overlaps, bytes count, references.
-        let mut counted: BTreeMap<(u64, u32), u32> = BTreeMap::new();
-        for (ino, list) in file_extents {
-            let item = inodes.get(&ino);
-            if item.is_some_and(|i| i.file_type() != Some(FileType::Regular)) {
-                self.error(format!(
-                    "inode {ino} has file extents but is not a regular file"
-                ));
-            }
-            let mut end = 0;
-            let mut blocks = 0u64;
-            for (fb, e) in &list {
-                if *fb < end {
-                    self.error(format!("inode {ino}: file extents overlap at block {fb}"));
-                }
-                end = fb + u64::from(e.num_blocks);
-                blocks += u64::from(e.num_blocks);
-                *counted.entry((e.disk_block, e.disk_blocks)).or_default() += 1;
-            }
-            if let Some(i) = item {
-                if end * BLOCK_SIZE as u64 > i.size.next_multiple_of(BLOCK_SIZE as u64) {
-                    self.warn(format!(
-                        "inode {ino}: extents past the end of file (an interrupted truncation)"
-                    ));
-                }
-                if i.bytes != blocks * BLOCK_SIZE as u64 {
-                    self.error(format!(
-                        "inode {ino}: records {} bytes of extents, has {}",
-                        i.bytes,
-                        blocks * BLOCK_SIZE as u64
-                    ));
-                }
-            }
-        }
-        self.check_refs(counted);
     }
 
     fn check_refs(&mut self, counted: BTreeMap<(u64, u32), u32>) {

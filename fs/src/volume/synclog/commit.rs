@@ -45,8 +45,8 @@ impl<D: BlockDevice> NineFs<D> {
         }
         let mut want = DEFAULT_SCRATCH;
         loop {
-            // Seed 3: the buffer is reserved before the core lock is taken or the batch
-            // joined; building never grows it (see `Scratch`).
+            // The buffer is reserved before the core lock is taken or the batch joined;
+            // building never grows it (see `Scratch`).
             let mut scratch = self.reserve_scratch(want);
             let built = self
                 .run(|c| c.build_log(ino, datasync, &mut scratch, &self.log))

@@ -180,7 +180,7 @@ impl Controller {
                 let mut q = self.admin.borrow_mut();
                 let mut found = None;
                 while let Some(c) = q.pop() {
-                    if c.cid == cid {
+                    if c.cid() == cid {
                         found = Some(c);
                         break;
                     }
@@ -188,10 +188,10 @@ impl Controller {
                 }
                 q.ring_cq(None);
                 if let Some(c) = found {
-                    return if c.status.is_success() {
+                    return if c.status().is_success() {
                         Ok(c)
                     } else {
-                        Err(AdminError::Status(c.status))
+                        Err(AdminError::Status(c.status()))
                     };
                 }
             }

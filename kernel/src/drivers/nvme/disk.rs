@@ -172,17 +172,26 @@ fn admin_error(what: &'static str) -> impl Fn(AdminError) -> NvmeError {
     }
 }
 
-impl NvmeDisk {
-    /// Resets and brings up the controller at `pci` and opens its first active namespace.
-    pub async fn open(pci: PciDevice, options: Options) -> Result<NvmeDisk, NvmeError> {
-        let dma = DmaDevice::new(pci).map_err(|_| NvmeError::InUse)?;
-        let mut ctrl = Controller::new(pci, dma)?;
-        // MSI-X entry 0 serves the admin queue, entry 1 the I/O queue. In polling mode
-        // MSI-X is enabled with every entry masked, so the controller raises nothing.
+/// The controller's MSI-X routing: entry 0 serves the admin queue, entry 1 the I/O
+/// queue. In polling mode MSI-X is enabled with every entry masked, so the controller
+/// raises nothing.
+struct Interrupts {
+    msix: Option<MsixTable>,
+    irqs: Vec<IrqHandle>,
+    io_event: Option<Arc<IrqEvent>>,
+}
+
+impl Interrupts {
+    /// Routes the admin and I/O vectors of `pci` (in interrupt mode) and enables MSI-X.
+    fn route(
+        pci: PciDevice,
+        ctrl: &mut Controller,
+        mode: CompletionMode,
+    ) -> Result<Interrupts, NvmeError> {
         let msix = pci.msix().ok();
         let mut irqs = Vec::new();
         let mut io_event = None;
-        match (&msix, options.mode) {
+        match (&msix, mode) {
             (Some(m), CompletionMode::Interrupt) if m.len() >= 2 => {
                 let (admin_irq, admin_event) = irq_event().map_err(|_| NvmeError::NoVector)?;
                 let (io_irq, event) = irq_event().map_err(|_| NvmeError::NoVector)?;
@@ -198,42 +207,67 @@ impl NvmeDisk {
         if let Some(m) = &msix {
             m.enable();
         }
+        Ok(Interrupts {
+            msix,
+            irqs,
+            io_event,
+        })
+    }
+}
+
+/// Identify Controller, the first active namespace and Identify Namespace.
+async fn identify_namespace(
+    ctrl: &Controller,
+) -> Result<(ControllerInfo, u32, NamespaceInfo), NvmeError> {
+    let page = ctrl
+        .identify(cns::CONTROLLER, 0)
+        .await
+        .map_err(admin_error("identify controller"))?;
+    let info = ControllerInfo::parse(&page).map_err(NvmeError::Identify)?;
+    let nsid = match ctrl.identify(cns::ACTIVE_NAMESPACES, 0).await {
+        Ok(page) => *identify::active_namespaces(&page)
+            .first()
+            .ok_or(NvmeError::NoNamespace)?,
+        // NVMe 1.0 controllers lack the list; namespace 1 is the usual one.
+        Err(_) if info.namespaces >= 1 => 1,
+        Err(_) => return Err(NvmeError::NoNamespace),
+    };
+    let page = ctrl
+        .identify(cns::NAMESPACE, nsid)
+        .await
+        .map_err(admin_error("identify namespace"))?;
+    let ns = NamespaceInfo::parse(&page).map_err(NvmeError::Identify)?;
+    Ok((info, nsid, ns))
+}
+
+/// The geometry of namespace `ns` of a controller `info` describes.
+fn namespace_geometry(info: &ControllerInfo, ns: &NamespaceInfo) -> Geometry {
+    let max_transfer = info
+        .max_transfer(PAGE)
+        .unwrap_or(MAX_TRANSFER_CAP)
+        .min(MAX_TRANSFER_CAP)
+        .min((1 << 16) << ns.block_shift);
+    Geometry {
+        block_size: ns.block_size(),
+        num_blocks: ns.blocks,
+        max_transfer: max_transfer as u32,
+        // FUA is mandatory for NVMe Write commands.
+        native_fua: true,
+        volatile_cache: info.volatile_write_cache,
+        discard: info.oncs & oncs::DSM != 0,
+    }
+}
+
+impl NvmeDisk {
+    /// Resets and brings up the controller at `pci` and opens its first active namespace.
+    pub async fn open(pci: PciDevice, options: Options) -> Result<NvmeDisk, NvmeError> {
+        let dma = DmaDevice::new(pci).map_err(|_| NvmeError::InUse)?;
+        let mut ctrl = Controller::new(pci, dma)?;
+        let interrupts = Interrupts::route(pci, &mut ctrl, options.mode)?;
         ctrl.disable().await?;
         ctrl.enable().await?;
-
-        let page = ctrl
-            .identify(cns::CONTROLLER, 0)
-            .await
-            .map_err(admin_error("identify controller"))?;
-        let info = ControllerInfo::parse(&page).map_err(NvmeError::Identify)?;
-        let nsid = match ctrl.identify(cns::ACTIVE_NAMESPACES, 0).await {
-            Ok(page) => *identify::active_namespaces(&page)
-                .first()
-                .ok_or(NvmeError::NoNamespace)?,
-            // NVMe 1.0 controllers lack the list; namespace 1 is the usual one.
-            Err(_) if info.namespaces >= 1 => 1,
-            Err(_) => return Err(NvmeError::NoNamespace),
-        };
-        let page = ctrl
-            .identify(cns::NAMESPACE, nsid)
-            .await
-            .map_err(admin_error("identify namespace"))?;
-        let ns = NamespaceInfo::parse(&page).map_err(NvmeError::Identify)?;
-
-        let max_transfer = info
-            .max_transfer(PAGE)
-            .unwrap_or(MAX_TRANSFER_CAP)
-            .min(MAX_TRANSFER_CAP)
-            .min((1 << 16) << ns.block_shift);
-        let geometry = Geometry {
-            block_size: ns.block_size(),
-            num_blocks: ns.blocks,
-            max_transfer: max_transfer as u32,
-            // FUA is mandatory for NVMe Write commands.
-            native_fua: true,
-            volatile_cache: info.volatile_write_cache,
-            discard: info.oncs & oncs::DSM != 0,
-        };
+        let (info, nsid, ns) = identify_namespace(&ctrl).await?;
+        let geometry = namespace_geometry(&info, &ns);
         let entries = u32::from(options.queue_entries)
             .min(ctrl.cap.max_queue_entries)
             .clamp(2, 4096) as u16;
@@ -247,7 +281,7 @@ impl NvmeDisk {
         };
         let slots = usize::from(entries) - 1;
         let inner = Rc::new(Inner {
-            list_pages: prp::list_pages_for(max_transfer / PAGE, PAGE),
+            list_pages: prp::list_pages_for(geometry.max_transfer as usize / PAGE, PAGE),
             info,
             nsid,
             geometry,
@@ -260,11 +294,11 @@ impl NvmeDisk {
             shadow,
             shadow_on: Cell::new(false),
             work: Arc::new(IrqEvent::new()),
-            io_event,
+            io_event: interrupts.io_event,
             health: Cell::new(Health::Running),
             stats: Cell::new(NvmeStats::default()),
-            msix,
-            irqs,
+            msix: interrupts.msix,
+            irqs: interrupts.irqs,
             lose_next: Cell::new(false),
             ctrl,
         });
@@ -276,22 +310,7 @@ impl NvmeDisk {
             inner.io_event.clone(),
             options.mode == CompletionMode::Poll,
         ));
-        log::info!(
-            "nvme: {} \"{}\" serial \"{}\" fw {}: namespace {nsid}, {} x {} B ({} MiB), max transfer {} KiB, {} I/O entries, write cache {}, discard {}, shadow doorbells {}, {:?} completions",
-            inner.ctrl.pci.address(),
-            inner.info.model,
-            inner.info.serial,
-            inner.info.firmware,
-            geometry.num_blocks,
-            geometry.block_size,
-            geometry.capacity_bytes() >> 20,
-            geometry.max_transfer / 1024,
-            entries,
-            if geometry.volatile_cache { "on" } else { "off" },
-            if geometry.discard { "yes" } else { "no" },
-            if inner.shadow_on.get() { "on" } else { "off" },
-            options.mode,
-        );
+        inner.log_bring_up(entries);
         Ok(NvmeDisk { inner })
     }
 
@@ -442,6 +461,29 @@ impl Inner {
         self.stats.set(s);
     }
 
+    /// The one line that describes the device once it is up.
+    fn log_bring_up(&self, entries: u16) {
+        let g = &self.geometry;
+        let on_off = |on: bool| if on { "on" } else { "off" };
+        log::info!(
+            "nvme: {} \"{}\" serial \"{}\" fw {}: namespace {}, {} x {} B ({} MiB), max transfer {} KiB, {} I/O entries, write cache {}, discard {}, shadow doorbells {}, {:?} completions",
+            self.ctrl.pci.address(),
+            self.info.model,
+            self.info.serial,
+            self.info.firmware,
+            self.nsid,
+            g.num_blocks,
+            g.block_size,
+            g.capacity_bytes() >> 20,
+            g.max_transfer / 1024,
+            entries,
+            on_off(g.volatile_cache),
+            if g.discard { "yes" } else { "no" },
+            on_off(self.shadow_on.get()),
+            self.options.mode,
+        );
+    }
+
     fn abort_grace(&self) -> Duration {
         self.options.timeout.min(ABORT_GRACE)
     }
@@ -508,31 +550,31 @@ impl Inner {
             if self.lose_next.replace(false) {
                 log::warn!(
                     "nvme: fault injection: ignoring the completion of command {}",
-                    c.cid
+                    c.cid()
                 );
                 continue;
             }
-            if !slots.is_in_device(c.cid) {
+            if !slots.is_in_device(c.cid()) {
                 // Not a command the controller holds: counted as stray, trusted for nothing.
-                let stray = slots.complete(c.cid, Outcome::failed(IoError::Timeout));
+                let stray = slots.complete(c.cid(), Outcome::failed(IoError::Timeout));
                 debug_assert_eq!(stray, Completed::Stray);
                 log::warn!("nvme: stray completion {c:?}");
                 continue;
             }
-            let m = &mut meta[usize::from(c.cid)];
-            let status = if c.status.is_success() {
-                Ok(c.result)
+            let m = &mut meta[usize::from(c.cid())];
+            let status = if c.status().is_success() {
+                Ok(c.result())
             } else if m.aborted {
                 Err(IoError::Timeout)
             } else {
                 errors += 1;
-                log::warn!("nvme: command {} failed: {:?}", c.cid, c.status);
-                Err(IoError::Device(c.status.code()))
+                log::warn!("nvme: command {} failed: {:?}", c.cid(), c.status());
+                Err(IoError::Device(c.status().code()))
             };
             // The controller completed the command: it is done with the data stream.
             // An abandoned command's outcome (and stream) is dropped by the slot table.
             let data = m.data.take().map(LentStream::reclaim);
-            slots.complete(c.cid, Outcome { status, data });
+            slots.complete(c.cid(), Outcome { status, data });
         }
         qp.ring_cq(shadow);
         qp.ring_sq(shadow);

@@ -4,6 +4,10 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::mem::size_of;
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 /// Size of every Identify data structure.
 pub const IDENTIFY_SIZE: usize = 4096;
@@ -23,16 +27,86 @@ pub enum IdentifyError {
     Empty,
 }
 
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
+/// The Identify Controller data structure (CNS 01h), up to the fields we use; the rest
+/// of the 4 KiB page follows.
+#[derive(FromBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct IdentifyController {
+    /// PCI Vendor ID.
+    vid: U16,
+    /// PCI Subsystem Vendor ID.
+    ssvid: U16,
+    /// Serial Number (ASCII, space padded).
+    sn: [u8; 20],
+    /// Model Number (ASCII, space padded).
+    mn: [u8; 40],
+    /// Firmware Revision (ASCII, space padded).
+    fr: [u8; 8],
+    /// Recommended Arbitration Burst, IEEE OUI, CMIC.
+    rab_ieee_cmic: [u8; 5],
+    /// Maximum Data Transfer Size.
+    mdts: u8,
+    /// Bytes 78..256: controller capabilities we do not use.
+    _78: [u8; 178],
+    /// Optional Admin Command Support.
+    oacs: U16,
+    /// Abort Command Limit.
+    acl: u8,
+    /// Bytes 259..516: admin command set attributes we do not use.
+    _259: [u8; 257],
+    /// Number of Namespaces.
+    nn: U32,
+    /// Optional NVM Command Support.
+    oncs: U16,
+    /// Fused Operation Support and Format NVM Attributes.
+    fuses_fna: [u8; 3],
+    /// Volatile Write Cache (bit 0: present).
+    vwc: u8,
 }
 
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+/// One LBA Format descriptor of Identify Namespace.
+#[derive(Clone, Copy, FromBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct LbaFormat {
+    /// Metadata Size per block.
+    ms: U16,
+    /// LBA Data Size, as a power of two.
+    lbads: u8,
+    /// Relative Performance.
+    rp: u8,
 }
 
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+/// The Identify Namespace data structure (CNS 00h), up to the fields we use.
+#[derive(FromBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct IdentifyNamespace {
+    /// Namespace Size, in logical blocks.
+    nsze: U64,
+    /// Namespace Capacity and Utilisation.
+    ncap_nuse: [U64; 2],
+    /// Namespace Features.
+    nsfeat: u8,
+    /// Number of LBA Formats (0-based).
+    nlbaf: u8,
+    /// Formatted LBA Size: the format in use (bits 3:0, and 6:5 as bits 5:4 of the index).
+    flbas: u8,
+    /// Bytes 27..128: namespace attributes we do not use.
+    _27: [u8; 101],
+    /// LBA Format 0-63.
+    lbaf: [LbaFormat; 64],
+}
+
+const _: () = assert!(size_of::<IdentifyController>() <= IDENTIFY_SIZE);
+const _: () = assert!(size_of::<IdentifyNamespace>() <= IDENTIFY_SIZE);
+
+/// The start of an Identify page as `T`; short pages are refused.
+fn page<T: FromBytes + KnownLayout + Immutable>(b: &[u8]) -> Result<&T, IdentifyError> {
+    if b.len() < IDENTIFY_SIZE {
+        return Err(IdentifyError::Short);
+    }
+    T::ref_from_prefix(b)
+        .map(|(t, _)| t)
+        .map_err(|_| IdentifyError::Short)
 }
 
 fn ascii(b: &[u8]) -> String {
@@ -84,20 +158,18 @@ pub struct ControllerInfo {
 impl ControllerInfo {
     /// Parses the Identify Controller data.
     pub fn parse(b: &[u8]) -> Result<ControllerInfo, IdentifyError> {
-        if b.len() < IDENTIFY_SIZE {
-            return Err(IdentifyError::Short);
-        }
+        let c: &IdentifyController = page(b)?;
         Ok(ControllerInfo {
-            vendor: le16(b, 0),
-            serial: ascii(&b[4..24]),
-            model: ascii(&b[24..64]),
-            firmware: ascii(&b[64..72]),
-            mdts: b[77],
-            oacs: le16(b, 256),
-            abort_limit: b[258],
-            namespaces: le32(b, 516),
-            oncs: le16(b, 520),
-            volatile_write_cache: b[525] & 1 == 1,
+            vendor: c.vid.get(),
+            serial: ascii(&c.sn),
+            model: ascii(&c.mn),
+            firmware: ascii(&c.fr),
+            mdts: c.mdts,
+            oacs: c.oacs.get(),
+            abort_limit: c.acl,
+            namespaces: c.nn.get(),
+            oncs: c.oncs.get(),
+            volatile_write_cache: c.vwc & 1 == 1,
         })
     }
 
@@ -123,22 +195,20 @@ pub struct NamespaceInfo {
 impl NamespaceInfo {
     /// Parses the Identify Namespace data.
     pub fn parse(b: &[u8]) -> Result<NamespaceInfo, IdentifyError> {
-        if b.len() < IDENTIFY_SIZE {
-            return Err(IdentifyError::Short);
-        }
-        let blocks = le64(b, 0);
+        let ns: &IdentifyNamespace = page(b)?;
+        let blocks = ns.nsze.get();
         if blocks == 0 {
             return Err(IdentifyError::Empty);
         }
-        let formats = usize::from(b[25]) + 1;
-        let flbas = b[26];
-        let index = (flbas & 0xf) | ((flbas >> 5) & 0x3) << 4;
-        if usize::from(index) >= formats.min(64) {
-            return Err(IdentifyError::BadFormatIndex(index));
-        }
-        let lbaf = 128 + 4 * usize::from(index);
-        let metadata = le16(b, lbaf);
-        let shift = b[lbaf + 2];
+        let formats = usize::from(ns.nlbaf) + 1;
+        let index = (ns.flbas & 0xf) | ((ns.flbas >> 5) & 0x3) << 4;
+        let format = ns
+            .lbaf
+            .get(usize::from(index))
+            .filter(|_| usize::from(index) < formats)
+            .ok_or(IdentifyError::BadFormatIndex(index))?;
+        let metadata = format.ms.get();
+        let shift = format.lbads;
         if !(9..=16).contains(&shift) {
             return Err(IdentifyError::BadBlockSize(shift));
         }
@@ -161,10 +231,13 @@ impl NamespaceInfo {
 
 /// Parses an active namespace ID list (CNS 02h): NSIDs in increasing order, ended by 0.
 pub fn active_namespaces(b: &[u8]) -> Vec<u32> {
-    b.chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .take_while(|&id| id != 0)
-        .collect()
+    let whole = b.len() / size_of::<U32>();
+    <[U32]>::ref_from_prefix_with_elems(b, whole).map_or(Vec::new(), |(ids, _)| {
+        ids.iter()
+            .map(|id| id.get())
+            .take_while(|&id| id != 0)
+            .collect()
+    })
 }
 
 #[cfg(test)]

@@ -12,16 +12,11 @@
 
 use core::sync::atomic::{fence, Ordering};
 
-use super::cmd::{Command, Completion};
+use super::cmd::{Command, Completion, CQE_SIZE, SQE_SIZE};
 use super::regs::{self, Capabilities};
 use crate::hal::mmio::MmioRegion;
 use crate::mm::frames::OutOfFrames;
 use crate::mm::{DmaCoherent, DmaDevice};
-
-/// Bytes per submission queue entry.
-pub const SQE_SIZE: usize = 64;
-/// Bytes per completion queue entry.
-pub const CQE_SIZE: usize = 16;
 
 /// The shadow doorbell and event index pages (one of each per controller).
 #[derive(Debug)]
@@ -153,8 +148,10 @@ impl QueuePair {
     /// [`QueuePair::ring_sq`].
     pub fn push(&mut self, cmd: &Command) {
         let base = usize::from(self.sq_tail) * SQE_SIZE;
-        for (i, dw) in cmd.dw.iter().enumerate() {
-            self.sq.write::<u32>(base + 4 * i, *dw);
+        // Eight volatile stores of the entry's bytes, as they are.
+        let words: [u64; SQE_SIZE / 8] = zerocopy::transmute!(*cmd);
+        for (i, word) in words.into_iter().enumerate() {
+            self.sq.write::<u64>(base + 8 * i, word);
         }
         self.sq_tail = (self.sq_tail + 1) % self.entries;
         self.stats.submitted += 1;
@@ -178,18 +175,14 @@ impl QueuePair {
     /// The next completion, if the controller has posted one.
     pub fn pop(&mut self) -> Option<Completion> {
         let base = usize::from(self.cq_head) * CQE_SIZE;
-        let dw3: u32 = self.cq.read(base + 12);
-        if (dw3 & (1 << 16) != 0) != self.phase {
+        let status_phase: u16 = self.cq.read(base + Completion::STATUS_PHASE_OFFSET);
+        if Completion::phase_of(status_phase) != self.phase {
             return None;
         }
-        // Read the rest only after seeing the phase bit flip.
+        // Read the entry only after seeing the phase bit flip.
         fence(Ordering::Acquire);
-        let c = Completion::from_dwords([
-            self.cq.read(base),
-            self.cq.read(base + 4),
-            self.cq.read(base + 8),
-            dw3,
-        ]);
+        let words: [u64; CQE_SIZE / 8] = [self.cq.read(base), self.cq.read(base + 8)];
+        let c: Completion = zerocopy::transmute!(words);
         self.cq_head += 1;
         if self.cq_head == self.entries {
             self.cq_head = 0;

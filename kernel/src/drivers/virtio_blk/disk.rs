@@ -22,7 +22,9 @@ use virtio_drivers::transport::pci::{PciTransport, VirtioPciError};
 use virtio_drivers::transport::{DeviceStatus, DeviceType, Transport};
 
 use super::ring::{BlkData, BlkRing, Popped};
-use super::wire::{self, config, kind, ConfigError, DeviceConfig, Features, SECTOR};
+use super::wire::{
+    self, config, kind, ConfigError, DeviceConfig, DiscardSegment, Features, RequestHeader, SECTOR,
+};
 use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
 use crate::drivers::reaper::{self, Health, Reaped};
@@ -147,7 +149,7 @@ enum Payload<'a> {
     /// From the device into this buffer (read).
     Read(&'a mut [u8]),
     /// This discard segment.
-    Discard([u8; wire::SEGMENT_LEN]),
+    Discard(DiscardSegment),
 }
 
 #[derive(Debug)]
@@ -477,7 +479,7 @@ impl Inner {
     }
 
     async fn discard_sectors(&self, sector: u64, sectors: u32) -> Result<(), IoError> {
-        let segment = wire::discard_segment(sector, sectors);
+        let segment = DiscardSegment::new(sector, sectors);
         self.request(kind::DISCARD, 0, Payload::Discard(segment))
             .await
     }
@@ -494,7 +496,7 @@ impl Inner {
             Payload::Discard(segment) => BlkData::Segment(*segment),
         };
         self.deadlines.borrow_mut()[usize::from(req.slot())] = task::now() + self.options.timeout;
-        let header = wire::header(kind, sector);
+        let header = RequestHeader::new(kind, sector);
         if let Err((data, e)) = self.ring.borrow_mut().push(req.slot(), header, data) {
             // Cannot happen: there are never more requests than the ring holds.
             log::error!("virtio-blk: queueing failed: {e:?}");

@@ -13,7 +13,9 @@ use core::fmt;
 
 use virtio_drivers::transport::pci::PciTransport;
 
-use super::wire::{HEADER_LEN, SEGMENT_LEN};
+use zerocopy::IntoBytes;
+
+use super::wire::{DiscardSegment, RequestHeader, HEADER_LEN, SEGMENT_LEN};
 use crate::hal::virtio::{Chain, Virtqueue};
 use crate::mm::{DmaCoherent, DmaDevice, DmaStream};
 
@@ -30,7 +32,7 @@ pub enum BlkData {
     /// The device fills this stream (read).
     FromDevice(DmaStream),
     /// The device reads this discard segment.
-    Segment([u8; SEGMENT_LEN]),
+    Segment(DiscardSegment),
 }
 
 /// A request the device has completed.
@@ -99,13 +101,13 @@ impl<const N: usize> BlkRing<N> {
     pub fn push(
         &mut self,
         slot: u16,
-        header: [u8; HEADER_LEN],
+        header: RequestHeader,
         data: BlkData,
     ) -> Result<(), (Option<DmaStream>, virtio_drivers::Error)> {
         assert!(usize::from(slot) < self.slots, "slot {slot} out of range");
         let (h, s) = (self.header_at(slot), self.status_at(slot));
         let segment = h + HEADER_LEN;
-        self.mem.write_bytes(h, &header);
+        self.mem.write_bytes(h, header.as_bytes());
         self.mem.write::<u8>(s, 0xff);
         let chain = match data {
             BlkData::None => Chain::new(None).readable(&self.mem, h..h + HEADER_LEN),
@@ -121,8 +123,8 @@ impl<const N: usize> BlkRing<N> {
                     .readable(&self.mem, h..h + HEADER_LEN)
                     .writable_data(0..len)
             }
-            BlkData::Segment(bytes) => {
-                self.mem.write_bytes(segment, &bytes);
+            BlkData::Segment(discard) => {
+                self.mem.write_bytes(segment, discard.as_bytes());
                 Chain::new(None)
                     .readable(&self.mem, h..h + HEADER_LEN)
                     .readable(&self.mem, segment..segment + SEGMENT_LEN)

@@ -2,8 +2,12 @@
 //! fields we read, request headers, discard segments and status bytes. Pure; the
 //! geometry derivation is host-tested.
 
+use core::mem::{offset_of, size_of};
+
 use bitflags::bitflags;
 use block::{Geometry, IoError};
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// virtio-blk addresses the disk in 512-byte sectors whatever its block size.
 pub const SECTOR: u64 = 512;
@@ -45,20 +49,48 @@ impl Features {
         .union(Features::VERSION_1);
 }
 
-/// Byte offsets of configuration fields (`struct virtio_blk_config`).
-pub mod config {
-    /// Capacity in sectors, low 32 bits (the high half follows).
-    pub const CAPACITY: usize = 0;
+/// The device configuration (`struct virtio_blk_config`) up to the fields we read. The
+/// driver reads it field by field from configuration space, at these fields' offsets
+/// ([`config`]).
+#[derive(Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct BlkConfig {
+    /// Capacity in 512-byte sectors.
+    pub capacity: U64,
     /// Largest data segment.
-    pub const SIZE_MAX: usize = 8;
+    pub size_max: U32,
     /// Most data segments per request.
-    pub const SEG_MAX: usize = 12;
+    pub seg_max: U32,
+    /// Cylinders, heads, sectors (legacy geometry).
+    pub geometry: [u8; 4],
     /// Logical block size.
-    pub const BLK_SIZE: usize = 20;
+    pub blk_size: U32,
+    /// Physical block exponent, alignment offset, minimum and optimal I/O size.
+    pub topology: [u8; 8],
+    /// Write-cache mode, padding, number of queues.
+    pub writeback_queues: [u8; 4],
     /// Largest discard, in sectors.
-    pub const MAX_DISCARD_SECTORS: usize = 36;
+    pub max_discard_sectors: U32,
     /// Most discard segments per request.
-    pub const MAX_DISCARD_SEG: usize = 40;
+    pub max_discard_seg: U32,
+}
+
+/// Byte offsets of the configuration fields the driver reads.
+pub mod config {
+    use super::{offset_of, BlkConfig};
+
+    /// Capacity in sectors, low 32 bits (the high half follows).
+    pub const CAPACITY: usize = offset_of!(BlkConfig, capacity);
+    /// Largest data segment.
+    pub const SIZE_MAX: usize = offset_of!(BlkConfig, size_max);
+    /// Most data segments per request.
+    pub const SEG_MAX: usize = offset_of!(BlkConfig, seg_max);
+    /// Logical block size.
+    pub const BLK_SIZE: usize = offset_of!(BlkConfig, blk_size);
+    /// Largest discard, in sectors.
+    pub const MAX_DISCARD_SECTORS: usize = offset_of!(BlkConfig, max_discard_sectors);
+    /// Most discard segments per request.
+    pub const MAX_DISCARD_SEG: usize = offset_of!(BlkConfig, max_discard_seg);
 }
 
 /// Request types.
@@ -133,26 +165,56 @@ pub fn geometry(features: Features, c: &DeviceConfig) -> Result<Geometry, Config
     })
 }
 
-/// Bytes of a request header (`virtio_blk_req` up to the data).
-pub const HEADER_LEN: usize = 16;
+/// A request header (`virtio_blk_req` up to the data), which the device reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct RequestHeader {
+    /// The request type ([`kind`]).
+    pub kind: U32,
+    /// Reserved (was the request priority).
+    pub reserved: U32,
+    /// First sector (512 bytes) of the transfer.
+    pub sector: U64,
+}
+
+impl RequestHeader {
+    /// A request of `kind` at `sector`.
+    pub fn new(kind: u32, sector: u64) -> RequestHeader {
+        RequestHeader {
+            kind: kind.into(),
+            reserved: U32::ZERO,
+            sector: sector.into(),
+        }
+    }
+}
+
+/// One discard range (`virtio_blk_discard_write_zeroes`), which the device reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct DiscardSegment {
+    /// First sector.
+    pub sector: U64,
+    /// Number of sectors.
+    pub sectors: U32,
+    /// Flags (bit 0: unmap, for write-zeroes only): zero.
+    pub flags: U32,
+}
+
+impl DiscardSegment {
+    /// A discard of `sectors` sectors at `sector`.
+    pub fn new(sector: u64, sectors: u32) -> DiscardSegment {
+        DiscardSegment {
+            sector: sector.into(),
+            sectors: sectors.into(),
+            flags: U32::ZERO,
+        }
+    }
+}
+
+/// Bytes of a request header.
+pub const HEADER_LEN: usize = size_of::<RequestHeader>();
 /// Bytes of a discard segment.
-pub const SEGMENT_LEN: usize = 16;
-
-/// A request header: type, reserved, first sector.
-pub fn header(kind: u32, sector: u64) -> [u8; HEADER_LEN] {
-    let mut h = [0u8; HEADER_LEN];
-    h[0..4].copy_from_slice(&kind.to_le_bytes());
-    h[8..16].copy_from_slice(&sector.to_le_bytes());
-    h
-}
-
-/// A discard segment: first sector, sector count, flags (no unmap hint).
-pub fn discard_segment(sector: u64, sectors: u32) -> [u8; SEGMENT_LEN] {
-    let mut s = [0u8; SEGMENT_LEN];
-    s[0..8].copy_from_slice(&sector.to_le_bytes());
-    s[8..12].copy_from_slice(&sectors.to_le_bytes());
-    s
-}
+pub const SEGMENT_LEN: usize = size_of::<DiscardSegment>();
 
 /// What a status byte means for the request.
 pub fn result(status: u8) -> Result<(), IoError> {
@@ -222,11 +284,27 @@ mod tests {
 
     #[test]
     fn encodings() {
-        let h = header(kind::OUT, 0x0102_0304_0506);
+        let header = RequestHeader::new(kind::OUT, 0x0102_0304_0506);
+        let h = header.as_bytes();
+        assert_eq!(h.len(), 16);
         assert_eq!(&h[..4], &[1, 0, 0, 0]);
         assert_eq!(&h[8..], &0x0102_0304_0506u64.to_le_bytes());
-        let s = discard_segment(9, 8);
-        assert_eq!((s[0], s[8], s[12]), (9, 8, 0));
+        let segment = DiscardSegment::new(9, 8);
+        let s = segment.as_bytes();
+        assert_eq!((s.len(), s[0], s[8], s[12]), (16, 9, 8, 0));
+        assert_eq!(
+            [
+                config::CAPACITY,
+                config::SIZE_MAX,
+                config::SEG_MAX,
+                config::BLK_SIZE
+            ],
+            [0, 8, 12, 20]
+        );
+        assert_eq!(
+            [config::MAX_DISCARD_SECTORS, config::MAX_DISCARD_SEG],
+            [36, 40]
+        );
         assert_eq!(result(0), Ok(()));
         assert_eq!(result(1), Err(IoError::Device(1)));
         assert_eq!(result(2), Err(IoError::Unsupported));

@@ -10,7 +10,7 @@ use ninep::wire::{lock, open_flags, Tmsg};
 use vfs::Errno;
 
 use super::{fixture, Ctx, Outcome, STALL};
-use crate::hostile::raw::{attached, cycling_tag, frame, send_all, socket, Drain, Tally, ENOLCK};
+use crate::hostile::raw::{attached, cycling_tag, frame, send_all, socket, Drain, Tally};
 use crate::ninep::Lossy;
 
 /// Longest client id a `Tlock` can carry (a 9P string).
@@ -125,7 +125,9 @@ pub fn lock_flood(ctx: &Ctx<'_>) -> Outcome {
         long_client_ids(ctx, &mut out);
         for h in hogs {
             match h.join().expect("a lock hog panicked") {
-                Ok((sent, t)) => judge(&mut out, "locks", sent, &t, &[ENOLCK, Errno::ENOMEM]),
+                Ok((sent, t)) => {
+                    judge(&mut out, "locks", sent, &t, &[Errno::ENOLCK, Errno::ENOMEM])
+                }
                 Err(e) => out.fail(format!("a lock hog: {e}")),
             }
         }

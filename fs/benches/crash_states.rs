@@ -1,7 +1,8 @@
-//! Throughput of crash-state enumeration and checking (run with
-//! `cargo test --release -p ninefold-fs --test sim_throughput -- --ignored --nocapture`).
-//! Not a pass/fail timing test: it prints numbers for docs/testing.md.
+//! Throughput of crash-state enumeration and checking: `make bench-host` (or `cargo
+//! bench -p ninefold-fs --bench crash_states`) prints the figures docs/testing.md quotes;
+//! nothing here passes or fails on time.
 
+#[path = "../tests/sim_toy/mod.rs"]
 mod sim_toy;
 
 use std::sync::Arc;
@@ -18,8 +19,12 @@ use testkit::sim::{enumerate, CrashParams};
 use testkit::testing::strategy::{self, GenConfig};
 use testkit::testing::{op_time, CompareOptions, ManualClock, VisibleState};
 
-#[test]
-#[ignore]
+fn main() {
+    enumeration_throughput();
+    toy_pipeline_throughput();
+}
+
+/// Enumerating the crash states of a recorded checkpoint-like workload.
 fn enumeration_throughput() {
     // A checkpoint-like workload on a 256 MiB disk: bursts of 64 random 4-16 KiB writes,
     // a flush, then a FUA commit block.
@@ -59,8 +64,7 @@ fn enumeration_throughput() {
     );
 }
 
-#[test]
-#[ignore]
+/// The whole pipeline on the toy filesystem: enumerate, mount (replay), capture, check.
 fn toy_pipeline_throughput() {
     let mut runner = TestRunner::new_with_rng(
         Default::default(),
@@ -73,7 +77,7 @@ fn toy_pipeline_throughput() {
         },
         100..101,
     );
-    let (mut states, mut check_time, mut total) = (0usize, 0f64, Instant::now());
+    let (mut states, mut check_time, total) = (0usize, 0f64, Instant::now());
     for _ in 0..20 {
         let ops = strategy.new_tree(&mut runner).unwrap().current();
         let image = MemDisk::new(4096, 4096);
@@ -113,8 +117,6 @@ fn toy_pipeline_throughput() {
         }
     }
     let secs = total.elapsed().as_secs_f64();
-    total = Instant::now();
-    let _ = total;
     eprintln!(
         "toy pipeline: {states} states in {secs:.2} s = {:.1} us/state, of which check {:.1} us",
         secs * 1e6 / states as f64,
