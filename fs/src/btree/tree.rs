@@ -470,17 +470,55 @@ impl Trees {
         }
     }
 
-    /// Checks the invariants of every cached part of `tree`: key order and bounds,
-    /// first separators, levels, node fill. For tests and debugging.
+    /// Checks the invariants of every cached part of `tree`: each node's own (key order,
+    /// counters: [`Node::check_invariants`]) and its place in the tree ([`Trees::check_paths`]'s
+    /// checks).
     pub fn check(&self, tree: TreeId) -> Result<(), &'static str> {
         let root = self.roots[tree as usize];
         let Some(node) = self.cache.get(&root.ptr) else {
             return Ok(());
         };
-        self.check_node(node, root.level, Key::MIN, None)
+        self.check_subtree(node, root.level, Key::MIN, None)
     }
 
-    fn check_node(
+    /// Checks the cached nodes on the paths to `keys` in `tree`, each once and against
+    /// the bounds its parent gives it: its level, its fill, its first and last keys
+    /// within the bounds, an interior node's first separator. The part of the tree a
+    /// change of those keys went through, at a cost that does not grow with node size.
+    pub fn check_paths<'k>(
+        &self,
+        tree: TreeId,
+        keys: impl IntoIterator<Item = &'k Key>,
+    ) -> Result<(), &'static str> {
+        let root = self.roots[tree as usize];
+        let mut checked: Vec<u64> = Vec::new();
+        for key in keys {
+            let (mut ptr, mut level) = (root.ptr, root.level);
+            let (mut lower, mut upper) = (Key::MIN, None);
+            while let Some(node) = self.cache.get(&ptr) {
+                if !checked.contains(&ptr.addr) {
+                    checked.push(ptr.addr);
+                    self.check_place(node, level, lower, upper)?;
+                }
+                if level == 0 {
+                    break;
+                }
+                // The child `descend` takes, and its bounds.
+                let (sep, val) = node
+                    .get_le(key)
+                    .or_else(|| node.iter_from(&Key::MIN).next())
+                    .ok_or("empty interior node")?;
+                ptr = NodePtr::from_bytes(val).ok_or("bad child pointer")?;
+                let next = sep.successor().and_then(|s| node.iter_from(&s).next());
+                upper = next.map(|e| e.0).or(upper);
+                lower = sep;
+                level -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_subtree(
         &self,
         node: &Node,
         level: u8,
@@ -488,30 +526,44 @@ impl Trees {
         upper: Option<Key>,
     ) -> Result<(), &'static str> {
         node.check_invariants()?;
+        self.check_place(node, level, lower, upper)?;
+        if level == 0 {
+            return Ok(());
+        }
+        let children: Vec<(Key, &[u8])> = node.iter_from(&Key::MIN).collect();
+        for (i, (sep, val)) in children.iter().enumerate() {
+            let ptr = NodePtr::from_bytes(val).ok_or("bad child pointer")?;
+            let next = children.get(i + 1).map(|e| e.0).or(upper);
+            if let Some(child) = self.cache.get(&ptr) {
+                self.check_subtree(child, level - 1, *sep, next)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a node's place in its tree: at `level`, not overfull, its keys (sorted, as
+    /// [`Node::check_invariants`] checks) within `[lower, upper)`, an interior node's
+    /// first separator equal to `lower`.
+    fn check_place(
+        &self,
+        node: &Node,
+        level: u8,
+        lower: Key,
+        upper: Option<Key>,
+    ) -> Result<(), &'static str> {
         if node.level() != level {
             return Err("level");
         }
         if node.live_bytes() + crate::format::bset::HEADER_LEN > self.node_size as usize {
             return Err("overfull node");
         }
-        let entries: Vec<(Key, &[u8])> = node.iter_from(&Key::MIN).collect();
-        for (k, _) in &entries {
-            if *k < lower || upper.is_some_and(|u| *k >= u) {
-                return Err("key out of node bounds");
-            }
+        let first = node.iter_from(&Key::MIN).next().map(|e| e.0);
+        let last = node.get_le(&Key::MAX).map(|e| e.0);
+        if first.is_some_and(|k| k < lower) || last.zip(upper).is_some_and(|(k, u)| k >= u) {
+            return Err("key out of node bounds");
         }
-        if level == 0 {
-            return Ok(());
-        }
-        if entries.first().map(|e| e.0) != Some(lower) {
+        if level > 0 && first != Some(lower) {
             return Err("first separator is not the lower bound");
-        }
-        for (i, (sep, val)) in entries.iter().enumerate() {
-            let ptr = NodePtr::from_bytes(val).ok_or("bad child pointer")?;
-            let next = entries.get(i + 1).map(|e| e.0).or(upper);
-            if let Some(child) = self.cache.get(&ptr) {
-                self.check_node(child, level - 1, *sep, next)?;
-            }
         }
         Ok(())
     }
@@ -633,5 +685,20 @@ mod tests {
             let want: Vec<_> = model.into_iter().collect();
             prop_assert_eq!(all(&mut t), want);
         }
+    }
+
+    #[test]
+    fn path_checks_follow_the_keys_and_fail_on_a_wrong_level() {
+        let mut t = trees();
+        for i in 0..5_000 {
+            t.insert(TreeId::Fs, key(i), val(i, 50)).unwrap();
+        }
+        assert!(t.roots[0].level >= 1);
+        for i in (0..5_000).step_by(97) {
+            assert_eq!(t.check_paths(TreeId::Fs, [&key(i), &key(i + 1)]), Ok(()));
+        }
+        t.roots[0].level += 1;
+        assert_eq!(t.check_paths(TreeId::Fs, [&key(1)]), Err("level"));
+        assert_eq!(t.check(TreeId::Fs), Err("level"));
     }
 }

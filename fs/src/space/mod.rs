@@ -474,6 +474,58 @@ impl Allocator {
         }
     }
 
+    /// Checks the allocator's books: every cached group's free count against its bits
+    /// (bits past the device's end stay set), the per-group and total free counts,
+    /// reserved, pending and pinned blocks disjoint, pinned blocks within the free ones,
+    /// the node pool reserved. With `full`, also every block of those sets against the
+    /// bitmap: reserved and pending blocks set, pinned ones clear.
+    pub fn check_invariants(&self, full: bool) -> Result<(), &'static str> {
+        for (&g, group) in &self.groups {
+            let clear: u32 = group.bits.iter().map(|b| b.count_zeros()).sum();
+            if clear != group.free {
+                return Err("group free count differs from its bits");
+            }
+            if self.group_free[g as usize] != Some(group.free) {
+                return Err("group free count differs from the per-group counts");
+            }
+        }
+        let known: Option<u64> = self.group_free.iter().map(|f| f.map(u64::from)).sum();
+        if known.is_some_and(|total| total != self.free_total) {
+            return Err("free total differs from the groups' counts");
+        }
+        if self.pinned.len() > self.free_total {
+            return Err("more blocks pinned than free");
+        }
+        if self
+            .reserved
+            .iter()
+            .any(|r| self.pending_free.overlaps(r.clone()) || self.pinned.overlaps(r))
+            || self.pending_free.iter().any(|r| self.pinned.overlaps(r))
+        {
+            return Err("reserved, pending and pinned blocks overlap");
+        }
+        if self
+            .node_pool
+            .iter()
+            .any(|&a| self.reserved.next_gap(a) < a + self.node_blocks)
+        {
+            return Err("a node pool location is not reserved");
+        }
+        if full {
+            let set = |b| self.is_allocated(b) != Some(false);
+            let clear = |b| self.is_allocated(b) != Some(true);
+            if !self.reserved.iter().flatten().all(set)
+                || !self.pending_free.iter().flatten().all(set)
+            {
+                return Err("a reserved or pending block is clear in the bitmap");
+            }
+            if !self.pinned.iter().flatten().all(clear) {
+                return Err("a pinned block is set in the bitmap");
+            }
+        }
+        Ok(())
+    }
+
     /// Whether block `b` is allocated in the current in-memory state (group cached).
     pub fn is_allocated(&self, b: u64) -> Option<bool> {
         let (g, bit) = Layout::group_of(b);
@@ -586,5 +638,43 @@ mod tests {
         let n = a.take_node().unwrap();
         assert_eq!(a.is_allocated(n + 15), Some(true));
         assert_eq!(a.pool_len(), 2);
+    }
+
+    #[test]
+    fn invariant_checks_find_broken_books() {
+        let mut a = allocator();
+        let runs = a.alloc_data(600, 0).unwrap();
+        a.fill_pool(2).unwrap();
+        for r in &runs {
+            a.commit_reserved(r.clone());
+        }
+        a.free(runs[0].clone());
+        assert_eq!(a.check_invariants(true), Ok(()));
+        a.prepare(1).unwrap();
+        assert_eq!(a.check_invariants(true), Ok(()));
+
+        let mut miscounted = allocator();
+        miscounted.free_total += 1;
+        assert!(miscounted.check_invariants(false).is_err());
+
+        // A pinned block handed out again.
+        let mut reused = allocator();
+        let r = reused.alloc_data(1, 0).unwrap().remove(0);
+        reused.pinned.insert(r);
+        assert!(reused.check_invariants(false).is_err());
+
+        // A pending free whose bit was cleared early: only the full check reads bits.
+        let mut early = allocator();
+        let r = early.alloc_data(1, 0).unwrap().remove(0);
+        early.commit_reserved(r.clone());
+        early.free(r.clone());
+        let (g, bit) = Layout::group_of(r.start);
+        let group = early.groups.get_mut(&g).unwrap();
+        set_bit(&mut group.bits, bit, false);
+        group.free += 1;
+        early.group_free[g as usize] = Some(group.free);
+        early.free_total += 1;
+        assert_eq!(early.check_invariants(false), Ok(()));
+        assert!(early.check_invariants(true).is_err());
     }
 }

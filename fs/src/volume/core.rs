@@ -250,6 +250,10 @@ impl core::fmt::Debug for Core {
     }
 }
 
+/// Commits between full invariant checks (every cached node, every tracked block);
+/// the commits in between check what they touched ([`Core::check_invariants`]).
+pub const FULL_CHECK_EVERY: u64 = 1024;
+
 /// Blocks a btree node occupies.
 pub fn node_blocks(sb: &Superblock) -> u64 {
     u64::from(sb.node_size) / BLOCK_SIZE as u64
@@ -331,6 +335,12 @@ impl Core {
         for (tree, key, _) in &tx.ops {
             self.trees.ensure(*tree, key)?;
         }
+        // The keys changed, for the invariant checks after the commit.
+        let touched: Vec<(TreeId, Key)> = if cfg!(debug_assertions) {
+            tx.ops.iter().map(|(tree, key, _)| (*tree, *key)).collect()
+        } else {
+            Vec::new()
+        };
         // What the log has to carry, from the keys changed.
         let marks: Vec<(Ino, u8, u64, bool)> = tx
             .ops
@@ -393,7 +403,32 @@ impl Core {
         }
         self.changed = true;
         self.stats.commits += 1;
+        debug_assert_eq!(
+            self.check_invariants(&touched),
+            Ok(()),
+            "invariants after commit {}",
+            self.stats.commits
+        );
         Ok(())
+    }
+
+    /// The invariants every commit leaves true, asserted after each one in builds with
+    /// debug assertions (tests, the crash suite): the tree paths of the keys it changed
+    /// and the allocator's books; every [`FULL_CHECK_EVERY`] commits, every cached node
+    /// of every tree and every block the allocator tracks.
+    pub fn check_invariants(&self, touched: &[(TreeId, Key)]) -> Result<(), &'static str> {
+        let full = self.stats.commits.is_multiple_of(FULL_CHECK_EVERY);
+        if full {
+            for tree in TreeId::ALL {
+                self.trees.check(tree)?;
+            }
+        } else {
+            for tree in TreeId::ALL {
+                let keys = touched.iter().filter(|(t, _)| *t == tree).map(|(_, k)| k);
+                self.trees.check_paths(tree, keys)?;
+            }
+        }
+        self.space.check_invariants(full)
     }
 
     /// Attributes of `ino` from its inode item.
