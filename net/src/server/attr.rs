@@ -73,85 +73,14 @@ impl<F: FileSystem> Server<F> {
             return Err(Errno::EROFS);
         }
         let attr = self.fs.getattr(f.ino).await?;
-        let user = f.user();
         let opened_for_write = matches!(f.state, FidState::Open(m) if m.write);
-        let mut ch = SetAttr::default();
-        // Ownership as Linux's `chown_ok`/`chgrp_ok`: root, or the owner keeping the uid
-        // and giving the file to a group they are in (or keeping its group).
-        let owner = user.uid == attr.uid;
-        if req.valid & setattr::UID != 0 {
-            let allowed = owner && req.uid == attr.uid;
-            if !user.is_root() && !allowed {
-                return Err(Errno::EPERM);
-            }
-            ch.uid = Some(req.uid);
+        let ch = SetattrPlan {
+            req: &req,
+            user: f.user(),
+            attr: &attr,
+            opened_for_write,
         }
-        if req.valid & setattr::GID != 0 {
-            let allowed = owner && (req.gid == attr.gid || user.in_group(req.gid));
-            if !user.is_root() && !allowed {
-                return Err(Errno::EPERM);
-            }
-            ch.gid = Some(req.gid);
-        }
-        if req.valid & setattr::MODE != 0 {
-            if !user.owns(&attr) {
-                return Err(Errno::EPERM);
-            }
-            // As Linux's `setattr_copy`: set-gid only for root or a member of the file's
-            // (new) group.
-            let gid = ch.gid.unwrap_or(attr.gid);
-            let mut mode = req.mode & 0o7777;
-            if !user.may_use_group(gid) {
-                mode &= !S_ISGID;
-            }
-            ch.mode = Some(mode);
-        }
-        if req.valid & setattr::SIZE != 0 {
-            if attr.file_type() == FileType::Directory {
-                return Err(Errno::EISDIR);
-            }
-            // ftruncate on a file opened for writing needs no permission check.
-            if !opened_for_write {
-                user.check(&attr, MAY_WRITE)?;
-            }
-            ch.size = Some(req.size);
-        }
-        // A file that changes hands, or is truncated by someone other than root, loses
-        // its set-uid bit (and set-gid if group-executable), as on Linux — unless this
-        // request sets the mode itself.
-        let changes_hands = ch.uid.is_some() || ch.gid.is_some();
-        let truncated = ch.size.is_some() && !user.is_root();
-        if ch.mode.is_none()
-            && attr.file_type() != FileType::Directory
-            && (changes_hands || truncated)
-        {
-            ch.mode = without_set_id(attr.mode);
-        }
-        let owner_or_writer = |user: &User| {
-            if user.owns(&attr) || opened_for_write {
-                Ok(())
-            } else {
-                user.check(&attr, MAY_WRITE)
-            }
-        };
-        ch.atime = set_time(
-            req.valid,
-            setattr::ATIME,
-            setattr::ATIME_SET,
-            req.atime,
-            user,
-            &attr,
-            owner_or_writer,
-        )?;
-        ch.mtime = set_time(
-            req.valid,
-            setattr::MTIME,
-            setattr::MTIME_SET,
-            req.mtime,
-            user,
-            &attr,
-            owner_or_writer,
-        )?;
+        .changes()?;
         self.fs.setattr(f.ino, ch).await?;
         Ok(reply(tag, &Rmsg::Setattr {}))
     }
@@ -173,6 +102,129 @@ impl<F: FileSystem> Server<F> {
                 namelen: st.name_max,
             },
         ))
+    }
+}
+
+/// The permission checks of one `Tsetattr`, as Linux's `notify_change` makes them, turning
+/// the request into the [`SetAttr`] the filesystem applies.
+struct SetattrPlan<'a> {
+    req: &'a SetattrReq,
+    user: &'a User,
+    attr: &'a vfs::Attr,
+    /// The fid is open for writing: truncation and timestamps need no further permission.
+    opened_for_write: bool,
+}
+
+impl SetattrPlan<'_> {
+    fn changes(&self) -> FsResult<SetAttr> {
+        let mut ch = SetAttr::default();
+        self.ownership(&mut ch)?;
+        self.mode(&mut ch)?;
+        self.size(&mut ch)?;
+        self.drop_set_id(&mut ch);
+        self.times(&mut ch)?;
+        Ok(ch)
+    }
+
+    /// Ownership as Linux's `chown_ok`/`chgrp_ok`: root, or the owner keeping the uid and
+    /// giving the file to a group they are in (or keeping its group).
+    fn ownership(&self, ch: &mut SetAttr) -> FsResult<()> {
+        let (req, user, attr) = (self.req, self.user, self.attr);
+        let owner = user.uid == attr.uid;
+        if req.valid & setattr::UID != 0 {
+            let allowed = owner && req.uid == attr.uid;
+            if !user.is_root() && !allowed {
+                return Err(Errno::EPERM);
+            }
+            ch.uid = Some(req.uid);
+        }
+        if req.valid & setattr::GID != 0 {
+            let allowed = owner && (req.gid == attr.gid || user.in_group(req.gid));
+            if !user.is_root() && !allowed {
+                return Err(Errno::EPERM);
+            }
+            ch.gid = Some(req.gid);
+        }
+        Ok(())
+    }
+
+    /// chmod: the owner or root; set-gid only for root or a member of the file's (new)
+    /// group, as Linux's `setattr_copy`.
+    fn mode(&self, ch: &mut SetAttr) -> FsResult<()> {
+        if self.req.valid & setattr::MODE == 0 {
+            return Ok(());
+        }
+        if !self.user.owns(self.attr) {
+            return Err(Errno::EPERM);
+        }
+        let gid = ch.gid.unwrap_or(self.attr.gid);
+        let mut mode = self.req.mode & 0o7777;
+        if !self.user.may_use_group(gid) {
+            mode &= !S_ISGID;
+        }
+        ch.mode = Some(mode);
+        Ok(())
+    }
+
+    /// truncate: write permission, unless the fid is open for writing (ftruncate).
+    fn size(&self, ch: &mut SetAttr) -> FsResult<()> {
+        if self.req.valid & setattr::SIZE == 0 {
+            return Ok(());
+        }
+        if self.attr.file_type() == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        if !self.opened_for_write {
+            self.user.check(self.attr, MAY_WRITE)?;
+        }
+        ch.size = Some(self.req.size);
+        Ok(())
+    }
+
+    /// A file that changes hands, or is truncated by someone other than root, loses its
+    /// set-uid bit (and set-gid if group-executable), as on Linux, unless this request
+    /// sets the mode itself.
+    fn drop_set_id(&self, ch: &mut SetAttr) {
+        let changes_hands = ch.uid.is_some() || ch.gid.is_some();
+        let truncated = ch.size.is_some() && !self.user.is_root();
+        if ch.mode.is_none()
+            && self.attr.file_type() != FileType::Directory
+            && (changes_hands || truncated)
+        {
+            ch.mode = without_set_id(self.attr.mode);
+        }
+    }
+
+    /// utimes: "now" needs ownership or write permission (or the fid open for writing);
+    /// an explicit time needs ownership.
+    fn times(&self, ch: &mut SetAttr) -> FsResult<()> {
+        let owner_or_writer = |user: &User| {
+            if user.owns(self.attr) || self.opened_for_write {
+                Ok(())
+            } else {
+                user.check(self.attr, MAY_WRITE)
+            }
+        };
+        let (req, user, attr) = (self.req, self.user, self.attr);
+        ch.atime = set_time(
+            req.valid,
+            setattr::ATIME,
+            setattr::ATIME_SET,
+            req.atime,
+            user,
+            attr,
+            owner_or_writer,
+        )?;
+        ch.mtime = set_time(
+            req.valid,
+            setattr::MTIME,
+            setattr::MTIME_SET,
+            req.mtime,
+            user,
+            attr,
+            owner_or_writer,
+        )?;
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use core::cell::{Cell, RefCell};
 
 use metrics::LatencyHistogram;
 
-use crate::wire::Tmsg;
+use crate::wire::{Tmsg, TmsgType};
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident,)*) => {
@@ -133,11 +133,10 @@ pub(crate) struct TimingCells {
 impl TimingCells {
     /// Adds `ns` to the kind of request whose type byte is `ty`.
     pub(crate) fn add(&self, ty: u8, ns: u64) {
-        // Type bytes of Tread, Twrite and Tfsync (`wire::Tmsg`).
-        let cell = match ty {
-            118 => &self.write_ns,
-            50 => &self.fsync_ns,
-            116 => &self.read_ns,
+        let cell = match TmsgType::from_byte(ty) {
+            Some(TmsgType::Write) => &self.write_ns,
+            Some(TmsgType::Fsync) => &self.fsync_ns,
+            Some(TmsgType::Read) => &self.read_ns,
             _ => &self.other_ns,
         };
         cell.set(cell.get() + ns);
@@ -295,15 +294,15 @@ mod tests {
     #[test]
     fn every_request_type_has_a_slot_and_a_9p_name() {
         let cells = RequestCells::default();
-        let write = cells.receive(118, 1_000);
-        cells.receive(118, 2_000);
+        let write = cells.receive(TmsgType::Write as u8, 1_000);
+        cells.receive(TmsgType::Write as u8, 2_000);
         let unknown = cells.receive(7, 0); // Rlerror is no request
         cells.answer(write, 81_000);
         cells.answer(unknown, 10);
         let s = cells.snapshot();
-        assert_eq!(s.received(118), 2);
-        assert_eq!(s.latency(118).count, 1);
-        assert_eq!(s.latency(118).sum_ns, 80_000);
+        assert_eq!(s.received(TmsgType::Write as u8), 2);
+        assert_eq!(s.latency(TmsgType::Write as u8).count, 1);
+        assert_eq!(s.latency(TmsgType::Write as u8).sum_ns, 80_000);
         assert_eq!(s.received(7), 1);
         assert_eq!(s.received(255), 1, "every unknown type shares a slot");
         let seen: Vec<(String, u64, u64)> =
