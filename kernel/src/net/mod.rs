@@ -52,7 +52,7 @@ mod serve_impl {
     /// Why the network could not start.
     #[derive(Debug)]
     pub enum NetError {
-        /// No virtio-net device (1af4:1041; QEMU: `-device virtio-net-pci,disable-legacy=on`).
+        /// No virtio-net device (1af4:1041 or transitional 1af4:1000; QEMU: `-device virtio-net-pci`).
         NoNic,
         /// The NIC could not be brought up.
         Nic(NicError),
@@ -62,7 +62,7 @@ mod serve_impl {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             match self {
                 NetError::NoNic => f.write_str(
-                    "no modern virtio-net device (1af4:1041; QEMU: -device virtio-net-pci,disable-legacy=on)",
+                    "no virtio-net device (1af4:1041 or 1af4:1000; QEMU: -device virtio-net-pci)",
                 ),
                 NetError::Nic(e) => write!(f, "{e}"),
             }

@@ -1,4 +1,4 @@
-//! The virtio-net NIC (modern PCI, 1af4:1041) as a smoltcp [`phy::Device`].
+//! The virtio-net NIC (PCI 1af4:1041, or 1af4:1000 transitional) as a smoltcp [`phy::Device`].
 //!
 //! Receive and transmit completions raise one MSI-X vector that signals an
 //! [`IrqEvent`]; the stack's poll task waits on it. If MSI-X cannot be set up, the NIC
@@ -25,9 +25,12 @@ use crate::irq::{self, IrqHandle};
 use crate::mm::DmaDevice;
 use crate::pci::device::{self, MsixTable, PciDevice};
 
-/// PCI ids of a modern virtio-net function.
+/// PCI ids of a virtio-net function: modern, or transitional (what QEMU and libvirt give
+/// by default on a conventional PCI bus; it has the modern interface too, which is the one
+/// the driver uses).
 const VIRTIO_VENDOR: u16 = 0x1af4;
 const VIRTIO_NET_MODERN: u16 = 0x1041;
+const VIRTIO_NET_TRANSITIONAL: u16 = 0x1000;
 
 /// virtio-net queue numbers.
 const RX_QUEUE: u16 = 0;
@@ -87,9 +90,11 @@ impl fmt::Debug for Nic {
 }
 
 impl Nic {
-    /// The first modern virtio-net function, if there is one.
+    /// The first virtio-net function (a modern one before a transitional one), if any.
     pub fn find() -> Option<PciDevice> {
-        device::find(VIRTIO_VENDOR, VIRTIO_NET_MODERN).next()
+        device::find(VIRTIO_VENDOR, VIRTIO_NET_MODERN)
+            .next()
+            .or_else(|| device::find(VIRTIO_VENDOR, VIRTIO_NET_TRANSITIONAL).next())
     }
 
     /// Brings up `dev` for IP MTU `mtu`: queues, receive buffers, MSI-X (or polling).
