@@ -192,6 +192,15 @@ bench-peers: image tool guest
 bench: image tool guest
 	tests/bench/fs.py $(BENCH_ARGS)
 
+## bench-load: the appliance, the Linux server VMs (diod on btrfs and ext4) and the in-memory
+## ceiling driven from the host by the native 9P load generator (tests/src/bin/ninep-load.rs)
+## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. ~30 min;
+## BENCH_ARGS=--quick (~6 min) or --system/--workload/--conns/--seconds (--help)
+.PHONY: bench-load
+bench-load: deps image guest
+	$(CARGO) build --locked --release -p ninefold-tools --bin ninefold -p ninefold-tests --bin ninep-load
+	tests/bench/load.py $(BENCH_ARGS)
+
 ## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
 bench-devices: guest
 	tests/guest/devbench

@@ -43,6 +43,9 @@ def main():
     report_path, out = sys.argv[1], sys.argv[2]
     with open(report_path) as f:
         report = json.load(f)
+    if report.get("kind") == "load":
+        load_charts(report, out)
+        return
     date = report["meta"]["date"]
     res = report["results"]
 
@@ -103,6 +106,36 @@ def main():
         a1.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(out, "device.png"), dpi=110)
+
+
+def load_charts(report, out):
+    """`make bench-load`: load-WORKLOAD.png, ops/s and p99 latency by connections."""
+    colors = {"ninefold": "#d62728", "linux-vm-btrfs-diod": "#1f77b4", "linux-vm-ext4-diod": "#aec7e8",
+              "ceiling": "#7f7f7f"}  # fmt: skip
+    rows = report["results"]
+    for w in report["meta"]["workloads"]:
+        mine = [r for r in rows if r["workload"] == w]
+        if not mine:
+            continue
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+        for s in colors:
+            pts = sorted((r["conns"], r) for r in mine if r["system"] == s)
+            if not pts:
+                continue
+            xs = [c for c, _ in pts]
+            a1.plot(xs, [r["ops_per_s"] for _, r in pts], marker="o", label=s, color=colors[s])
+            a2.plot(xs, [r["p99_us"] / 1000 for _, r in pts], marker="o", label=s, color=colors[s])
+        for a, label in ((a1, "ops/s"), (a2, "p99 latency, ms")):
+            a.set_xscale("log", base=2)
+            a.set_yscale("log")
+            a.set_xlabel("connections")
+            a.set_ylabel(label)
+            a.grid(alpha=0.3, which="both")
+        a1.set_title(f"{w}: throughput (host load generator, TCG servers)")
+        a2.set_title(f"{w}: p99 latency ({report['meta']['date']})")
+        a1.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"load-{w}.png"), dpi=110)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,307 @@
+//! A native 9P2000.L load generator (`make bench-load`, driven by tests/bench/load.py):
+//! N connections to one server, one thread each, every connection repeating one workload
+//! in Linux's request pattern for a fixed time, then one JSON line with what was done.
+//! With no emulated client in the way, the server is the bottleneck.
+//!
+//! Workloads (each loop is one operation, timed from its first request to its last reply):
+//!   write64k  `Twrite` 64 KiB + `Tfsync` on the connection's own file (wraps at 64 MiB)
+//!   write4k   `Twrite` 4 KiB + `Tfsync` likewise
+//!   create    `Twalk` (clone of the directory) + `Tlcreate` + `Twrite` 4 KiB + `Tfsync` +
+//!             `Tclunk` of a new file, as fs_mark does through Linux's 9P client
+//!   getattr   `Twalk` to a file + `Tgetattr` + `Tclunk`, as `stat` does
+//!
+//! Usage: ninep-load --port PORT --workload W --conns N [--seconds S] [--aname A]
+//!        [--uid U] [--tag T]
+//! The server is on 127.0.0.1:PORT (QEMU forwards reach the guests from there). Output:
+//! `{"workload","conns","seconds","ops","ops_per_s","fsyncs","bytes","p50_us","p99_us",
+//! "max_us","errors"}`; exit status 1 if any connection failed.
+#![forbid(unsafe_code)]
+
+use std::net::TcpStream;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use ninefold_tests::ninep::{Tcp, REPLY_TIMEOUT};
+use ninep::testing::Client;
+use ninep::wire::open_flags;
+use vfs::Errno;
+
+/// What a connection repeats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Workload {
+    Write64k,
+    Write4k,
+    Create,
+    Getattr,
+}
+
+impl Workload {
+    fn parse(name: &str) -> Option<Workload> {
+        Some(match name {
+            "write64k" => Workload::Write64k,
+            "write4k" => Workload::Write4k,
+            "create" => Workload::Create,
+            "getattr" => Workload::Getattr,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Write64k => "write64k",
+            Workload::Write4k => "write4k",
+            Workload::Create => "create",
+            Workload::Getattr => "getattr",
+        }
+    }
+}
+
+/// The command line.
+#[derive(Clone, Debug)]
+struct Args {
+    port: u16,
+    workload: Workload,
+    conns: usize,
+    seconds: f64,
+    aname: String,
+    uid: u32,
+    /// Names this run's files apart from earlier runs' on the same server.
+    tag: String,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        port: 0,
+        workload: Workload::Write4k,
+        conns: 1,
+        seconds: 10.0,
+        aname: String::new(),
+        uid: 0,
+        tag: format!("{}", std::process::id()),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--port" => a.port = value()?.parse().map_err(|e| format!("--port: {e}"))?,
+            "--workload" => {
+                let w = value()?;
+                a.workload = Workload::parse(&w).ok_or(format!("unknown workload {w}"))?;
+            }
+            "--conns" => a.conns = value()?.parse().map_err(|e| format!("--conns: {e}"))?,
+            "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--aname" => a.aname = value()?,
+            "--uid" => a.uid = value()?.parse().map_err(|e| format!("--uid: {e}"))?,
+            "--tag" => a.tag = value()?,
+            _ => return Err(format!("unknown argument {flag}")),
+        }
+    }
+    if a.port == 0 || a.conns == 0 || a.seconds <= 0.0 {
+        return Err("--port, --conns > 0 and --seconds > 0 are needed".into());
+    }
+    Ok(a)
+}
+
+/// What one connection did.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Latency of every operation, in microseconds.
+    latencies_us: Vec<u32>,
+    fsyncs: u64,
+    bytes: u64,
+    error: Option<String>,
+}
+
+const ROOT: u32 = 0;
+const DIR: u32 = 1;
+const FILE: u32 = 2;
+const SCRATCH: u32 = 3;
+/// A connection's file wraps around at this size, so a long run does not fill the disk.
+const FILE_SPAN: u64 = 64 << 20;
+
+/// One connection's run: wait for the others, then repeat the workload for `run_for`.
+fn connection(a: &Args, index: usize, mut conn: Conn, start: &Barrier, run_for: Duration) -> Tally {
+    let mut tally = Tally::default();
+    start.wait();
+    let deadline = Instant::now() + run_for;
+    let block = vec![0x5a_u8; 64 << 10];
+    let mut n: u64 = 0;
+    while Instant::now() < deadline {
+        let began = Instant::now();
+        let done = match a.workload {
+            Workload::Write64k | Workload::Write4k => {
+                let len = if a.workload == Workload::Write64k {
+                    64 << 10
+                } else {
+                    4 << 10
+                };
+                let offset = (n * len as u64) % FILE_SPAN;
+                conn.write_all(FILE, offset, &block[..len])
+                    .and_then(|()| conn.client.fsync(FILE, false))
+                    .map(|()| (1, len as u64))
+            }
+            Workload::Create => {
+                let name = format!("f{n}");
+                let c = &mut conn;
+                c.client
+                    .walk(DIR, SCRATCH, "")
+                    .and_then(|_| c.client.lcreate(SCRATCH, &name, open_flags::RDWR, 0o644))
+                    .and_then(|_| c.write_all(SCRATCH, 0, &block[..4096]))
+                    .and_then(|()| c.client.fsync(SCRATCH, false))
+                    .and_then(|()| c.client.clunk(SCRATCH))
+                    .map(|()| (1, 4096))
+            }
+            Workload::Getattr => conn
+                .client
+                .walk(DIR, SCRATCH, "target")
+                .and_then(|_| conn.client.getattr(SCRATCH))
+                .and_then(|_| conn.client.clunk(SCRATCH))
+                .map(|()| (0, 0)),
+        };
+        match done {
+            Ok((fsyncs, bytes)) => {
+                let us = began.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                tally.latencies_us.push(us);
+                tally.fsyncs += fsyncs;
+                tally.bytes += bytes;
+            }
+            Err(e) => {
+                tally.error = Some(format!("connection {index}: operation {n}: {e:?}"));
+                break;
+            }
+        }
+        n += 1;
+    }
+    tally
+}
+
+/// A connection: the client and what one `Twrite` may carry at its negotiated msize
+/// (diod, for one, offers at most 64 KiB messages).
+struct Conn {
+    client: Client<Tcp>,
+    max_payload: usize,
+}
+
+impl Conn {
+    /// `Twrite`s of `data` at `offset`, each within the msize.
+    fn write_all(&mut self, fid: u32, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        let mut done = 0;
+        while done < data.len() {
+            let end = data.len().min(done + self.max_payload);
+            let n = self
+                .client
+                .write(fid, offset + done as u64, &data[done..end])? as usize;
+            if n == 0 {
+                return Err(Errno::EIO);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// Connects, negotiates, attaches and makes this connection's directory and files.
+fn setup(a: &Args, index: usize) -> Result<Conn, String> {
+    let s = TcpStream::connect(("127.0.0.1", a.port)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(REPLY_TIMEOUT)).ok();
+    s.set_nodelay(true).ok();
+    let mut c = Client::new(Tcp(s));
+    let (msize, _) = c
+        .version(1 << 20, b"9P2000.L")
+        .map_err(|e| format!("version: {e:?}"))?;
+    let step = |what: &str, e: Errno| format!("connection {index}: {what}: {e:?}");
+    c.attach(ROOT, a.uid, &a.aname)
+        .map_err(|e| step("attach", e))?;
+    let dir = format!("load-{}-{index}", a.tag);
+    c.mkdir(ROOT, &dir, 0o755).map_err(|e| step("mkdir", e))?;
+    c.walk(ROOT, DIR, &dir).map_err(|e| step("walk", e))?;
+    c.walk(DIR, FILE, "").map_err(|e| step("walk", e))?;
+    let name = match a.workload {
+        Workload::Getattr => "target",
+        _ => "data",
+    };
+    c.lcreate(FILE, name, open_flags::RDWR, 0o644)
+        .map_err(|e| step("lcreate", e))?;
+    Ok(Conn {
+        client: c,
+        // Twrite's header: size[4] type[1] tag[2] fid[4] offset[8] count[4].
+        max_payload: msize as usize - 23,
+    })
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let a = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ninep-load: {e}");
+            std::process::exit(2);
+        }
+    };
+    let run_for = Duration::from_secs_f64(a.seconds);
+    // Connections are set up one after the other, as clients mounting at different
+    // moments would be, and only then measured together.
+    let mut conns = Vec::with_capacity(a.conns);
+    for i in 0..a.conns {
+        // The test client panics when the server closes the connection.
+        let set_up = std::panic::catch_unwind(|| setup(&a, i))
+            .unwrap_or_else(|_| Err(format!("connection {i}: closed by the server during setup")));
+        match set_up {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                println!("{}", serde_json::json!({ "errors": [e] }));
+                std::process::exit(1);
+            }
+        }
+    }
+    let start = Arc::new(Barrier::new(a.conns + 1));
+    let threads: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, conn)| {
+            let (a, start) = (a.clone(), start.clone());
+            std::thread::spawn(move || connection(&a, i, conn, &start, run_for))
+        })
+        .collect();
+    start.wait();
+    let began = Instant::now();
+    let tallies: Vec<Tally> = threads
+        .into_iter()
+        .map(|t| {
+            t.join().unwrap_or_else(|_| Tally {
+                error: Some("a connection's thread panicked (connection lost?)".into()),
+                ..Tally::default()
+            })
+        })
+        .collect();
+    let elapsed = began.elapsed().as_secs_f64();
+    let mut all: Vec<u32> = tallies
+        .iter()
+        .flat_map(|t| t.latencies_us.iter().copied())
+        .collect();
+    all.sort_unstable();
+    let errors: Vec<&str> = tallies.iter().filter_map(|t| t.error.as_deref()).collect();
+    let report = serde_json::json!({
+        "workload": a.workload.name(),
+        "conns": a.conns,
+        "seconds": (elapsed * 1000.0).round() / 1000.0,
+        "ops": all.len(),
+        "ops_per_s": (all.len() as f64 / elapsed * 10.0).round() / 10.0,
+        "fsyncs": tallies.iter().map(|t| t.fsyncs).sum::<u64>(),
+        "bytes": tallies.iter().map(|t| t.bytes).sum::<u64>(),
+        "p50_us": percentile(&all, 0.5),
+        "p99_us": percentile(&all, 0.99),
+        "max_us": all.last().copied().unwrap_or(0),
+        "errors": errors,
+    });
+    println!("{report}");
+    if !errors.is_empty() {
+        std::process::exit(1);
+    }
+}
