@@ -134,6 +134,7 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 accepted: conns.accepted.get(),
                 shed: conns.shed.get(),
                 refused: conns.refused.get(),
+                syns_held: self.service.stack().syn_gate.held(),
                 rx_bytes: conns.rx_bytes.get(),
                 tx_bytes: conns.tx_bytes.get(),
                 server: self.service.server().stats(),

@@ -146,6 +146,9 @@ pub struct NinepReport {
     pub shed: u64,
     /// Clients reset at once at the connection limit (no slot could be reclaimed).
     pub refused: u64,
+    /// Connection requests held back because no listening socket was free (a burst of
+    /// clients connecting together); each client retransmits and is served.
+    pub syns_held: u64,
     /// Bytes received from clients.
     pub rx_bytes: u64,
     /// Bytes sent to clients.
@@ -291,6 +294,9 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("9p.shed")
             .named("9p_connections_shed")
             .help("9P connections the server reset: deadline passed, memory or slot reclaimed."),
+        Rule::counter("9p.syns_held")
+            .named("9p_syns_held")
+            .help("Connection requests held back until a listening socket was free (clients connecting together; each retransmits)."),
         Rule::counter("9p.refused")
             .named("9p_connections_refused")
             .help("9P clients reset at once at the connection limit (max_conns=)."),

@@ -6,6 +6,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 /// Listening sockets kept ready, so that several clients connecting at once are all
 /// accepted (smoltcp needs one listening socket per connection being accepted).
 pub const LISTEN_POOL: usize = 4;
+/// How long the pool keeps the extra listening sockets of a burst (clients the SYN gate
+/// held back, `super::syn_gate`) after the last request held back: longer than Linux's
+/// SYN retransmissions up to the fourth (1 + 2 + 4 + 8 s).
+pub const BURST_HOLD: core::time::Duration = core::time::Duration::from_secs(20);
 /// Smallest and largest per-direction socket buffer.
 pub const MIN_SOCKET_BUFFER: usize = 64 << 10;
 /// See [`MIN_SOCKET_BUFFER`]. A 1 MiB window covers a whole 1 MiB-msize message.

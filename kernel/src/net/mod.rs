@@ -26,6 +26,7 @@ pub mod stack;
 pub mod stats;
 #[cfg(target_os = "none")]
 pub mod stats_port;
+pub mod syn_gate;
 #[cfg(target_os = "none")]
 pub mod tcp;
 

@@ -10,6 +10,7 @@
 //! [`NetQueues`] (`drivers::virtio_net`), which the `hal` keeps with the device while it
 //! holds them.
 
+use alloc::rc::Rc;
 use alloc::sync::Arc;
 use core::cell::RefCell;
 use core::fmt;
@@ -18,6 +19,7 @@ use smoltcp::phy::{self, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 
 use super::stats::NicStats;
+use super::syn_gate::SynGate;
 use crate::drivers::virtio_net::{self, NetQueues, RxFrame};
 use crate::exec::IrqEvent;
 use crate::hal::virtio;
@@ -76,6 +78,8 @@ pub struct Nic {
     interrupts: Interrupts,
     pci: PciDevice,
     stats: NicStats,
+    /// Connection requests no listening socket could take are held back here.
+    syn_gate: Rc<SynGate>,
     /// Kept for as long as the NIC lives: they own the vector and the table mapping.
     _irq: Option<(IrqHandle, MsixTable)>,
 }
@@ -120,8 +124,15 @@ impl Nic {
             interrupts,
             pci: dev,
             stats: NicStats::default(),
+            syn_gate: Rc::new(SynGate::default()),
             _irq: irq,
         })
+    }
+
+    /// The gate that holds back connection requests no listening socket could take
+    /// ([`SynGate`]); the listener arms it.
+    pub fn syn_gate(&self) -> Rc<SynGate> {
+        self.syn_gate.clone()
     }
 
     /// The MAC address.
@@ -240,7 +251,13 @@ impl phy::Device for Nic {
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
         let frame = loop {
             match self.queues.get_mut().receive()? {
-                Ok(frame) => break frame,
+                Ok(frame) if self.syn_gate.admits(frame.data()) => break frame,
+                Ok(held) => {
+                    if let Err(e) = self.queues.get_mut().recycle(held) {
+                        self.stats.rx_errors.inc();
+                        log::error!("net: reposting a receive buffer: {e:?}");
+                    }
+                }
                 Err(e) => {
                     self.stats.rx_errors.inc();
                     log::warn!("net: receive: {e:?}");

@@ -2,8 +2,9 @@
 //!
 //! smoltcp has no accept queue: a listening socket becomes the connection. So the
 //! listener keeps a pool of [`LISTEN_POOL`] listening sockets on the port; each one a
-//! client connects to is handed to a new connection task and replaced, so clients
-//! connecting at the same time are all accepted. A client that connects while the
+//! client connects to is handed to a new connection task and replaced, and the NIC's
+//! SYN gate (`super::syn_gate`) holds back the connection requests of a burst larger than
+//! the pool until it is refilled, so clients connecting at the same time are all accepted. A client that connects while the
 //! connection limit (`max_conns=`) is reached takes the slot of the quietest connection
 //! without fids (`Server::reclaim_slot`: an idle flood cannot keep mounts out), or, if
 //! there is none, is refused (reset). The pool stays open at the limit for that, and
@@ -42,12 +43,12 @@ use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
 use vfs::FileSystem;
 
-use super::limits::LISTEN_POOL;
+use super::limits::{BURST_HOLD, LISTEN_POOL};
 use super::stack::Stack;
 use super::stats::ServiceStats;
 use super::tcp::TcpTransport;
 use crate::exec::IrqEvent;
-use crate::task;
+use crate::{clock, task};
 
 /// How long a closing connection may take to finish its FIN handshake.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,6 +75,11 @@ pub struct Service<F: FileSystem + 'static> {
     drained: IrqEvent,
     /// [`Service::stop_listening`] was called.
     stopping: Cell<bool>,
+    /// Clients the SYN gate held back and that are expected to retransmit: the pool keeps
+    /// a listening socket for each ([`Service::plan_burst`]).
+    burst: Cell<usize>,
+    /// When the SYN gate last held a request back.
+    burst_seen: Cell<Duration>,
     /// Wakes the listener to stop.
     stop: IrqEvent,
 }
@@ -116,6 +122,8 @@ impl<F: FileSystem + 'static> Service<F> {
             ended: IrqEvent::new(),
             drained: IrqEvent::new(),
             stopping: Cell::new(false),
+            burst: Cell::new(0),
+            burst_seen: Cell::new(Duration::ZERO),
             stop: IrqEvent::new(),
         })
     }
@@ -174,7 +182,9 @@ impl<F: FileSystem + 'static> Service<F> {
                 self.stats.accepted.inc();
                 task::spawn(self.clone().connection(handle));
             }
+            self.plan_burst();
             self.resize_pool(&mut pool);
+            self.arm_syn_gate(&pool);
             if pool.is_empty() && self.stats.active() == 0 {
                 // Cannot listen at all: nothing will wake us but a retry.
                 task::sleep(Duration::from_secs(1)).await;
@@ -193,6 +203,7 @@ impl<F: FileSystem + 'static> Service<F> {
                         .get_mut::<tcp::Socket>(h)
                         .register_recv_waker(cx.waker());
                 }
+                self.stack.syn_gate.register_listener(cx.waker());
                 let ended = core::pin::pin!(self.ended.wait()).poll(cx);
                 let stop = core::pin::pin!(self.stop.wait()).poll(cx);
                 if ended.is_ready() || stop.is_ready() {
@@ -212,8 +223,21 @@ impl<F: FileSystem + 'static> Service<F> {
         self.stop.signal();
     }
 
+    /// Lets as many connection requests through as the pool has sockets listening;
+    /// those past it are held back until the pool is refilled (`super::syn_gate`).
+    fn arm_syn_gate(&self, pool: &[SocketHandle]) {
+        let sockets = self.stack.sockets.borrow();
+        let listening = pool
+            .iter()
+            .filter(|&&h| sockets.get::<tcp::Socket>(h).state() == State::Listen)
+            .count();
+        self.stack.syn_gate.arm(self.port, listening);
+    }
+
     /// Frees the pool's sockets, resetting those a client has reached.
     async fn close_pool(&self, pool: Vec<SocketHandle>) {
+        // Nothing will listen again: clients are refused at once.
+        self.stack.syn_gate.open();
         for h in pool {
             let listening =
                 self.stack.sockets.borrow().get::<tcp::Socket>(h).state() == State::Listen;
@@ -309,13 +333,32 @@ impl<F: FileSystem + 'static> Service<F> {
         self.stack.reset_and_remove(handle).await;
     }
 
-    /// Keeps up to [`LISTEN_POOL`] sockets listening while fewer than the limit plus
-    /// [`LISTEN_POOL`] connections exist (past the limit, a new client may still take a
-    /// reclaimed slot).
+    /// Counts the clients the SYN gate held back: they retransmit (Linux after 1, 3, 7, 15
+    /// s), so the pool keeps a listening socket for each until [`BURST_HOLD`] has passed
+    /// without one held back. A retransmission held back again counts again, which only
+    /// makes the pool larger for a while; the connection limit bounds it.
+    fn plan_burst(&self) {
+        let held = self.stack.syn_gate.take_held();
+        let now = clock::uptime();
+        if held > 0 {
+            let expected = (self.burst.get() + held).min(self.max_conns);
+            log::info!(
+                "9p: {held} connection request(s) held back: no socket listening; keeping {expected} more listening for them"
+            );
+            self.burst.set(expected);
+            self.burst_seen.set(now);
+        } else if self.burst.get() > 0 && now - self.burst_seen.get() > BURST_HOLD {
+            self.burst.set(0);
+        }
+    }
+
+    /// Keeps [`LISTEN_POOL`] sockets listening, plus one per client of a burst still
+    /// expected ([`Service::plan_burst`]), while fewer than the limit plus [`LISTEN_POOL`]
+    /// connections exist (past the limit, a new client may still take a reclaimed slot).
     fn resize_pool(&self, pool: &mut Vec<SocketHandle>) {
         let allowance = (self.max_conns + LISTEN_POOL)
             .saturating_sub(self.stats.active() as usize)
-            .min(LISTEN_POOL);
+            .min(LISTEN_POOL + self.burst.get());
         while pool.len() < allowance {
             match self.listener() {
                 Some(h) => pool.push(h),

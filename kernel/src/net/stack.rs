@@ -10,6 +10,7 @@
 //! deadline smoltcp asks for (retransmission, delayed ACK, DHCP renewal). Without MSI-X
 //! it also wakes every [`POLL_FALLBACK`].
 
+use alloc::rc::Rc;
 use core::cell::{Cell, RefCell};
 use core::future::poll_fn;
 use core::future::Future;
@@ -23,6 +24,7 @@ use smoltcp::socket::{dhcpv4, tcp};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Cidr};
 
 use super::nic::{Interrupts, Nic};
+use super::syn_gate::SynGate;
 use crate::config::IpConfig;
 use crate::exec::IrqEvent;
 use crate::{clock, task};
@@ -43,6 +45,8 @@ pub struct Stack {
     pub sockets: RefCell<SocketSet<'static>>,
     iface: RefCell<Interface>,
     nic: RefCell<Nic>,
+    /// The NIC's gate for connection requests (the 9P listener arms it).
+    pub syn_gate: Rc<SynGate>,
     kick: IrqEvent,
     dhcp: Option<SocketHandle>,
     /// The address once configured.
@@ -100,6 +104,7 @@ impl Stack {
             }
         );
         Stack {
+            syn_gate: nic.syn_gate(),
             sockets: RefCell::new(sockets),
             iface: RefCell::new(iface),
             nic: RefCell::new(nic),

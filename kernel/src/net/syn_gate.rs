@@ -1,0 +1,204 @@
+//! Holds back the TCP SYNs that no listening socket could take.
+//!
+//! smoltcp has no accept queue: a SYN that finds no socket in the LISTEN state is answered
+//! with a RST, and a Linux client then fails its mount at once ("connection refused"). The
+//! 9P listener keeps a small pool of listening sockets, refilled whenever its task runs,
+//! but guests mounting together send more SYNs within one poll of the stack than the pool
+//! holds. The gate lets through as many SYNs for the service's port as there are sockets
+//! listening and drops the rest before smoltcp sees them: each client retransmits its SYN
+//! (Linux after 1 s, QEMU's user network sooner) and finds a socket listening by then.
+//! Clients that started together retransmit together, so the gate also tells the listener
+//! how many it held back ([`SynGate::take_held`], waking it): the listener then keeps that
+//! many more sockets listening until those clients are in.
+//! When the listener has no socket at all (the hard connection cap, or shutting down) the
+//! gate is open, so clients are refused at once instead of retrying for minutes.
+
+use core::cell::{Cell, RefCell};
+use core::task::Waker;
+
+use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
+
+/// The gate in front of one listening port. See the [module documentation](self).
+#[derive(Debug, Default)]
+pub struct SynGate {
+    /// The gated port, with the SYNs it may still let through; `None`: open.
+    armed: Cell<Option<(u16, usize)>>,
+    /// SYNs held back (dropped) since boot.
+    held: Cell<u64>,
+    /// SYNs held back since the listener last asked ([`SynGate::take_held`]).
+    held_unseen: Cell<usize>,
+    /// The listener, woken when a SYN is held back.
+    listener: RefCell<Option<Waker>>,
+}
+
+impl SynGate {
+    /// Lets `listening` more SYNs for `port` through, holding back the rest; with no
+    /// socket listening, opens the gate (every SYN through: smoltcp refuses them).
+    pub fn arm(&self, port: u16, listening: usize) {
+        self.armed.set((listening > 0).then_some((port, listening)));
+    }
+
+    /// Opens the gate: every SYN goes through.
+    pub fn open(&self) {
+        self.armed.set(None);
+    }
+
+    /// Whether the Ethernet `frame` may go on to the stack: anything but a connection
+    /// request (SYN without ACK) to the gated port, or one a listening socket can still
+    /// take. A held-back frame is counted.
+    pub fn admits(&self, frame: &[u8]) -> bool {
+        let Some((port, left)) = self.armed.get() else {
+            return true;
+        };
+        if syn_to(frame) != Some(port) {
+            return true;
+        }
+        if left == 0 {
+            self.held.set(self.held.get() + 1);
+            self.held_unseen.set(self.held_unseen.get() + 1);
+            if let Some(w) = self.listener.borrow().as_ref() {
+                w.wake_by_ref();
+            }
+            return false;
+        }
+        self.armed.set(Some((port, left - 1)));
+        true
+    }
+
+    /// SYNs held back since boot.
+    pub fn held(&self) -> u64 {
+        self.held.get()
+    }
+
+    /// SYNs held back since the last call: clients that will retransmit.
+    pub fn take_held(&self) -> usize {
+        self.held_unseen.replace(0)
+    }
+
+    /// Wakes `waker` (the listener) whenever a SYN is held back.
+    pub fn register_listener(&self, waker: &Waker) {
+        let mut l = self.listener.borrow_mut();
+        if !l.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *l = Some(waker.clone());
+        }
+    }
+}
+
+/// The destination port of an IPv4 TCP connection request (SYN without ACK) in an
+/// Ethernet frame; `None` for every other frame (malformed ones included: smoltcp judges
+/// those).
+fn syn_to(frame: &[u8]) -> Option<u16> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    (tcp.syn() && !tcp.ack()).then(|| tcp.dst_port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use alloc::vec::Vec;
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{
+        EthernetAddress, EthernetRepr, IpAddress, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr,
+        TcpSeqNumber,
+    };
+
+    /// An Ethernet frame carrying a TCP segment to `port` with `control` (and an ACK
+    /// number when `ack`).
+    fn segment(port: u16, control: TcpControl, ack: bool) -> Vec<u8> {
+        let (src, dst) = (
+            Ipv4Address::new(10, 0, 2, 2),
+            Ipv4Address::new(10, 0, 2, 15),
+        );
+        let tcp = TcpRepr {
+            src_port: 40000,
+            dst_port: port,
+            control,
+            seq_number: TcpSeqNumber(1),
+            ack_number: ack.then_some(TcpSeqNumber(1)),
+            window_len: 1024,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let ip = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            ethertype: EthernetProtocol::Ipv4,
+        };
+        let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + tcp.buffer_len()];
+        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut frame);
+        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
+        let caps = ChecksumCapabilities::default();
+        ip.emit(&mut packet, &caps);
+        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
+        tcp.emit(
+            &mut seg,
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(dst),
+            &caps,
+        );
+        buf
+    }
+
+    #[test]
+    fn lets_through_as_many_syns_as_sockets_listen() {
+        let gate = SynGate::default();
+        let syn = segment(564, TcpControl::Syn, false);
+        gate.arm(564, 2);
+        assert!(gate.admits(&syn));
+        assert!(gate.admits(&syn));
+        assert!(!gate.admits(&syn), "a third SYN is held back");
+        assert_eq!(gate.held(), 1);
+        assert_eq!(gate.take_held(), 1, "the listener learns of it");
+        assert_eq!(gate.take_held(), 0);
+        // Everything else passes while the gate is shut.
+        assert!(gate.admits(&segment(564, TcpControl::None, true)));
+        assert!(gate.admits(&segment(564, TcpControl::Syn, true)), "SYN-ACK");
+        assert!(
+            gate.admits(&segment(5641, TcpControl::Syn, false)),
+            "another port"
+        );
+        assert!(gate.admits(&[0u8; 10]), "not a frame smoltcp would take");
+        // The listener refilled its pool.
+        gate.arm(564, 1);
+        assert!(gate.admits(&syn));
+        assert!(!gate.admits(&syn));
+        assert_eq!(gate.held(), 2);
+    }
+
+    #[test]
+    fn no_socket_listening_means_refuse_at_once() {
+        let gate = SynGate::default();
+        let syn = segment(564, TcpControl::Syn, false);
+        gate.arm(564, 0);
+        assert!(
+            gate.admits(&syn),
+            "smoltcp answers RST: the client learns at once"
+        );
+        gate.arm(564, 1);
+        gate.open();
+        assert!(gate.admits(&syn));
+        assert!(gate.admits(&syn));
+        assert_eq!(gate.held(), 0);
+    }
+}
