@@ -35,6 +35,7 @@ mod file;
 mod inode;
 mod mkfs;
 mod ops;
+pub mod scrub;
 pub mod stats;
 pub mod synclog;
 mod xattr;
@@ -45,6 +46,7 @@ pub use checkpoint::{
 };
 pub use mkfs::{format, FormatError, FormatOptions};
 
+pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
 pub use stats::FsStats;
 
 use self::core::{Core, Step, Stop};
@@ -207,6 +209,8 @@ pub struct NineFs<D: BlockDevice> {
     discard: Mutex<Option<Duration>>,
     /// When (wall-clock seconds) freed blocks were first seen waiting for a checkpoint.
     freed_since: Mutex<Option<i64>>,
+    /// The running or last scrub pass.
+    scrub: Mutex<scrub::ScrubState>,
 }
 
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
@@ -273,6 +277,7 @@ impl<D: BlockDevice> NineFs<D> {
             policy: opts.policy,
             discard: Mutex::new(opts.discard),
             freed_since: Mutex::new(None),
+            scrub: Mutex::new(scrub::ScrubState::default()),
         };
         // A cleanly unmounted image has an empty log (its tail is the head).
         let replayed = if clean {
