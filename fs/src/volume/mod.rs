@@ -32,6 +32,7 @@ pub mod checkpoint;
 pub mod core;
 mod dir;
 mod file;
+mod grow;
 mod inode;
 mod mkfs;
 mod ops;
@@ -44,6 +45,7 @@ pub use self::core::InodeState;
 pub use checkpoint::{
     CheckpointCause, DirtyThresholdPolicy, Pressure, PressurePolicy, WritePolicy,
 };
+pub use grow::Growth;
 pub use mkfs::{format, FormatError, FormatOptions};
 
 pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
@@ -302,6 +304,8 @@ impl<D: BlockDevice> NineFs<D> {
             };
             fs.start_epoch(end, replayed.commits > 0).await?;
             fs.clean_orphans().await.map_err(MountError::Errno)?;
+            // A device that got bigger is used at once.
+            fs.grow().await.map_err(MountError::Errno)?;
         }
         Ok(fs)
     }

@@ -48,6 +48,10 @@ pub struct FsStats {
     pub discarded_blocks: u64,
     /// Discards the device failed (the blocks are free all the same; logged).
     pub discard_errors: u64,
+    /// Times the filesystem grew to a larger device.
+    pub grows: u64,
+    /// Blocks added by growth.
+    pub grown_blocks: u64,
     /// Scrub passes completed.
     pub scrub_runs: u64,
     /// Bytes of nodes and data read and verified by scrub.
