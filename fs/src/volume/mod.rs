@@ -29,6 +29,7 @@ use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
 pub mod checkpoint;
+pub mod control;
 pub mod core;
 mod dir;
 mod file;
