@@ -29,6 +29,19 @@ use crate::util::crc::crc32c;
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Ino, ROOT_INO};
 
+/// Default scrub rate, in MiB per second (`scrub_rate=`, `ninefold serve --scrub-rate`):
+/// about a tenth of a modest SSD, so clients keep their latency.
+pub const DEFAULT_SCRUB_RATE_MIB: u32 = 16;
+/// How often a background scrub runs a step; each reads [`budget_per_tick`] bytes.
+pub const SCRUB_TICK: core::time::Duration = core::time::Duration::from_millis(100);
+
+/// Bytes one step every [`SCRUB_TICK`] may read for a rate of `rate_mib` MiB/s (at
+/// least one block).
+pub fn budget_per_tick(rate_mib: u32) -> u64 {
+    let per_sec = u64::from(rate_mib) << 20;
+    (per_sec * SCRUB_TICK.as_millis() as u64 / 1000).max(BLOCK_SIZE as u64)
+}
+
 /// Most errors a report lists (all are counted).
 pub const MAX_LISTED_ERRORS: usize = 64;
 /// Deepest directory nesting a reported path follows.
@@ -269,6 +282,11 @@ impl<D: BlockDevice> NineFs<D> {
     /// Runs a whole pass now and returns its report (for tools and tests).
     pub async fn scrub_all(&self) -> FsResult<ScrubReport> {
         self.scrub_start().await?;
+        self.scrub_all_started().await
+    }
+
+    /// Runs the started pass to its end now and returns its report.
+    pub async fn scrub_all_started(&self) -> FsResult<ScrubReport> {
         while self.scrub_step(u64::MAX).await? == ScrubProgress::Running {}
         Ok(self.scrub_report().unwrap_or_default())
     }
