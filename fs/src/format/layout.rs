@@ -83,7 +83,8 @@ impl Layout {
     pub fn grown(&self, total_blocks: u64) -> Option<Layout> {
         let mut total = total_blocks;
         let groups = total.div_ceil(BLOCKS_PER_GROUP) as u32;
-        if groups > self.groups.max(self.fixed_groups()) && total % BLOCKS_PER_GROUP != 0 {
+        if groups > self.groups.max(self.fixed_groups()) && !total.is_multiple_of(BLOCKS_PER_GROUP)
+        {
             let tail = total % BLOCKS_PER_GROUP;
             if tail < 3 {
                 total -= tail;
