@@ -47,7 +47,8 @@ fn ctl_starts_a_scrub_that_completes_in_the_background() {
     c.attach(1, 0, "").unwrap();
     for i in 0..4 {
         c.walk(1, 2, "").unwrap();
-        c.lcreate(2, &format!("f{i}"), open_flags::RDWR, 0o644).unwrap();
+        c.lcreate(2, &format!("f{i}"), open_flags::RDWR, 0o644)
+            .unwrap();
         c.write(2, 0, &vec![i as u8 + 1; 200_000]).unwrap();
         c.clunk(2).unwrap();
     }
@@ -65,7 +66,10 @@ fn ctl_starts_a_scrub_that_completes_in_the_background() {
         if status.contains("scrub complete") {
             break status;
         }
-        assert!(Instant::now() < deadline, "scrub did not complete: {status}");
+        assert!(
+            Instant::now() < deadline,
+            "scrub did not complete: {status}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(status.contains(" errors 0 "), "{status}");
