@@ -15,6 +15,8 @@
 //! | `fault=RULE[,RULE...]` | inject device errors into the `disk=` device (testing the error paths on real drivers; `block::Fault::parse`): `write:N`, `flush:N`, `read:N` (the Nth request), `writes:PPM`, `reads:PPM` (a fraction), `write-range:A-B`, `read-range:A-B`, `flip:A-B` (blocks), `flush-after:S`, `write-after:S` (every one from S seconds after boot) | off |
 //! | `fault_seed=N` | seed of the random `fault=` rules | `1` |
 //! | `discard=SECS\|off` | give freed blocks back to the disk (NVMe Deallocate, virtio-blk DISCARD) once their release is durable, committing it at most SECS after a deletion | `20` |
+//! | `scrub_rate=MIB` | most MiB per second a scrub pass reads (1..=4096), so clients keep their latency | `16` |
+//! | `scrub_interval=SECS\|off` | start a scrub pass every SECS seconds (60..=31536000) | `off` (passes start through `ctl`) |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
 //! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
@@ -36,8 +38,9 @@
 //! | `allow=CIDR[,CIDR...]` | clients allowed by exports that name no `allow=` (`any`, an address, or a network) | `any` |
 //! | `group=UID:GID[,GID...]` | a uid's groups for permission checks (repeatable) | none |
 //! | `stats_allow=CIDR[,CIDR...]` | clients allowed on the counters port | the `allow=` list |
+//! | `admin_allow=CIDR[,CIDR...]` | enable the administration export (aname `ctl`: files `ctl`, `status`, `scrub`) for these clients | off |
 //!
-//! The access options (the last four) are parsed by `ninep::server::access`, the same
+//! The access options (the last five) are parsed by `ninep::server::access`, the same
 //! parser as `ninefold serve`'s.
 //!
 //! Parsing is a pure function ([`Config::parse`]) that never fails: an unknown or malformed
@@ -310,6 +313,11 @@ pub struct Config {
     /// Seconds after a deletion by which freed blocks are discarded; `None`: never
     /// (`discard=`).
     pub discard_secs: Option<u32>,
+    /// Most MiB per second a scrub pass reads (`scrub_rate=`).
+    pub scrub_rate_mib: u32,
+    /// Seconds between scrub passes started by the appliance; `None`: only `ctl` starts
+    /// them (`scrub_interval=`).
+    pub scrub_interval_secs: Option<u32>,
 }
 
 /// Default of [`Config::discard_secs`].
@@ -343,6 +351,8 @@ impl Default for Config {
             faults: Vec::new(),
             fault_seed: DEFAULT_FAULT_SEED,
             discard_secs: Some(DEFAULT_DISCARD_SECS),
+            scrub_rate_mib: ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB,
+            scrub_interval_secs: None,
         }
     }
 }
@@ -494,6 +504,24 @@ impl Config {
                     ),
                 }
             }
+            "scrub_rate" => {
+                self.scrub_rate_mib = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|r| (1..=4096).contains(r))
+                    .ok_or(Some("expected 1-4096 MiB per second"))?
+            }
+            "scrub_interval" => {
+                self.scrub_interval_secs = match need(value)? {
+                    "off" => None,
+                    v => Some(
+                        v.parse()
+                            .ok()
+                            .filter(|s| (60..=31_536_000).contains(s))
+                            .ok_or(Some("expected off or 60-31536000 seconds"))?,
+                    ),
+                }
+            }
             "fault_seed" => {
                 self.fault_seed = need(value)?
                     .parse()
@@ -503,6 +531,7 @@ impl Config {
             "allow" => self.access.set_allow(need(value)?)?,
             "group" => self.access.add_group(need(value)?)?,
             "stats_allow" => self.access.set_stats_allow(need(value)?)?,
+            "admin_allow" => self.access.set_admin_allow(need(value)?)?,
             "selftest" | "poweroff" => {
                 if value.is_some() {
                     return Err(Some("is a flag and takes no value"));
@@ -677,6 +706,12 @@ impl fmt::Display for Config {
         if self.fault_seed != DEFAULT_FAULT_SEED {
             write!(f, " fault_seed={}", self.fault_seed)?;
         }
+        if self.scrub_rate_mib != ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB {
+            write!(f, " scrub_rate={}", self.scrub_rate_mib)?;
+        }
+        if let Some(s) = self.scrub_interval_secs {
+            write!(f, " scrub_interval={s}")?;
+        }
         Ok(())
     }
 }
@@ -722,6 +757,16 @@ mod tests {
             (c.discard_secs, c.to_string().ends_with(" discard=off")),
             (None, true)
         );
+        let (c, bad) = parse("scrub_rate=64 scrub_interval=3600 admin_allow=10.0.2.2");
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!((c.scrub_rate_mib, c.scrub_interval_secs), (64, Some(3600)));
+        assert!(c.access.admin_allow().is_some());
+        let text = c.to_string();
+        assert!(text.contains(" scrub_rate=64") && text.contains(" scrub_interval=3600"));
+        assert!(text.contains(" admin_allow=10.0.2.2"), "{text}");
+        let (c, bad) = parse("scrub_rate=0 scrub_interval=5");
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert_eq!(c.scrub_interval_secs, None);
         let (c, _) = parse("discard=5");
         assert_eq!(c.discard_secs, Some(5));
         let (c, ignored) = parse("fault=flush-after:x fault=tear:1");

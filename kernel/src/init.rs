@@ -14,7 +14,7 @@ use crate::mm::setup::MemorySummary;
 use crate::monitor::{Monitor, Reporting};
 use crate::net::stats_port::PortStats;
 use crate::platform::{self, PlatformInfo};
-use crate::storage::{CleanUnmount, Housekeeping};
+use crate::storage::{CleanUnmount, Housekeeping, Scrubbing};
 use crate::{
     bench, clock, crash, irq, klog, mm, net, pci, power, selftest, shutdown, storage, task,
 };
@@ -201,12 +201,41 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     power::off()
 }
 
+/// Runs the scrub passes of the served filesystem at `rate_mib` MiB per second: those
+/// `ctl` starts, and one every `interval_secs` when given. A step every
+/// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rate and
+/// leaves the CPU and the device to clients.
+async fn scrub_in_background<F: vfs::FileSystem + Scrubbing + 'static>(
+    service: Rc<net::service::Service<F>>,
+    rate_mib: u32,
+    interval_secs: Option<u32>,
+) {
+    use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
+    let budget = budget_per_tick(rate_mib);
+    let interval = interval_secs.map(|s| Duration::from_secs(u64::from(s)));
+    let mut next_start = interval.map(|i| task::now() + i);
+    loop {
+        task::sleep(SCRUB_TICK).await;
+        let due = next_start.is_some_and(|t| task::now() >= t);
+        if due {
+            next_start = interval.map(|i| task::now() + i);
+        }
+        service.server().fs().scrub_tick(budget, due).await;
+    }
+}
+
 /// Serves `fs` over 9P, with its counters on the stats port and in the log, until the
 /// power button shuts it down cleanly and powers off; returns (having logged why) if
 /// the network cannot start.
 async fn serve<F>(config: &Config, fs: F, cache_limit: usize, mem: &MemorySummary)
 where
-    F: vfs::FileSystem + Reporting + Housekeeping + CleanUnmount + 'static,
+    F: vfs::FileSystem
+        + vfs::Control
+        + Reporting
+        + Housekeeping
+        + CleanUnmount
+        + Scrubbing
+        + 'static,
 {
     match net::serve(config, fs, mem.heap).await {
         Ok(service) => {
@@ -217,6 +246,11 @@ where
                     tended.server().fs().housekeeping().await;
                 }
             });
+            task::spawn(scrub_in_background(
+                service.clone(),
+                config.scrub_rate_mib,
+                config.scrub_interval_secs,
+            ));
             let port_stats = Rc::new(PortStats::default());
             let monitor = Monitor::new(service.clone(), cache_limit, port_stats.clone());
             task::spawn(monitor.clone().log_periodically());

@@ -30,6 +30,16 @@ pub trait Reporting {
     async fn fs_report(&self) -> Option<FsReport>;
 }
 
+impl<F: Reporting> Reporting for ninep::admin::AdminFs<F> {
+    fn devices(&self) -> Vec<DeviceReport> {
+        self.inner().devices()
+    }
+
+    async fn fs_report(&self) -> Option<FsReport> {
+        self.inner().fs_report().await
+    }
+}
+
 impl<D: BlockDevice + DeviceName + InjectedFaults> Reporting for ServedFs<D> {
     fn devices(&self) -> Vec<DeviceReport> {
         let disk = *self.device();

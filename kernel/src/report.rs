@@ -280,6 +280,22 @@ pub const METRICS: Schema<'static> = Schema {
             .help("Bytes of btree node writes, by cause."),
         Rule::counter("fs.corruptions")
             .help("Checksum or decoding failures the filesystem found (each also logged): must stay 0."),
+        Rule::counter("fs.scrub_runs")
+            .named("fs_scrub_runs")
+            .help("Scrub passes completed."),
+        Rule::counter("fs.scrub_bytes")
+            .named("fs_scrub_verified_bytes")
+            .help("Bytes of btree nodes and data read and verified by scrub."),
+        Rule::counter("fs.scrub_errors")
+            .named("fs_scrub_errors")
+            .help("Blocks scrub found failing their checksum or unreadable (each also logged): must stay 0."),
+        Rule::gauge("fs.scrub_running").help("1 while a scrub pass is running."),
+        Rule::counter("fs.grows")
+            .named("fs_grows")
+            .help("Times the filesystem grew to a larger device."),
+        Rule::counter("fs.grown_blocks")
+            .named("fs_grown_blocks")
+            .help("4 KiB blocks added by growth."),
         Rule::keys("fs.log.fallbacks", "reason")
             .named("fs_log_fallbacks")
             .help("Syncs served by a checkpoint instead of the fsync log, by reason."),

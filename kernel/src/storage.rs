@@ -15,8 +15,8 @@ use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
 pub use mount_impl::{
-    mount, mount_memory, CleanUnmount, DeviceName, Housekeeping, InjectedFaults, Mounted, ServedFs,
-    StorageError,
+    mount, mount_memory, CleanUnmount, DeviceName, Housekeeping, InjectedFaults, Mounted,
+    Scrubbing, ServedFs, StorageError,
 };
 
 /// How often the served filesystem's [`Housekeeping`] runs.
@@ -127,6 +127,41 @@ mod mount_impl {
         }
     }
 
+    impl<F: Housekeeping> Housekeeping for ninep::admin::AdminFs<F> {
+        async fn housekeeping(&self) {
+            self.inner().housekeeping().await
+        }
+    }
+
+    /// The background scrub of a served filesystem.
+    #[allow(async_fn_in_trait)]
+    pub trait Scrubbing {
+        /// Starts a pass when `start` and none is running, then verifies up to `budget`
+        /// bytes of the running pass; errors are logged.
+        async fn scrub_tick(&self, budget: u64, start: bool);
+    }
+
+    impl<D: BlockDevice> Scrubbing for ServedFs<D> {
+        async fn scrub_tick(&self, budget: u64, start: bool) {
+            if start && !self.scrub_running() {
+                if let Err(e) = self.scrub_start().await {
+                    warn!("scrub: cannot start: {e}");
+                }
+            }
+            if self.scrub_running() {
+                if let Err(e) = self.scrub_step(budget).await {
+                    warn!("scrub: {e}");
+                }
+            }
+        }
+    }
+
+    impl<F: Scrubbing> Scrubbing for ninep::admin::AdminFs<F> {
+        async fn scrub_tick(&self, budget: u64, start: bool) {
+            self.inner().scrub_tick(budget, start).await
+        }
+    }
+
     /// What a device's fault injector did, for the reports: `None` where there is none.
     pub trait InjectedFaults {
         /// The injector's counters, if the device has one that is armed.
@@ -179,6 +214,12 @@ mod mount_impl {
     impl<D: BlockDevice> CleanUnmount for ServedFs<D> {
         async fn unmount_clean(&self) -> vfs::FsResult<()> {
             self.remount_read_only().await
+        }
+    }
+
+    impl<F: CleanUnmount> CleanUnmount for ninep::admin::AdminFs<F> {
+        async fn unmount_clean(&self) -> vfs::FsResult<()> {
+            self.inner().unmount_clean().await
         }
     }
 

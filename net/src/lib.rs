@@ -17,6 +17,7 @@
 
 extern crate alloc;
 
+pub mod admin;
 pub mod conn;
 pub mod memory;
 pub mod server;

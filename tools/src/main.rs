@@ -4,6 +4,7 @@
 //! dispatches.
 #![forbid(unsafe_code)]
 
+mod ctl;
 mod dump;
 mod fsck;
 mod image;
@@ -32,6 +33,10 @@ enum Command {
     Fsck(fsck::FsckArgs),
     /// Print the superblock, a tree, or an inode's items.
     Dump(dump::DumpArgs),
+    /// Run an administration command on an image: sync, scrub (a whole pass), grow.
+    Ctl(ctl::CtlArgs),
+    /// Verify every checksum of an image (exit 0 clean, 4 errors, 8 operational error).
+    Scrub(ctl::ScrubArgs),
     /// Serve a filesystem over 9P2000.L on TCP.
     Serve(serve::ServeArgs),
 }
@@ -57,6 +62,8 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => report("mkfs", mkfs::run(args)),
         Command::Fsck(args) => fsck::run(args),
         Command::Dump(args) => report("dump", dump::run(args)),
+        Command::Ctl(args) => report("ctl", ctl::run(args)),
+        Command::Scrub(args) => ctl::scrub(args),
         Command::Serve(args) => report("serve", serve::run(args)),
     }
 }

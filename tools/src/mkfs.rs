@@ -16,7 +16,8 @@ use crate::image;
 pub struct MkfsArgs {
     /// The image file (created if it does not exist).
     pub image: PathBuf,
-    /// Size of the image, e.g. `1G` (required when creating it; resizes an existing one).
+    /// Size of the image, e.g. `1G` (required when creating it). On an image that holds
+    /// a filesystem it grows both (never shrinks: a smaller size is refused).
     #[arg(long)]
     pub size: Option<String>,
     /// Filesystem label (at most 64 bytes).
@@ -38,6 +39,11 @@ fn random<const N: usize>() -> Result<[u8; N], String> {
 /// Runs `mkfs`.
 pub fn run(args: MkfsArgs) -> Result<(), String> {
     let size = args.size.as_deref().map(image::parse_size).transpose()?;
+    if let (true, Some(size)) = (args.image.exists(), size) {
+        if crate::ctl::holds_filesystem(&args.image)? {
+            return crate::ctl::grow_image(&args.image, size);
+        }
+    }
     let node_size = image::parse_size(&args.node_size)?;
     let node_size = u32::try_from(node_size).map_err(|_| "node size too large".to_string())?;
     match (args.image.exists(), size) {

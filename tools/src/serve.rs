@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
 use ninefs::volume::{MountOptions, NineFs};
+use ninep::admin::AdminFs;
 use ninep::conn::{Connection, Transport};
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
 use testkit::model::ModelFs;
@@ -57,6 +58,13 @@ pub struct ServeArgs {
     /// are disconnected at accept (when no export allows them) or refused at attach.
     #[arg(long, value_name = "CIDR[,CIDR...]", default_value = "any")]
     allow: String,
+    /// Enable the administration export (aname `ctl`: files `ctl`, `status`, `scrub`)
+    /// for these clients, as the kernel's `admin_allow=`. Off by default.
+    #[arg(long, value_name = "CIDR[,CIDR...]")]
+    admin_allow: Option<String>,
+    /// Scrub passes started through `ctl` read at most this many MiB per second.
+    #[arg(long, default_value_t = ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB)]
+    scrub_rate: u32,
     /// Group membership for permission checks, `UID:GID[,GID...]`; repeatable.
     #[arg(long = "group", value_name = "UID:GID[,GID...]")]
     groups: Vec<String>,
@@ -126,7 +134,7 @@ fn monotonic_ns() -> u64 {
 
 /// Wall-clock time for the filesystem.
 #[derive(Debug)]
-struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timespec {
@@ -153,6 +161,11 @@ impl ServeArgs {
         access
             .set_allow(&self.allow)
             .map_err(|e| format!("--allow {}: {e}", self.allow))?;
+        if let Some(list) = &self.admin_allow {
+            access
+                .set_admin_allow(list)
+                .map_err(|e| format!("--admin-allow {list}: {e}"))?;
+        }
         for spec in &self.groups {
             access
                 .add_group(spec)
@@ -225,8 +238,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
     log::info!("mounted {}", image.display());
-    let server = Rc::new(Server::new(fs, config));
+    let server = Rc::new(Server::new(AdminFs::new(fs), config));
     log_exports(server.config());
+    local.spawn_local(scrub_in_background(server.clone(), args.scrub_rate));
     local.block_on(
         &runtime,
         serve(server.clone(), args.listen, args.max_connections),
@@ -245,6 +259,25 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         image.display()
     );
     Ok(())
+}
+
+/// Runs the scrub pass `ctl` starts, `rate_mib` MiB per second.
+async fn scrub_in_background<D: block::BlockDevice>(
+    server: Rc<Server<AdminFs<NineFs<D>>>>,
+    rate_mib: u32,
+) {
+    use ninefs::volume::scrub::SCRUB_TICK;
+    let budget = ninefs::volume::scrub::budget_per_tick(rate_mib);
+    let mut tick = tokio::time::interval(SCRUB_TICK);
+    loop {
+        tick.tick().await;
+        let fs = server.fs().inner();
+        if fs.scrub_running() {
+            if let Err(e) = fs.scrub_step(budget).await {
+                log::warn!("scrub: {e}");
+            }
+        }
+    }
 }
 
 /// Logs what is exported, and to whom.

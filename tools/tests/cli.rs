@@ -105,3 +105,71 @@ fn operational_errors_exit_8() {
     assert!(!out.status.success());
     let _ = std::fs::remove_file(&missing);
 }
+
+#[test]
+fn mkfs_grows_an_existing_image_and_ctl_and_scrub_run_on_it() {
+    let img = temp("grow.img");
+    let path = img.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = ninefold().args(args).output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    assert_eq!(run(&["mkfs", path, "--size", "16M"]).0, Some(0));
+    // Never shrinks.
+    let (code, text) = run(&["mkfs", path, "--size", "8M"]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("never shrink"), "{text}");
+    // Grows across allocation groups, keeping the filesystem (same uuid).
+    let uuid = |p: &str| {
+        let bytes = std::fs::read(p).unwrap();
+        ninefs::format::Superblock::decode(&bytes[8192..12288])
+            .or_else(|_| ninefs::format::Superblock::decode(&bytes[4096..8192]))
+            .unwrap()
+            .uuid
+    };
+    let before = uuid(path);
+    let (code, text) = run(&["mkfs", path, "--size", "300M"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("300 MiB"), "{text}");
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 300 << 20);
+    assert_eq!(uuid(path), before);
+    let (code, text) = run(&["fsck", path]);
+    assert_eq!(code, Some(0), "{text}");
+    // The administration commands.
+    let (code, text) = run(&["ctl", path, "sync"]);
+    assert_eq!((code, text.trim()), (Some(0), "synced"));
+    let (code, text) = run(&["ctl", path, "scrub"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("state complete") && text.contains("errors 0"),
+        "{text}"
+    );
+    let (code, text) = run(&["ctl", path, "grow"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.starts_with("not grown"), "{text}");
+    let (code, text) = run(&["ctl", path, "snapshot", "create", "x"]);
+    assert_ne!(code, Some(0));
+    assert!(text.contains("unknown command"), "{text}");
+    assert_eq!(run(&["scrub", path]).0, Some(0));
+    // A damaged fs root node: scrub names it and exits 4.
+    let bytes = std::fs::read(&img).unwrap();
+    let sb = ninefs::format::Superblock::decode(&bytes[8192..12288])
+        .or_else(|_| ninefs::format::Superblock::decode(&bytes[4096..8192]))
+        .unwrap();
+    let root = sb.root(ninefs::format::TreeId::Fs).ptr.addr as usize;
+    let mut bad = bytes;
+    bad[root * 4096 + 100] ^= 0x40;
+    std::fs::write(&img, &bad).unwrap();
+    let (code, text) = run(&["scrub", path]);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(
+        text.contains(&format!("fs tree node at block {root}")),
+        "{text}"
+    );
+    std::fs::remove_file(&img).unwrap();
+}

@@ -53,8 +53,11 @@ pub mod features {
     /// The log region holds an fsync log that must be replayed at mount (set by mkfs
     /// and by every mount; code that does not know the log must not mount the image).
     pub const INCOMPAT_LOG: u64 = 1;
+    /// The filesystem grew past the groups its bitmap region holds: later groups keep
+    /// their bitmap slots in their own first two blocks (`Layout::bitmap_block`).
+    pub const INCOMPAT_GROWN: u64 = 2;
     /// Incompatible features this code knows.
-    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG;
+    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG | INCOMPAT_GROWN;
 }
 
 /// Why an on-disk structure failed to decode.

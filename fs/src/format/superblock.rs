@@ -318,10 +318,9 @@ impl Superblock {
         {
             return Err(Corrupt::Field("node_size"));
         }
-        if Layout::for_size(self.layout.total_blocks).groups != self.layout.groups
-            || self.layout.log_start
-                != super::layout::BITMAP_START + 2 * u64::from(self.layout.groups)
-            || self.layout.data_start() >= self.layout.total_blocks
+        let grown = self.layout.groups > self.layout.fixed_groups();
+        if !self.layout.is_consistent()
+            || grown && self.incompat & super::features::INCOMPAT_GROWN == 0
         {
             return Err(Corrupt::Field("layout"));
         }

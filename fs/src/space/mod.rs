@@ -115,6 +115,31 @@ impl Allocator {
         }
     }
 
+    /// Grows to `layout` (the same fixed regions, more blocks; see
+    /// [`Layout::grown`]): the old last group's blocks past the old end become free (that
+    /// group must be cached), and `added` — the new groups' bitmaps, already written to
+    /// both of their slots — join the cache. Returns the blocks gained.
+    pub fn grow(&mut self, layout: Layout, added: Vec<GroupBlock>) -> Result<u64, AllocNeed> {
+        let old = self.layout;
+        let last = old.groups - 1;
+        if !self.groups.contains_key(&last) {
+            return Err(AllocNeed::Group(last));
+        }
+        let before = self.free_total;
+        let last_end = (u64::from(last) + 1) * BLOCKS_PER_GROUP;
+        let freed = old.total_blocks..layout.total_blocks.min(last_end);
+        if !freed.is_empty() {
+            self.set_bits(freed, false);
+        }
+        self.layout = layout;
+        self.group_free.resize(layout.groups as usize, None);
+        for block in added {
+            self.free_total += u64::from(block.free);
+            self.insert_group(block, 0);
+        }
+        Ok(self.free_total - before)
+    }
+
     /// Whether group `g` is cached.
     pub fn has_group(&self, g: u32) -> bool {
         self.groups.contains_key(&g)
@@ -542,7 +567,10 @@ pub fn initial_group(layout: &Layout, g: u32, used: &[Range<u64>]) -> GroupBlock
     let mut free = 0;
     for i in 0..BLOCKS_PER_GROUP {
         let b = start + i;
-        let in_use = i >= len || b < layout.data_start() || used.iter().any(|r| r.contains(&b));
+        let in_use = i >= len
+            || b < layout.data_start()
+            || layout.is_grown_bitmap_block(b)
+            || used.iter().any(|r| r.contains(&b));
         if in_use {
             set_bit(&mut bits, i as usize, true);
         } else {

@@ -29,12 +29,15 @@ use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
 pub mod checkpoint;
+pub mod control;
 pub mod core;
 mod dir;
 mod file;
+mod grow;
 mod inode;
 mod mkfs;
 mod ops;
+pub mod scrub;
 pub mod stats;
 pub mod synclog;
 mod xattr;
@@ -43,8 +46,10 @@ pub use self::core::InodeState;
 pub use checkpoint::{
     CheckpointCause, DirtyThresholdPolicy, Pressure, PressurePolicy, WritePolicy,
 };
+pub use grow::Growth;
 pub use mkfs::{format, FormatError, FormatOptions};
 
+pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
 pub use stats::FsStats;
 
 use self::core::{Core, Step, Stop};
@@ -207,6 +212,8 @@ pub struct NineFs<D: BlockDevice> {
     discard: Mutex<Option<Duration>>,
     /// When (wall-clock seconds) freed blocks were first seen waiting for a checkpoint.
     freed_since: Mutex<Option<i64>>,
+    /// The running or last scrub pass.
+    scrub: Mutex<scrub::ScrubState>,
 }
 
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
@@ -273,6 +280,7 @@ impl<D: BlockDevice> NineFs<D> {
             policy: opts.policy,
             discard: Mutex::new(opts.discard),
             freed_since: Mutex::new(None),
+            scrub: Mutex::new(scrub::ScrubState::default()),
         };
         // A cleanly unmounted image has an empty log (its tail is the head).
         let replayed = if clean {
@@ -297,6 +305,8 @@ impl<D: BlockDevice> NineFs<D> {
             };
             fs.start_epoch(end, replayed.commits > 0).await?;
             fs.clean_orphans().await.map_err(MountError::Errno)?;
+            // A device that got bigger is used at once.
+            fs.grow().await.map_err(MountError::Errno)?;
         }
         Ok(fs)
     }

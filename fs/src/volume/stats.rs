@@ -48,6 +48,18 @@ pub struct FsStats {
     pub discarded_blocks: u64,
     /// Discards the device failed (the blocks are free all the same; logged).
     pub discard_errors: u64,
+    /// Times the filesystem grew to a larger device.
+    pub grows: u64,
+    /// Blocks added by growth.
+    pub grown_blocks: u64,
+    /// Scrub passes completed.
+    pub scrub_runs: u64,
+    /// Bytes of nodes and data read and verified by scrub.
+    pub scrub_bytes: u64,
+    /// Blocks scrub found failing their checksum or unreadable (each also logged).
+    pub scrub_errors: u64,
+    /// 1 while a scrub pass is running, else 0.
+    pub scrub_running: u64,
     /// The fsync log.
     pub log: LogStats,
 }

@@ -447,3 +447,19 @@ pub trait FileSystem {
     /// Makes everything durable (a full checkpoint).
     async fn sync(&self) -> FsResult<()>;
 }
+
+/// The administration side of a filesystem: commands written to the administration
+/// export's `ctl` file and the text of its status files (the Plan 9 way: no new
+/// protocol). The 9P server serves it ([`FileSystem`] stays about files).
+#[allow(async_fn_in_trait)]
+pub trait Control {
+    /// Runs one command line (`sync`, `scrub start`, ...); `Ok` carries the reply text,
+    /// `Err` says why the command was refused or failed.
+    async fn control(&self, line: &str) -> Result<alloc::string::String, alloc::string::String>;
+
+    /// The `status` file: state, space, scrub progress, one `key value` per line.
+    fn status(&self) -> alloc::string::String;
+
+    /// The `scrub` file: the running or last scrub pass's report.
+    fn scrub_report(&self) -> alloc::string::String;
+}

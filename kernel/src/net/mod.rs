@@ -38,6 +38,7 @@ mod serve_impl {
     use alloc::rc::Rc;
     use core::fmt;
 
+    use ninep::admin::AdminFs;
     use ninep::server::{Config as NinepConfig, Export, Server, Timeouts};
     use vfs::FileSystem;
 
@@ -74,11 +75,11 @@ mod serve_impl {
     /// exports, allow-lists and groups of `config.access`: spawns
     /// the stack's poll task, the listener and the statistics reporter, and returns the
     /// service once the interface has an address.
-    pub async fn serve<F: FileSystem + 'static>(
+    pub async fn serve<F: FileSystem + vfs::Control + 'static>(
         config: &Config,
         fs: F,
         heap_bytes: u64,
-    ) -> Result<Rc<Service<F>>, NetError> {
+    ) -> Result<Rc<Service<AdminFs<F>>>, NetError> {
         let dev = Nic::find().ok_or(NetError::NoNic)?;
         let nic = Nic::new(dev, config.mtu).map_err(NetError::Nic)?;
         let stack = Rc::new(Stack::new(nic, config.ip, config.gateway));
@@ -111,7 +112,8 @@ mod serve_impl {
         };
         config9p.memory = config9p.memory_for(client_mem);
         let memory = config9p.memory;
-        let server = Rc::new(Server::new(fs, config9p));
+        // The administration tree is reachable only through its export (`admin_allow=`).
+        let server = Rc::new(Server::new(AdminFs::new(fs), config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets(limits.max_conns));
         let service = Service::new(stack, server, config.port, buffer, limits.max_conns);
         task::spawn(service.clone().run());

@@ -7,6 +7,7 @@
 //! | `allow=CIDR[,CIDR...]` | clients allowed by exports that name no `allow=` | `any` |
 //! | `group=UID:GID[,GID...]` | group membership of a uid for permission checks (repeatable) | none |
 //! | `stats_allow=CIDR[,CIDR...]` | clients allowed on the counters port | the `allow=` list |
+//! | `admin_allow=CIDR[,CIDR...]` | enables the administration export (aname `ctl`, [`crate::admin`]) for these clients | off |
 //!
 //! A CIDR is an IPv4 or IPv6 network (`10.0.2.0/24`, `fd00::/8`), a bare address (one
 //! host), or `any` (as is `0.0.0.0/0`): every client, including one whose address the
@@ -196,6 +197,7 @@ pub struct AccessConfig {
     exports: Vec<Export>,
     allow: AllowList,
     stats_allow: Option<AllowList>,
+    admin_allow: Option<AllowList>,
     groups: BTreeMap<u32, Vec<u32>>,
 }
 
@@ -218,6 +220,18 @@ impl AccessConfig {
     pub fn set_stats_allow(&mut self, list: &str) -> Result<(), &'static str> {
         self.stats_allow = Some(AllowList::parse(list)?);
         Ok(())
+    }
+
+    /// Enables the administration export (`ctl`, [`crate::admin`]) for the clients of
+    /// `list` (`admin_allow=`; without it there is none).
+    pub fn set_admin_allow(&mut self, list: &str) -> Result<(), &'static str> {
+        self.admin_allow = Some(AllowList::parse(list)?);
+        Ok(())
+    }
+
+    /// Who may attach to the administration export; `None`: it is off.
+    pub fn admin_allow(&self) -> Option<&AllowList> {
+        self.admin_allow.as_ref()
     }
 
     /// Adds a uid's groups from `UID:GID[,GID...]` (replacing that uid's earlier entry).
@@ -258,11 +272,14 @@ impl AccessConfig {
     /// export is `implicit` (the whole filesystem at aname `""`, with whatever options
     /// the caller gives it, e.g. `ninefold serve --read-only`).
     pub fn server_config(&self, implicit: Export, base: Config) -> Config {
-        let exports = if self.exports.is_empty() {
+        let mut exports = if self.exports.is_empty() {
             alloc::vec![implicit]
         } else {
             self.exports.clone()
         };
+        if let Some(list) = &self.admin_allow {
+            exports.push(Export::admin(list.clone()));
+        }
         Config {
             exports,
             allow: self.allow.clone(),
@@ -293,6 +310,10 @@ impl fmt::Display for AccessConfig {
         if let Some(list) = &self.stats_allow {
             next(f)?;
             write!(f, "stats_allow={list}")?;
+        }
+        if let Some(list) = &self.admin_allow {
+            next(f)?;
+            write!(f, "admin_allow={list}")?;
         }
         for (uid, gids) in &self.groups {
             next(f)?;
@@ -488,6 +509,7 @@ mod tests {
                 "export" => c.add_export(value)?,
                 "allow" => c.set_allow(value)?,
                 "stats_allow" => c.set_stats_allow(value)?,
+                "admin_allow" => c.set_admin_allow(value)?,
                 "group" => c.add_group(value)?,
                 _ => unreachable!(),
             }
@@ -599,6 +621,22 @@ mod tests {
             "no implicit export; a later `a` replaces the first"
         );
         assert_eq!(server.exports[1].path, "/c");
+    }
+
+    #[test]
+    fn the_admin_export_is_off_until_admin_allow_names_its_clients() {
+        let c = config(&[("export", "a:/a")]).unwrap();
+        let server = c.server_config(Export::root(""), Config::default());
+        assert!(super::super::export::select(&server.exports, b"ctl").is_none());
+        let c = config(&[("export", "a:/a"), ("admin_allow", "10.0.2.2")]).unwrap();
+        let server = c.server_config(Export::root(""), Config::default());
+        let admin = super::super::export::select(&server.exports, b"ctl").unwrap();
+        assert_eq!(admin.root_ino, Some(crate::admin::ADMIN_ROOT));
+        let host: IpAddr = "10.0.2.2".parse().unwrap();
+        let other: IpAddr = "10.0.2.3".parse().unwrap();
+        assert!(server.allow_list(admin).admits(Some(host)));
+        assert!(!server.allow_list(admin).admits(Some(other)));
+        assert!(c.to_string().ends_with("admin_allow=10.0.2.2"));
     }
 
     #[test]

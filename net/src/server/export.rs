@@ -35,7 +35,14 @@ pub struct Export {
     /// The clients that may attach to it; `None`: those of the server's
     /// [`Config::allow`](super::Config::allow).
     pub allow: Option<AllowList>,
+    /// Attach at this inode instead of the filesystem's root (then walk `path` from
+    /// it): a synthetic tree served beside the filesystem, such as the administration
+    /// tree ([`Export::admin`]).
+    pub root_ino: Option<vfs::Ino>,
 }
+
+/// The `aname` of the administration export.
+pub const ADMIN_EXPORT: &str = "ctl";
 
 /// uid/gid of `nobody` on Linux, the default anonymous identity.
 pub const NOBODY: u32 = 65534;
@@ -52,6 +59,18 @@ impl Export {
             anon_uid: NOBODY,
             anon_gid: NOBODY,
             allow: None,
+            root_ino: None,
+        }
+    }
+
+    /// The administration export ([`crate::admin`]): aname [`ADMIN_EXPORT`], for the
+    /// clients of `allow` only.
+    pub fn admin(allow: AllowList) -> Export {
+        Export {
+            path: "/".into(),
+            allow: Some(allow),
+            root_ino: Some(crate::admin::ADMIN_ROOT),
+            ..Export::root(ADMIN_EXPORT)
         }
     }
 

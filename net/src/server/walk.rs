@@ -93,7 +93,7 @@ impl<F: FileSystem> Server<F> {
         self.check_free(s, fid)?;
         let user = self.user_for(export, uname, n_uname);
         // The path to the export is the server's business: no permission checks on it.
-        let mut attr = self.fs.getattr(ROOT_INO).await?;
+        let mut attr = self.fs.getattr(export.root_ino.unwrap_or(ROOT_INO)).await?;
         for component in export.components() {
             attr = self.fs.lookup(attr.ino, component).await?;
         }

@@ -228,12 +228,12 @@ impl<D: BlockDevice> Checker<D> {
         let l = sb.layout;
         self.mark(0, 1, "reserved block 0");
         self.mark(1, 2, "superblocks");
-        self.mark(l.bitmap_block(0, 0), 2 * u64::from(l.groups), "bitmap");
+        for (start, n) in l.bitmap_extents() {
+            self.mark(start, n, "bitmap");
+        }
         self.mark(l.log_start, l.log_blocks, "log region");
         self.report.metadata_blocks.push((1, 2));
-        self.report
-            .metadata_blocks
-            .push((l.bitmap_block(0, 0), 2 * u64::from(l.groups)));
+        self.report.metadata_blocks.extend(l.bitmap_extents());
     }
 
     /// Checks the subtree at `ptr` whose keys must lie in `[lower, upper)`.

@@ -1,0 +1,263 @@
+//! The administration commands (the `ctl` file of the administration export, and
+//! `ninefold ctl` on the host): one table, one parser, one executor.
+//!
+//! A command is a line of words. [`COMMANDS`] lists each command's words, the number of
+//! arguments it takes and how it is built; adding a command is one entry there and one
+//! arm in [`NineFs::execute`].
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+use super::NineFs;
+use crate::format::BLOCK_SIZE;
+use block::BlockDevice;
+
+/// An administration command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Make everything durable (a checkpoint).
+    Sync,
+    /// Start a scrub pass (the owner runs it in the background, rate-limited).
+    ScrubStart,
+    /// Stop the running scrub pass.
+    ScrubStop,
+    /// Grow the filesystem to the device's size.
+    Grow,
+}
+
+/// One entry of the command table.
+#[derive(Debug)]
+pub struct CommandSpec {
+    /// The words that name the command.
+    pub words: &'static [&'static str],
+    /// How many arguments follow them.
+    pub args: usize,
+    /// What it does (for `help` and errors).
+    pub help: &'static str,
+    /// Builds the command from its arguments.
+    pub build: fn(&[&str]) -> Command,
+}
+
+/// Every command.
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        words: &["sync"],
+        args: 0,
+        help: "make everything durable",
+        build: |_| Command::Sync,
+    },
+    CommandSpec {
+        words: &["scrub", "start"],
+        args: 0,
+        help: "start a scrub pass (verify every checksum)",
+        build: |_| Command::ScrubStart,
+    },
+    CommandSpec {
+        words: &["scrub", "stop"],
+        args: 0,
+        help: "stop the running scrub pass",
+        build: |_| Command::ScrubStop,
+    },
+    CommandSpec {
+        words: &["grow"],
+        args: 0,
+        help: "grow the filesystem to the device's size",
+        build: |_| Command::Grow,
+    },
+];
+
+/// Why a command line was not understood.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandError {
+    /// Nothing but white space.
+    Empty,
+    /// No command starts with these words.
+    Unknown(String),
+    /// The command takes a different number of arguments.
+    Arguments(&'static [&'static str], usize),
+}
+
+impl core::fmt::Display for CommandError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CommandError::Empty => f.write_str("empty command"),
+            CommandError::Unknown(line) => {
+                write!(f, "unknown command {line:?}; commands: ")?;
+                for (i, c) in COMMANDS.iter().enumerate() {
+                    write!(f, "{}{}", if i > 0 { ", " } else { "" }, c.words.join(" "))?;
+                }
+                Ok(())
+            }
+            CommandError::Arguments(words, n) => {
+                write!(f, "{} takes {n} argument(s)", words.join(" "))
+            }
+        }
+    }
+}
+
+impl Command {
+    /// Parses one command line (words separated by white space; a trailing newline, as
+    /// `echo` writes, is fine).
+    pub fn parse(line: &str) -> Result<Command, CommandError> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            return Err(CommandError::Empty);
+        }
+        let spec = COMMANDS
+            .iter()
+            .filter(|c| words.starts_with(c.words))
+            .max_by_key(|c| c.words.len())
+            .ok_or_else(|| CommandError::Unknown(words.join(" ")))?;
+        let args = &words[spec.words.len()..];
+        if args.len() != spec.args {
+            return Err(CommandError::Arguments(spec.words, spec.args));
+        }
+        Ok((spec.build)(args))
+    }
+}
+
+impl<D: BlockDevice> NineFs<D> {
+    /// Runs `cmd`; `Ok` carries a one-line reply.
+    pub async fn execute(&self, cmd: &Command) -> Result<String, String> {
+        let failed = |e: vfs::Errno| format!("failed: {e}");
+        match cmd {
+            Command::Sync => {
+                vfs::FileSystem::sync(self).await.map_err(failed)?;
+                Ok("synced".to_string())
+            }
+            Command::ScrubStart => match self.scrub_start().await.map_err(failed)? {
+                true => Ok("scrub started".to_string()),
+                false => Err("a scrub pass is already running".to_string()),
+            },
+            Command::ScrubStop => match self.scrub_stop() {
+                true => Ok("scrub stopped".to_string()),
+                false => Err("no scrub pass is running".to_string()),
+            },
+            Command::Grow => match self.grow().await.map_err(failed)? {
+                Some(g) => Ok(format!(
+                    "grew from {} to {} blocks ({} groups added)",
+                    g.old_blocks, g.new_blocks, g.groups_added
+                )),
+                None => Ok(format!(
+                    "not grown: the device ({} blocks) is not larger than the filesystem",
+                    self.dev.blocks()
+                )),
+            },
+        }
+    }
+
+    /// The status text: `key value` lines.
+    pub fn status_text(&self) -> String {
+        let sb = self.superblock();
+        let stats = self.stats();
+        let (free, read_only, failed) = {
+            let c = self.core.lock();
+            (c.space.free_after_checkpoint(), c.read_only, c.failed)
+        };
+        let (log_used, log_size) = self.log_usage();
+        let state = if failed {
+            "failed"
+        } else if read_only {
+            "read-only"
+        } else {
+            "read-write"
+        };
+        let mut s = String::new();
+        let b = BLOCK_SIZE as u64;
+        let _ = writeln!(s, "state {state}");
+        let _ = writeln!(s, "size_bytes {}", sb.layout.total_blocks * b);
+        let _ = writeln!(s, "free_bytes {}", free * b);
+        let _ = writeln!(s, "device_bytes {}", self.dev.blocks() * b);
+        let _ = writeln!(s, "log_used_bytes {} of {}", log_used * b, log_size * b);
+        let _ = writeln!(s, "checkpoint {}", sb.checkpoint_seq);
+        let _ = writeln!(s, "grows {}", stats.grows);
+        let _ = writeln!(s, "corruptions {}", stats.corruptions);
+        match self.scrub_report() {
+            None => {
+                let _ = writeln!(s, "scrub never");
+            }
+            Some(r) => {
+                let state = match (self.scrub_running(), r.complete) {
+                    (true, _) => "running",
+                    (false, true) => "complete",
+                    (false, false) => "stopped",
+                };
+                let _ = writeln!(
+                    s,
+                    "scrub {state} bytes {} errors {} skipped {}",
+                    r.bytes, r.error_count, r.skipped
+                );
+            }
+        }
+        let _ = writeln!(s, "scrub_runs {}", stats.scrub_runs);
+        s
+    }
+}
+
+impl<D: BlockDevice> vfs::Control for NineFs<D> {
+    async fn control(&self, line: &str) -> Result<String, String> {
+        let cmd = Command::parse(line).map_err(|e| e.to_string())?;
+        let result = self.execute(&cmd).await;
+        match &result {
+            Ok(reply) => log::info!("ctl: {}: {reply}", line.trim()),
+            Err(e) => log::warn!("ctl: {}: {e}", line.trim()),
+        }
+        result
+    }
+
+    fn status(&self) -> String {
+        self.status_text()
+    }
+
+    fn scrub_report(&self) -> String {
+        match NineFs::scrub_report(self) {
+            Some(r) => r.to_string(),
+            None => "state never\n".to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse_by_their_words() {
+        assert_eq!(Command::parse("sync\n"), Ok(Command::Sync));
+        assert_eq!(Command::parse("  scrub   start "), Ok(Command::ScrubStart));
+        assert_eq!(Command::parse("scrub stop"), Ok(Command::ScrubStop));
+        assert_eq!(Command::parse("grow"), Ok(Command::Grow));
+    }
+
+    #[test]
+    fn bad_lines_say_why() {
+        assert_eq!(Command::parse(" \n"), Err(CommandError::Empty));
+        let e = Command::parse("snapshot create x").unwrap_err();
+        assert!(matches!(e, CommandError::Unknown(_)));
+        assert!(e.to_string().contains("scrub start"), "{e}");
+        assert_eq!(
+            Command::parse("scrub"),
+            Err(CommandError::Unknown("scrub".into()))
+        );
+        assert_eq!(
+            Command::parse("sync now"),
+            Err(CommandError::Arguments(&["sync"], 0))
+        );
+        assert_eq!(
+            Command::parse("scrub start 5").unwrap_err().to_string(),
+            "scrub start takes 0 argument(s)"
+        );
+    }
+
+    #[test]
+    fn the_table_is_unambiguous() {
+        for (i, a) in COMMANDS.iter().enumerate() {
+            for b in &COMMANDS[i + 1..] {
+                assert_ne!(a.words, b.words);
+            }
+            assert!(!a.help.is_empty());
+        }
+    }
+}

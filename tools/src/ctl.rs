@@ -1,0 +1,120 @@
+//! `ninefold ctl` and `ninefold scrub`: the administration commands of the appliance's
+//! `ctl` file, run on an image on the host; and growing an image (`ninefold mkfs --size`
+//! on an existing one).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use ninefs::volume::control::Command;
+use ninefs::volume::{MountOptions, NineFs};
+
+use crate::fsck::{ERRORS, OPERATIONAL};
+use crate::image;
+use crate::serve::SystemClock;
+
+/// Arguments of `ninefold ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The image file.
+    pub image: PathBuf,
+    /// The command, as written to the appliance's `ctl` file: `sync`, `scrub start` (or
+    /// `scrub`: on the host the pass runs to its end), `grow`.
+    #[arg(required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// Arguments of `ninefold scrub`.
+#[derive(Debug, Args)]
+pub struct ScrubArgs {
+    /// The image file (opened read-only).
+    pub image: PathBuf,
+}
+
+fn mount(path: &Path, read_only: bool) -> Result<NineFs<block::FileDisk>, String> {
+    let disk = image::open(path, !read_only)?;
+    let opts = MountOptions {
+        read_only,
+        ..MountOptions::default()
+    };
+    pollster::block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
+        .map_err(|e| format!("{}: mount: {e}", path.display()))
+}
+
+/// Runs `ctl`: mounts the image, runs the command, unmounts cleanly.
+pub fn run(args: CtlArgs) -> Result<(), String> {
+    let mut line = args.command.join(" ");
+    if line.trim() == "scrub" {
+        line = "scrub start".into();
+    }
+    let cmd = Command::parse(&line).map_err(|e| e.to_string())?;
+    let fs = mount(&args.image, false)?;
+    let result = pollster::block_on(async {
+        let reply = fs.execute(&cmd).await?;
+        println!("{reply}");
+        if cmd == Command::ScrubStart {
+            let report = fs.scrub_all_started().await.map_err(|e| e.to_string())?;
+            print!("{report}");
+        }
+        Ok::<(), String>(())
+    });
+    pollster::block_on(fs.unmount()).map_err(|e| format!("unmount: {e}"))?;
+    result
+}
+
+/// Runs `scrub`: a whole pass over a read-only mount; exit 4 when it finds errors.
+pub fn scrub(args: ScrubArgs) -> ExitCode {
+    let result = mount(&args.image, true)
+        .and_then(|fs| pollster::block_on(fs.scrub_all()).map_err(|e| format!("scrub: {e}")));
+    match result {
+        Ok(report) => {
+            print!("{report}");
+            if report.error_count > 0 {
+                ExitCode::from(ERRORS)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("ninefold scrub: {e}");
+            ExitCode::from(OPERATIONAL)
+        }
+    }
+}
+
+/// Whether `path` starts with a ninefold superblock.
+pub fn holds_filesystem(path: &Path) -> Result<bool, String> {
+    let disk = image::open(path, false)?;
+    let dev = ninefs::io::Dev::new(disk).map_err(|e| format!("{e:?}"))?;
+    Ok(pollster::block_on(ninefs::volume::read_superblock(&dev)).is_ok())
+}
+
+/// Grows the image at `path` to `size` bytes and its filesystem with it.
+pub fn grow_image(path: &Path, size: u64) -> Result<(), String> {
+    let size = size / 4096 * 4096;
+    let len = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if size < len {
+        return Err(format!(
+            "{}: {size} bytes is smaller than the image ({len} bytes): filesystems never shrink",
+            path.display()
+        ));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(size))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    // The mount grows the filesystem to the device.
+    let fs = mount(path, false)?;
+    let grown = fs.stats().grown_blocks;
+    let total = fs.superblock().layout.total_blocks;
+    pollster::block_on(fs.unmount()).map_err(|e| format!("unmount: {e}"))?;
+    println!(
+        "{}: {} MiB, {total} blocks of 4 KiB ({grown} blocks added)",
+        path.display(),
+        (total * 4096) >> 20
+    );
+    Ok(())
+}
