@@ -12,7 +12,7 @@ use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// `magic` of the super entry ("rhswfsj" in little-endian bytes).
-pub const MAGIC: u64 = 0x6a73_6677_7368_72;
+pub const MAGIC: u64 = 0x006a_7366_7773_6872;
 /// The only `version` there is.
 pub const VERSION: u64 = 1;
 

@@ -62,7 +62,7 @@ pub fn to_recording(trace: &Trace, block_size: u32) -> Result<Recording, String>
     let bs = u64::from(block_size);
     let mut requests = Vec::with_capacity(trace.entries().len());
     for e in trace.entries() {
-        if e.offset % bs != 0 || e.len % bs != 0 {
+        if !e.offset.is_multiple_of(bs) || !e.len.is_multiple_of(bs) {
             return Err(format!(
                 "entry {}: {} bytes at byte {} are not whole {bs}-byte blocks",
                 e.index, e.len, e.offset
