@@ -41,7 +41,10 @@ impl LogBuilder {
 
     fn entry(&mut self, offset: u64, len: u64, flags: u64, data: &[u8], data_len: u64) {
         let ss = u64::from(self.sector_size);
-        assert!(offset.is_multiple_of(ss) && len.is_multiple_of(ss), "unaligned request");
+        assert!(
+            offset.is_multiple_of(ss) && len.is_multiple_of(ss),
+            "unaligned request"
+        );
         let header = EntryHeader {
             sector: (offset / ss).into(),
             nr_sectors: (len / ss).into(),

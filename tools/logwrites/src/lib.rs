@@ -8,6 +8,9 @@
 //!   completed FLUSH: what a power cut leaves on a disk without volatile-cache losses),
 //!   and a trace as a [`block::Recording`], so the crash-state enumeration of the
 //!   filesystem's crash simulator (`testkit::sim::enumerate`) applies to it unchanged.
+//! - [`acks`]: the client's side of a recording: what each path held when, and which
+//!   syncs were acknowledged when, measured in log bytes; and the check of a recovered
+//!   path against it.
 //! - [`LogBuilder`]: writes logs in the same format (hand-built logs for tests).
 //!
 //! The layout follows QEMU's `block/blklogwrites.c`, which differs from the kernel's
@@ -20,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acks;
 mod builder;
 pub mod format;
 pub mod replay;
