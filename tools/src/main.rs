@@ -4,10 +4,12 @@
 //! dispatches.
 #![forbid(unsafe_code)]
 
+mod crash_trace;
 mod dump;
 mod fsck;
 mod image;
 mod mkfs;
+mod replay_trace;
 mod serve;
 
 use std::process::ExitCode;
@@ -34,6 +36,10 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Serve a filesystem over 9P2000.L on TCP.
     Serve(serve::ServeArgs),
+    /// Enumerate, mount, fsck and check the crash states of recorded block traces.
+    CrashTrace(crash_trace::CrashTraceArgs),
+    /// Write the disk a recorded block trace leaves at a power cut (or at any entry).
+    ReplayTrace(replay_trace::ReplayTraceArgs),
 }
 
 /// Prints an error from subcommand `name` and fails.
@@ -58,5 +64,7 @@ fn main() -> ExitCode {
         Command::Fsck(args) => fsck::run(args),
         Command::Dump(args) => report("dump", dump::run(args)),
         Command::Serve(args) => report("serve", serve::run(args)),
+        Command::CrashTrace(args) => crash_trace::run(args),
+        Command::ReplayTrace(args) => report("replay-trace", replay_trace::run(args)),
     }
 }

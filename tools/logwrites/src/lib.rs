@@ -11,7 +11,8 @@
 //! - [`acks`]: the client's side of a recording: what each path held when, and which
 //!   syncs were acknowledged when, measured in log bytes; and the check of a recovered
 //!   path against it.
-//! - [`LogBuilder`]: writes logs in the same format (hand-built logs for tests).
+//! - [`LogBuilder`]: writes logs in the same format (hand-built logs for tests), and
+//!   [`LogWritesDisk`], block middleware that logs like `blklogwrites` (host tests).
 //!
 //! The layout follows QEMU's `block/blklogwrites.c`, which differs from the kernel's
 //! dm-log-writes in one respect that matters: QEMU counts `sector` and `nr_sectors` in
@@ -25,9 +26,11 @@
 
 pub mod acks;
 mod builder;
+mod disk;
 pub mod format;
 pub mod replay;
 mod trace;
 
 pub use builder::LogBuilder;
+pub use disk::LogWritesDisk;
 pub use trace::{Entry, EntryKind, ParseError, Trace};
