@@ -94,7 +94,28 @@ test-host:
 ## `crash states: N, violations: V, fsck errors: E`. CRASH_ARGS=--help for options.
 ## The full kill test (crash-kill, below) runs first so the suite's line ends the output.
 CRASH_FSX ?= 3000
-crash: crash-kill crash-sim
+crash: crash-kill crash-trace crash-sim
+
+## crash-trace: crash states from the real appliance's own block traces: the appliance
+## boots under QEMU's blklogwrites on NVMe and on virtio-blk, four workloads (writers,
+## smallfiles, replace, truncate) run over 9P, each logging what was acknowledged; the
+## traces (build/traces/, recorded at test time) are enumerated, mounted, fsck'd and
+## checked by `ninefold crash-trace`; then the power-cut test and the device-fault tests.
+## Ends with `trace crash states: N, violations: V, fsck errors: E` and
+## `device faults: N injected, acknowledged-and-lost: L, fsck errors: E`.
+TRACE_OPS ?= 400
+TRACE_DIR := $(BUILD)/traces
+.PHONY: crash-trace
+crash-trace: deps image tool
+	rm -rf $(TRACE_DIR)
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
+		NINEFOLD_TRACE_OUT=$(abspath $(TRACE_DIR)) NINEFOLD_TRACE_OPS=$(TRACE_OPS) \
+		NINEFOLD_TRACE_DISKS=nvme,virtio NINEFOLD_TRACE_WORKLOADS=writers,smallfiles,replace,truncate \
+		NINEFOLD_TRACE_PORT=16410 \
+		$(CARGO) test --locked -p ninefold-tests --test trace -- --nocapture --test-threads=1
+	$(CARGO) run --locked --release -p ninefold-tools --bin ninefold -- crash-trace $(TRACE_DIR)/* $(TRACE_ARGS)
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
+		$(CARGO) test --locked -p ninefold-tests --test faults -- --nocapture --test-threads=1
 
 ## crash-sim: the crash simulator part of `make crash` alone (host only, no QEMU)
 .PHONY: crash-sim
