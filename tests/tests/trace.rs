@@ -31,10 +31,11 @@ use std::time::{Duration, Instant};
 
 use logwrites::acks::{AckLog, AckWriter, Content};
 use logwrites::Trace;
-use ninefold_tests::ninep::{connect, Tcp};
+use ninefold_tests::ninep::{connect, connect_lossy, Tcp};
 use ninefold_tests::{tool, FsImage, Qemu, Running};
-use ninep::testing::Client;
+use ninep::testing::{Client, Exchange};
 use ninep::wire::{open_flags, setattr};
+use vfs::Errno;
 
 const UP: Duration = Duration::from_secs(60);
 /// Largest write.
@@ -110,25 +111,33 @@ fn apply_write(content: &mut Vec<u8>, offset: usize, data: &[u8]) {
     content[offset..offset + data.len()].copy_from_slice(data);
 }
 
-/// One kill-test writer: `ops` writes, each followed by an fsync or fdatasync.
-fn writer(port: u16, acks: &Acks, id: usize, ops: usize, seed: u64) {
+/// One kill-test writer on `c`: `ops` writes, each followed by an fsync or fdatasync.
+/// Returns at the first error (the power-cut test's writers end that way).
+fn writer<X: Exchange>(
+    mut c: Client<X>,
+    acks: &Acks,
+    id: usize,
+    ops: usize,
+    seed: u64,
+) -> Result<(), String> {
     let mut rng = oorandom::Rand64::new(u128::from(seed));
-    let mut c = client(port);
     let mut file = 0;
     let mut name = String::new();
     let mut content = Vec::new();
+    let err = |what: &str, e: Errno| format!("writer {id}: {what}: {e:?}");
+    c.attach(0, 0, "").map_err(|e| err("attach", e))?;
     for op in 0..ops {
         if op == 0 || content.len() >= FILE_LIMIT {
             let _ = c.clunk(1);
             name = format!("w{id}-{file:03}");
             file += 1;
             content.clear();
-            c.walk(0, 1, "").unwrap();
+            c.walk(0, 1, "").map_err(|e| err("walk", e))?;
             acks.version(&name, Some(b""));
-            c.lcreate(1, &name, open_flags::RDWR, 0o644).unwrap();
+            c.lcreate(1, &name, open_flags::RDWR, 0o644)
+                .map_err(|e| err("create", e))?;
         }
         let data = random_bytes(&mut rng, 1, MAX_WRITE);
-        let len = data.len();
         let offset = if content.is_empty() || rng.rand_range(0..10) < 6 {
             content.len()
         } else {
@@ -136,11 +145,16 @@ fn writer(port: u16, acks: &Acks, id: usize, ops: usize, seed: u64) {
         };
         apply_write(&mut content, offset, &data);
         let version = acks.version(&name, Some(&content));
-        assert_eq!(c.write(1, offset as u64, &data), Ok(len as u32));
+        match c.write(1, offset as u64, &data) {
+            Ok(n) if n as usize == data.len() => {}
+            Ok(n) => return Err(format!("writer {id}: short write {n} of {}", data.len())),
+            Err(e) => return Err(err("write", e)),
+        }
         let datasync = rng.rand_range(0..4) == 0;
-        c.fsync(1, datasync).expect("fsync");
+        c.fsync(1, datasync).map_err(|e| err("fsync", e))?;
         acks.ack(&name, version, if datasync { "fdatasync" } else { "fsync" });
     }
+    Ok(())
 }
 
 /// Small files in a new directory, each created, written and fsynced.
@@ -169,7 +183,8 @@ fn replace(port: u16, acks: &Acks, ops: usize, seed: u64) {
     let mut rng = oorandom::Rand64::new(u128::from(seed));
     let mut c = client(port);
     c.walk(0, 2, "").unwrap();
-    c.lopen(2, open_flags::RDONLY | open_flags::DIRECTORY).unwrap();
+    c.lopen(2, open_flags::RDONLY | open_flags::DIRECTORY)
+        .unwrap();
     for n in 0..ops {
         let target = format!("cfg{}", n % 3);
         let tmp = format!("{target}.tmp");
@@ -234,7 +249,9 @@ fn run_workload(workload: &str, port: u16, acks: &Arc<Acks>, ops: usize, seed: u
                 .map(|w| {
                     let acks = acks.clone();
                     let s = seed + w as u64;
-                    std::thread::spawn(move || writer(port, &acks, w, ops.div_ceil(4), s))
+                    std::thread::spawn(move || {
+                        writer(connect(port, UP), &acks, w, ops.div_ceil(4), s).unwrap()
+                    })
                 })
                 .collect();
             for h in handles {
@@ -363,9 +380,11 @@ fn read_over_9p(c: &mut Client<Tcp>, path: &str) -> Option<Vec<u8>> {
     Some(data)
 }
 
-/// The power cut: writers run, QEMU is killed, and the disk the appliance restarts on is
-/// the base image with the trace replayed only up to its last completed FLUSH (`ninefold
-/// replay-trace`): what a device that loses its volatile cache keeps. fsck must be clean
+/// The power cut: writers run, the power fails at a random moment (the log's length
+/// then), QEMU is killed, and the disk the appliance restarts on is the base image with
+/// the trace replayed only up to the last FLUSH completed before the cut (`ninefold
+/// replay-trace --log-bytes`): what a device that loses its volatile cache keeps.
+/// Acknowledgements before the cut must all be there. fsck must be clean
 /// and every path must hold a version the acknowledgements allow.
 fn power_cut(disk: &str, port: u16) {
     let seed = env("NINEFOLD_TRACE_SEED", 1);
@@ -386,15 +405,18 @@ fn power_cut(disk: &str, port: u16) {
         .map(|w| {
             let acks = acks.clone();
             std::thread::spawn(move || {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    writer(port, &acks, w, usize::MAX, seed + w as u64)
-                }));
-                drop(r); // the connection dies at the cut
+                // Ends with an error when the connection dies at the cut.
+                let c = connect_lossy(port, UP);
+                let _ = writer(c, &acks, w, usize::MAX, seed + w as u64);
             })
         })
         .collect();
+    // The power fails at a random moment: the log's length then is the cut. QEMU runs
+    // on a little (what it logs after the cut never reached the disk), then is killed.
     let mut rng = oorandom::Rand64::new(u128::from(seed));
     std::thread::sleep(Duration::from_millis(rng.rand_range(3000..6000)));
+    let cut = acks.log_len();
+    std::thread::sleep(Duration::from_millis(300));
     vm.stop().expect_no_line("!!!");
     for h in handles {
         h.join().unwrap();
@@ -403,16 +425,22 @@ fn power_cut(disk: &str, port: u16) {
     let bytes = acks.writer.into_inner().unwrap().into_inner().unwrap();
     let acks = AckLog::read(&bytes[..]).unwrap();
     let trace = Trace::open(&log).unwrap();
-    let durable = trace.durable_prefix(trace.entries().len());
+    let before_cut = trace.entries_within(cut);
+    let durable = trace.durable_prefix(before_cut);
     // The replayed disk replaces QEMU's file.
     let out = Command::new(tool())
         .arg("replay-trace")
         .args(["--base".as_ref(), base.as_os_str()])
         .args(["--trace".as_ref(), log.as_os_str()])
         .args(["--out".as_ref(), image.path().as_os_str()])
+        .args(["--log-bytes", &cut.to_string()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     image.fsck();
     let mut vm = Qemu::appliance()
         .memory("128M")
@@ -436,14 +464,27 @@ fn power_cut(disk: &str, port: u16) {
     }
     drop(c);
     vm.stop().expect_no_line("!!!");
+    let required = acks
+        .paths
+        .values()
+        .flat_map(|h| &h.acks)
+        .filter(|(acked, _, _)| completed(*acked))
+        .count();
     eprintln!(
-        "power cut on {disk}: {}; cut at the FLUSH ending entry {durable}; {} acknowledged syncs of {} paths checked",
+        "power cut on {disk}: {}; the power failed after entry {before_cut}, the disk keeps {durable} (up to the last FLUSH); {required} of {} acknowledged syncs came before the cut; {} paths checked",
         trace.summary(),
         acks.ack_count(),
         acks.paths.len()
     );
-    assert!(acks.ack_count() > 0, "nothing was acknowledged before the cut");
-    assert!(problems.is_empty(), "after the power cut:\n{}", problems.join("\n"));
+    assert!(
+        acks.ack_count() > 0,
+        "nothing was acknowledged before the cut"
+    );
+    assert!(
+        problems.is_empty(),
+        "after the power cut:\n{}",
+        problems.join("\n")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
