@@ -113,9 +113,13 @@ crash-trace: deps image tool
 		NINEFOLD_TRACE_DISKS=nvme,virtio NINEFOLD_TRACE_WORKLOADS=writers,smallfiles,replace,truncate \
 		NINEFOLD_TRACE_PORT=16410 \
 		$(CARGO) test --locked -p ninefold-tests --test trace -- --nocapture --test-threads=1
-	$(CARGO) run --locked --release -p ninefold-tools --bin ninefold -- crash-trace $(TRACE_DIR)/* $(TRACE_ARGS)
-	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
-		$(CARGO) test --locked -p ninefold-tests --test faults -- --nocapture --test-threads=1
+	@set -o pipefail; $(CARGO) run --locked --release -p ninefold-tools --bin ninefold -- \
+		crash-trace $(TRACE_DIR)/*/ $(TRACE_ARGS) | tee $(TRACE_DIR)/summary.txt
+	@set -o pipefail; NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
+		$(CARGO) test --locked -p ninefold-tests --test faults -- --nocapture --test-threads=1 \
+		| tee $(BUILD)/faults.log
+	@awk '/^device faults: /{n+=$$3; l+=$$6; e+=$$9} END {printf "device faults: %d injected, acknowledged-and-lost: %d, fsck errors: %d\n", n, l, e}' $(BUILD)/faults.log
+	@tail -1 $(BUILD)/traces/summary.txt
 
 ## crash-sim: the crash simulator part of `make crash` alone (host only, no QEMU)
 .PHONY: crash-sim
