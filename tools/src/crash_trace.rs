@@ -26,6 +26,7 @@ use fsck::{fsck, FsckOptions};
 use logwrites::acks::{AckLog, Content};
 use logwrites::replay::{entries_by, to_recording};
 use logwrites::Trace;
+use ninefs::format::layout::SUPERBLOCK_BLOCKS;
 use ninefs::volume::{MountOptions, NineFs};
 use testkit::sim::{enumerate, CrashDesc, CrashParams};
 use testkit::testing::ManualClock;
@@ -62,6 +63,11 @@ pub struct CrashTraceArgs {
     /// Failure reports printed per recording.
     #[arg(long, default_value_t = 3)]
     pub reports: usize,
+    /// Blocks the filesystem only ever writes with FUA (default: its superblock copies).
+    /// QEMU 7.2's blklogwrites drops the FUA flag, so writes wholly inside these blocks
+    /// are taken as FUA (durable on completion); `--fua-blocks ''` trusts the log alone.
+    #[arg(long, value_delimiter = ',', default_values_t = SUPERBLOCK_BLOCKS)]
+    pub fua_blocks: Vec<u64>,
 }
 
 /// One recording, loaded.
@@ -224,7 +230,7 @@ fn check_part(
     workers: usize,
     only: Option<usize>,
 ) -> Result<Totals, String> {
-    let recording = to_recording(&r.trace, 4096)?;
+    let recording = to_recording(&r.trace, 4096, &args.fua_blocks)?;
     let mut t = Totals::default();
     let states = enumerate(r.base.clone(), geometry(r), &recording, &params(args));
     let limit = if args.limit == 0 {

@@ -58,7 +58,17 @@ pub fn apply(trace: &Trace, image: &mut [u8], entries: usize) -> Result<(), Stri
 /// `trace` as a recording of a device with `block_size`-byte blocks (every request must
 /// be block-aligned: record with `log-sector-size` a multiple of the block size, or with
 /// a driver that only writes whole blocks). Marks become nothing but keep their time.
-pub fn to_recording(trace: &Trace, block_size: u32) -> Result<Recording, String> {
+///
+/// A write that lies wholly inside `fua_blocks` is taken as FUA even if the log does not
+/// say so: QEMU 7.2's `blklogwrites` never sets the FUA flag (it does not advertise FUA,
+/// and the block layer's emulation, a flush right after the write, is skipped when no
+/// earlier write is unflushed), so a writer's FUA writes look like plain ones. Name the
+/// blocks the writer only ever writes with FUA (ninefs: its superblock copies).
+pub fn to_recording(
+    trace: &Trace,
+    block_size: u32,
+    fua_blocks: &[u64],
+) -> Result<Recording, String> {
     let bs = u64::from(block_size);
     let mut requests = Vec::with_capacity(trace.entries().len());
     for e in trace.entries() {
@@ -69,11 +79,15 @@ pub fn to_recording(trace: &Trace, block_size: u32) -> Result<Recording, String>
             ));
         }
         let kind = match e.kind {
-            EntryKind::Write { fua } => RequestKind::Write {
-                lba: e.offset / bs,
-                data: Arc::from(trace.data(e)),
-                fua,
-            },
+            EntryKind::Write { fua } => {
+                let lba = e.offset / bs;
+                let always_fua = (lba..lba + e.len / bs).all(|b| fua_blocks.contains(&b));
+                RequestKind::Write {
+                    lba,
+                    data: Arc::from(trace.data(e)),
+                    fua: fua || always_fua,
+                }
+            }
             EntryKind::Flush => RequestKind::Flush,
             EntryKind::Discard => RequestKind::Discard {
                 lba: e.offset / bs,
@@ -207,7 +221,7 @@ mod tests {
     #[test]
     fn recording_has_serial_times_and_block_units() {
         let t = Trace::parse(sample().bytes().to_vec()).unwrap();
-        let r = to_recording(&t, 4096).unwrap();
+        let r = to_recording(&t, 4096, &[]).unwrap();
         assert_eq!(r.requests.len(), 6, "the mark is dropped");
         assert_eq!(r.now, 14);
         assert!(matches!(
@@ -232,9 +246,28 @@ mod tests {
             RequestKind::Discard { lba: 2, blocks: 1 }
         );
         assert_eq!(entries_by(time_after(5) + 1), 5);
+        // Block 0 always written with FUA: the first write becomes FUA, the one that
+        // also covers block 1 does not.
+        let r = to_recording(&t, 4096, &[0, 2]).unwrap();
+        assert!(matches!(
+            r.requests[0].kind,
+            RequestKind::Write { fua: true, .. }
+        ));
+        assert!(matches!(
+            r.requests[1].kind,
+            RequestKind::Write { fua: false, .. }
+        ));
+        assert!(matches!(
+            r.requests[3].kind,
+            RequestKind::Write {
+                lba: 0,
+                fua: true,
+                ..
+            }
+        ));
         // 512-byte writes cannot be 4 KiB blocks.
         let mut b = LogBuilder::new(512);
         b.write(512, &[1; 512], false);
-        assert!(to_recording(&Trace::parse(b.bytes().to_vec()).unwrap(), 4096).is_err());
+        assert!(to_recording(&Trace::parse(b.bytes().to_vec()).unwrap(), 4096, &[]).is_err());
     }
 }
