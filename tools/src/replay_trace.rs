@@ -1,13 +1,14 @@
 //! `ninefold replay-trace`: the disk a recorded block trace leaves behind, written out as
 //! an image: the base image with the trace's entries applied up to the last completed
-//! FLUSH (what a power cut leaves when the device's volatile cache is lost), or up to
-//! any entry.
+//! FLUSH and the FUA writes after it (what a power cut leaves when the device's volatile
+//! cache is lost), or every entry up to a point.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use logwrites::replay::apply;
+use logwrites::replay::{apply, apply_durable};
 use logwrites::Trace;
+use ninefs::format::layout::SUPERBLOCK_BLOCKS;
 
 /// Arguments of `ninefold replay-trace`.
 #[derive(Debug, Args)]
@@ -25,9 +26,12 @@ pub struct ReplayTraceArgs {
     /// log's length at the moment of the power cut; default: the whole log).
     #[arg(long)]
     pub log_bytes: Option<u64>,
-    /// Apply every considered entry, not only those up to the last FLUSH.
+    /// Apply every considered entry, not only the durable ones.
     #[arg(long)]
     pub all: bool,
+    /// Blocks the filesystem only ever writes with FUA (see `ninefold crash-trace`).
+    #[arg(long, value_delimiter = ',', default_values_t = SUPERBLOCK_BLOCKS)]
+    pub fua_blocks: Vec<u64>,
 }
 
 /// Runs `replay-trace`.
@@ -37,11 +41,11 @@ pub fn run(args: ReplayTraceArgs) -> Result<(), String> {
         std::fs::read(&args.base).map_err(|e| format!("{}: {e}", args.base.display()))?;
     let considered = trace.entries_within(args.log_bytes.unwrap_or(u64::MAX));
     let applied = if args.all {
+        apply(&trace, &mut image, considered)?;
         considered
     } else {
-        trace.durable_prefix(considered)
+        apply_durable(&trace, &mut image, considered, 4096, &args.fua_blocks)?
     };
-    apply(&trace, &mut image, applied)?;
     std::fs::write(&args.out, &image).map_err(|e| format!("{}: {e}", args.out.display()))?;
     println!(
         "{}: {} of {} entries applied ({}; {} considered)",

@@ -55,6 +55,41 @@ pub fn apply(trace: &Trace, image: &mut [u8], entries: usize) -> Result<(), Stri
     Ok(())
 }
 
+/// What a power cut after the first `entries` entries leaves: every entry up to the last
+/// FLUSH among them, then the FUA writes after it (those the log marks FUA and those wholly
+/// inside `fua_blocks`, blocks of `block_size` bytes: see [`to_recording`]). Returns how
+/// many entries were applied.
+pub fn apply_durable(
+    trace: &Trace,
+    image: &mut [u8],
+    entries: usize,
+    block_size: u32,
+    fua_blocks: &[u64],
+) -> Result<usize, String> {
+    let flushed = trace.durable_prefix(entries);
+    apply(trace, image, flushed)?;
+    let mut applied = flushed;
+    let bs = u64::from(block_size);
+    for e in &trace.entries()[flushed..entries.min(trace.entries().len())] {
+        let EntryKind::Write { fua } = e.kind else {
+            continue;
+        };
+        let first = e.offset / bs;
+        let last = (e.offset + e.len).div_ceil(bs);
+        let always_fua = (first..last).all(|b| fua_blocks.contains(&b));
+        if fua || always_fua {
+            let start = e.offset as usize;
+            let end = start + e.len as usize;
+            if end > image.len() {
+                return Err(format!("entry {} reaches past the image", e.index));
+            }
+            image[start..end].copy_from_slice(trace.data(e));
+            applied += 1;
+        }
+    }
+    Ok(applied)
+}
+
 /// `trace` as a recording of a device with `block_size`-byte blocks (every request must
 /// be block-aligned: record with `log-sector-size` a multiple of the block size, or with
 /// a driver that only writes whole blocks). Marks become nothing but keep their time.
@@ -216,6 +251,21 @@ mod tests {
         assert_eq!(&image[8192..12288], block(0).as_slice());
         let mut small = vec![0u8; 4096];
         assert!(apply(&t, &mut small, 2).is_err());
+    }
+
+    #[test]
+    fn a_power_cut_keeps_the_flushed_prefix_and_later_fua_writes() {
+        let t = Trace::parse(sample().bytes().to_vec()).unwrap();
+        let mut image = vec![9u8; 4 * 4096];
+        // Entries 3 (plain) and 4 (FUA) follow the FLUSH: only the FUA one lands.
+        assert_eq!(apply_durable(&t, &mut image, 7, 4096, &[]).unwrap(), 4);
+        assert_eq!(&image[..4096], block(1).as_slice());
+        assert_eq!(&image[4096..8192], block(5).as_slice());
+        assert_eq!(&image[12288..], block(3).as_slice());
+        // Block 0 named as always-FUA: the plain overwrite lands too.
+        let mut image = vec![9u8; 4 * 4096];
+        assert_eq!(apply_durable(&t, &mut image, 7, 4096, &[0]).unwrap(), 5);
+        assert_eq!(&image[..4096], block(4).as_slice());
     }
 
     #[test]
