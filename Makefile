@@ -104,12 +104,14 @@ crash: crash-kill crash-trace crash-sim
 ## Ends with `trace crash states: N, violations: V, fsck errors: E` and
 ## `device faults: N injected, acknowledged-and-lost: L, fsck errors: E`.
 TRACE_OPS ?= 400
+# One recording per seed, disk and workload (4 x 2 x 4 = 32 recordings, ~100,000 states).
+TRACE_SEEDS ?= 1,2,3,4
 TRACE_DIR := $(BUILD)/traces
 .PHONY: crash-trace
 crash-trace: deps image tool
 	rm -rf $(TRACE_DIR)
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
-		NINEFOLD_TRACE_OUT=$(abspath $(TRACE_DIR)) NINEFOLD_TRACE_OPS=$(TRACE_OPS) \
+		NINEFOLD_TRACE_OUT=$(abspath $(TRACE_DIR)) NINEFOLD_TRACE_OPS=$(TRACE_OPS) NINEFOLD_TRACE_SEEDS=$(TRACE_SEEDS) \
 		NINEFOLD_TRACE_DISKS=nvme,virtio NINEFOLD_TRACE_WORKLOADS=writers,smallfiles,replace,truncate \
 		NINEFOLD_TRACE_PORT=16410 \
 		$(CARGO) test --locked -p ninefold-tests --test trace -- --nocapture --test-threads=1

@@ -22,7 +22,9 @@
 //! `NINEFOLD_TRACE_OUT` (keep the recordings in this directory, one subdirectory per
 //! disk and workload, and leave checking to the caller: `make crash-trace`),
 //! `NINEFOLD_TRACE_STATES` (most states checked per recording here, default 3000),
-//! `NINEFOLD_TRACE_PORT` (9P host port, default 16400), `NINEFOLD_TRACE_SEED`.
+//! `NINEFOLD_TRACE_PORT` (9P host port, default 16400), `NINEFOLD_TRACE_SEEDS` (one
+//! recording per seed, disk and workload; default `1`), `NINEFOLD_TRACE_SEED` (the power
+//! cut's, default 1).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -338,18 +340,23 @@ fn crash_states_of_recorded_traces_keep_every_acknowledged_sync() {
     let disks = list("NINEFOLD_TRACE_DISKS", "nvme");
     let ops = env("NINEFOLD_TRACE_OPS", 60);
     let port = env("NINEFOLD_TRACE_PORT", 16400);
-    let seed = env("NINEFOLD_TRACE_SEED", 1);
+    let seeds: Vec<u64> = list("NINEFOLD_TRACE_SEEDS", "1")
+        .iter()
+        .map(|s| s.parse().expect("NINEFOLD_TRACE_SEEDS: numbers"))
+        .collect();
     let keep = std::env::var("NINEFOLD_TRACE_OUT").ok().map(PathBuf::from);
     let root = keep.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("ninefold-trace-{}", std::process::id()))
     });
     let mut dirs = Vec::new();
-    for disk in &disks {
-        for workload in &workloads {
-            let dir = root.join(format!("{disk}-{workload}"));
-            let _ = std::fs::remove_dir_all(&dir);
-            record(&dir, disk, workload, port, ops, seed);
-            dirs.push(dir);
+    for seed in &seeds {
+        for disk in &disks {
+            for workload in &workloads {
+                let dir = root.join(format!("{disk}-{workload}-{seed}"));
+                let _ = std::fs::remove_dir_all(&dir);
+                record(&dir, disk, workload, port, ops, *seed);
+                dirs.push(dir);
+            }
         }
     }
     if keep.is_some() {
