@@ -17,7 +17,6 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use block::{BlockDevice, Geometry};
@@ -293,7 +292,7 @@ pub fn run(args: CrashTraceArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let started = Instant::now();
-    let totals = Mutex::new(Totals::default());
+    let mut totals = Totals::default();
     for dir in &args.recordings {
         let r = match Recorded::load(dir) {
             Ok(r) => r,
@@ -348,12 +347,11 @@ pub fn run(args: CrashTraceArgs) -> ExitCode {
         for report in here.reports.iter().take(args.reports.max(1)) {
             println!("{report}");
         }
-        let mut t = totals.lock().expect("totals");
-        t.states += here.states;
-        t.violations += here.violations;
-        t.fsck_errors += here.fsck_errors;
+        totals.states += here.states;
+        totals.violations += here.violations;
+        totals.fsck_errors += here.fsck_errors;
     }
-    let t = totals.into_inner().expect("totals");
+    let t = totals;
     if args.state.is_some() && t.states == 0 {
         eprintln!("ninefold crash-trace: no state {}", args.state.unwrap_or(0));
         return ExitCode::FAILURE;
