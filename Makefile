@@ -120,7 +120,7 @@ crash-trace: deps image tool
 	@set -o pipefail; NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
 		$(CARGO) test --locked -p ninefold-tests --test faults -- --nocapture --test-threads=1 \
 		| tee $(BUILD)/faults.log
-	@awk '/^device faults: /{n+=$$3; l+=$$6; e+=$$9} END {printf "device faults: %d injected, acknowledged-and-lost: %d, fsck errors: %d\n", n, l, e}' $(BUILD)/faults.log
+	@awk '/device faults: [0-9]/{sub(/.*device faults: /, "device faults: "); n+=$$3; l+=$$6; e+=$$9} END {printf "device faults: %d injected, acknowledged-and-lost: %d, fsck errors: %d\n", n, l, e}' $(BUILD)/faults.log
 	@tail -1 $(BUILD)/traces/summary.txt
 
 ## crash-sim: the crash simulator part of `make crash` alone (host only, no QEMU)
