@@ -322,6 +322,53 @@ impl Qemu {
         self
     }
 
+    /// `image` as a block node under QEMU's `blklogwrites` driver: every write, FLUSH and
+    /// discard that completes is appended to the dm-log-writes log `log` (created empty),
+    /// with 4 KiB log sectors (the filesystem's block). Returns the node name.
+    fn logged_node(&mut self, image: &FsImage, log: &Path) -> String {
+        std::fs::File::create(log).expect("creating the write log");
+        let node = self.id("logged");
+        self.args.extend([
+            "-blockdev".into(),
+            format!(
+                "driver=file,node-name={node}-file,filename={},discard=unmap",
+                image.path().display()
+            ),
+            "-blockdev".into(),
+            format!(
+                "driver=file,node-name={node}-log,filename={}",
+                log.display()
+            ),
+            "-blockdev".into(),
+            format!(
+                "driver=blklogwrites,node-name={node},file={node}-file,log={node}-log,log-sector-size=4096,discard=unmap"
+            ),
+        ]);
+        node
+    }
+
+    /// An NVMe controller on `image`, every completed write, FLUSH and discard logged to
+    /// `log` in the dm-log-writes format (QEMU's `blklogwrites`; `ninefold crash-trace`
+    /// reads it).
+    pub fn nvme_logged(mut self, serial: &str, image: &FsImage, log: &Path) -> Self {
+        let node = self.logged_node(image, log);
+        self.args.extend([
+            "-device".into(),
+            format!("nvme,drive={node},serial={serial}"),
+        ]);
+        self
+    }
+
+    /// A modern virtio-blk device on `image`, logged like [`Qemu::nvme_logged`].
+    pub fn virtio_blk_logged(mut self, image: &FsImage, log: &Path) -> Self {
+        let node = self.logged_node(image, log);
+        self.args.extend([
+            "-device".into(),
+            format!("virtio-blk-pci,drive={node},disable-legacy=on"),
+        ]);
+        self
+    }
+
     /// A modern virtio-blk device (1af4:1042) with a 64 MiB scratch disk.
     pub fn virtio_blk(mut self) -> Self {
         let drive = self.scratch_drive();

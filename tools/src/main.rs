@@ -5,10 +5,12 @@
 #![forbid(unsafe_code)]
 
 mod ctl;
+mod crash_trace;
 mod dump;
 mod fsck;
 mod image;
 mod mkfs;
+mod replay_trace;
 mod serve;
 
 use std::process::ExitCode;
@@ -39,6 +41,10 @@ enum Command {
     Scrub(ctl::ScrubArgs),
     /// Serve a filesystem over 9P2000.L on TCP.
     Serve(serve::ServeArgs),
+    /// Enumerate, mount, fsck and check the crash states of recorded block traces.
+    CrashTrace(crash_trace::CrashTraceArgs),
+    /// Write the disk a recorded block trace leaves at a power cut (or at any entry).
+    ReplayTrace(replay_trace::ReplayTraceArgs),
 }
 
 /// Prints an error from subcommand `name` and fails.
@@ -65,5 +71,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => report("ctl", ctl::run(args)),
         Command::Scrub(args) => ctl::scrub(args),
         Command::Serve(args) => report("serve", serve::run(args)),
+        Command::CrashTrace(args) => crash_trace::run(args),
+        Command::ReplayTrace(args) => report("replay-trace", replay_trace::run(args)),
     }
 }
