@@ -53,8 +53,11 @@ pub mod features {
     /// The log region holds an fsync log that must be replayed at mount (set by mkfs
     /// and by every mount; code that does not know the log must not mount the image).
     pub const INCOMPAT_LOG: u64 = 1;
+    /// Snapshots exist: blocks they hold must not be freed by the live filesystem, which
+    /// code that does not know snapshots would do (set while any snapshot exists).
+    pub const INCOMPAT_SNAPSHOTS: u64 = 2;
     /// Incompatible features this code knows.
-    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG;
+    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG | INCOMPAT_SNAPSHOTS;
 }
 
 /// Why an on-disk structure failed to decode.

@@ -39,11 +39,13 @@ pub enum CheckpointCause {
     /// Blocks were freed a while ago and nothing else committed their release: commit it,
     /// so they are given back to the device (discarded) soon after the deletion.
     Discard,
+    /// A snapshot is taken or deleted: it starts from, and is committed by, a checkpoint.
+    Snapshot,
 }
 
 impl CheckpointCause {
     /// All causes, in counter order.
-    pub const ALL: [CheckpointCause; 9] = [
+    pub const ALL: [CheckpointCause; 10] = [
         CheckpointCause::Sync,
         CheckpointCause::Fsync,
         CheckpointCause::Unmount,
@@ -53,6 +55,7 @@ impl CheckpointCause {
         CheckpointCause::Reserve,
         CheckpointCause::Replay,
         CheckpointCause::Discard,
+        CheckpointCause::Snapshot,
     ];
 
     /// The cause counted for leaf writes of such a checkpoint.
@@ -76,6 +79,7 @@ impl CheckpointCause {
             CheckpointCause::Reserve => "reserve",
             CheckpointCause::Replay => "replay",
             CheckpointCause::Discard => "discard",
+            CheckpointCause::Snapshot => "snapshot",
         }
     }
 

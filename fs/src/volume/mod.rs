@@ -35,6 +35,7 @@ mod file;
 mod inode;
 mod mkfs;
 mod ops;
+pub mod snapshot;
 pub mod stats;
 pub mod synclog;
 mod xattr;
@@ -67,6 +68,9 @@ pub struct MountOptions {
     pub max_groups: usize,
     /// Mount read-only: nothing is ever written.
     pub read_only: bool,
+    /// Most snapshots that may exist (default [`snapshot::MAX_SNAPSHOTS`]); creating
+    /// one more fails with `ENOSPC` (counted in [`FsStats::snapshot_limit_hits`]).
+    pub max_snapshots: usize,
     /// Most links an inode may have (default [`MAX_LINKS`]); `link`, `mkdir` and a
     /// directory `rename` past it fail with `EMLINK` (counted in
     /// [`FsStats::link_limit_hits`]).
@@ -94,6 +98,7 @@ impl Default for MountOptions {
             max_groups: 256,
             read_only: false,
             max_links: MAX_LINKS,
+            max_snapshots: snapshot::MAX_SNAPSHOTS,
             policy: Box::new(PressurePolicy),
             discard: Some(DEFAULT_DISCARD_DELAY),
         }
@@ -196,6 +201,8 @@ pub struct NineFs<D: BlockDevice> {
     /// The fsync log's ring and batches (taken after `core` when both are needed).
     log: Mutex<LogState>,
     checkpoint_lock: async_lock::Mutex<()>,
+    /// [`MountOptions::max_snapshots`].
+    max_snapshots: usize,
     /// Held by the log committer across one commit's I/O.
     commit_lock: async_lock::Mutex<()>,
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
@@ -265,6 +272,7 @@ impl<D: BlockDevice> NineFs<D> {
             core: Mutex::new(Core::new(sb, read_only, opts.max_links)),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
+            max_snapshots: opts.max_snapshots,
             commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(HashMap::new()),
             clock,
@@ -274,6 +282,8 @@ impl<D: BlockDevice> NineFs<D> {
             discard: Mutex::new(opts.discard),
             freed_since: Mutex::new(None),
         };
+        // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
+        fs.load_snapshots().await.map_err(MountError::Errno)?;
         // A cleanly unmounted image has an empty log (its tail is the head).
         let replayed = if clean {
             synclog::replay::ReplaySummary::default()
@@ -384,6 +394,8 @@ impl<D: BlockDevice> NineFs<D> {
             let c = self.core.lock();
             let mut s = c.stats;
             s.group_loads = c.space.stats.group_loads;
+            s.snapshots = c.snapshots.len() as u64;
+            s.snapshot_held_blocks = c.space.held_dead().len();
             s
         };
         s.log = self.log.lock().stats;
@@ -629,6 +641,11 @@ impl<D: BlockDevice> NineFs<D> {
     /// Runs a checkpoint now (if anything changed, or to mark an unmount clean).
     pub async fn checkpoint(&self, cause: CheckpointCause) -> FsResult<()> {
         let _guard = self.checkpoint_lock.lock().await;
+        self.checkpoint_locked(cause).await
+    }
+
+    /// [`NineFs::checkpoint`] with the checkpoint lock already held.
+    async fn checkpoint_locked(&self, cause: CheckpointCause) -> FsResult<()> {
         if self.core.lock().read_only {
             return Ok(());
         }
