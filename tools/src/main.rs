@@ -9,6 +9,7 @@ mod fsck;
 mod image;
 mod mkfs;
 mod serve;
+mod snapshot;
 
 use std::process::ExitCode;
 
@@ -34,6 +35,8 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Serve a filesystem over 9P2000.L on TCP.
     Serve(serve::ServeArgs),
+    /// Create, list or delete snapshots of an image.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// Prints an error from subcommand `name` and fails.
@@ -58,5 +61,6 @@ fn main() -> ExitCode {
         Command::Fsck(args) => fsck::run(args),
         Command::Dump(args) => report("dump", dump::run(args)),
         Command::Serve(args) => report("serve", serve::run(args)),
+        Command::Snapshot(args) => report("snapshot", snapshot::run(args)),
     }
 }

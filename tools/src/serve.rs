@@ -126,7 +126,7 @@ fn monotonic_ns() -> u64 {
 
 /// Wall-clock time for the filesystem.
 #[derive(Debug)]
-struct SystemClock;
+pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timespec {

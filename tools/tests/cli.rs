@@ -105,3 +105,42 @@ fn operational_errors_exit_8() {
     assert!(!out.status.success());
     let _ = std::fs::remove_file(&missing);
 }
+
+#[test]
+fn snapshot_create_list_delete_on_an_image() {
+    let img = temp("snap.img");
+    let path = img.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = ninefold().args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(run(&["mkfs", path, "--size", "64M"]).0);
+    let (ok, out, err) = run(&["snapshot", "create", path, "nightly"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("created snapshot 1 \"nightly\""), "{out}");
+    let (ok, _, err) = run(&["snapshot", "create", path, "nightly"]);
+    assert!(!ok && err.contains("EEXIST"), "{err}");
+    let (ok, _, err) = run(&["snapshot", "create", path, "no/slash"]);
+    assert!(!ok && err.contains("EINVAL"), "{err}");
+    assert!(run(&["snapshot", "create", path, "weekly"]).0);
+    let (ok, out, _) = run(&["snapshot", "list", path]);
+    assert!(ok);
+    let names: Vec<&str> = out.lines().map(|l| l.split('\t').nth(1).unwrap()).collect();
+    assert_eq!(names, ["nightly", "weekly"]);
+    let (_, dump, _) = run(&["dump", path]);
+    assert!(dump.contains("snapshot 2 \"weekly\""), "{dump}");
+    let (ok, out, _) = run(&["fsck", path]);
+    assert!(ok && out.contains("2 snapshots"), "{out}");
+    assert!(run(&["snapshot", "delete", path, "nightly"]).0);
+    let (ok, _, err) = run(&["snapshot", "delete", path, "nightly"]);
+    assert!(!ok && err.contains("ENOENT"), "{err}");
+    let (_, out, _) = run(&["snapshot", "list", path]);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let (ok, out, _) = run(&["fsck", path]);
+    assert!(ok && out.contains("1 snapshots"), "{out}");
+    let _ = std::fs::remove_file(&img);
+}
