@@ -100,15 +100,15 @@ fn a_snapshot_keeps_the_old_contents_and_deleting_it_frees_what_it_alone_held() 
 
         let snap = fs.snapshot_view("before").await.unwrap();
         assert_eq!(
-            names(&snap, ROOT_INO).await,
+            names(&*snap, ROOT_INO).await,
             vec![b"a".to_vec(), b"b".to_vec(), b"l".to_vec()]
         );
         assert_eq!(
-            read_all(&snap, ROOT_INO, b"a").await.unwrap(),
+            read_all(&*snap, ROOT_INO, b"a").await.unwrap(),
             vec![1u8; 3 << 20]
         );
         assert_eq!(
-            read_all(&snap, ROOT_INO, b"b").await.unwrap(),
+            read_all(&*snap, ROOT_INO, b"b").await.unwrap(),
             b"short and sweet"
         );
         let l = snap.lookup(ROOT_INO, b"l").await.unwrap();
@@ -190,7 +190,7 @@ fn snapshots_survive_remount_and_the_held_blocks_stay_held() {
         }
         let one = fs.snapshot_view("one").await.unwrap();
         assert_eq!(
-            read_all(&one, ROOT_INO, b"a").await.unwrap(),
+            read_all(&*one, ROOT_INO, b"a").await.unwrap(),
             vec![7u8; 1 << 20]
         );
         let two = fs.snapshot_view("two").await.unwrap();
@@ -357,7 +357,7 @@ proptest! {
             assert_contents(&fs, &live).await;
             for (name, files) in &snaps {
                 let view = fs.snapshot_view(name).await.unwrap();
-                assert_contents(&view, files).await;
+                assert_contents(&*view, files).await;
             }
             fs.sync().await.unwrap();
             check(&disk);
@@ -371,5 +371,88 @@ proptest! {
         let report = check(&disk);
         prop_assert_eq!(report.stats.snapshot_blocks, 0);
         prop_assert_eq!(report.stats.snapshots, 0);
+    }
+}
+
+#[test]
+fn every_snapshot_is_reachable_read_only_under_the_hidden_snapshots_directory() {
+    use ninefs::volume::snapdir::SNAPSHOTS_DIR_INO;
+    let disk = formatted(8 * 1024);
+    let fs = mount(&disk, MountOptions::default());
+    pollster::block_on(async {
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).await.unwrap();
+        let f = fs.create(d.ino, b"f", 0o644, OWNER).await.unwrap();
+        fs.write(f.ino, 0, b"old").await.unwrap();
+        fs.snapshot_create("nightly").await.unwrap();
+        fs.write(f.ino, 0, b"new").await.unwrap();
+
+        // Hidden from the root's listing, found by name.
+        assert_eq!(names(&fs, ROOT_INO).await, vec![b"d".to_vec()]);
+        let dir = fs.lookup(ROOT_INO, b".snapshots").await.unwrap();
+        assert_eq!(dir.ino, SNAPSHOTS_DIR_INO);
+        assert_eq!(names(&fs, dir.ino).await, vec![b"nightly".to_vec()]);
+        let snap = fs.lookup(dir.ino, b"nightly").await.unwrap();
+        assert_ne!(snap.ino, ROOT_INO);
+        let sd = fs.lookup(snap.ino, b"d").await.unwrap();
+        assert_ne!(sd.ino, d.ino);
+        assert_eq!(read_all(&fs, sd.ino, b"f").await.unwrap(), b"old");
+        assert_eq!(read_all(&fs, d.ino, b"f").await.unwrap(), b"new");
+        assert_eq!(
+            fs.lookup(snap.ino, b"..").await.unwrap().ino,
+            SNAPSHOTS_DIR_INO
+        );
+        assert_eq!(fs.lookup(dir.ino, b"..").await.unwrap().ino, ROOT_INO);
+        assert_eq!(fs.lookup(sd.ino, b"..").await.unwrap().ino, snap.ino);
+        let listed = fs.readdir(sd.ino, 0, 10).await.unwrap();
+        assert!(listed.iter().any(|e| e.name == b".." && e.ino == snap.ino));
+        let sf = fs.lookup(sd.ino, b"f").await.unwrap();
+        assert_eq!(fs.getattr(sf.ino).await.unwrap().size, 3);
+
+        // Nothing under it changes, and its name is taken.
+        let ro = Err(Errno::EROFS);
+        assert_eq!(fs.write(sf.ino, 0, b"x").await.map(|_| ()), ro);
+        assert_eq!(fs.create(sd.ino, b"g", 0o644, OWNER).await.map(|_| ()), ro);
+        assert_eq!(fs.unlink(sd.ino, b"f").await, ro);
+        assert_eq!(fs.rename(sd.ino, b"f", d.ino, b"g").await, ro);
+        assert_eq!(
+            fs.setxattr(sf.ino, b"user.a", b"1", vfs::XattrMode::Upsert)
+                .await,
+            ro
+        );
+        assert_eq!(fs.rmdir(ROOT_INO, b".snapshots").await, ro);
+        let taken = fs.mkdir(ROOT_INO, b".snapshots", 0o755, OWNER).await;
+        assert_eq!(taken.map(|_| ()), Err(Errno::EEXIST));
+
+        // A deleted snapshot is gone from the directory, and its inodes with it.
+        fs.snapshot_delete("nightly").await.unwrap();
+        assert!(names(&fs, dir.ino).await.is_empty());
+        assert_eq!(fs.getattr(sf.ino).await.map(|_| ()), Err(Errno::ENOENT));
+        fs.unmount().await.unwrap();
+    });
+    check(&disk);
+}
+
+#[test]
+fn the_crash_suite_takes_and_deletes_snapshots_and_they_survive_every_crash_state() {
+    use testkit::sim::suite::{check, fsx, scenarios, Step};
+    use testkit::sim::CrashParams;
+    let random: Vec<_> = (0..100).map(fsx).collect();
+    let count = |f: fn(&Step) -> bool| random.iter().filter(|w| w.steps.iter().any(f)).count();
+    assert!(count(|s| matches!(s, Step::Snapshot(_))) >= 10);
+    assert!(count(|s| matches!(s, Step::DeleteSnapshot(_))) >= 3);
+    let named: Vec<_> = scenarios()
+        .into_iter()
+        .filter(|w| w.id.contains("snapshot"))
+        .collect();
+    assert_eq!(named.len(), 2);
+    for w in &named {
+        let out = check(w, &CrashParams::default(), 8);
+        assert_eq!(
+            (out.violations, out.fsck_errors),
+            (0, 0),
+            "{}",
+            out.failure.unwrap_or_default()
+        );
+        assert!(out.states > 100, "{} states", out.states);
     }
 }

@@ -15,6 +15,7 @@
 //! | `fault=RULE[,RULE...]` | inject device errors into the `disk=` device (testing the error paths on real drivers; `block::Fault::parse`): `write:N`, `flush:N`, `read:N` (the Nth request), `writes:PPM`, `reads:PPM` (a fraction), `write-range:A-B`, `read-range:A-B`, `flip:A-B` (blocks), `flush-after:S`, `write-after:S` (every one from S seconds after boot) | off |
 //! | `fault_seed=N` | seed of the random `fault=` rules | `1` |
 //! | `discard=SECS\|off` | give freed blocks back to the disk (NVMe Deallocate, virtio-blk DISCARD) once their release is durable, committing it at most SECS after a deletion | `20` |
+//! | `snapshots=N` | most snapshots the filesystem may hold (1..=1024); creating more fails with `ENOSPC` | `64` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
 //! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
@@ -310,6 +311,8 @@ pub struct Config {
     /// Seconds after a deletion by which freed blocks are discarded; `None`: never
     /// (`discard=`).
     pub discard_secs: Option<u32>,
+    /// Most snapshots the filesystem may hold (`snapshots=`).
+    pub max_snapshots: usize,
 }
 
 /// Default of [`Config::discard_secs`].
@@ -343,6 +346,7 @@ impl Default for Config {
             faults: Vec::new(),
             fault_seed: DEFAULT_FAULT_SEED,
             discard_secs: Some(DEFAULT_DISCARD_SECS),
+            max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
         }
     }
 }
@@ -493,6 +497,13 @@ impl Config {
                             .ok_or(Some("expected off or 1-3600 seconds"))?,
                     ),
                 }
+            }
+            "snapshots" => {
+                self.max_snapshots = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .ok_or(Some("expected 1-1024"))?
             }
             "fault_seed" => {
                 self.fault_seed = need(value)?
@@ -674,6 +685,9 @@ impl fmt::Display for Config {
             Some(s) => write!(f, " discard={s}")?,
             None => f.write_str(" discard=off")?,
         }
+        if self.max_snapshots != ninefs::volume::snapshot::MAX_SNAPSHOTS {
+            write!(f, " snapshots={}", self.max_snapshots)?;
+        }
         if self.fault_seed != DEFAULT_FAULT_SEED {
             write!(f, " fault_seed={}", self.fault_seed)?;
         }
@@ -722,6 +736,11 @@ mod tests {
             (c.discard_secs, c.to_string().ends_with(" discard=off")),
             (None, true)
         );
+        let (c, _) = parse("snapshots=3");
+        assert_eq!(c.max_snapshots, 3);
+        assert!(c.to_string().ends_with(" snapshots=3"));
+        let (c, ignored) = parse("snapshots=0");
+        assert_eq!((c.max_snapshots, ignored.len()), (64, 1));
         let (c, _) = parse("discard=5");
         assert_eq!(c.discard_secs, Some(5));
         let (c, ignored) = parse("fault=flush-after:x fault=tear:1");

@@ -35,6 +35,7 @@ mod file;
 mod inode;
 mod mkfs;
 mod ops;
+pub mod snapdir;
 pub mod snapshot;
 pub mod stats;
 pub mod synclog;
@@ -196,7 +197,13 @@ pub fn choose_group(
 
 /// A mounted filesystem on a block device.
 pub struct NineFs<D: BlockDevice> {
-    dev: Dev<D>,
+    /// Shared with the snapshot views.
+    dev: Arc<Dev<D>>,
+    /// This is a snapshot's view: it has no `.snapshots` of its own (those of the
+    /// snapshot's time may be gone).
+    is_view: bool,
+    /// Snapshot views opened so far, by snapshot id (see [`snapdir`]).
+    views: Mutex<alloc::collections::BTreeMap<u64, Arc<NineFs<D>>>>,
     core: Mutex<Core>,
     /// The fsync log's ring and batches (taken after `core` when both are needed).
     log: Mutex<LogState>,
@@ -268,7 +275,9 @@ impl<D: BlockDevice> NineFs<D> {
             sb.log_tail,
         );
         let fs = NineFs {
-            dev,
+            dev: Arc::new(dev),
+            is_view: false,
+            views: Mutex::new(alloc::collections::BTreeMap::new()),
             core: Mutex::new(Core::new(sb, read_only, opts.max_links)),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
@@ -353,9 +362,13 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// Unmounts cleanly ([`NineFs::remount_read_only`]) and returns the device.
+    /// `EBUSY` if a snapshot view handed out by [`NineFs::snapshot_view`] is still held.
     pub async fn unmount(self) -> FsResult<D> {
         self.remount_read_only().await?;
-        Ok(self.dev.into_inner())
+        self.views.lock().clear();
+        Arc::try_unwrap(self.dev)
+            .map(Dev::into_inner)
+            .map_err(|_| Errno::EBUSY)
     }
 
     /// Does what a clean unmount does on disk, but keeps the filesystem mounted,

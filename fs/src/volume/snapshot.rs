@@ -10,6 +10,7 @@
 //! the live trees to find which of the blocks it alone held are still live.
 
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -21,7 +22,6 @@ use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
 use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Root, Superblock};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE};
-use crate::io::Dev;
 use crate::util::ranges::RangeSet;
 use block::BlockDevice;
 use spin::Mutex;
@@ -62,7 +62,7 @@ fn snapshot_key(id: u64) -> Key {
 }
 
 /// The snapshot items of the fs tree, by id.
-fn read_items(c: &mut Core) -> Step<Vec<(u64, SnapshotItem)>> {
+pub(super) fn read_items(c: &mut Core) -> Step<Vec<(u64, SnapshotItem)>> {
     Txn::new()
         .range(c, TreeId::Fs, snapshot_key(0), snapshot_key(u64::MAX))?
         .into_iter()
@@ -88,7 +88,7 @@ fn info(id: u64, item: &SnapshotItem) -> SnapshotInfo {
 /// extent the extent tree lists. Reads each node once (a snapshot's create and delete
 /// cost, and its share of the mount time).
 pub async fn referenced_blocks<D: BlockDevice>(
-    dev: &Dev<D>,
+    dev: &crate::io::Dev<D>,
     node_size: u32,
     roots: &[(TreeId, Root)],
 ) -> FsResult<RangeSet> {
@@ -136,11 +136,12 @@ pub async fn referenced_blocks<D: BlockDevice>(
             if level > 0 {
                 let child = NodePtr::from_bytes(v).ok_or(Errno::EIO)?;
                 stack.push((tree, level - 1, child));
-            } else if tree == TreeId::Extent && k.kind == kind::EXTENT {
-                if !set.insert(k.objectid..k.objectid + k.offset) {
-                    log::error!("data extent {}+{} overlaps another", k.objectid, k.offset);
-                    return Err(Errno::EIO);
-                }
+            } else if tree == TreeId::Extent
+                && k.kind == kind::EXTENT
+                && !set.insert(k.objectid..k.objectid + k.offset)
+            {
+                log::error!("data extent {}+{} overlaps another", k.objectid, k.offset);
+                return Err(Errno::EIO);
             }
         }
     }
@@ -200,7 +201,8 @@ impl<D: BlockDevice> NineFs<D> {
             if items.iter().any(|(_, i)| i.name == name.as_bytes()) {
                 return Err(Errno::EEXIST);
             }
-            if items.len() >= self.max_snapshots {
+            let id = items.last().map_or(1, |(id, _)| id + 1);
+            if items.len() >= self.max_snapshots || id > super::snapdir::MAX_SNAPSHOT_ID {
                 self.core.lock().stats.snapshot_limit_hits += 1;
                 return Err(Errno::ENOSPC);
             }
@@ -208,7 +210,6 @@ impl<D: BlockDevice> NineFs<D> {
             let sb = self.core.lock().sb.clone();
             let roots = tree_roots(|t| sb.root(t));
             let blocks = referenced_blocks(&self.dev, sb.node_size, &roots).await?;
-            let id = items.last().map_or(1, |(id, _)| id + 1);
             let item = SnapshotItem {
                 name: name.as_bytes().to_vec(),
                 created,
@@ -283,6 +284,7 @@ impl<D: BlockDevice> NineFs<D> {
                     c.sb.incompat &= !features::INCOMPAT_SNAPSHOTS;
                 }
                 c.stats.snapshots_deleted += 1;
+                self.views.lock().remove(&id);
                 c.changed = true;
                 Ok(())
             })
@@ -311,11 +313,20 @@ impl<D: BlockDevice> NineFs<D> {
     /// filesystem at the snapshot's checkpoint, every change fails with `EROFS`. It
     /// shares this filesystem's device; its blocks stay valid while the snapshot exists
     /// (deleting a snapshot that is being read makes its readers fail with `EIO`).
-    pub async fn snapshot_view(&self, name: &str) -> FsResult<NineFs<&D>> {
+    pub async fn snapshot_view(&self, name: &str) -> FsResult<Arc<NineFs<D>>> {
         let items = self.run(read_items).await?;
-        let Some((_, item)) = items.into_iter().find(|(_, i)| i.name == name.as_bytes()) else {
-            return Err(Errno::ENOENT);
-        };
+        let (id, item) = items
+            .into_iter()
+            .find(|(_, i)| i.name == name.as_bytes())
+            .ok_or(Errno::ENOENT)?;
+        Ok(self.view_of(id, &item))
+    }
+
+    /// The view of snapshot `id` (opened once, then shared).
+    pub(super) fn view_of(&self, id: u64, item: &SnapshotItem) -> Arc<NineFs<D>> {
+        if let Some(v) = self.views.lock().get(&id) {
+            return v.clone();
+        }
         let sb: Superblock = {
             let c = self.core.lock();
             let mut sb = c.sb.clone();
@@ -327,7 +338,6 @@ impl<D: BlockDevice> NineFs<D> {
             sb.free_blocks = c.space.free_after_checkpoint();
             sb
         };
-        let dev = Dev::new(self.dev.inner()).map_err(|_| Errno::EIO)?;
         let layout = sb.layout;
         let log = LogState::new(
             layout.log_start,
@@ -336,8 +346,10 @@ impl<D: BlockDevice> NineFs<D> {
             sb.log_tail,
         );
         let max_links = self.core.lock().max_links;
-        Ok(NineFs {
-            dev,
+        let view = Arc::new(NineFs {
+            dev: self.dev.clone(),
+            is_view: true,
+            views: Mutex::new(alloc::collections::BTreeMap::new()),
             core: Mutex::new(Core::new(sb, true, max_links)),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
@@ -350,6 +362,8 @@ impl<D: BlockDevice> NineFs<D> {
             policy: alloc::boxed::Box::new(super::PressurePolicy),
             discard: Mutex::new(None),
             freed_since: Mutex::new(None),
-        })
+        });
+        self.views.lock().insert(id, view.clone());
+        view
     }
 }
