@@ -17,6 +17,7 @@
 //! | `discard=SECS\|off` | give freed blocks back to the disk (NVMe Deallocate, virtio-blk DISCARD) once their release is durable, committing it at most SECS after a deletion | `20` |
 //! | `scrub_rate=MIB` | most MiB per second a scrub pass reads (1..=4096), so clients keep their latency | `16` |
 //! | `scrub_interval=SECS\|off` | start a scrub pass every SECS seconds (60..=31536000) | `off` (passes start through `ctl`) |
+//! | `snapshots=N` | most snapshots the filesystem may hold (1..=1024); creating more fails with `ENOSPC` | `64` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
 //! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
@@ -318,6 +319,8 @@ pub struct Config {
     /// Seconds between scrub passes started by the appliance; `None`: only `ctl` starts
     /// them (`scrub_interval=`).
     pub scrub_interval_secs: Option<u32>,
+    /// Most snapshots the filesystem may hold (`snapshots=`).
+    pub max_snapshots: usize,
 }
 
 /// Default of [`Config::discard_secs`].
@@ -353,6 +356,7 @@ impl Default for Config {
             discard_secs: Some(DEFAULT_DISCARD_SECS),
             scrub_rate_mib: ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB,
             scrub_interval_secs: None,
+            max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
         }
     }
 }
@@ -521,6 +525,13 @@ impl Config {
                             .ok_or(Some("expected off or 60-31536000 seconds"))?,
                     ),
                 }
+            }
+            "snapshots" => {
+                self.max_snapshots = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .ok_or(Some("expected 1-1024"))?
             }
             "fault_seed" => {
                 self.fault_seed = need(value)?
@@ -703,6 +714,9 @@ impl fmt::Display for Config {
             Some(s) => write!(f, " discard={s}")?,
             None => f.write_str(" discard=off")?,
         }
+        if self.max_snapshots != ninefs::volume::snapshot::MAX_SNAPSHOTS {
+            write!(f, " snapshots={}", self.max_snapshots)?;
+        }
         if self.fault_seed != DEFAULT_FAULT_SEED {
             write!(f, " fault_seed={}", self.fault_seed)?;
         }
@@ -767,6 +781,11 @@ mod tests {
         let (c, bad) = parse("scrub_rate=0 scrub_interval=5");
         assert_eq!(bad.len(), 2, "{bad:?}");
         assert_eq!(c.scrub_interval_secs, None);
+        let (c, _) = parse("snapshots=3");
+        assert_eq!(c.max_snapshots, 3);
+        assert!(c.to_string().ends_with(" snapshots=3"));
+        let (c, ignored) = parse("snapshots=0");
+        assert_eq!((c.max_snapshots, ignored.len()), (64, 1));
         let (c, _) = parse("discard=5");
         assert_eq!(c.discard_secs, Some(5));
         let (c, ignored) = parse("fault=flush-after:x fault=tear:1");

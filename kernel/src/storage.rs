@@ -75,7 +75,9 @@ mod mount_impl {
     use ninefs::format::superblock::MAGIC;
     use ninefs::format::BLOCK_SIZE;
     use ninefs::io::Dev;
-    use ninefs::volume::{format as mkfs, FormatError, FormatOptions, MountError, NineFs};
+    use ninefs::volume::{
+        format as mkfs, FormatError, FormatOptions, MountError, MountOptions, NineFs,
+    };
     use vfs::FileSystem;
 
     use super::{mount_options, LABEL};
@@ -285,7 +287,7 @@ mod mount_impl {
         info!("fs: {name}: {} MiB RAM disk", bytes >> 20);
         format_disk(disk, &name).await?;
         // Discarding a RAM disk's blocks would only zero memory.
-        mount_formatted(disk, name, heap_bytes, None).await
+        mount_formatted(disk, name, mount_options(heap_bytes, None)).await
     }
 
     /// Opens the disk, formats it if `config.mkfs` says so, and mounts it.
@@ -317,15 +319,18 @@ mod mount_impl {
             (Mkfs::Off, false) => {}
         }
         let discard = config.discard_secs.map(|s| Duration::from_secs(s.into()));
-        mount_formatted(disk, name, heap_bytes, discard).await
+        let opts = MountOptions {
+            max_snapshots: config.max_snapshots,
+            ..mount_options(heap_bytes, discard)
+        };
+        mount_formatted(disk, name, opts).await
     }
 
     /// Mounts the filesystem on `disk` and logs what it found.
     async fn mount_formatted<D: BlockDevice>(
         disk: &'static CountingDisk<D>,
         name: String,
-        heap_bytes: u64,
-        discard: Option<Duration>,
+        opts: MountOptions,
     ) -> Result<Mounted<D>, StorageError> {
         let dev =
             Dev::new(disk).map_err(|e| StorageError::Mount(name.clone(), MountError::Device(e)))?;
@@ -338,7 +343,6 @@ mod mount_impl {
             warn!("fs: {name}: one superblock copy is invalid (a torn last write, or damage): {copies:?}");
         }
         let clean = sb.state & ninefs::format::superblock::state::CLEAN != 0;
-        let opts = mount_options(heap_bytes, discard);
         let cache_limit = opts.cache_limit;
         let started = crate::clock::now();
         let fs = NineFs::mount(disk, opts, Box::new(WallClock::new()))

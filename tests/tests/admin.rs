@@ -1,7 +1,8 @@
 //! The administration export on the appliance: `admin_allow=` opens aname `ctl` to the
 //! host (10.0.2.2 through QEMU user networking), which starts a scrub through the `ctl`
 //! file and reads `status` until the background pass completes; a list that leaves the
-//! host out refuses it. The appliance serves the in-memory filesystem in 128 MiB.
+//! host out refuses it; a snapshot taken through `ctl` keeps the old contents while the
+//! client writes on. The appliance serves the in-memory filesystem in 128 MiB.
 //!
 //! Host ports: 9P on 16550-16551.
 
@@ -82,6 +83,41 @@ fn ctl_starts_a_scrub_that_completes_in_the_background() {
         .unwrap();
     assert!(data >= 4 * 200_000 / 4096, "{report}");
     vm.wait_for_line("scrub: complete");
+
+    // A snapshot through the control file; the client keeps writing; the snapshot keeps
+    // the old contents, read-only, at /.snapshots/NAME.
+    c.walk(0, 8, "ctl").unwrap();
+    c.lopen(8, open_flags::WRONLY).unwrap();
+    c.write(8, 0, b"snapshot create nightly\n").unwrap();
+    c.clunk(8).unwrap();
+    assert!(read(&mut c, "ctl").starts_with("created snapshot"));
+    c.walk(1, 2, "f0").unwrap();
+    c.lopen(2, open_flags::RDWR).unwrap();
+    c.write(2, 0, &[0xee; 4096]).unwrap();
+    c.fsync(2, false).unwrap();
+    assert_eq!(c.read(2, 0, 4).unwrap(), [0xee; 4], "the live file changed");
+    c.clunk(2).unwrap();
+    c.walk(1, 3, ".snapshots/nightly/f0").unwrap();
+    c.lopen(3, open_flags::RDONLY).unwrap();
+    assert_eq!(
+        c.read(3, 0, 4).unwrap(),
+        [1; 4],
+        "the snapshot kept the old contents"
+    );
+    c.clunk(3).unwrap();
+    c.walk(1, 3, ".snapshots/nightly").unwrap();
+    assert_eq!(
+        c.lcreate(3, "new", open_flags::RDWR, 0o644),
+        Err(Errno::EROFS),
+        "snapshots are read-only"
+    );
+    c.clunk(3).unwrap();
+    c.walk(0, 8, "ctl").unwrap();
+    c.lopen(8, open_flags::WRONLY).unwrap();
+    c.write(8, 0, b"snapshot list\n").unwrap();
+    c.clunk(8).unwrap();
+    let list = read(&mut c, "ctl");
+    assert!(list.starts_with("1 snapshot(s)\n1 nightly "), "{list}");
 }
 
 #[test]

@@ -19,7 +19,8 @@ pub struct CtlArgs {
     /// The image file.
     pub image: PathBuf,
     /// The command, as written to the appliance's `ctl` file: `sync`, `scrub start` (or
-    /// `scrub`: on the host the pass runs to its end), `grow`.
+    /// `scrub`: on the host the pass runs to its end), `grow`, `snapshot create NAME`,
+    /// `snapshot delete NAME`, `snapshot list`.
     #[arg(required = true, num_args = 1..)]
     pub command: Vec<String>,
 }

@@ -1,9 +1,10 @@
-//! `ninefold dump`: print the superblock, a tree's nodes and items, or one inode's items.
+//! `ninefold dump`: print the superblock and the snapshots, a tree's nodes and items, or
+//! one inode's items.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use fsck::inspect::{describe_item, Image};
+use fsck::inspect::{describe_item, describe_snapshot, Image};
 use ninefs::format::superblock::NodePtr;
 use ninefs::format::{Key, TreeId};
 
@@ -27,6 +28,9 @@ pub fn run(args: DumpArgs) -> Result<(), String> {
     let disk = image::open(&args.image, false)?;
     let img = pollster::block_on(Image::open(&disk)).map_err(|e| e.to_string())?;
     print_superblock(&img);
+    for (id, snap) in pollster::block_on(img.snapshots())? {
+        println!("  {}", describe_snapshot(id, &snap));
+    }
     if let Some(name) = &args.tree {
         let tree = TreeId::ALL
             .into_iter()

@@ -56,7 +56,7 @@ pub fn run(args: FsckArgs) -> ExitCode {
     }
     let s = report.stats;
     println!(
-        "{}: {} inodes ({} directories), {} data extents ({} blocks), {} nodes, {} items, {} blocks free: {}",
+        "{}: {} inodes ({} directories), {} data extents ({} blocks), {} nodes, {} items, {} snapshots ({} blocks only they hold), {} blocks free: {}",
         args.image.display(),
         s.inodes,
         s.dirs,
@@ -64,6 +64,8 @@ pub fn run(args: FsckArgs) -> ExitCode {
         s.data_blocks,
         s.nodes,
         s.items,
+        s.snapshots,
+        s.snapshot_blocks,
         s.free_blocks,
         if report.is_clean() { "clean" } else { "ERRORS" }
     );

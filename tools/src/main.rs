@@ -4,14 +4,15 @@
 //! dispatches.
 #![forbid(unsafe_code)]
 
-mod ctl;
 mod crash_trace;
+mod ctl;
 mod dump;
 mod fsck;
 mod image;
 mod mkfs;
 mod replay_trace;
 mod serve;
+mod snapshot;
 
 use std::process::ExitCode;
 
@@ -45,6 +46,8 @@ enum Command {
     CrashTrace(crash_trace::CrashTraceArgs),
     /// Write the disk a recorded block trace leaves at a power cut (or at any entry).
     ReplayTrace(replay_trace::ReplayTraceArgs),
+    /// Create, list or delete snapshots of an image.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// Prints an error from subcommand `name` and fails.
@@ -73,5 +76,6 @@ fn main() -> ExitCode {
         Command::Serve(args) => report("serve", serve::run(args)),
         Command::CrashTrace(args) => crash_trace::run(args),
         Command::ReplayTrace(args) => report("replay-trace", replay_trace::run(args)),
+        Command::Snapshot(args) => report("snapshot", snapshot::run(args)),
     }
 }

@@ -106,6 +106,9 @@ pub struct ServeArgs {
     /// Memory for the filesystem's btree node cache, in MiB.
     #[arg(long, default_value_t = 64)]
     cache_mib: usize,
+    /// Most snapshots the filesystem may hold (creating more fails with ENOSPC).
+    #[arg(long, default_value_t = ninefs::volume::snapshot::MAX_SNAPSHOTS)]
+    max_snapshots: usize,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log_level: log::LevelFilter,
@@ -134,7 +137,7 @@ fn monotonic_ns() -> u64 {
 
 /// Wall-clock time for the filesystem.
 #[derive(Debug)]
-pub(crate) struct SystemClock;
+pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timespec {
@@ -232,6 +235,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let opts = MountOptions {
         read_only: args.read_only,
         cache_limit: args.cache_mib << 20,
+        max_snapshots: args.max_snapshots,
         ..MountOptions::default()
     };
     let fs = runtime

@@ -153,6 +153,14 @@ fn mkfs_grows_an_existing_image_and_ctl_and_scrub_run_on_it() {
     assert_eq!(code, Some(0), "{text}");
     assert!(text.starts_with("not grown"), "{text}");
     let (code, text) = run(&["ctl", path, "snapshot", "create", "x"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("created snapshot 1 \"x\""), "{text}");
+    let (code, text) = run(&["ctl", path, "snapshot", "list"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.starts_with("1 snapshot(s)\n1 x checkpoint"), "{text}");
+    let (code, text) = run(&["ctl", path, "snapshot", "delete", "x"]);
+    assert_eq!((code, text.trim()), (Some(0), "deleted snapshot \"x\""));
+    let (code, text) = run(&["ctl", path, "snapshot", "rename", "x"]);
     assert_ne!(code, Some(0));
     assert!(text.contains("unknown command"), "{text}");
     assert_eq!(run(&["scrub", path]).0, Some(0));
@@ -172,4 +180,43 @@ fn mkfs_grows_an_existing_image_and_ctl_and_scrub_run_on_it() {
         "{text}"
     );
     std::fs::remove_file(&img).unwrap();
+}
+
+#[test]
+fn snapshot_create_list_delete_on_an_image() {
+    let img = temp("snap.img");
+    let path = img.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = ninefold().args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(run(&["mkfs", path, "--size", "64M"]).0);
+    let (ok, out, err) = run(&["snapshot", "create", path, "nightly"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("created snapshot 1 \"nightly\""), "{out}");
+    let (ok, _, err) = run(&["snapshot", "create", path, "nightly"]);
+    assert!(!ok && err.contains("EEXIST"), "{err}");
+    let (ok, _, err) = run(&["snapshot", "create", path, "no/slash"]);
+    assert!(!ok && err.contains("EINVAL"), "{err}");
+    assert!(run(&["snapshot", "create", path, "weekly"]).0);
+    let (ok, out, _) = run(&["snapshot", "list", path]);
+    assert!(ok);
+    let names: Vec<&str> = out.lines().map(|l| l.split('\t').nth(1).unwrap()).collect();
+    assert_eq!(names, ["nightly", "weekly"]);
+    let (_, dump, _) = run(&["dump", path]);
+    assert!(dump.contains("snapshot 2 \"weekly\""), "{dump}");
+    let (ok, out, _) = run(&["fsck", path]);
+    assert!(ok && out.contains("2 snapshots"), "{out}");
+    assert!(run(&["snapshot", "delete", path, "nightly"]).0);
+    let (ok, _, err) = run(&["snapshot", "delete", path, "nightly"]);
+    assert!(!ok && err.contains("ENOENT"), "{err}");
+    let (_, out, _) = run(&["snapshot", "list", path]);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let (ok, out, _) = run(&["fsck", path]);
+    assert!(ok && out.contains("1 snapshots"), "{out}");
+    let _ = std::fs::remove_file(&img);
 }

@@ -3,6 +3,8 @@
 
 use alloc::vec::Vec;
 
+use crate::format::superblock::{NodePtr, Root};
+use crate::format::TreeId;
 use crate::util::bytes::{Reader, Writer};
 use vfs::{FileType, Timespec};
 
@@ -409,6 +411,67 @@ pub fn decode_xattrs(b: &[u8]) -> Option<Vec<XattrRec>> {
     (!out.is_empty()).then_some(out)
 }
 
+/// Longest snapshot name, in bytes.
+pub const MAX_SNAPSHOT_NAME: usize = 64;
+
+/// Trees a snapshot keeps a root of: everything a checkpoint commits (the log "tree" is
+/// not a tree).
+pub const SNAPSHOT_TREES: [TreeId; 3] = [TreeId::Fs, TreeId::Extent, TreeId::Csum];
+
+/// `(0, SNAPSHOT, id)` in the fs tree: a snapshot — the roots of checkpoint `seq`, kept
+/// read-only under `name`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotItem {
+    /// The name (1..=[`MAX_SNAPSHOT_NAME`] bytes, see `volume::snapshot::valid_name`).
+    pub name: Vec<u8>,
+    /// When it was taken.
+    pub created: Timespec,
+    /// The checkpoint whose state it keeps.
+    pub seq: u64,
+    /// Inodes then, and the next inode number (for `statfs` and tools).
+    pub inode_count: u64,
+    /// Roots of [`SNAPSHOT_TREES`], in that order.
+    pub roots: [Root; 3],
+}
+
+impl SnapshotItem {
+    /// Encodes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(128 + self.name.len());
+        put_time(&mut w, self.created);
+        w.u64(self.seq).u64(self.inode_count);
+        for r in &self.roots {
+            w.bytes(&r.ptr.to_bytes()).u8(r.level);
+        }
+        w.u16(self.name.len() as u16).bytes(&self.name);
+        w.finish()
+    }
+
+    /// Decodes.
+    pub fn decode(b: &[u8]) -> Option<SnapshotItem> {
+        let mut r = Reader::new(b);
+        let created = get_time(&mut r)?;
+        let seq = r.u64()?;
+        let inode_count = r.u64()?;
+        let mut roots = [Root::default(); 3];
+        for root in &mut roots {
+            root.ptr = NodePtr::from_bytes(r.bytes(NodePtr::ENCODED_LEN)?)?;
+            root.level = r.u8()?;
+        }
+        let len = r.u16()? as usize;
+        let name = r.bytes(len)?.to_vec();
+        (r.remaining() == 0 && !name.is_empty() && len <= MAX_SNAPSHOT_NAME).then_some(
+            SnapshotItem {
+                name,
+                created,
+                seq,
+                inode_count,
+                roots,
+            },
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,5 +565,50 @@ mod tests {
             ExtentItem::decode(&ExtentItem { refs: 0, owner: 1 }.encode()),
             None
         );
+    }
+
+    #[test]
+    fn snapshot_item_round_trips_and_rejects_garbage() {
+        let item = SnapshotItem {
+            name: b"nightly".to_vec(),
+            created: Timespec {
+                sec: 1_700_000_000,
+                nsec: 5,
+            },
+            seq: 42,
+            inode_count: 7,
+            roots: [
+                Root {
+                    ptr: NodePtr {
+                        addr: 100,
+                        nonce: 1,
+                        blocks: 2,
+                    },
+                    level: 1,
+                },
+                Root {
+                    ptr: NodePtr {
+                        addr: 200,
+                        nonce: 2,
+                        blocks: 1,
+                    },
+                    level: 0,
+                },
+                Root {
+                    ptr: NodePtr {
+                        addr: 300,
+                        nonce: 3,
+                        blocks: 3,
+                    },
+                    level: 0,
+                },
+            ],
+        };
+        let b = item.encode();
+        assert_eq!(SnapshotItem::decode(&b), Some(item));
+        assert_eq!(SnapshotItem::decode(&b[..b.len() - 1]), None);
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(SnapshotItem::decode(&long), None);
     }
 }

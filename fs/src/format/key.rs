@@ -94,6 +94,9 @@ pub mod kind {
     pub const XATTR_CHUNK: u8 = 25;
     /// Orphan `(0, ORPHAN, ino)`: an inode with no links still to be freed.
     pub const ORPHAN: u8 = 48;
+    /// Snapshot `(0, SNAPSHOT, id)`: a read-only point-in-time root set
+    /// ([`SnapshotItem`](crate::format::items::SnapshotItem)).
+    pub const SNAPSHOT: u8 = 56;
     /// Directory entries by name hash `(dir, DIR_ENTRY, hash(name))`.
     pub const DIR_ENTRY: u8 = 84;
     /// Directory entries by index `(dir, DIR_INDEX, index)`: readdir order.
@@ -115,6 +118,7 @@ pub mod kind {
             XATTR => "XATTR",
             XATTR_CHUNK => "XATTR_CHUNK",
             ORPHAN => "ORPHAN",
+            SNAPSHOT => "SNAPSHOT",
             DIR_ENTRY => "DIR_ENTRY",
             DIR_INDEX => "DIR_INDEX",
             SYMLINK => "SYMLINK",

@@ -56,8 +56,11 @@ pub mod features {
     /// The filesystem grew past the groups its bitmap region holds: later groups keep
     /// their bitmap slots in their own first two blocks (`Layout::bitmap_block`).
     pub const INCOMPAT_GROWN: u64 = 2;
+    /// Snapshots exist: blocks they hold must not be freed by the live filesystem, which
+    /// code that does not know snapshots would do (set while any snapshot exists).
+    pub const INCOMPAT_SNAPSHOTS: u64 = 4;
     /// Incompatible features this code knows.
-    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG | INCOMPAT_GROWN;
+    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG | INCOMPAT_GROWN | INCOMPAT_SNAPSHOTS;
 }
 
 /// Why an on-disk structure failed to decode.

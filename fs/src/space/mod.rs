@@ -66,6 +66,36 @@ pub struct AllocStats {
     pub group_loads: u64,
 }
 
+/// A piece of a range, and whether a set contains it.
+#[derive(Debug)]
+pub struct Part {
+    /// The blocks.
+    pub range: Range<u64>,
+    /// Whether the set contains them.
+    pub held: bool,
+}
+
+/// Splits `r` into maximal pieces inside and outside `set`.
+pub fn split_by(set: &RangeSet, r: Range<u64>) -> Vec<Part> {
+    let mut out = Vec::new();
+    let mut s = r.start;
+    while s < r.end {
+        let inside = set.contains(s);
+        let e = if inside {
+            set.next_gap(s)
+        } else {
+            set.next_start_after(s).unwrap_or(u64::MAX)
+        }
+        .min(r.end);
+        out.push(Part {
+            range: s..e,
+            held: inside,
+        });
+        s = e;
+    }
+    out
+}
+
 /// The allocator. See the module documentation.
 pub struct Allocator {
     layout: Layout,
@@ -77,6 +107,11 @@ pub struct Allocator {
     reserved: RangeSet,
     pending_free: RangeSet,
     pinned: RangeSet,
+    /// Blocks some snapshot references: the live filesystem never frees them.
+    held: RangeSet,
+    /// Blocks of `held` that the live filesystem no longer references (freed while held,
+    /// since this mount).
+    held_dead: RangeSet,
     cursor: u64,
     node_pool: Vec<u64>,
     tick: u64,
@@ -108,6 +143,8 @@ impl Allocator {
             reserved: RangeSet::new(),
             pending_free: RangeSet::new(),
             pinned: RangeSet::new(),
+            held: RangeSet::new(),
+            held_dead: RangeSet::new(),
             cursor: layout.data_start(),
             node_pool: Vec::new(),
             tick: 0,
@@ -374,10 +411,67 @@ impl Allocator {
         self.set_bits(r, false);
     }
 
-    /// Frees `r` at the next checkpoint (it stays allocated until then).
+    /// Frees `r` at the next checkpoint (it stays allocated until then). Blocks a
+    /// snapshot holds stay allocated: they are only noted as dead in the live filesystem.
     pub fn free(&mut self, r: Range<u64>) {
-        let ok = self.pending_free.insert(r);
-        debug_assert!(ok, "double free");
+        for part in split_by(&self.held, r) {
+            let ok = if part.held {
+                self.held_dead.insert(part.range)
+            } else {
+                self.pending_free.insert(part.range)
+            };
+            debug_assert!(ok, "double free");
+        }
+    }
+
+    /// Adds `blocks` to the blocks snapshots hold. Blocks already waiting to be freed
+    /// stay allocated instead (they belong to the snapshot now).
+    pub fn hold(&mut self, blocks: &RangeSet) {
+        for r in blocks.iter() {
+            for part in split_by(&self.pending_free, r.clone()) {
+                if part.held {
+                    self.pending_free.remove(part.range.clone());
+                    self.held_dead.insert(part.range);
+                }
+            }
+            for part in split_by(&self.held, r) {
+                if !part.held {
+                    self.held.insert(part.range);
+                }
+            }
+        }
+    }
+
+    /// Replaces the held set by `still_held` (what the remaining snapshots reference)
+    /// and frees `released` (blocks a deleted snapshot alone held that the live
+    /// filesystem does not reference) at the next checkpoint.
+    pub fn release(&mut self, still_held: RangeSet, released: &RangeSet) {
+        self.held = still_held;
+        for r in released.iter() {
+            self.held_dead.remove(r.clone());
+            let ok = self.pending_free.insert(r);
+            debug_assert!(ok, "released blocks already pending");
+        }
+        let dead: Vec<Range<u64>> = self.held_dead.iter().collect();
+        for r in dead {
+            for part in split_by(&self.held, r) {
+                if !part.held {
+                    self.held_dead.remove(part.range.clone());
+                    let ok = self.pending_free.insert(part.range);
+                    debug_assert!(ok, "dead blocks already pending");
+                }
+            }
+        }
+    }
+
+    /// Blocks snapshots hold.
+    pub fn held(&self) -> &RangeSet {
+        &self.held
+    }
+
+    /// Blocks snapshots hold that the live filesystem freed since this mount.
+    pub fn held_dead(&self) -> &RangeSet {
+        &self.held_dead
     }
 
     /// Groups that must be cached before [`Allocator::prepare`] can run, given extra

@@ -41,11 +41,13 @@ pub enum CheckpointCause {
     Discard,
     /// The filesystem grew to a larger device.
     Grow,
+    /// A snapshot is taken or deleted: it starts from, and is committed by, a checkpoint.
+    Snapshot,
 }
 
 impl CheckpointCause {
     /// All causes, in counter order.
-    pub const ALL: [CheckpointCause; 10] = [
+    pub const ALL: [CheckpointCause; 11] = [
         CheckpointCause::Sync,
         CheckpointCause::Fsync,
         CheckpointCause::Unmount,
@@ -56,6 +58,7 @@ impl CheckpointCause {
         CheckpointCause::Replay,
         CheckpointCause::Discard,
         CheckpointCause::Grow,
+        CheckpointCause::Snapshot,
     ];
 
     /// The cause counted for leaf writes of such a checkpoint.
@@ -80,6 +83,7 @@ impl CheckpointCause {
             CheckpointCause::Replay => "replay",
             CheckpointCause::Discard => "discard",
             CheckpointCause::Grow => "grow",
+            CheckpointCause::Snapshot => "snapshot",
         }
     }
 

@@ -25,6 +25,12 @@ pub enum Command {
     ScrubStop,
     /// Grow the filesystem to the device's size.
     Grow,
+    /// Take a read-only snapshot of the whole filesystem under this name.
+    SnapshotCreate(String),
+    /// Delete the named snapshot.
+    SnapshotDelete(String),
+    /// List the snapshots.
+    SnapshotList,
 }
 
 /// One entry of the command table.
@@ -65,6 +71,24 @@ pub const COMMANDS: &[CommandSpec] = &[
         args: 0,
         help: "grow the filesystem to the device's size",
         build: |_| Command::Grow,
+    },
+    CommandSpec {
+        words: &["snapshot", "create"],
+        args: 1,
+        help: "take a read-only snapshot NAME (reachable at /.snapshots/NAME)",
+        build: |a| Command::SnapshotCreate(a[0].to_string()),
+    },
+    CommandSpec {
+        words: &["snapshot", "delete"],
+        args: 1,
+        help: "delete snapshot NAME, freeing what only it holds",
+        build: |a| Command::SnapshotDelete(a[0].to_string()),
+    },
+    CommandSpec {
+        words: &["snapshot", "list"],
+        args: 0,
+        help: "list the snapshots: id, name, checkpoint, creation time",
+        build: |_| Command::SnapshotList,
     },
 ];
 
@@ -145,6 +169,29 @@ impl<D: BlockDevice> NineFs<D> {
                     self.dev.blocks()
                 )),
             },
+            Command::SnapshotCreate(name) => {
+                let s = self.snapshot_create(name).await.map_err(failed)?;
+                Ok(format!(
+                    "created snapshot {} {:?} at checkpoint {}",
+                    s.id, s.name, s.seq
+                ))
+            }
+            Command::SnapshotDelete(name) => {
+                self.snapshot_delete(name).await.map_err(failed)?;
+                Ok(format!("deleted snapshot {name:?}"))
+            }
+            Command::SnapshotList => {
+                let list = self.snapshots().await.map_err(failed)?;
+                let mut out = format!("{} snapshot(s)", list.len());
+                for s in list {
+                    let _ = write!(
+                        out,
+                        "\n{} {} checkpoint {} created {}",
+                        s.id, s.name, s.seq, s.created.sec
+                    );
+                }
+                Ok(out)
+            }
         }
     }
 
@@ -173,6 +220,7 @@ impl<D: BlockDevice> NineFs<D> {
         let _ = writeln!(s, "log_used_bytes {} of {}", log_used * b, log_size * b);
         let _ = writeln!(s, "checkpoint {}", sb.checkpoint_seq);
         let _ = writeln!(s, "grows {}", stats.grows);
+        let _ = writeln!(s, "snapshots {}", stats.snapshots);
         let _ = writeln!(s, "corruptions {}", stats.corruptions);
         match self.scrub_report() {
             None => {
@@ -229,12 +277,25 @@ mod tests {
         assert_eq!(Command::parse("  scrub   start "), Ok(Command::ScrubStart));
         assert_eq!(Command::parse("scrub stop"), Ok(Command::ScrubStop));
         assert_eq!(Command::parse("grow"), Ok(Command::Grow));
+        assert_eq!(
+            Command::parse("snapshot create nightly\n"),
+            Ok(Command::SnapshotCreate("nightly".into()))
+        );
+        assert_eq!(
+            Command::parse("snapshot delete nightly"),
+            Ok(Command::SnapshotDelete("nightly".into()))
+        );
+        assert_eq!(Command::parse("snapshot list"), Ok(Command::SnapshotList));
+        assert_eq!(
+            Command::parse("snapshot create"),
+            Err(CommandError::Arguments(&["snapshot", "create"], 1))
+        );
     }
 
     #[test]
     fn bad_lines_say_why() {
         assert_eq!(Command::parse(" \n"), Err(CommandError::Empty));
-        let e = Command::parse("snapshot create x").unwrap_err();
+        let e = Command::parse("snapshot rename x").unwrap_err();
         assert!(matches!(e, CommandError::Unknown(_)));
         assert!(e.to_string().contains("scrub start"), "{e}");
         assert_eq!(

@@ -20,6 +20,7 @@ use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Superblock};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::space::{AllocNeed, Allocator};
+use crate::util::ranges::RangeSet;
 use vfs::{Attr, Errno, FileType, Ino};
 
 use super::stats::FsStats;
@@ -238,6 +239,8 @@ pub struct Core {
     pub max_links: u32,
     /// Counters.
     pub stats: FsStats,
+    /// The blocks each snapshot references, by snapshot id.
+    pub snapshots: BTreeMap<u64, RangeSet>,
 }
 
 impl core::fmt::Debug for Core {
@@ -276,6 +279,7 @@ impl Core {
             read_only,
             max_links,
             stats: FsStats::default(),
+            snapshots: BTreeMap::new(),
             sb,
         }
     }

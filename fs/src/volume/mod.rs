@@ -38,6 +38,8 @@ mod inode;
 mod mkfs;
 mod ops;
 pub mod scrub;
+pub mod snapdir;
+pub mod snapshot;
 pub mod stats;
 pub mod synclog;
 mod xattr;
@@ -72,6 +74,9 @@ pub struct MountOptions {
     pub max_groups: usize,
     /// Mount read-only: nothing is ever written.
     pub read_only: bool,
+    /// Most snapshots that may exist (default [`snapshot::MAX_SNAPSHOTS`]); creating
+    /// one more fails with `ENOSPC` (counted in [`FsStats::snapshot_limit_hits`]).
+    pub max_snapshots: usize,
     /// Most links an inode may have (default [`MAX_LINKS`]); `link`, `mkdir` and a
     /// directory `rename` past it fail with `EMLINK` (counted in
     /// [`FsStats::link_limit_hits`]).
@@ -99,6 +104,7 @@ impl Default for MountOptions {
             max_groups: 256,
             read_only: false,
             max_links: MAX_LINKS,
+            max_snapshots: snapshot::MAX_SNAPSHOTS,
             policy: Box::new(PressurePolicy),
             discard: Some(DEFAULT_DISCARD_DELAY),
         }
@@ -196,11 +202,19 @@ pub fn choose_group(
 
 /// A mounted filesystem on a block device.
 pub struct NineFs<D: BlockDevice> {
-    dev: Dev<D>,
+    /// Shared with the snapshot views.
+    dev: Arc<Dev<D>>,
+    /// This is a snapshot's view: it has no `.snapshots` of its own (those of the
+    /// snapshot's time may be gone).
+    is_view: bool,
+    /// Snapshot views opened so far, by snapshot id (see [`snapdir`]).
+    views: Mutex<alloc::collections::BTreeMap<u64, Arc<NineFs<D>>>>,
     core: Mutex<Core>,
     /// The fsync log's ring and batches (taken after `core` when both are needed).
     log: Mutex<LogState>,
     checkpoint_lock: async_lock::Mutex<()>,
+    /// [`MountOptions::max_snapshots`].
+    max_snapshots: usize,
     /// Held by the log committer across one commit's I/O.
     commit_lock: async_lock::Mutex<()>,
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
@@ -268,10 +282,13 @@ impl<D: BlockDevice> NineFs<D> {
             sb.log_tail,
         );
         let fs = NineFs {
-            dev,
+            dev: Arc::new(dev),
+            is_view: false,
+            views: Mutex::new(alloc::collections::BTreeMap::new()),
             core: Mutex::new(Core::new(sb, read_only, opts.max_links)),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
+            max_snapshots: opts.max_snapshots,
             commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(HashMap::new()),
             clock,
@@ -282,6 +299,8 @@ impl<D: BlockDevice> NineFs<D> {
             freed_since: Mutex::new(None),
             scrub: Mutex::new(scrub::ScrubState::default()),
         };
+        // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
+        fs.load_snapshots().await.map_err(MountError::Errno)?;
         // A cleanly unmounted image has an empty log (its tail is the head).
         let replayed = if clean {
             synclog::replay::ReplaySummary::default()
@@ -353,9 +372,13 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// Unmounts cleanly ([`NineFs::remount_read_only`]) and returns the device.
+    /// `EBUSY` if a snapshot view handed out by [`NineFs::snapshot_view`] is still held.
     pub async fn unmount(self) -> FsResult<D> {
         self.remount_read_only().await?;
-        Ok(self.dev.into_inner())
+        self.views.lock().clear();
+        Arc::try_unwrap(self.dev)
+            .map(Dev::into_inner)
+            .map_err(|_| Errno::EBUSY)
     }
 
     /// Does what a clean unmount does on disk, but keeps the filesystem mounted,
@@ -394,6 +417,8 @@ impl<D: BlockDevice> NineFs<D> {
             let c = self.core.lock();
             let mut s = c.stats;
             s.group_loads = c.space.stats.group_loads;
+            s.snapshots = c.snapshots.len() as u64;
+            s.snapshot_held_blocks = c.space.held_dead().len();
             s
         };
         s.log = self.log.lock().stats;
@@ -639,6 +664,11 @@ impl<D: BlockDevice> NineFs<D> {
     /// Runs a checkpoint now (if anything changed, or to mark an unmount clean).
     pub async fn checkpoint(&self, cause: CheckpointCause) -> FsResult<()> {
         let _guard = self.checkpoint_lock.lock().await;
+        self.checkpoint_locked(cause).await
+    }
+
+    /// [`NineFs::checkpoint`] with the checkpoint lock already held.
+    async fn checkpoint_locked(&self, cause: CheckpointCause) -> FsResult<()> {
         if self.core.lock().read_only {
             return Ok(());
         }

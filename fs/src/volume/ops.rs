@@ -2,15 +2,17 @@
 //! (see [`super::core`]) and its I/O outside any lock, then lets the write policy
 //! checkpoint if memory or space is short.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::checkpoint::CheckpointCause;
 use super::dir::check_name;
 use super::inode::{check_target, mknod_kind, NewInode};
+use super::snapdir::{is_reserved, is_snapshot_ino, Place};
 use super::xattr::check_xattr_name;
 use super::NineFs;
 use block::BlockDevice;
-use vfs::{Attr, DirEntry, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
+use vfs::{Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
 
 impl<D: BlockDevice> NineFs<D> {
     async fn make(
@@ -21,12 +23,27 @@ impl<D: BlockDevice> NineFs<D> {
         perm: u32,
         owner: Owner,
     ) -> FsResult<Attr> {
+        refuse_names(&[(dir, name)], Errno::EEXIST)?;
         let now = self.now();
         let attr = self
             .run(|c| c.op_make(dir, name, &what, perm, owner, now))
             .await?;
         self.maintain().await?;
         Ok(attr)
+    }
+
+    /// The view and inode number of `ino` if it is in a snapshot; `None` for the live
+    /// filesystem; `on_dir` for the snapshots directory itself.
+    async fn in_snapshot(
+        &self,
+        ino: Ino,
+        on_dir: Errno,
+    ) -> FsResult<Option<(Arc<NineFs<D>>, Ino)>> {
+        match self.place(ino).await? {
+            Place::Live => Ok(None),
+            Place::Dir => Err(on_dir),
+            Place::Snapshot { view, ino, .. } => Ok(Some((view, ino))),
+        }
     }
 
     /// Frees `ino` if an operation left it without links (and it is not open).
@@ -38,16 +55,40 @@ impl<D: BlockDevice> NineFs<D> {
     }
 }
 
+/// `EROFS` if any of `inos` is under `.snapshots`.
+fn refuse(inos: &[Ino]) -> FsResult<()> {
+    match inos.iter().any(|&i| is_snapshot_ino(i)) {
+        true => Err(Errno::EROFS),
+        false => Ok(()),
+    }
+}
+
+/// `EROFS` if a directory is under `.snapshots`; `reserved` if an entry is `.snapshots`.
+fn refuse_names(entries: &[(Ino, &[u8])], reserved: Errno) -> FsResult<()> {
+    refuse(&entries.iter().map(|e| e.0).collect::<Vec<_>>())?;
+    match entries.iter().any(|&(dir, name)| is_reserved(dir, name)) {
+        true => Err(reserved),
+        false => Ok(()),
+    }
+}
+
 impl<D: BlockDevice> FileSystem for NineFs<D> {
     async fn lookup(&self, dir: Ino, name: &[u8]) -> FsResult<Attr> {
+        if let Some(attr) = self.snap_lookup(dir, name).await? {
+            return Ok(attr);
+        }
         self.run(|c| c.op_lookup(dir, name)).await
     }
 
     async fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        if let Some(attr) = self.snap_getattr(ino).await? {
+            return Ok(attr);
+        }
         self.run(|c| c.op_getattr(ino)).await
     }
 
     async fn setattr(&self, ino: Ino, changes: SetAttr) -> FsResult<Attr> {
+        refuse(&[ino])?;
         self.run(|c| c.setattr_check(ino, &changes).map(|_| ()))
             .await?;
         if changes == SetAttr::default() {
@@ -91,10 +132,15 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        if let Some((view, ino)) = self.in_snapshot(ino, Errno::EINVAL).await? {
+            return view.run(|c| c.op_readlink(ino)).await;
+        }
         self.run(|c| c.op_readlink(ino)).await
     }
 
     async fn link(&self, ino: Ino, new_dir: Ino, new_name: &[u8]) -> FsResult<Attr> {
+        refuse(&[ino])?;
+        refuse_names(&[(new_dir, new_name)], Errno::EEXIST)?;
         let now = self.now();
         let attr = self.run(|c| c.op_link(ino, new_dir, new_name, now)).await?;
         self.maintain().await?;
@@ -102,12 +148,14 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn unlink(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
+        refuse_names(&[(dir, name)], Errno::EROFS)?;
         let now = self.now();
         let orphan = self.run(|c| c.op_remove(dir, name, false, now)).await?;
         self.reap(orphan).await
     }
 
     async fn rmdir(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
+        refuse_names(&[(dir, name)], Errno::EROFS)?;
         let now = self.now();
         let orphan = self.run(|c| c.op_remove(dir, name, true, now)).await?;
         self.reap(orphan).await
@@ -120,6 +168,7 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
         new_dir: Ino,
         new_name: &[u8],
     ) -> FsResult<()> {
+        refuse_names(&[(old_dir, old_name), (new_dir, new_name)], Errno::EROFS)?;
         let now = self.now();
         let orphan = self
             .run(|c| c.op_rename(old_dir, old_name, new_dir, new_name, now))
@@ -128,22 +177,30 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn readdir(&self, dir: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
+        if let Some(entries) = self.snap_readdir(dir, offset, max_entries).await? {
+            return Ok(entries);
+        }
         self.run(|c| c.op_readdir(dir, offset, max_entries)).await
     }
 
     async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        if let Some((view, ino)) = self.in_snapshot(ino, Errno::EISDIR).await? {
+            return view.read_data(ino, offset, buf).await;
+        }
         let n = self.read_data(ino, offset, buf).await?;
         self.maintain().await?;
         Ok(n)
     }
 
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+        refuse(&[ino])?;
         let (_, n) = self.write_data(ino, Some(offset), data).await?;
         self.maintain().await?;
         Ok(n)
     }
 
     async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
+        refuse(&[ino])?;
         let done = self.write_data(ino, None, data).await?;
         self.maintain().await?;
         Ok(done)
@@ -157,16 +214,21 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
         dst_offset: u64,
         len: u64,
     ) -> FsResult<()> {
+        refuse(&[src, dst])?;
         self.clone_data(src, src_offset, dst, dst_offset, len)
             .await?;
         self.maintain().await
     }
 
     async fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        if let Some((view, ino)) = self.in_snapshot(ino, Errno::ENODATA).await? {
+            return view.run(|c| c.op_getxattr(ino, name)).await;
+        }
         self.run(|c| c.op_getxattr(ino, name)).await
     }
 
     async fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], how: XattrMode) -> FsResult<()> {
+        refuse(&[ino])?;
         check_xattr_name(name)?;
         let now = self.now();
         self.run(|c| c.op_setxattr(ino, name, value, how, now))
@@ -175,10 +237,17 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        if is_snapshot_ino(ino) {
+            return match self.in_snapshot(ino, Errno::ENODATA).await {
+                Ok(Some((view, ino))) => view.run(|c| c.op_listxattr(ino)).await,
+                _ => Ok(Vec::new()),
+            };
+        }
         self.run(|c| c.op_listxattr(ino)).await
     }
 
     async fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        refuse(&[ino])?;
         let now = self.now();
         self.run(|c| c.op_removexattr(ino, name, now)).await?;
         self.maintain().await
@@ -189,10 +258,17 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn open(&self, ino: Ino) -> FsResult<()> {
+        if is_snapshot_ino(ino) {
+            // Opening under `.snapshots` only needs the inode to exist.
+            return self.getattr(ino).await.map(|_| ());
+        }
         self.run(|c| c.op_open(ino)).await
     }
 
     async fn release(&self, ino: Ino) -> FsResult<()> {
+        if is_snapshot_ino(ino) {
+            return Ok(());
+        }
         if self.run(|c| c.op_release(ino)).await? {
             self.free_if_unlinked(ino).await?;
             self.maintain().await?;
@@ -201,6 +277,10 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        if is_snapshot_ino(ino) {
+            // Nothing under `.snapshots` ever changes.
+            return Ok(());
+        }
         self.sync_inode(ino, datasync).await?;
         self.maintain().await
     }

@@ -60,6 +60,17 @@ pub struct FsStats {
     pub scrub_errors: u64,
     /// 1 while a scrub pass is running, else 0.
     pub scrub_running: u64,
+    /// Snapshots taken.
+    pub snapshots_created: u64,
+    /// Snapshots deleted.
+    pub snapshots_deleted: u64,
+    /// Snapshot creations refused with `ENOSPC` at the snapshot limit.
+    pub snapshot_limit_hits: u64,
+    /// Snapshots that exist (a gauge).
+    pub snapshots: u64,
+    /// Blocks snapshots hold that the live filesystem no longer references, as far as
+    /// this mount has seen (a gauge: the space snapshots pin).
+    pub snapshot_held_blocks: u64,
     /// The fsync log.
     pub log: LogStats,
 }

@@ -14,7 +14,7 @@ use crate::{Checker, MAX_LISTED};
 use block::BlockDevice;
 use ninefs::format::items::{
     decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, FileExtent, InodeItem,
-    XATTR_CHUNK_LEN,
+    SnapshotItem, XATTR_CHUNK_LEN,
 };
 use ninefs::format::key::kind;
 use ninefs::format::{Key, TreeId, BLOCK_SIZE};
@@ -84,6 +84,13 @@ impl<D: BlockDevice> Checker<D> {
         if k.objectid == 0 {
             if k.kind == kind::ORPHAN {
                 t.orphans.insert(k.offset);
+            } else if k.kind == kind::SNAPSHOT {
+                match SnapshotItem::decode(v) {
+                    Some(s) => {
+                        self.snapshots.insert(k.offset, s);
+                    }
+                    None => self.error(bad("snapshot")),
+                }
             } else {
                 self.error(format!("unexpected item {k:?}"));
             }

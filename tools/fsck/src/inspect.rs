@@ -12,7 +12,7 @@ use ninefs::format::bitmap::GroupBlock;
 use ninefs::format::bset::{parse_node, NodeId};
 use ninefs::format::items::{
     decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
-    FileExtent, InodeItem,
+    FileExtent, InodeItem, SnapshotItem,
 };
 use ninefs::format::key::kind;
 use ninefs::format::superblock::{state, NodePtr, Superblock};
@@ -48,6 +48,35 @@ impl<D: BlockDevice> Image<D> {
             return Err(MountError::TooSmall);
         }
         Ok(Image { dev, sb, sb_valid })
+    }
+
+    /// The snapshot items of the fs tree, by id (reads only the nodes that can hold
+    /// objectid 0).
+    pub async fn snapshots(&self) -> Result<Vec<(u64, SnapshotItem)>, String> {
+        let root = self.sb.root(TreeId::Fs);
+        let mut out = Vec::new();
+        let mut stack = vec![(root.level, root.ptr)];
+        while let Some((level, ptr)) = stack.pop() {
+            let node = self
+                .read_node(TreeId::Fs, level, ptr)
+                .await
+                .map_err(|e| format!("fs tree node at block {}: {e:?}", ptr.addr))?;
+            for (k, v) in node.iter_from(&Key::MIN) {
+                if k.objectid > 0 {
+                    break;
+                }
+                if level > 0 {
+                    let child = NodePtr::from_bytes(v).ok_or("bad child pointer")?;
+                    stack.push((level - 1, child));
+                } else if k.kind == kind::SNAPSHOT {
+                    let item = SnapshotItem::decode(v)
+                        .ok_or_else(|| format!("undecodable snapshot item {k:?}"))?;
+                    out.push((k.offset, item));
+                }
+            }
+        }
+        out.sort_by_key(|(id, _)| *id);
+        Ok(out)
     }
 
     /// Whether the image was unmounted cleanly.
@@ -123,6 +152,21 @@ impl<D: BlockDevice> Image<D> {
     }
 }
 
+/// One line about snapshot `id`: name, checkpoint, time, inodes, roots.
+pub fn describe_snapshot(id: u64, s: &SnapshotItem) -> String {
+    format!(
+        "snapshot {id} {:?}: checkpoint {} created {}.{:09} inodes {} roots fs {} extent {} csum {}",
+        String::from_utf8_lossy(&s.name),
+        s.seq,
+        s.created.sec,
+        s.created.nsec,
+        s.inode_count,
+        s.roots[0].ptr.addr,
+        s.roots[1].ptr.addr,
+        s.roots[2].ptr.addr
+    )
+}
+
 /// A one-line description of an item, for dumps and error messages.
 pub fn describe_item(tree: TreeId, key: &Key, val: &[u8]) -> String {
     let body = match (tree, key.kind) {
@@ -140,6 +184,10 @@ pub fn describe_item(tree: TreeId, key: &Key, val: &[u8]) -> String {
                 .collect::<Vec<_>>()
                 .join(", "),
             None => String::from("<undecodable dir entry>"),
+        },
+        (TreeId::Fs, kind::SNAPSHOT) => match SnapshotItem::decode(val) {
+            Some(s) => describe_snapshot(key.offset, &s),
+            None => String::from("<undecodable snapshot>"),
         },
         (TreeId::Fs, kind::DIR_INDEX) => match DirIndexRec::decode(val) {
             Some(e) => format!("{:?} -> {} ({:?})", e.name.escape_ascii().to_string(), e.ino, e.file_type),

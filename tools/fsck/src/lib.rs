@@ -9,8 +9,10 @@
 //! - data extents: reference counts against the file extents pointing into them, a
 //!   checksum item of the right length for each, and (optionally) every data block
 //!   against its checksum;
-//! - allocation: the bitmap against the blocks actually used (fixed regions, nodes, data
-//!   extents), the free counts, overlaps.
+//! - snapshots: each one's trees as above (its own reference counts and checksums); a
+//!   block may be shared between the live trees and any number of snapshots;
+//! - allocation: the bitmap against the blocks actually used by the live trees or a
+//!   snapshot (fixed regions, nodes, data extents), the free counts, overlaps.
 //!
 //! It never changes the image. Problems are reported as errors (the image is damaged)
 //! or warnings (harmless leftovers, such as extents past the end of a file after a crash
@@ -28,6 +30,7 @@ extern crate alloc;
 mod fs_tree;
 pub mod inspect;
 
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::string::String;
@@ -38,7 +41,7 @@ use crate::inspect::{Image, NodeError};
 use block::BlockDevice;
 use ninefs::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
 use ninefs::format::bset::HEADER_LEN;
-use ninefs::format::items::{decode_csums, ExtentItem};
+use ninefs::format::items::{decode_csums, ExtentItem, SnapshotItem, SNAPSHOT_TREES};
 use ninefs::format::key::kind;
 use ninefs::format::layout::Layout;
 use ninefs::format::superblock::NodePtr;
@@ -75,6 +78,10 @@ pub struct FsckStats {
     pub data_blocks: u64,
     /// Free blocks according to the bitmap.
     pub free_blocks: u64,
+    /// Snapshots checked.
+    pub snapshots: u64,
+    /// Blocks only snapshots reference (the space they pin).
+    pub snapshot_blocks: u64,
 }
 
 /// The result of a check.
@@ -127,6 +134,10 @@ struct Checker<D> {
     extent_items: BTreeMap<Key, Vec<u8>>,
     csum_items: BTreeMap<Key, Vec<u8>>,
     overlaps: usize,
+    /// The snapshot items of the fs tree checked last, by id.
+    snapshots: BTreeMap<u64, SnapshotItem>,
+    /// Blocks some snapshot references, one bit each.
+    snap_used: Vec<u64>,
 }
 
 /// Checks the filesystem on `dev`.
@@ -141,6 +152,8 @@ pub async fn fsck<D: BlockDevice>(dev: D, opts: &FsckOptions) -> Result<Report, 
         extent_items: BTreeMap::new(),
         csum_items: BTreeMap::new(),
         overlaps: 0,
+        snapshots: BTreeMap::new(),
+        snap_used: vec![0; total.div_ceil(64) as usize],
     };
     c.check_superblocks();
     if !c.img.clean() {
@@ -165,11 +178,58 @@ pub async fn fsck<D: BlockDevice>(dev: D, opts: &FsckOptions) -> Result<Report, 
     }
     c.check_fs_tree();
     c.check_extents(opts).await;
+    for (id, snap) in core::mem::take(&mut c.snapshots) {
+        c.check_snapshot(id, &snap, opts).await;
+    }
     c.check_bitmap().await;
     Ok(c.report)
 }
 
 impl<D: BlockDevice> Checker<D> {
+    /// Checks snapshot `id` as a filesystem of its own (its trees, names, reference
+    /// counts, checksums), and records the blocks it references. Blocks it shares with
+    /// the live filesystem or other snapshots are expected; within it, the same rules as
+    /// for the live trees hold.
+    async fn check_snapshot(&mut self, id: u64, snap: &SnapshotItem, opts: &FsckOptions) {
+        let name = String::from_utf8_lossy(&snap.name).into_owned();
+        let (live_roots, live_inodes) = (self.img.sb.roots, self.img.sb.inode_count);
+        self.img.sb.inode_count = snap.inode_count;
+        self.fs_items.clear();
+        self.extent_items.clear();
+        self.csum_items.clear();
+        let live_used = core::mem::replace(&mut self.used, vec![0; self.snap_used.len()]);
+        let live_report = core::mem::take(&mut self.report);
+        let live_overlaps = core::mem::replace(&mut self.overlaps, 0);
+        for (tree, root) in SNAPSHOT_TREES.iter().zip(snap.roots) {
+            self.img.sb.roots[*tree as usize] = root;
+            if root.ptr.addr == 0 {
+                self.error(format!("{} tree has no root", tree.name()));
+                continue;
+            }
+            Box::pin(self.walk(*tree, root.level, root.ptr, Key::MIN, None)).await;
+        }
+        self.check_fs_tree();
+        // Snapshots are not nested: a snapshot's own snapshot items are history.
+        self.snapshots.clear();
+        Box::pin(self.check_extents(opts)).await;
+        self.extent_items.clear();
+        self.img.sb.roots = live_roots;
+        self.img.sb.inode_count = live_inodes;
+        let snap_report = core::mem::replace(&mut self.report, live_report);
+        self.overlaps = live_overlaps;
+        let snap_used = core::mem::replace(&mut self.used, live_used);
+        for (all, mine) in self.snap_used.iter_mut().zip(snap_used) {
+            *all |= mine;
+        }
+        for e in snap_report.errors {
+            self.error(format!("snapshot {id} ({name}): {e}"));
+        }
+        for w in snap_report.warnings {
+            self.warn(format!("snapshot {id} ({name}): {w}"));
+        }
+        self.report.stats.snapshots += 1;
+    }
+
     fn error(&mut self, msg: String) {
         if self.report.errors.len() < MAX_LISTED * 4 {
             self.report.errors.push(msg);
@@ -446,7 +506,13 @@ impl<D: BlockDevice> Checker<D> {
                 if !allocated {
                     free += 1;
                 }
-                let used = self.used[(b / 64) as usize] & (1 << (b % 64)) != 0;
+                let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
+                let live = self.used[w] & bit != 0;
+                let held = self.snap_used[w] & bit != 0;
+                if held && !live {
+                    self.report.stats.snapshot_blocks += 1;
+                }
+                let used = live || held;
                 match (allocated, used) {
                     (true, false) => {
                         leaked += 1;

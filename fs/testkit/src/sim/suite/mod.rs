@@ -121,21 +121,25 @@ pub fn check(w: &Workload, params: &CrashParams, recovery_every: usize) -> Outco
     let Recorded {
         base,
         run,
+        snapshots,
         recording,
         geometry,
     } = recorded;
-    let checker = Checker::new(run);
+    let oracle = Oracle {
+        contract: Checker::new(run),
+        snapshots,
+    };
     for (i, state) in enumerate(base, geometry, &recording, params).enumerate() {
         let desc = state.desc;
         let sample = recovery_every > 0 && i % recovery_every == 0;
         let image = sample.then(|| state.disk.to_mem_disk().snapshot());
-        let replayed = check_state(&mut out, &checker, state.disk, &desc, &|o, what| {
+        let replayed = check_state(&mut out, &oracle, state.disk, &desc, &|o, what| {
             fail(o, format!("{desc}\n{what}"))
         });
         if let (Some(image), true) = (image, replayed) {
             check_recovery(
                 &mut out,
-                &checker,
+                &oracle,
                 image,
                 geometry,
                 &desc,
@@ -151,7 +155,7 @@ pub fn check(w: &Workload, params: &CrashParams, recovery_every: usize) -> Outco
 /// sees against the contract at `desc.time`. Returns whether mount replayed the log.
 fn check_state<D: BlockDevice>(
     out: &mut Outcome,
-    checker: &Checker,
+    oracle: &Oracle,
     disk: D,
     desc: &super::CrashDesc,
     fail: &dyn Fn(&mut Outcome, String),
@@ -171,9 +175,13 @@ fn check_state<D: BlockDevice>(
         fail(out, format!("fsck: {:#?}", report.errors));
     }
     let recovered = VisibleState::capture_blocking(&fs);
-    if let Err(v) = checker.check(desc.time, &recovered) {
+    if let Err(v) = oracle.contract.check(desc.time, &recovered) {
         out.violations += 1;
         fail(out, failure_report(desc, &v, &recovered));
+    }
+    if let Err(what) = check_snapshots(&fs, &oracle.snapshots, desc.time) {
+        out.violations += 1;
+        fail(out, format!("{desc}\n{what}"));
     }
     fs.stats().log.replayed_commits > 0
 }
@@ -182,7 +190,7 @@ fn check_state<D: BlockDevice>(
 /// and checks each result like the original state.
 fn check_recovery(
     out: &mut Outcome,
-    checker: &Checker,
+    oracle: &Oracle,
     image: Vec<u8>,
     geometry: block::Geometry,
     outer: &super::CrashDesc,
@@ -209,14 +217,89 @@ fn check_recovery(
                 format!("{outer}\nthen a crash during its recovery: {inner}\n{w}"),
             )
         };
-        check_state(out, checker, state.disk, outer, &what);
+        check_state(out, oracle, state.disk, outer, &what);
     }
+}
+
+/// A snapshot created or deleted by a workload, between recorder times `start` and `end`.
+#[derive(Clone, Debug)]
+struct SnapshotEvent {
+    name: String,
+    /// What a client saw when it was taken (`None`: a deletion).
+    taken: Option<VisibleState>,
+    start: u64,
+    end: u64,
+}
+
+/// Checks the snapshots of a crash state at `time`: a snapshot created before the crash
+/// (the call returned) exists and shows exactly what the live filesystem showed when it
+/// was taken; one whose creation had not started does not exist; one deleted before the
+/// crash is gone; in between, either.
+fn check_snapshots<D: BlockDevice>(
+    fs: &NineFs<D>,
+    events: &[SnapshotEvent],
+    time: u64,
+) -> Result<(), String> {
+    let names: Vec<String> = pollster::block_on(fs.snapshots())
+        .map_err(|e| format!("listing snapshots: {e}"))?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    // What each snapshot must be at `time`: present, absent, or either (`None`, while
+    // its creation or deletion ran). Events run one after another.
+    let mut expect: alloc::collections::BTreeMap<&str, Option<bool>> = Default::default();
+    for e in events {
+        if time < e.start {
+            break;
+        }
+        let done = time >= e.end;
+        expect.insert(&e.name, done.then_some(e.taken.is_some()));
+        if !done {
+            break;
+        }
+    }
+    for (name, must) in &expect {
+        let present = names.iter().any(|n| n == name);
+        if must.is_some_and(|m| m != present) {
+            return Err(format!(
+                "snapshot {name}: present {present}, but the crash came after its {} returned",
+                if present { "deletion" } else { "creation" }
+            ));
+        }
+    }
+    for name in &names {
+        if !expect.contains_key(name.as_str()) {
+            return Err(format!("snapshot {name} exists before it was taken"));
+        }
+        let taken = events
+            .iter()
+            .rev()
+            .find_map(|e| (e.name == *name).then_some(e.taken.as_ref()).flatten())
+            .ok_or_else(|| format!("snapshot {name} was never taken"))?;
+        let view = pollster::block_on(fs.snapshot_view(name))
+            .map_err(|e| format!("snapshot {name}: view: {e}"))?;
+        let seen = VisibleState::capture_blocking(&*view);
+        if seen != *taken {
+            return Err(format!(
+                "snapshot {name} differs from the state it was taken of:\nsnapshot: {seen:#?}\ntaken: {taken:#?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a crash state is checked against: the contract for the live filesystem, the
+/// snapshot events for the snapshots.
+struct Oracle {
+    contract: Checker,
+    snapshots: Vec<SnapshotEvent>,
 }
 
 /// A recorded workload.
 struct Recorded {
     base: Arc<[u8]>,
     run: RecordedRun,
+    snapshots: Vec<SnapshotEvent>,
     recording: block::Recording,
     geometry: block::Geometry,
 }
@@ -257,6 +340,7 @@ fn record(w: &Workload) -> Result<Recorded, String> {
     }
     let base: Arc<[u8]> = runner.fs().device().inner().inner().snapshot().into();
     recorder.clear();
+    let mut snapshots = Vec::new();
     for step in &w.steps {
         let start = recorder.now();
         match step {
@@ -270,6 +354,27 @@ fn record(w: &Workload) -> Result<Recorded, String> {
                     .step_concurrent(ops, |i| ends[i] = recorder.now())
                     .map_err(|m| format!("{m}"))?;
                 marks.extend(order.into_iter().map(|i| (start, ends[i])));
+            }
+            Step::Snapshot(name) => {
+                let taken = VisibleState::capture_blocking(runner.fs());
+                pollster::block_on(runner.fs().snapshot_create(name))
+                    .map_err(|e| format!("snapshot create {name}: {e}"))?;
+                snapshots.push(SnapshotEvent {
+                    name: name.clone(),
+                    taken: Some(taken),
+                    start,
+                    end: recorder.now(),
+                });
+            }
+            Step::DeleteSnapshot(name) => {
+                pollster::block_on(runner.fs().snapshot_delete(name))
+                    .map_err(|e| format!("snapshot delete {name}: {e}"))?;
+                snapshots.push(SnapshotEvent {
+                    name: name.clone(),
+                    taken: None,
+                    start,
+                    end: recorder.now(),
+                });
             }
         }
     }
@@ -292,6 +397,7 @@ fn record(w: &Workload) -> Result<Recorded, String> {
     Ok(Recorded {
         base,
         run,
+        snapshots,
         recording,
         geometry,
     })
@@ -301,6 +407,7 @@ fn record(w: &Workload) -> Result<Recorded, String> {
 pub fn show_steps(w: &Workload) -> String {
     let mut flat = Vec::new();
     let mut together = Vec::new();
+    let mut notes: Vec<(usize, String)> = Vec::new();
     for s in &w.steps {
         match s {
             Step::Op(op) => flat.push(op.clone()),
@@ -308,11 +415,18 @@ pub fn show_steps(w: &Workload) -> String {
                 together.push((flat.len(), ops.len()));
                 flat.extend(ops.iter().cloned());
             }
+            Step::Snapshot(name) => notes.push((flat.len(), format!("snapshot create {name}"))),
+            Step::DeleteSnapshot(name) => {
+                notes.push((flat.len(), format!("snapshot delete {name}")))
+            }
         }
     }
     let mut text = format_ops(&flat);
     for (at, n) in together {
         text.push_str(&format!("  (ops {at}..{} ran concurrently)\n", at + n));
+    }
+    for (at, what) in notes {
+        text.push_str(&format!("  ({what} before op {at})\n"));
     }
     text
 }

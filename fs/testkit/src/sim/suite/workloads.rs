@@ -27,6 +27,10 @@ pub enum Step {
     Op(Op),
     /// Syncs run concurrently (their futures polled together).
     Together(Vec<Op>),
+    /// Take a snapshot of this name (`NineFs::snapshot_create`).
+    Snapshot(String),
+    /// Delete the snapshot of this name.
+    DeleteSnapshot(String),
 }
 
 /// A named workload.
@@ -46,6 +50,7 @@ impl Workload {
             .map(|s| match s {
                 Step::Op(_) => 1,
                 Step::Together(v) => v.len(),
+                Step::Snapshot(_) | Step::DeleteSnapshot(_) => 0,
             })
             .sum()
     }
@@ -375,7 +380,7 @@ pub fn ace() -> Vec<Workload> {
 
 /// A seeded random sequence (fsx-style): 20 to 40 ops from the alphabet and random
 /// writes and truncations, about a third of them syncs, now and then several syncs run
-/// together.
+/// together, now and then a snapshot taken or deleted.
 pub fn fsx(seed: u64) -> Workload {
     let mut rng = oorandom::Rand64::new(u128::from(seed) << 1 | 1);
     let alpha = alphabet();
@@ -391,6 +396,7 @@ pub fn fsx(seed: u64) -> Workload {
     };
     let len = rng.rand_range(20..41) as usize;
     let mut steps = Vec::with_capacity(len);
+    let mut taken: Vec<String> = Vec::new();
     while steps.len() < len {
         let step = match rng.rand_range(0..100) {
             0..=24 => Step::Op(syncs(&mut rng)),
@@ -404,10 +410,19 @@ pub fn fsx(seed: u64) -> Workload {
                 let l = rng.rand_range(1..12_000) as u32;
                 Step::Op(write(f, off, l, rng.rand_range(1..250) as u8))
             }
-            45..=49 => {
+            45..=48 => {
                 let f = files[rng.rand_range(0..files.len() as u64) as usize];
                 Step::Op(truncate(f, rng.rand_range(0..40_000)))
             }
+            49 => match taken.pop() {
+                Some(name) if rng.rand_range(0..2) == 0 => Step::DeleteSnapshot(name),
+                other => {
+                    taken.extend(other);
+                    let name = format!("s{}", steps.len());
+                    taken.push(name.clone());
+                    Step::Snapshot(name)
+                }
+            },
             _ => {
                 let kind = &alpha[rng.rand_range(0..alpha.len() as u64) as usize];
                 Step::Op(kind[rng.rand_range(0..kind.len() as u64) as usize].clone())
@@ -714,6 +729,39 @@ pub fn scenarios() -> Vec<Workload> {
                 ]),
                 Step::Op(write(&[A, E], 7000, 3000, 34)),
                 Step::Together(vec![fdatasync(&[A, E]), fsync_dir(&[B]), fsync(&[A, C])]),
+            ],
+        ),
+        // A snapshot taken between writes: whole or absent, and once taken it keeps the
+        // contents of its time while the live files change.
+        scenario(
+            "snapshot-create",
+            vec![
+                Step::Op(write(&[A, C], 0, 9000, 40)),
+                Step::Op(create(&[B], D)),
+                Step::Snapshot(String::from("one")),
+                Step::Op(write(&[A, C], 4096, 9000, 41)),
+                Step::Op(unlink(&[B], D)),
+                Step::Op(fsync(&[A, C])),
+                Step::Snapshot(String::from("two")),
+                Step::Op(truncate(&[A, C], 100)),
+                Step::Op(fsync(&[A, C])),
+            ],
+        ),
+        // Snapshot deletion: whole until the deletion commits, then gone, with the
+        // blocks only it held free (fsck counts them).
+        scenario(
+            "snapshot-delete",
+            vec![
+                Step::Op(write(&[A, C], 0, 20_000, 42)),
+                Step::Snapshot(String::from("old")),
+                Step::Op(write(&[A, C], 0, 20_000, 43)),
+                Step::Op(unlink(&[A], D)),
+                Step::Snapshot(String::from("new")),
+                Step::DeleteSnapshot(String::from("old")),
+                Step::Op(create(&[B], C)),
+                Step::Op(write(&[B, C], 0, 5000, 44)),
+                Step::Op(fsync(&[B, C])),
+                Step::DeleteSnapshot(String::from("new")),
             ],
         ),
         // Concurrent syncs of one file, with a directory fsync among them.

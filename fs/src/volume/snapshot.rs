@@ -1,0 +1,375 @@
+//! Snapshots: read-only, point-in-time copies of the whole filesystem (`format.md`,
+//! "Snapshots").
+//!
+//! A snapshot is the roots of one committed checkpoint, kept as a `(0, SNAPSHOT, id)`
+//! item in the fs tree. Copy-on-write does the rest: nothing a committed checkpoint
+//! references is overwritten, and the allocator never frees a block a snapshot
+//! references ([`Allocator::hold`](crate::space::Allocator::hold)) — the live
+//! filesystem's frees of such blocks only mark them dead. Which blocks a snapshot
+//! references is found by walking its trees (at create and at mount); deleting one walks
+//! the live trees to find which of the blocks it alone held are still live.
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::core::{Core, Step, Stop, Txn};
+use super::{CheckpointCause, LogState, NineFs};
+use crate::btree::Node;
+use crate::format::bset::{parse_node, NodeId};
+use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
+use crate::format::key::kind;
+use crate::format::superblock::{NodePtr, Root, Superblock};
+use crate::format::{features, Key, TreeId, BLOCK_SIZE};
+use crate::util::ranges::RangeSet;
+use block::BlockDevice;
+use spin::Mutex;
+use vfs::{Errno, FsResult, Timespec};
+
+/// Default of [`MountOptions::max_snapshots`](super::MountOptions::max_snapshots).
+pub const MAX_SNAPSHOTS: usize = 64;
+
+/// A snapshot, as [`NineFs::snapshots`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// Its id (unique among existing snapshots; increasing).
+    pub id: u64,
+    /// Its name.
+    pub name: String,
+    /// When it was taken.
+    pub created: Timespec,
+    /// The checkpoint whose state it keeps.
+    pub seq: u64,
+    /// Inodes it holds.
+    pub inode_count: u64,
+}
+
+/// Whether `name` may name a snapshot: 1 to [`MAX_SNAPSHOT_NAME`] bytes of ASCII
+/// letters, digits, `-`, `_` and `.`, not starting with `.` (so it is a safe file name
+/// and 9P aname, and never `.` or `..`).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SNAPSHOT_NAME
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn snapshot_key(id: u64) -> Key {
+    Key::new(0, kind::SNAPSHOT, id)
+}
+
+/// The snapshot items of the fs tree, by id.
+pub(super) fn read_items(c: &mut Core) -> Step<Vec<(u64, SnapshotItem)>> {
+    Txn::new()
+        .range(c, TreeId::Fs, snapshot_key(0), snapshot_key(u64::MAX))?
+        .into_iter()
+        .map(|(k, v)| {
+            SnapshotItem::decode(&v)
+                .map(|item| (k.offset, item))
+                .ok_or(Stop::Corrupt("undecodable snapshot item"))
+        })
+        .collect()
+}
+
+fn info(id: u64, item: &SnapshotItem) -> SnapshotInfo {
+    SnapshotInfo {
+        id,
+        name: String::from_utf8_lossy(&item.name).into_owned(),
+        created: item.created,
+        seq: item.seq,
+        inode_count: item.inode_count,
+    }
+}
+
+/// The blocks the trees under `roots` reference on `dev`: every node, and every data
+/// extent the extent tree lists. Reads each node once (a snapshot's create and delete
+/// cost, and its share of the mount time).
+pub async fn referenced_blocks<D: BlockDevice>(
+    dev: &crate::io::Dev<D>,
+    node_size: u32,
+    roots: &[(TreeId, Root)],
+) -> FsResult<RangeSet> {
+    let node_blocks = u64::from(node_size) / BLOCK_SIZE as u64;
+    let mut set = RangeSet::new();
+    let mut stack: Vec<(TreeId, u8, NodePtr)> = roots
+        .iter()
+        .filter(|(_, r)| r.ptr.addr != 0)
+        .map(|&(t, r)| (t, r.level, r.ptr))
+        .collect();
+    while let Some((tree, level, ptr)) = stack.pop() {
+        if ptr.blocks == 0 || u64::from(ptr.blocks) > node_blocks {
+            log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
+            return Err(Errno::EIO);
+        }
+        let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
+        dev.read(ptr.addr, &mut buf).await.map_err(|e| {
+            log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
+            Errno::EIO
+        })?;
+        let id = NodeId {
+            tree,
+            level,
+            nonce: ptr.nonce,
+        };
+        let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
+            log::error!(
+                "{} tree: corrupt node at {}: {}",
+                tree.name(),
+                ptr.addr,
+                e.what
+            );
+            Errno::EIO
+        })?;
+        let node = Node::from_disk(id, ptr.addr, ptr.blocks, &sets);
+        if !set.insert(ptr.addr..ptr.addr + node_blocks) {
+            log::error!(
+                "{} tree: node at {} referenced twice",
+                tree.name(),
+                ptr.addr
+            );
+            return Err(Errno::EIO);
+        }
+        for (k, v) in node.iter_from(&Key::MIN) {
+            if level > 0 {
+                let child = NodePtr::from_bytes(v).ok_or(Errno::EIO)?;
+                stack.push((tree, level - 1, child));
+            } else if tree == TreeId::Extent
+                && k.kind == kind::EXTENT
+                && !set.insert(k.objectid..k.objectid + k.offset)
+            {
+                log::error!("data extent {}+{} overlaps another", k.objectid, k.offset);
+                return Err(Errno::EIO);
+            }
+        }
+    }
+    Ok(set)
+}
+
+/// The roots a snapshot item or a superblock keeps, with their trees.
+fn tree_roots(roots: impl Fn(TreeId) -> Root) -> Vec<(TreeId, Root)> {
+    SNAPSHOT_TREES.iter().map(|&t| (t, roots(t))).collect()
+}
+
+/// `a` without the blocks of `b`.
+fn difference(a: &RangeSet, b: &RangeSet) -> RangeSet {
+    let mut out = a.clone();
+    for r in b.iter() {
+        out.remove(r);
+    }
+    out
+}
+
+/// A snapshot view's clock: the time it was taken (a view changes nothing, so the clock
+/// is only ever shown, never stored).
+struct TakenAt(Timespec);
+
+impl vfs::Clock for TakenAt {
+    fn now(&self) -> Timespec {
+        self.0
+    }
+}
+
+impl<D: BlockDevice> NineFs<D> {
+    /// The snapshots, by id.
+    pub async fn snapshots(&self) -> FsResult<Vec<SnapshotInfo>> {
+        let items = self.run(read_items).await?;
+        Ok(items.iter().map(|(id, item)| info(*id, item)).collect())
+    }
+
+    /// Takes a snapshot named `name` of the filesystem as it is now: commits a
+    /// checkpoint, keeps its roots, and commits that with a second checkpoint (a crash
+    /// before it leaves no snapshot). `EINVAL`: bad name; `EEXIST`: the name is taken;
+    /// `ENOSPC`: at the snapshot limit or no room for the item; `EROFS`: read-only.
+    pub async fn snapshot_create(&self, name: &str) -> FsResult<SnapshotInfo> {
+        if !valid_name(name) {
+            return Err(Errno::EINVAL);
+        }
+        let created = self.now();
+        let info = {
+            let _guard = self.checkpoint_lock.lock().await;
+            if self.core.lock().read_only {
+                return Err(Errno::EROFS);
+            }
+            self.checkpoint_locked(CheckpointCause::Snapshot).await?;
+            let items = self
+                .run_loads(&mut read_items)
+                .await?
+                .map_err(|()| Errno::ENOSPC)?;
+            if items.iter().any(|(_, i)| i.name == name.as_bytes()) {
+                return Err(Errno::EEXIST);
+            }
+            let id = items.last().map_or(1, |(id, _)| id + 1);
+            if items.len() >= self.max_snapshots || id > super::snapdir::MAX_SNAPSHOT_ID {
+                self.core.lock().stats.snapshot_limit_hits += 1;
+                return Err(Errno::ENOSPC);
+            }
+            // No checkpoint runs while we hold its lock: the committed roots stay put.
+            let sb = self.core.lock().sb.clone();
+            let roots = tree_roots(|t| sb.root(t));
+            let blocks = referenced_blocks(&self.dev, sb.node_size, &roots).await?;
+            let item = SnapshotItem {
+                name: name.as_bytes().to_vec(),
+                created,
+                seq: sb.checkpoint_seq,
+                inode_count: sb.inode_count,
+                roots: [
+                    sb.root(TreeId::Fs),
+                    sb.root(TreeId::Extent),
+                    sb.root(TreeId::Csum),
+                ],
+            };
+            self.run_loads(&mut |c: &mut Core| {
+                let mut tx = Txn::new();
+                tx.put(TreeId::Fs, snapshot_key(id), item.encode());
+                c.commit(tx)?;
+                // Frees since the checkpoint are still pending: holding converts those of
+                // the snapshot's blocks into dead ones, so none is ever cleared.
+                c.space.hold(&blocks);
+                c.snapshots.insert(id, blocks.clone());
+                c.sb.incompat |= features::INCOMPAT_SNAPSHOTS;
+                c.stats.snapshots_created += 1;
+                c.changed = true;
+                Ok(())
+            })
+            .await?
+            .map_err(|()| Errno::ENOSPC)?;
+            info(id, &item)
+        };
+        self.checkpoint(CheckpointCause::Snapshot).await?;
+        Ok(info)
+    }
+
+    /// Deletes the snapshot `name`: the blocks only it referenced, and that the live
+    /// filesystem no longer references, are freed by the checkpoint that commits the
+    /// deletion (a crash before leaves the snapshot whole). `ENOENT`: no such snapshot.
+    pub async fn snapshot_delete(&self, name: &str) -> FsResult<()> {
+        {
+            let _guard = self.checkpoint_lock.lock().await;
+            if self.core.lock().read_only {
+                return Err(Errno::EROFS);
+            }
+            // Every live node placed and committed: the walk below sees the live trees.
+            self.checkpoint_locked(CheckpointCause::Snapshot).await?;
+            let items = self
+                .run_loads(&mut read_items)
+                .await?
+                .map_err(|()| Errno::ENOSPC)?;
+            let Some(&(id, _)) = items.iter().find(|(_, i)| i.name == name.as_bytes()) else {
+                return Err(Errno::ENOENT);
+            };
+            let sb = self.core.lock().sb.clone();
+            let live =
+                referenced_blocks(&self.dev, sb.node_size, &tree_roots(|t| sb.root(t))).await?;
+            let last = items.len() == 1;
+            self.run_loads(&mut |c: &mut Core| {
+                let mut tx = Txn::new();
+                tx.del(TreeId::Fs, snapshot_key(id));
+                c.commit(tx)?;
+                let mine = c.snapshots.remove(&id).unwrap_or_default();
+                let mut others = RangeSet::new();
+                for set in c.snapshots.values() {
+                    for r in set.iter() {
+                        others.remove(r.clone());
+                        others.insert(r);
+                    }
+                }
+                // Blocks this snapshot alone held, that were not live at the walk. Those
+                // the live filesystem freed since are dead and released too.
+                let unreferenced = difference(&difference(&mine, &others), &live);
+                c.space.release(others, &unreferenced);
+                if last {
+                    c.sb.incompat &= !features::INCOMPAT_SNAPSHOTS;
+                }
+                c.stats.snapshots_deleted += 1;
+                self.views.lock().remove(&id);
+                c.changed = true;
+                Ok(())
+            })
+            .await?
+            .map_err(|()| Errno::ENOSPC)?;
+        }
+        self.checkpoint(CheckpointCause::Snapshot).await
+    }
+
+    /// At mount: reads the snapshot items and holds every block they reference.
+    pub(super) async fn load_snapshots(&self) -> FsResult<()> {
+        // Without the feature bit there are none: no tree is read at mount (a damaged
+        // node then fails only what reads it, and scrub can still name it).
+        if self.core.lock().sb.incompat & features::INCOMPAT_SNAPSHOTS == 0 {
+            return Ok(());
+        }
+        let items = self.run(read_items).await?;
+        let node_size = self.core.lock().sb.node_size;
+        for (id, item) in items {
+            let roots: Vec<(TreeId, Root)> =
+                SNAPSHOT_TREES.iter().copied().zip(item.roots).collect();
+            let blocks = referenced_blocks(&self.dev, node_size, &roots).await?;
+            let mut c = self.core.lock();
+            c.space.hold(&blocks);
+            c.snapshots.insert(id, blocks);
+        }
+        Ok(())
+    }
+
+    /// The snapshot `name` as a read-only filesystem: every read works as on the live
+    /// filesystem at the snapshot's checkpoint, every change fails with `EROFS`. It
+    /// shares this filesystem's device; its blocks stay valid while the snapshot exists
+    /// (deleting a snapshot that is being read makes its readers fail with `EIO`).
+    pub async fn snapshot_view(&self, name: &str) -> FsResult<Arc<NineFs<D>>> {
+        let items = self.run(read_items).await?;
+        let (id, item) = items
+            .into_iter()
+            .find(|(_, i)| i.name == name.as_bytes())
+            .ok_or(Errno::ENOENT)?;
+        Ok(self.view_of(id, &item))
+    }
+
+    /// The view of snapshot `id` (opened once, then shared).
+    pub(super) fn view_of(&self, id: u64, item: &SnapshotItem) -> Arc<NineFs<D>> {
+        if let Some(v) = self.views.lock().get(&id) {
+            return v.clone();
+        }
+        let sb: Superblock = {
+            let c = self.core.lock();
+            let mut sb = c.sb.clone();
+            for (t, r) in SNAPSHOT_TREES.iter().zip(item.roots) {
+                sb.roots[*t as usize] = r;
+            }
+            sb.checkpoint_seq = item.seq;
+            sb.inode_count = item.inode_count;
+            sb.free_blocks = c.space.free_after_checkpoint();
+            sb
+        };
+        let layout = sb.layout;
+        let log = LogState::new(
+            layout.log_start,
+            layout.log_blocks,
+            sb.log_epoch,
+            sb.log_tail,
+        );
+        let max_links = self.core.lock().max_links;
+        let view = Arc::new(NineFs {
+            dev: self.dev.clone(),
+            is_view: true,
+            views: Mutex::new(alloc::collections::BTreeMap::new()),
+            core: Mutex::new(Core::new(sb, true, max_links)),
+            log: Mutex::new(log),
+            checkpoint_lock: async_lock::Mutex::new(()),
+            max_snapshots: 0,
+            commit_lock: async_lock::Mutex::new(()),
+            inode_locks: Mutex::new(hashbrown::HashMap::new()),
+            clock: alloc::boxed::Box::new(TakenAt(item.created)),
+            cache_limit: self.cache_limit,
+            max_groups: self.max_groups,
+            policy: alloc::boxed::Box::new(super::PressurePolicy),
+            discard: Mutex::new(None),
+            freed_since: Mutex::new(None),
+            scrub: Mutex::new(super::scrub::ScrubState::default()),
+        });
+        self.views.lock().insert(id, view.clone());
+        view
+    }
+}
