@@ -96,8 +96,13 @@ fn ctl_runs_commands_and_status_files_report() {
     assert_eq!(command(&mut c, "grow"), Ok(4));
     assert!(read(&mut c, "ctl").starts_with("not grown"));
 
+    // Snapshots by command.
+    assert!(command(&mut c, "snapshot create x").is_ok());
+    assert!(read(&mut c, "ctl").starts_with("created snapshot 1 \"x\""));
+    assert!(command(&mut c, "snapshot create x").is_err(), "EEXIST");
+    assert!(read(&mut c, "ctl").starts_with("error: failed: EEXIST"));
     // A bad command is EINVAL, and ctl says why.
-    assert_eq!(command(&mut c, "snapshot create x"), Err(Errno::EINVAL));
+    assert_eq!(command(&mut c, "snapshot rename x"), Err(Errno::EINVAL));
     assert!(read(&mut c, "ctl").starts_with("error: unknown command"));
     assert_eq!(command(&mut c, "scrub stop"), Err(Errno::EINVAL));
     assert_eq!(read(&mut c, "ctl"), "error: no scrub pass is running\n");
