@@ -6,6 +6,8 @@
 //! - [`info`]: the PVH start info (memory map, command line, RSDP), copied into the kernel
 //!   image before anything can overwrite it, and handed to the kernel as a [`BootInfo`].
 //! - [`stack`]: stacks with an unmapped guard page below them.
+//! - `ap`: the application processors' real-mode trampoline and their way into the
+//!   kernel's [`ap_entry_point!`] (`long_mode`: the switch both entries share).
 //! - [`layout`]: the section boundaries from `linker.ld`, so the kernel can map text,
 //!   rodata and data with the right permissions.
 //!
@@ -14,6 +16,12 @@
 //! the start info also build (and are tested) on the host.
 #![cfg_attr(not(test), no_std)]
 
+#[cfg(target_os = "none")]
+#[macro_use]
+mod long_mode;
+
+#[cfg(target_os = "none")]
+pub mod ap;
 pub mod info;
 pub mod layout;
 pub mod stack;
@@ -37,6 +45,25 @@ macro_rules! entry_point {
         pub extern "Rust" fn __ninefold_kernel_main(info: &'static $crate::BootInfo) -> ! {
             let entry: fn(&'static $crate::BootInfo) -> ! = $path;
             entry(info)
+        }
+    };
+}
+
+/// Declares the kernel's entry point for application processors: a `fn(usize) -> !` that
+/// the AP trampoline calls, with the CPU index the boot CPU gave to `ap::prepare`, in long
+/// mode on the kernel's page tables and the stack it chose, interrupts disabled.
+///
+/// ```ignore
+/// boot::ap_entry_point!(kernel::smp::ap_main);
+/// ```
+#[macro_export]
+macro_rules! ap_entry_point {
+    ($path:path) => {
+        /// The symbol the AP trampoline calls; the signature is checked here.
+        #[unsafe(export_name = "ninefold_kernel_ap_main")]
+        pub extern "Rust" fn __ninefold_kernel_ap_main(cpu: usize) -> ! {
+            let entry: fn(usize) -> ! = $path;
+            entry(cpu)
         }
     };
 }

@@ -18,14 +18,15 @@ use crate::stack::{MAIN_STACK, MAIN_STACK_SIZE, PAGE_SIZE};
 
 /// The early page tables: one PML4, one PDPT, four page directories of 2 MiB pages.
 #[repr(C, align(4096))]
-struct EarlyTables {
+pub(crate) struct EarlyTables {
     pml4: [u64; 512],
     pdpt: [u64; 512],
     pd: [[u64; 512]; 4],
 }
 
 /// Written only by the 32-bit entry code, before any Rust code runs; Rust never touches it.
-static mut EARLY_TABLES: EarlyTables = EarlyTables {
+/// The application processors' trampoline starts on them too ([`crate::ap`]).
+pub(crate) static mut EARLY_TABLES: EarlyTables = EarlyTables {
     pml4: [0; 512],
     pdpt: [0; 512],
     pd: [[0; 512]; 4],
@@ -46,9 +47,9 @@ global_asm!(
     .pushsection .rodata.boot, "a"
     .p2align 3
 boot_gdt:
-    .quad 0                     /* null */
-    .quad 0x00af9a000000ffff    /* 0x08: 64-bit code, DPL 0 */
-    .quad 0x00cf92000000ffff    /* 0x10: data, DPL 0 */
+"#,
+    flat_gdt_entries!(),
+    r#"
 boot_gdt_end:
 boot_gdt_ptr:
     .word boot_gdt_end - boot_gdt - 1
@@ -108,17 +109,9 @@ _start32:
     jb 2b
 
     mov %esi, %cr3
-    mov %cr4, %eax
-    or $(1 << 5), %eax          /* PAE */
-    mov %eax, %cr4
-    mov $0xc0000080, %ecx       /* IA32_EFER */
-    rdmsr
-    or $((1 << 8) | (1 << 11)), %eax /* LME | NXE */
-    wrmsr
-    mov %cr0, %eax
-    or $((1 << 31) | (1 << 16) | 1), %eax /* PG | WP | PE */
-    mov %eax, %cr0
-
+"#,
+    enable_long_mode!(),
+    r#"
     lgdt boot_gdt_ptr
     ljmp $0x08, $3f
 
@@ -137,13 +130,9 @@ _start32:
 
     .code64
 3:
-    mov $0x10, %ax
-    mov %ax, %ds
-    mov %ax, %es
-    mov %ax, %ss
-    xor %eax, %eax
-    mov %ax, %fs
-    mov %ax, %gs
+"#,
+    load_flat_data_segments!(),
+    r#"
     mov ${stack} + {stack_offset}, %rsp
     mov %ebp, %edi              /* zero-extends: the start info address */
     xor %ebp, %ebp              /* terminates frame-pointer walks */

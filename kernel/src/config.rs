@@ -29,6 +29,7 @@
 //! | `idle_timeout=SECS` | quiet time after which a connection without fids is closed | `60` |
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
+//! | `cpus=N` | most CPUs to run on (1..=16): the boot CPU and the first N-1 others the firmware lists; the rest stay halted | every CPU, up to 16 |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
 //! | `bench=dev` | run the device benchmark on the `disk=` device (all disks without `disk=`), print results, power off | off |
 //! | `benchtime=SECS` | seconds per benchmark workload | `10` |
@@ -321,7 +322,12 @@ pub struct Config {
     pub scrub_interval_secs: Option<u32>,
     /// Most snapshots the filesystem may hold (`snapshots=`).
     pub max_snapshots: usize,
+    /// Most CPUs to run on (`cpus=`); `None`: all, up to [`MAX_CPUS`].
+    pub cpus: Option<usize>,
 }
+
+/// The most CPUs the kernel runs on; others the firmware reports stay halted.
+pub const MAX_CPUS: usize = 16;
 
 /// Default of [`Config::discard_secs`].
 pub const DEFAULT_DISCARD_SECS: u32 = 20;
@@ -357,6 +363,7 @@ impl Default for Config {
             scrub_rate_mib: ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB,
             scrub_interval_secs: None,
             max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
+            cpus: None,
         }
     }
 }
@@ -525,6 +532,15 @@ impl Config {
                             .ok_or(Some("expected off or 60-31536000 seconds"))?,
                     ),
                 }
+            }
+            "cpus" => {
+                self.cpus = Some(
+                    need(value)?
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_CPUS).contains(n))
+                        .ok_or(Some("expected 1-16"))?,
+                )
             }
             "snapshots" => {
                 self.max_snapshots = need(value)?
@@ -714,6 +730,9 @@ impl fmt::Display for Config {
             Some(s) => write!(f, " discard={s}")?,
             None => f.write_str(" discard=off")?,
         }
+        if let Some(n) = self.cpus {
+            write!(f, " cpus={n}")?;
+        }
         if self.max_snapshots != ninefs::volume::snapshot::MAX_SNAPSHOTS {
             write!(f, " snapshots={}", self.max_snapshots)?;
         }
@@ -781,6 +800,11 @@ mod tests {
         let (c, bad) = parse("scrub_rate=0 scrub_interval=5");
         assert_eq!(bad.len(), 2, "{bad:?}");
         assert_eq!(c.scrub_interval_secs, None);
+        let (c, _) = parse("cpus=4");
+        assert_eq!(c.cpus, Some(4));
+        assert!(c.to_string().ends_with(" cpus=4"));
+        let (c, ignored) = parse("cpus=0 cpus=17 cpus=x");
+        assert_eq!((c.cpus, ignored.len()), (None, 3));
         let (c, _) = parse("snapshots=3");
         assert_eq!(c.max_snapshots, 3);
         assert!(c.to_string().ends_with(" snapshots=3"));

@@ -77,11 +77,7 @@ pub fn exception(frame: &TrapFrame) -> ! {
     };
     let cr2 = cpu::cr2();
     let overflow = (vector == 14 || vector == 8)
-        .then(|| {
-            gdt::stacks()
-                .into_iter()
-                .find(|s| s.guard.contains(&cr2) || s.guard.contains(&frame.rsp))
-        })
+        .then(|| gdt::stacks().find(|s| s.guard.contains(&cr2) || s.guard.contains(&frame.rsp)))
         .flatten();
     let _ = writeln!(
         out,
@@ -122,8 +118,8 @@ pub fn exception(frame: &TrapFrame) -> ! {
         Some(stack) => {
             let _ = writeln!(
                 out,
-                "!!! KERNEL STACK OVERFLOW: the {} stack ({:#x}..{:#x}) ran into its guard page",
-                stack.name, stack.stack.start, stack.stack.end
+                "!!! KERNEL STACK OVERFLOW: the {stack} ({:#x}..{:#x}) ran into its guard page",
+                stack.stack.start, stack.stack.end
             );
             ExitCode::StackOverflow
         }

@@ -9,14 +9,14 @@ use log::{error, info, warn};
 use crate::apic::{ioapic, lapic, pic};
 use crate::config::{self, Config, FsSource};
 use crate::exit::ExitCode;
-use crate::hal::{console, cpu, gdt, trap};
+use crate::hal::{console, cpu, gdt, percpu, trap};
 use crate::mm::setup::MemorySummary;
 use crate::monitor::{Monitor, Reporting};
 use crate::net::stats_port::PortStats;
 use crate::platform::{self, PlatformInfo};
 use crate::storage::{CleanUnmount, Housekeeping, Scrubbing};
 use crate::{
-    bench, clock, crash, irq, klog, mm, net, pci, power, selftest, shutdown, storage, task,
+    bench, clock, crash, irq, klog, mm, net, pci, power, selftest, shutdown, smp, storage, task,
 };
 
 const MIB: u64 = 1 << 20;
@@ -27,6 +27,8 @@ const DEFAULT_IOAPIC: u64 = 0xfec0_0000;
 
 /// The kernel's entry point (see `boot::entry_point!`).
 pub fn kmain(info: &'static BootInfo) -> ! {
+    // First: locks record their holder by CPU index.
+    percpu::init(0);
     console::init();
     klog::init(config::log_level(info.cmdline()));
     info!(
@@ -42,7 +44,7 @@ pub fn kmain(info: &'static BootInfo) -> ! {
         );
     }
 
-    gdt::init();
+    gdt::init(0);
     trap::init();
     let tsc_hz = clock::init();
     info!(
@@ -88,6 +90,7 @@ pub fn kmain(info: &'static BootInfo) -> ! {
     };
     init_interrupts(platform);
     arm_power_button(platform);
+    start_cpus(platform, &config);
 
     for f in pci::device::scan() {
         info!("pci: {f}");
@@ -127,6 +130,7 @@ fn init_interrupts(platform: &PlatformInfo) {
     lapic::init(platform.lapic_addr).expect("mapping the local APIC");
     irq::set_fixed_handler(irq::TIMER_VECTOR, || {});
     irq::set_fixed_handler(irq::ERROR_VECTOR, || {});
+    irq::set_fixed_handler(irq::WAKE_VECTOR, || {});
     let per_ms = lapic::calibrate_timer(clock::uptime);
     let lines = ioapic::init(platform);
     info!(
@@ -141,6 +145,49 @@ fn init_interrupts(platform: &PlatformInfo) {
     if let Some(h) = platform.hpet {
         info!("interrupts: HPET at {h:#x}");
     }
+}
+
+/// Starts the other CPUs (up to `cpus=`) and says how many run.
+fn start_cpus(platform: &PlatformInfo, config: &Config) {
+    let report =
+        smp::start_application_processors(&platform.cpus, config.cpus.unwrap_or(smp::MAX_CPUS));
+    info!(
+        "smp: {} of {} CPU(s) online",
+        report.online, report.reported
+    );
+    if !report.skipped.is_empty() {
+        info!(
+            "smp: left halted (cpus= or the limit of {}): local APIC ids {:?}",
+            smp::MAX_CPUS,
+            report.skipped
+        );
+    }
+    if !report.failed.is_empty() {
+        warn!("smp: did not start: local APIC ids {:?}", report.failed);
+    }
+}
+
+/// Sends every other CPU a task and waits for their answers: proof that they run their
+/// executors, take work from CPU 0 and wake it back.
+async fn check_cpus() {
+    let mut answers = alloc::vec::Vec::new();
+    for cpu in 1..smp::online() {
+        match smp::spawn_on(cpu, || async { lapic::id() }) {
+            Ok(remote) => answers.push((cpu, remote)),
+            Err(e) => warn!("smp: {e:?}"),
+        }
+    }
+    if answers.is_empty() {
+        return;
+    }
+    let mut ids = alloc::vec::Vec::new();
+    for (cpu, remote) in answers {
+        match task::timeout(Duration::from_secs(5), remote).await {
+            Ok(id) => ids.push(id),
+            Err(_) => warn!("smp: CPU {cpu} did not run the task sent to it within 5 s"),
+        }
+    }
+    info!("smp: CPUs with local APIC ids {ids:?} each ran a task sent from CPU 0");
 }
 
 /// Arms the ACPI power button (the clean shutdown waits for it), or says why not.
@@ -166,6 +213,7 @@ fn arm_power_button(platform: &PlatformInfo) {
 
 /// What the appliance does once booted.
 async fn run(config: Config, mem: MemorySummary) -> ExitCode {
+    check_cpus().await;
     if config.selftest {
         return selftest::run(&mem).await;
     }

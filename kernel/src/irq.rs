@@ -18,6 +18,9 @@ use crate::sync::IrqLock;
 pub const TIMER_VECTOR: u8 = 0x20;
 /// The local APIC error vector.
 pub const ERROR_VECTOR: u8 = 0x21;
+/// The inter-processor interrupt that wakes a halted CPU whose executor got work from
+/// another CPU (its handler does nothing: ending the halt is the point).
+pub const WAKE_VECTOR: u8 = 0x22;
 /// The 8259 PICs are remapped here (and masked); only spurious interrupts arrive.
 pub const PIC_BASE: u8 = 0xe0;
 /// The local APIC's spurious-interrupt vector (no EOI).

@@ -9,7 +9,8 @@
 //!   [`report`] (counter snapshots and their formats), [`time`], [`sync`], [`exit`];
 //! - hardware modules (only for `x86_64-unknown-none`): `hal` (all `unsafe` code),
 //!   `apic`, `clock`, `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`,
-//!   `shutdown` (the clean shutdown after a power-button press), and
+//!   `shutdown` (the clean shutdown after a power-button press), `smp` (starting the
+//!   other CPUs and sending them work), and
 //!   `init` (the boot sequence, [`kmain`]).
 //!
 //! `unsafe` is denied crate-wide and allowed only in `hal`.
@@ -59,6 +60,8 @@ pub mod platform;
 mod selftest;
 #[cfg(target_os = "none")]
 mod shutdown;
+#[cfg(target_os = "none")]
+pub mod smp;
 #[cfg(target_os = "none")]
 pub mod task;
 

@@ -3,6 +3,8 @@
 
 #[cfg(target_os = "none")]
 boot::entry_point!(kernel::kmain);
+#[cfg(target_os = "none")]
+boot::ap_entry_point!(kernel::smp::ap_main);
 
 /// On the host this binary is only a pointer to the real build.
 #[cfg(not(target_os = "none"))]

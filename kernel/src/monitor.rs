@@ -13,10 +13,11 @@ use vfs::FileSystem;
 use crate::net::service::Service;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
-    AccessReport, DeviceReport, FsReport, HeapReport, NinepReport, PowerReport, Snapshot,
+    AccessReport, CpuReport, DeviceReport, FsReport, HeapReport, NinepReport, PowerReport, Snapshot,
 };
 use crate::storage::{DeviceName, InjectedFaults, ServedFs};
-use crate::{clock, hal, task};
+use crate::{clock, hal, smp, task};
+use alloc::string::ToString;
 
 /// How often the `stats:` line is logged (when something changed).
 pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -113,6 +114,7 @@ impl<F: FileSystem + Reporting + 'static> Monitor<F> {
             let key = Snapshot {
                 uptime_ms: 0,
                 idle_ms: 0,
+                cpus: Vec::new(),
                 heap: HeapReport::default(),
                 ..s.clone()
             }
@@ -137,6 +139,15 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
         Snapshot {
             uptime_ms: clock::uptime().as_millis() as u64,
             idle_ms: task::idle_time().as_millis() as u64,
+            cpus: smp::states()
+                .enumerate()
+                .map(|(cpu, s)| CpuReport {
+                    cpu: cpu.to_string(),
+                    apic_id: s.apic_id,
+                    idle_ms: task::idle_time_of(cpu).as_millis() as u64,
+                    remote_tasks: s.remote_tasks,
+                })
+                .collect(),
             devices: fs.devices(),
             fs: fs_report,
             ninep: Some(NinepReport {

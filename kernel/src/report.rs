@@ -41,9 +41,11 @@ use block::{DeviceCounters, FaultCounters};
 pub struct Snapshot {
     /// Milliseconds since boot.
     pub uptime_ms: u64,
-    /// Milliseconds the CPU was idle (halted) since boot: `1 - idle/uptime` is how busy
-    /// the appliance was.
+    /// Milliseconds the boot CPU (which runs the network stack and the 9P service) was
+    /// idle (halted) since boot: `1 - idle/uptime` is how busy the appliance was.
     pub idle_ms: u64,
+    /// Every CPU online, by index.
+    pub cpus: Vec<CpuReport>,
     /// The block devices in use.
     pub devices: Vec<DeviceReport>,
     /// The mounted filesystem (absent when none is mounted, e.g. `fs=memory`).
@@ -57,6 +59,19 @@ pub struct Snapshot {
     pub access: AccessReport,
     /// The ACPI power button and the shutdown it starts.
     pub power: PowerReport,
+}
+
+/// One CPU (`kernel/src/smp`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CpuReport {
+    /// Its index (0: the boot CPU), the label of its metrics.
+    pub cpu: String,
+    /// Its local APIC id.
+    pub apic_id: u8,
+    /// Milliseconds it was idle (halted) since boot.
+    pub idle_ms: u64,
+    /// Tasks other CPUs sent it (`smp::spawn_on`).
+    pub remote_tasks: u64,
 }
 
 /// The ACPI power button and the clean shutdown it starts (`kernel/src/power`,
@@ -241,6 +256,17 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("idle_ms")
             .named("idle_seconds")
             .help("Time the CPU was idle (halted): 1 - rate() of it is how busy the appliance is."),
+        // CPUs, labelled by index.
+        Rule::elements("cpus", "cpu", "cpu").named("cpu"),
+        Rule::gauge("cpus.*.apic_id")
+            .named("cpu_apic_id")
+            .help("Local APIC id of the CPU."),
+        Rule::counter("cpus.*.idle_ms")
+            .named("cpu_idle_seconds")
+            .help("Time the CPU was idle (halted): 1 - rate() of it is how busy it is."),
+        Rule::counter("cpus.*.remote_tasks")
+            .named("cpu_remote_tasks")
+            .help("Tasks other CPUs sent this CPU to run."),
         // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
         Rule::elements("devices", "device", "name").named("device"),
         Rule::rename("devices.*.counters", ""),
@@ -449,6 +475,20 @@ mod tests {
         Snapshot {
             uptime_ms: 1234,
             idle_ms: 1000,
+            cpus: alloc::vec![
+                CpuReport {
+                    cpu: "0".to_string(),
+                    apic_id: 0,
+                    idle_ms: 1000,
+                    remote_tasks: 0,
+                },
+                CpuReport {
+                    cpu: "1".to_string(),
+                    apic_id: 2,
+                    idle_ms: 2500,
+                    remote_tasks: 1,
+                },
+            ],
             devices: alloc::vec![DeviceReport {
                 name: "nvme@00:04.0".to_string(),
                 block_size: 512,
@@ -546,6 +586,9 @@ mod tests {
         for line in [
             "ninefold_uptime_seconds 1.234".to_string(),
             "ninefold_idle_seconds_total 1".to_string(),
+            "ninefold_cpu_idle_seconds_total{cpu=\"1\"} 2.5".to_string(),
+            "ninefold_cpu_apic_id{cpu=\"1\"} 2".to_string(),
+            "ninefold_cpu_remote_tasks_total{cpu=\"1\"} 1".to_string(),
             format!("ninefold_device_written_bytes_total{{{dev}}} 40960"),
             format!("ninefold_device_write_seconds_total{{{dev}}} 0.005"),
             format!("ninefold_device_flushes_total{{{dev}}} 4"),

@@ -1,5 +1,5 @@
-//! The kernel's executor: one per CPU (one CPU for now), reachable from any task through
-//! [`spawn`], [`sleep`], [`sleep_until`], [`timeout`] and [`now`].
+//! The kernel's executors: one per CPU, reachable from any task through [`spawn`],
+//! [`sleep`], [`sleep_until`], [`timeout`] and [`now`], which act on the running CPU's.
 
 use core::cell::OnceCell;
 use core::future::Future;
@@ -8,15 +8,22 @@ use core::task::Context;
 use core::time::Duration;
 
 use crate::apic::lapic;
-use crate::exec::{Elapsed, Executor, JoinHandle, Platform, Sleep, Spawner};
+use alloc::sync::Arc;
+
+use crate::exec::{Elapsed, Executor, JoinHandle, Kick, Platform, Sleep, Spawner};
 use crate::hal::cpu;
 use crate::hal::cpu_local::CpuLocal;
+use crate::hal::percpu::{self, MAX_CPUS};
 use crate::time::Instant;
+use crate::{irq, smp};
 
 /// Time from the TSC clock; idling arms the local APIC timer for the next deadline and
-/// halts with `sti; hlt`.
+/// halts with `sti; hlt`; a wake from another CPU sends the owner [`irq::WAKE_VECTOR`].
 #[derive(Debug)]
-pub struct KernelPlatform;
+pub struct KernelPlatform {
+    /// The CPU whose executor this is.
+    cpu: usize,
+}
 
 impl Platform for KernelPlatform {
     fn now(&self) -> Instant {
@@ -34,28 +41,61 @@ impl Platform for KernelPlatform {
             None => lapic::disarm(),
         }
         let halted = self.now();
+        HALTED_AT[self.cpu].store(halted.as_nanos(), Ordering::Relaxed);
         cpu::enable_interrupts_and_halt();
-        IDLE_NS.fetch_add((self.now() - halted).as_nanos() as u64, Ordering::Relaxed);
+        HALTED_AT[self.cpu].store(0, Ordering::Relaxed);
+        IDLE_NS[self.cpu].fetch_add((self.now() - halted).as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn kicker(&self) -> Option<Kick> {
+        let owner = self.cpu;
+        Some(Arc::new(move || {
+            if percpu::index() != owner {
+                if let Some(apic_id) = smp::apic_id(owner) {
+                    lapic::send_fixed(apic_id, irq::WAKE_VECTOR);
+                }
+            }
+        }))
     }
 }
 
-/// Nanoseconds this CPU spent halted, waiting for work (interrupt handlers that ran
+/// Nanoseconds each CPU spent halted, waiting for work (interrupt handlers that ran
 /// during the halt included: they are short).
-static IDLE_NS: AtomicU64 = AtomicU64::new(0);
+static IDLE_NS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// When each CPU's current halt began (clock nanoseconds), 0 while it runs: a CPU halted
+/// for long is idle now, before its halt ends.
+static HALTED_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 
-/// Time this CPU has spent idle (halted) since boot: with the uptime, how busy it is.
+/// Time the boot CPU has spent idle (halted) since boot: with the uptime, how busy it is
+/// (it runs the network stack and the 9P service).
 pub fn idle_time() -> Duration {
-    Duration::from_nanos(IDLE_NS.load(Ordering::Relaxed))
+    idle_time_of(0)
 }
 
-static SPAWNER: CpuLocal<OnceCell<Spawner>> = CpuLocal::new(OnceCell::new());
+/// Time CPU `cpu` has spent idle (halted) since boot.
+pub fn idle_time_of(cpu: usize) -> Duration {
+    let done = IDLE_NS[cpu].load(Ordering::Relaxed);
+    let halted_at = HALTED_AT[cpu].load(Ordering::Relaxed);
+    let now = now().as_nanos();
+    // A halt that ended between the two loads is already in `done`: count it once.
+    let ongoing = if halted_at != 0 && IDLE_NS[cpu].load(Ordering::Relaxed) == done {
+        now.saturating_sub(halted_at)
+    } else {
+        0
+    };
+    Duration::from_nanos(done + ongoing)
+}
+
+static SPAWNER: CpuLocal<OnceCell<Spawner>> = CpuLocal::new([const { OnceCell::new() }; MAX_CPUS]);
 
 /// Creates this CPU's executor. Run it with [`Executor::block_on`].
 ///
 /// # Panics
-/// If called twice.
+/// If called twice on one CPU.
 pub fn init() -> Executor {
-    let ex = Executor::new(KernelPlatform);
+    let ex = Executor::new(KernelPlatform {
+        cpu: percpu::index(),
+    });
     assert!(
         SPAWNER.get().set(ex.spawner()).is_ok(),
         "executor initialised twice"

@@ -236,6 +236,17 @@ impl Qemu {
         id
     }
 
+    /// Virtual CPUs (QEMU `-smp`; one unless set).
+    pub fn cpus(mut self, n: u32) -> Self {
+        let at = self
+            .args
+            .iter()
+            .position(|a| a == "-smp")
+            .expect("-smp is set in appliance()");
+        self.args[at + 1] = n.to_string();
+        self
+    }
+
     /// Guest memory (QEMU `-m`), e.g. `"1G"`.
     pub fn memory(mut self, size: &str) -> Self {
         self.memory = size.into();

@@ -13,6 +13,8 @@ const TPR: usize = 0x80;
 const EOI: usize = 0xb0;
 const SVR: usize = 0xf0;
 const ESR: usize = 0x280;
+const ICR_LOW: usize = 0x300;
+const ICR_HIGH: usize = 0x310;
 const LVT_TIMER: usize = 0x320;
 const LVT_LINT0: usize = 0x350;
 const LVT_LINT1: usize = 0x360;
@@ -34,11 +36,20 @@ fn regs() -> &'static MmioRegion {
     LAPIC.get().expect("local APIC not initialised")
 }
 
-/// Maps the local APIC at `phys` (from the MADT), enables it with the spurious vector,
-/// masks LINT0/1 and the timer, and routes APIC errors to [`ERROR_VECTOR`].
+/// Maps the local APIC at `phys` (from the MADT; every CPU sees its own APIC there) and
+/// sets up the boot CPU's ([`init_this_cpu`]).
 pub fn init(phys: u64) -> Result<(), MapError> {
     let mapped = paging::map_mmio(phys, 0x1000)?;
-    let regs = LAPIC.call_once(|| mapped);
+    LAPIC.call_once(|| mapped);
+    init_this_cpu();
+    Ok(())
+}
+
+/// Enables this CPU's local APIC with the spurious vector, masks LINT0/1 and the timer,
+/// and routes APIC errors to [`ERROR_VECTOR`]. Each application processor calls it for
+/// its own APIC after the boot CPU's [`init`].
+pub fn init_this_cpu() {
+    let regs = regs();
     regs.write32(TPR, 0);
     regs.write32(LVT_TIMER, MASKED | u32::from(TIMER_VECTOR));
     regs.write32(LVT_LINT0, MASKED);
@@ -47,7 +58,6 @@ pub fn init(phys: u64) -> Result<(), MapError> {
     regs.write32(ESR, 0);
     regs.write32(SVR, SVR_ENABLE | u32::from(SPURIOUS_VECTOR));
     regs.write32(TIMER_DIVIDE, DIVIDE_BY_16);
-    Ok(())
 }
 
 /// Signals end of interrupt.
@@ -60,6 +70,50 @@ pub fn eoi() {
 /// This CPU's local APIC id (0 before initialisation).
 pub fn id() -> u8 {
     LAPIC.get().map_or(0, |r| (r.read32(ID) >> 24) as u8)
+}
+
+/// Interrupt command register bits.
+mod icr {
+    /// Delivery mode INIT.
+    pub const INIT: u32 = 0b101 << 8;
+    /// Delivery mode Start-up (the vector names the start page).
+    pub const STARTUP: u32 = 0b110 << 8;
+    /// The previous IPI is still being sent.
+    pub const PENDING: u32 = 1 << 12;
+    /// Level assert (required for INIT and start-up IPIs).
+    pub const ASSERT: u32 = 1 << 14;
+}
+
+/// Sends an inter-processor interrupt (`low` is ICR bits 0..32) to the CPU with local APIC
+/// id `apic_id`, waiting until the previous one has left. Interrupts stay off while the
+/// two halves are written, so a handler's IPI cannot interleave with ours.
+fn send_ipi(apic_id: u8, low: u32) {
+    let regs = regs();
+    let was = crate::hal::cpu::interrupts_enabled();
+    crate::hal::cpu::disable_interrupts();
+    while regs.read32(ICR_LOW) & icr::PENDING != 0 {
+        core::hint::spin_loop();
+    }
+    regs.write32(ICR_HIGH, u32::from(apic_id) << 24);
+    regs.write32(ICR_LOW, low);
+    if was {
+        crate::hal::cpu::enable_interrupts();
+    }
+}
+
+/// Sends INIT to `apic_id`: the CPU resets and waits for a start-up IPI.
+pub fn send_init(apic_id: u8) {
+    send_ipi(apic_id, icr::INIT | icr::ASSERT);
+}
+
+/// Sends a start-up IPI to `apic_id`: the CPU starts in real mode at `page * 4096`.
+pub fn send_startup(apic_id: u8, page: u8) {
+    send_ipi(apic_id, icr::STARTUP | icr::ASSERT | u32::from(page));
+}
+
+/// Sends a fixed interrupt with `vector` to `apic_id`.
+pub fn send_fixed(apic_id: u8, vector: u8) {
+    send_ipi(apic_id, icr::ASSERT | u32::from(vector));
 }
 
 /// Measures the timer's rate against `now` (a calibrated clock): five rounds of counting

@@ -14,7 +14,7 @@ use core::time::Duration;
 
 use super::join::{self, JoinHandle};
 use super::timer::{Elapsed, Sleep, TimerQueue};
-use super::Platform;
+use super::{Kick, Platform};
 use crate::sync::IrqLock;
 use crate::time::Instant;
 
@@ -28,30 +28,45 @@ const MAIN: TaskId = TaskId(0);
 /// How many ready tasks to poll before looking at the timers again.
 const POLL_BATCH: usize = 64;
 
-/// Ids of tasks to poll. Wakers push (possibly from interrupt handlers); the run loop pops.
-/// Each task is queued at most once (see [`TaskWaker::scheduled`]) and capacity for every
-/// task is reserved at spawn, so pushing never allocates.
-#[derive(Debug)]
-struct ReadyQueue(IrqLock<VecDeque<TaskId>>);
+/// Ids of tasks to poll. Wakers push (possibly from interrupt handlers and other CPUs);
+/// the run loop pops. Each task is queued at most once (see [`TaskWaker::scheduled`]) and
+/// capacity for every task is reserved at spawn, so pushing never allocates.
+struct ReadyQueue {
+    queue: IrqLock<VecDeque<TaskId>>,
+    /// Called after every push, outside the lock.
+    kick: Option<Kick>,
+}
+
+impl core::fmt::Debug for ReadyQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ReadyQueue")
+            .field("queue", &self.queue)
+            .field("kick", &self.kick.is_some())
+            .finish()
+    }
+}
 
 impl ReadyQueue {
     fn push(&self, id: TaskId) {
-        self.0.lock(|q| {
+        self.queue.lock(|q| {
             assert!(q.len() < q.capacity(), "ready queue capacity not reserved");
             q.push_back(id);
         });
+        if let Some(kick) = &self.kick {
+            kick();
+        }
     }
 
     fn pop(&self) -> Option<TaskId> {
-        self.0.lock(|q| q.pop_front())
+        self.queue.lock(|q| q.pop_front())
     }
 
     fn is_empty(&self) -> bool {
-        self.0.lock(|q| q.is_empty())
+        self.queue.lock(|q| q.is_empty())
     }
 
     fn reserve_for(&self, tasks: usize) {
-        self.0.lock(|q| {
+        self.queue.lock(|q| {
             let want = tasks.saturating_sub(q.len());
             q.reserve(want);
         });
@@ -309,12 +324,16 @@ impl Executor {
     pub fn new(platform: impl Platform + 'static) -> Executor {
         let mut queue = VecDeque::new();
         queue.reserve(1);
+        let kick = platform.kicker();
         Executor {
             spawner: Spawner {
                 inner: Rc::new(Inner {
                     platform: Box::new(platform),
                     tasks: RefCell::new(BTreeMap::new()),
-                    ready: Arc::new(ReadyQueue(IrqLock::new(queue))),
+                    ready: Arc::new(ReadyQueue {
+                        queue: IrqLock::new(queue),
+                        kick,
+                    }),
                     background: BackgroundQueue::default(),
                     current: Cell::new(None),
                     timers: RefCell::new(TimerQueue::default()),

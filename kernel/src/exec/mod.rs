@@ -1,13 +1,16 @@
 //! A small cooperative async executor: the kernel's only form of concurrency.
 //!
 //! Drivers, the network stack and the filesystem run as tasks ([`Spawner::spawn`]) on one
-//! [`Executor`] per CPU (one CPU for now). A task runs until it returns `Pending`; nothing
-//! preempts it. Tasks need not be `Send`.
+//! [`Executor`] per CPU. A task runs until it returns `Pending`; nothing preempts it, and
+//! it never moves to another CPU, so tasks need not be `Send` (work for another CPU goes
+//! through `smp::spawn_on`, which sends a `Send` closure).
 //!
 //! - Wakers are `Send + Sync` and interrupt-safe: waking only marks the task and queues its
 //!   id (under an [`IrqLock`](crate::sync::IrqLock), into a queue whose capacity is
-//!   reserved at spawn time, so an interrupt handler never allocates). Interrupt handlers
-//!   usually signal an [`IrqEvent`], whose `wait()` a driver task awaits.
+//!   reserved at spawn time, so an interrupt handler never allocates), then
+//!   [kicks](Platform::kicker) the executor's CPU, which may be halted, when the wake
+//!   comes from another CPU. Interrupt handlers usually signal an [`IrqEvent`], whose
+//!   `wait()` a driver task awaits.
 //! - Timers ([`Spawner::sleep`], [`Spawner::sleep_until`], [`Spawner::timeout`]) live in a
 //!   deadline-ordered queue that the executor checks between polls.
 //! - When nothing is ready, the executor hands the next timer deadline to
@@ -27,7 +30,15 @@ pub use executor::{Executor, Spawner, Stats, TaskId};
 pub use join::JoinHandle;
 pub use timer::{Elapsed, Sleep};
 
+use alloc::sync::Arc;
+
 use crate::time::Instant;
+
+/// Gets an executor's attention after a task of it was queued: called by every wake, from
+/// any CPU and from interrupt handlers, after the task's id is in the ready queue. On the
+/// appliance it interrupts the executor's CPU (an IPI) when that is not the caller's, so a
+/// halted CPU notices the work.
+pub type Kick = Arc<dyn Fn() + Send + Sync>;
 
 /// What the executor needs from the machine.
 pub trait Platform {
@@ -40,6 +51,12 @@ pub trait Platform {
     /// it returns true; otherwise a wake-up between the executor's check and the sleep would
     /// be lost until the next interrupt.
     fn idle(&self, deadline: Option<Instant>, work_pending: &dyn Fn() -> bool);
+
+    /// How wakes get the executor's attention ([`Kick`]); `None` (the default) when a
+    /// wake needs nothing more than queueing (one CPU, or host threads that poll).
+    fn kicker(&self) -> Option<Kick> {
+        None
+    }
 }
 
 #[cfg(test)]

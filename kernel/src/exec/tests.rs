@@ -178,6 +178,54 @@ fn irq_event_from_another_thread_wakes_the_task() {
     assert!(!event.take(), "the wait consumed the signal");
 }
 
+/// A platform whose kick counts, as an IPI to a halted CPU would wake it.
+#[derive(Clone, Default)]
+struct KickedClock {
+    clock: SimClock,
+    kicks: Arc<AtomicUsize>,
+}
+
+impl Platform for KickedClock {
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn idle(&self, deadline: Option<Instant>, work_pending: &dyn Fn() -> bool) {
+        self.clock.idle(deadline, work_pending)
+    }
+
+    fn kicker(&self) -> Option<Kick> {
+        let kicks = self.kicks.clone();
+        Some(Arc::new(move || {
+            kicks.fetch_add(1, Ordering::SeqCst);
+        }))
+    }
+}
+
+#[test]
+fn a_wake_from_another_thread_kicks_the_executor() {
+    let platform = KickedClock::default();
+    let kicks = platform.kicks.clone();
+    let ex = Executor::new(platform);
+    let event = Arc::new(IrqEvent::new());
+    let remote = event.clone();
+    let kicks_before = Arc::new(AtomicUsize::new(usize::MAX));
+    let seen = kicks_before.clone();
+    let k = kicks.clone();
+    let signaller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        seen.store(k.load(Ordering::SeqCst), Ordering::SeqCst);
+        remote.signal();
+    });
+    ex.block_on(event.wait());
+    signaller.join().unwrap();
+    let before = kicks_before.load(Ordering::SeqCst);
+    assert!(
+        kicks.load(Ordering::SeqCst) > before,
+        "the remote wake queued the task without kicking the executor"
+    );
+}
+
 #[test]
 fn signal_before_wait_is_not_lost_and_signals_coalesce() {
     let (ex, clock) = executor();

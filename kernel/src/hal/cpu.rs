@@ -2,6 +2,8 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+use super::percpu::{self, MAX_CPUS};
+
 use x86_64::instructions::interrupts;
 
 use super::io_port::IoPort;
@@ -58,42 +60,20 @@ pub fn cr2() -> u64 {
     x86_64::registers::control::Cr2::read_raw()
 }
 
-/// Nesting depth of interrupt handlers on this CPU (0: task context).
-static IRQ_DEPTH: AtomicUsize = AtomicUsize::new(0);
+/// Nesting depth of interrupt handlers, per CPU (0: task context).
+static IRQ_DEPTH: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
 
-/// True inside an interrupt or exception handler.
+/// True inside an interrupt or exception handler on this CPU.
 pub fn in_interrupt() -> bool {
-    IRQ_DEPTH.load(Ordering::Relaxed) != 0
+    IRQ_DEPTH[percpu::index()].load(Ordering::Relaxed) != 0
 }
 
 pub(super) fn enter_interrupt() {
-    IRQ_DEPTH.fetch_add(1, Ordering::Relaxed);
+    IRQ_DEPTH[percpu::index()].fetch_add(1, Ordering::Relaxed);
 }
 
 pub(super) fn leave_interrupt() {
-    IRQ_DEPTH.fetch_sub(1, Ordering::Relaxed);
-}
-
-/// The `critical-section` implementation: a critical section disables interrupts on this
-/// CPU and restores the previous state on exit. Sufficient while the kernel runs on one
-/// CPU; SMP will add a lock here.
-struct CpuCriticalSection;
-critical_section::set_impl!(CpuCriticalSection);
-
-// SAFETY: acquire returns whether interrupts were enabled and disables them; release
-// restores exactly that state, so nesting works and no interrupt handler can run inside.
-unsafe impl critical_section::Impl for CpuCriticalSection {
-    unsafe fn acquire() -> critical_section::RawRestoreState {
-        let was = interrupts::are_enabled();
-        interrupts::disable();
-        was
-    }
-
-    unsafe fn release(was_enabled: critical_section::RawRestoreState) {
-        if was_enabled {
-            interrupts::enable();
-        }
-    }
+    IRQ_DEPTH[percpu::index()].fetch_sub(1, Ordering::Relaxed);
 }
 
 /// The port of QEMU's `isa-debug-exit` device (`-device isa-debug-exit,iobase=0xf4,iosize=4`).

@@ -3,8 +3,9 @@
 //! rest of the kernel builds on the safe interfaces below, in the spirit of Asterinas'
 //! OSTD:
 //!
-//! - [`cpu`]: interrupt flag, `hlt`, TSC, CPUID, the critical-section implementation,
-//!   and leaving QEMU.
+//! - [`cpu`]: interrupt flag, `hlt`, TSC, CPUID, the interrupt depth, and leaving QEMU.
+//! - [`percpu`]: which CPU is running (each CPU's GS base); [`cpu_local`]: per-CPU
+//!   values for task context.
 //! - [`io_port`]: x86 port I/O.
 //! - [`console`]: the COM1 serial console.
 //! - [`gdt`], [`trap`]: segments, IST stacks, the IDT and the entry stubs of every
@@ -13,8 +14,8 @@
 //!   tables, MMIO and firmware mappings; [`mmio`]: bounds-checked volatile register access;
 //!   [`dma`]: memory devices read and write, typed by ownership (a device's bus mastering,
 //!   coherent queues, streams lent to the device).
+//! - [`smp`]: the application processors' trampoline and start parameters.
 //! - [`acpi`]: the identity-mapping handler the `acpi` crate needs, and the DSDT's bytes.
-//! - [`cpu_local`]: per-CPU values for task context.
 //! - [`virtio`]: the `virtio-drivers` crate behind safe interfaces (its `Hal`, PCI
 //!   configuration access, MSI-X routing, and its `unsafe` queue and network APIs made
 //!   safe by owning every buffer the device holds). The virtio drivers themselves live in
@@ -31,5 +32,7 @@ pub mod io_port;
 pub mod memory;
 pub mod mmio;
 pub mod paging;
+pub mod percpu;
+pub mod smp;
 pub mod trap;
 pub mod virtio;

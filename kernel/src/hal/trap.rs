@@ -132,8 +132,9 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
 
 static IDT: spin::Once<InterruptDescriptorTable> = spin::Once::new();
 
-/// Builds and loads the IDT: every vector points at its stub; double faults, page faults,
-/// NMIs and machine checks switch to their IST stacks.
+/// Builds the IDT (once: every CPU shares it) and loads it on this CPU: every vector
+/// points at its stub; double faults, page faults, NMIs and machine checks switch to their
+/// IST stacks (each CPU's own, through its TSS).
 pub fn init() {
     let idt = IDT.call_once(|| {
         let base = (&raw const ninefold_trap_stubs) as u64;

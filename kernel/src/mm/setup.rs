@@ -42,8 +42,9 @@ pub fn init(info: &BootInfo) -> MemorySummary {
         bitmap.addr,
         bitmap.bytes / 1024
     );
-    let stacks = gdt::stacks();
-    let guards: [Range<u64>; 4] = core::array::from_fn(|i| stacks[i].guard.clone());
+    let mut stacks = gdt::stacks();
+    let guards: [Range<u64>; gdt::STACK_COUNT] =
+        core::array::from_fn(|_| stacks.next().expect("STACK_COUNT stacks").guard);
     let map_summary = paging::init(&memmap::all_ram(map), &layout, &guards);
 
     let free = memory::stats().free * PAGE_SIZE;

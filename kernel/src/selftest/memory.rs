@@ -188,17 +188,15 @@ pub fn paging() -> Verdict {
         "data mapped as {data:?}"
     );
     ensure!(paging::translate(0).is_none(), "page 0 is mapped");
-    let stacks = gdt::stacks();
+    let stacks: Vec<_> = gdt::stacks().collect();
     for s in &stacks {
         ensure!(
             paging::translate(s.guard.start).is_none(),
-            "guard page of the {} stack is mapped",
-            s.name
+            "guard page of the {s} is mapped"
         );
         ensure!(
             paging::translate(s.stack.start).is_some_and(|m| m.writable),
-            "the {} stack is not writable",
-            s.name
+            "the {s} is not writable"
         );
     }
     let heap_byte = Box::new(7u8);
