@@ -14,7 +14,7 @@ use crate::pci::device::{self, PciDevice};
 use crate::pci::PciAddress;
 
 /// Driver options for whichever device is opened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct DiskOptions {
     /// For NVMe controllers.
     pub nvme: nvme::Options,
