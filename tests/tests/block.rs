@@ -209,3 +209,24 @@ fn the_device_benchmark_runs_on_the_selected_disk() {
     }
     boot.expect_no_line("bench: nvme");
 }
+
+/// A controller that grants fewer queue pairs than asked for (`max_ioqpairs=2`) and has
+/// one MSI-X entry for I/O (`msix_qsize=2`: entry 0 is the admin queue's): the driver
+/// creates the two pairs granted, both completing on entry 1, and every check passes.
+#[test]
+fn nvme_takes_the_queue_pairs_granted_and_shares_msix_entries() {
+    let boot = Qemu::appliance()
+        .nvme_with("nf-few", ",max_ioqpairs=2,msix_qsize=2")
+        .append("selftest=block nvme_queues=3")
+        .run();
+    boot.expect_exit(ExitCode::Success);
+    boot.expect_line(
+        " 2 I/O queue pairs (requested 3, controller granted 2), MSI-X entries 1-1, shared",
+    );
+    expect_all_ok(&boot, "nvme");
+    let queues = verdict(&boot, "nvme", "irq", "queues");
+    if !queues.contains("ok (2 I/O queue pairs:") || !queues.contains("MSI-X entries [1, 1]") {
+        boot.fail(&format!("irq: {queues}"));
+    }
+    boot.expect_line("selftest: 24 passed, 0 failed, 0 skipped");
+}

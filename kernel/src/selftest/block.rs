@@ -8,6 +8,7 @@
 
 use alloc::boxed::Box;
 use alloc::format;
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::future::{poll_fn, Future};
@@ -20,6 +21,7 @@ use block::{BlockDevice, IoError, WriteFlags};
 use super::{ensure, Tally, Verdict};
 use crate::config::Config;
 use crate::drivers::disk::{open_at, Disk, DiskOptions};
+use crate::drivers::nvme::NvmeDisk;
 use crate::drivers::select::DiskKind;
 use crate::drivers::{join_all, CompletionMode};
 use crate::exit::ExitCode;
@@ -164,23 +166,8 @@ async fn queues(disk: &Disk, seed: u64, mode: CompletionMode) -> Verdict {
     let n = nvme.io_queues();
     let base = g.num_blocks * 3 / 4;
     let before = nvme.queue_stats();
-    for q in 0..n {
-        let lba = base + q as u64 * 8;
-        let want = pattern(lba, bs, seed ^ 0x9e);
-        if let Err(e) = nvme.write_on_queue(q, lba, &want, WriteFlags::NONE).await {
-            return Verdict::Fail(format!("write through queue {}: {e}", q + 1));
-        }
-        let other = (q + 1) % n;
-        let mut got = vec![0u8; bs];
-        if let Err(e) = nvme.read_on_queue(other, lba, &mut got).await {
-            return Verdict::Fail(format!("read through queue {}: {e}", other + 1));
-        }
-        ensure!(
-            got == want,
-            "block {lba} written through queue {} did not read back through queue {}",
-            q + 1,
-            other + 1
-        );
+    if let Err(why) = every_queue(nvme, base, bs, seed ^ 0x9e).await {
+        return Verdict::Fail(why);
     }
     let after = nvme.queue_stats();
     ensure!(
@@ -229,6 +216,32 @@ async fn queues(disk: &Disk, seed: u64, mode: CompletionMode) -> Verdict {
             .map(|q| q.doorbells.submitted)
             .collect::<Vec<_>>()
     ))
+}
+
+/// Writes a block through each I/O queue pair of `nvme` (at `base`, 8 blocks apart) and
+/// reads it back through the next pair.
+async fn every_queue(nvme: &NvmeDisk, base: u64, bs: usize, seed: u64) -> Result<(), String> {
+    let n = nvme.io_queues();
+    for q in 0..n {
+        let lba = base + q as u64 * 8;
+        let want = pattern(lba, bs, seed);
+        nvme.write_on_queue(q, lba, &want, WriteFlags::NONE)
+            .await
+            .map_err(|e| format!("write through queue {}: {e}", q + 1))?;
+        let other = (q + 1) % n;
+        let mut got = vec![0u8; bs];
+        nvme.read_on_queue(other, lba, &mut got)
+            .await
+            .map_err(|e| format!("read through queue {}: {e}", other + 1))?;
+        if got != want {
+            return Err(format!(
+                "block {lba} written through queue {} did not read back through queue {}",
+                q + 1,
+                other + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `SPREAD_REQUESTS` patterned writes spread from the first to the last block, all in
@@ -618,7 +631,8 @@ async fn backpressure(disk: &Disk, seed: u64) -> Verdict {
 
 /// A request whose completion is lost fails with [`IoError::Timeout`] (after the driver
 /// aborted it and reset the device), requests in flight with it fail the same way, and
-/// the device works again afterwards.
+/// the device works again afterwards (NVMe: through every I/O queue pair, which the reset
+/// recreated).
 async fn recovery(disk: &Disk, seed: u64) -> Verdict {
     let g = disk.geometry();
     let bs = g.block_size as usize;
@@ -650,6 +664,11 @@ async fn recovery(disk: &Disk, seed: u64) -> Verdict {
     let next = pattern(lba, 8 * bs, !seed);
     if let Err(e) = disk.write(lba, &next, WriteFlags::FUA).await {
         return Verdict::Fail(format!("write after the recovery: {e}"));
+    }
+    if let Some(nvme) = disk.as_nvme() {
+        if let Err(why) = every_queue(nvme, g.num_blocks * 3 / 4, bs, seed ^ 0x713f).await {
+            return Verdict::Fail(format!("after the recovery: {why}"));
+        }
     }
     Verdict::Pass(format!(
         "lost completion: Timeout after {} ms, device reset and working again ({})",
