@@ -31,6 +31,7 @@
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
 //! | `cpus=N` | most CPUs to run on (1..=16): the boot CPU and the first N-1 others the firmware lists; the rest stay halted | every CPU, up to 16 |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
+//! | `nvme_queues=N` | NVMe I/O queue pairs to ask the controller for (1..=64; it may grant fewer); a request goes to the pair of the CPU it is submitted on | `1` |
 //! | `bench=dev` | run the device benchmark on the `disk=` device (all disks without `disk=`), print results, power off | off |
 //! | `benchtime=SECS` | seconds per benchmark workload | `10` |
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
@@ -59,6 +60,7 @@ use block::Fault;
 use log::LevelFilter;
 use ninep::server::AccessConfig;
 
+use crate::drivers::nvme::MAX_IO_QUEUES;
 use crate::pci::PciAddress;
 
 /// The default console log level (`log=`).
@@ -296,6 +298,8 @@ pub struct Config {
     pub selftest_block: bool,
     /// Poll for NVMe completions instead of taking interrupts.
     pub nvme_poll: bool,
+    /// NVMe I/O queue pairs to ask for (`nvme_queues=`); `None`: the driver's default.
+    pub nvme_queues: Option<u16>,
     /// Run a benchmark and power off.
     pub bench: Option<Bench>,
     /// Seconds per benchmark workload.
@@ -351,6 +355,7 @@ impl Default for Config {
             selftest: false,
             selftest_block: false,
             nvme_poll: false,
+            nvme_queues: None,
             bench: None,
             bench_seconds: DEFAULT_BENCH_SECONDS,
             crash: None,
@@ -478,6 +483,15 @@ impl Config {
                     "irq" => false,
                     _ => return Err(Some("expected irq or poll")),
                 }
+            }
+            "nvme_queues" => {
+                self.nvme_queues = Some(
+                    need(value)?
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_IO_QUEUES).contains(n))
+                        .ok_or(Some("expected 1-64 queue pairs"))?,
+                )
             }
             "benchtime" => {
                 self.bench_seconds = need(value)?
@@ -693,6 +707,9 @@ impl fmt::Display for Config {
         if self.nvme_poll {
             f.write_str(" nvme=poll")?;
         }
+        if let Some(n) = self.nvme_queues {
+            write!(f, " nvme_queues={n}")?;
+        }
         if self.selftest {
             f.write_str(" selftest")?;
         }
@@ -902,6 +919,17 @@ mod tests {
         let (c, ignored) = parse("selftest=disk nvme=spin bench= bench=fs benchtime=0");
         assert_eq!(c, Config::default());
         assert_eq!(ignored.len(), 5, "{ignored:?}");
+        let (c, ignored) = parse("nvme_queues=3");
+        assert!(ignored.is_empty(), "{ignored:?}");
+        assert_eq!(c.nvme_queues, Some(3));
+        assert!(c.to_string().ends_with(" nvme_queues=3"), "{c}");
+        assert_eq!(parse(&c.to_string()).0, c);
+        assert_eq!(parse("nvme_queues=64").0.nvme_queues, Some(64));
+        // Out of range or malformed: ignored, an earlier valid one stays.
+        let (c, ignored) =
+            parse("nvme_queues=2 nvme_queues=0 nvme_queues=65 nvme_queues=x nvme_queues=");
+        assert_eq!((c.nvme_queues, ignored.len()), (Some(2), 4), "{ignored:?}");
+        assert_eq!(parse("nvme_queues=0").0, Config::default());
     }
 
     #[test]

@@ -218,7 +218,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
         return selftest::run(&mem).await;
     }
     if config.selftest_block {
-        return selftest::run_block().await;
+        return selftest::run_block(&config).await;
     }
     if config.bench == Some(crate::config::Bench::Device) {
         return bench::device(&config).await;

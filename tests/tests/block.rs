@@ -5,8 +5,9 @@
 use kernel::exit::ExitCode;
 use ninefold_tests::{Boot, Qemu};
 
-const CHECKS: [&str; 11] = [
+const CHECKS: [&str; 12] = [
     "open",
+    "queues",
     "spread",
     "fua",
     "large",
@@ -29,11 +30,22 @@ fn verdict<'a>(boot: &'a Boot, kind: &str, mode: &str, check: &str) -> &'a str {
         .unwrap_or_else(|| boot.fail(&format!("no verdict for {kind} {mode} {check}")))
 }
 
+/// Checks that do not apply to a kind of device (and say so).
+fn skipped(kind: &str, check: &str) -> bool {
+    // virtio-blk has one queue.
+    kind == "virtio" && check == "queues"
+}
+
 fn expect_all_ok(boot: &Boot, kind: &str) {
     for mode in ["irq", "poll"] {
         for check in CHECKS {
             let line = verdict(boot, kind, mode, check);
-            if !line.contains(&format!("{check}: ok (")) {
+            let want = if skipped(kind, check) {
+                "skipped ("
+            } else {
+                "ok ("
+            };
+            if !line.contains(&format!("{check}: {want}")) {
                 boot.fail(&format!("{kind} {mode} {check}: {line}"));
             }
         }
@@ -65,7 +77,15 @@ fn nvme_and_virtio_blk_pass_every_block_check() {
     expect_all_ok(&boot, "nvme");
     expect_all_ok(&boot, "virtio");
     boot.expect_line("serial \"nf-block\"");
-    boot.expect_line("selftest: 44 passed, 0 failed, 0 skipped");
+    // One I/O queue pair by default.
+    boot.expect_line("1 I/O queue pair (requested 1, controller granted ");
+    for mode in ["irq", "poll"] {
+        let queues = verdict(&boot, "nvme", mode, "queues");
+        if !queues.contains("ok (1 I/O queue pair:") {
+            boot.fail(&format!("{mode}: {queues}"));
+        }
+    }
+    boot.expect_line("selftest: 46 passed, 0 failed, 2 skipped");
     boot.expect_no_line("FAILED");
 }
 
@@ -84,7 +104,64 @@ fn nvme_transfers_up_to_a_4_mib_mdts_use_chained_prp_lists() {
     if !large.contains("4092 KiB transfers") {
         boot.fail(&format!("expected 4092 KiB transfers: {large}"));
     }
-    boot.expect_line("selftest: 22 passed, 0 failed, 0 skipped");
+    boot.expect_line("selftest: 24 passed, 0 failed, 0 skipped");
+}
+
+/// `nvme_queues=3` on a machine with 4 CPUs: the controller (QEMU's grants 64) gets three
+/// I/O queue pairs, each with its own MSI-X entry; every check passes with them (the
+/// timeout check's reset recreates all three), and the queues check drives I/O through
+/// each pair.
+#[test]
+fn nvme_creates_the_io_queue_pairs_asked_for() {
+    let boot = Qemu::appliance()
+        .args(&["-smp", "4"])
+        .nvme("nf-queues")
+        .append("selftest=block nvme_queues=3")
+        .run();
+    boot.expect_exit(ExitCode::Success);
+    let config = boot.expect_line("config: ");
+    if !config.contains(" nvme_queues=3") {
+        boot.fail(&format!("nvme_queues=3 not in {config:?}"));
+    }
+    // Four bring-ups (irq, irq with a short timeout, poll, poll with a short timeout),
+    // each with three pairs: on MSI-X entries 1-3 with interrupts, none when polling.
+    let bring_ups: Vec<&str> = boot
+        .serial
+        .lines()
+        .filter(|l| l.contains(" 3 I/O queue pairs (requested 3, controller granted "))
+        .collect();
+    let irq = bring_ups
+        .iter()
+        .filter(|l| l.ends_with("), MSI-X entries 1-3"));
+    let polled = bring_ups.iter().filter(|l| l.ends_with("), polled"));
+    if bring_ups.len() != 4 || irq.count() != 2 || polled.count() != 2 {
+        boot.fail(&format!(
+            "expected 2 + 2 bring-ups with 3 pairs: {bring_ups:?}"
+        ));
+    }
+    let granted: u32 = bring_ups[0]
+        .split("controller granted ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| boot.fail(&format!("no granted count in {:?}", bring_ups[0])));
+    if granted < 3 {
+        boot.fail(&format!("the controller granted {granted} queue pairs"));
+    }
+    expect_all_ok(&boot, "nvme");
+    for mode in ["irq", "poll"] {
+        let queues = verdict(&boot, "nvme", mode, "queues");
+        if !queues.contains(
+            "ok (3 I/O queue pairs: a block written through each read back through the next",
+        ) {
+            boot.fail(&format!("{mode}: {queues}"));
+        }
+    }
+    if !verdict(&boot, "nvme", "irq", "queues").contains("MSI-X entries [1, 2, 3]") {
+        boot.fail("the irq run's queues are not on MSI-X entries 1, 2, 3");
+    }
+    boot.expect_line("selftest: 24 passed, 0 failed, 0 skipped");
+    boot.expect_no_line("FAILED");
 }
 
 /// `bench=dev disk=virtio0` opens just that device (through the disk selection) and
@@ -131,4 +208,25 @@ fn the_device_benchmark_runs_on_the_selected_disk() {
         }
     }
     boot.expect_no_line("bench: nvme");
+}
+
+/// A controller that grants fewer queue pairs than asked for (`max_ioqpairs=2`) and has
+/// one MSI-X entry for I/O (`msix_qsize=2`: entry 0 is the admin queue's): the driver
+/// creates the two pairs granted, both completing on entry 1, and every check passes.
+#[test]
+fn nvme_takes_the_queue_pairs_granted_and_shares_msix_entries() {
+    let boot = Qemu::appliance()
+        .nvme_with("nf-few", ",max_ioqpairs=2,msix_qsize=2")
+        .append("selftest=block nvme_queues=3")
+        .run();
+    boot.expect_exit(ExitCode::Success);
+    boot.expect_line(
+        " 2 I/O queue pairs (requested 3, controller granted 2), MSI-X entries 1-1, shared",
+    );
+    expect_all_ok(&boot, "nvme");
+    let queues = verdict(&boot, "nvme", "irq", "queues");
+    if !queues.contains("ok (2 I/O queue pairs:") || !queues.contains("MSI-X entries [1, 1]") {
+        boot.fail(&format!("irq: {queues}"));
+    }
+    boot.expect_line("selftest: 24 passed, 0 failed, 0 skipped");
 }

@@ -14,7 +14,7 @@ use crate::pci::device::{self, PciDevice};
 use crate::pci::PciAddress;
 
 /// Driver options for whichever device is opened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct DiskOptions {
     /// For NVMe controllers.
     pub nvme: nvme::Options,
@@ -23,11 +23,14 @@ pub struct DiskOptions {
 }
 
 impl DiskOptions {
-    /// The options the command line asks for (`nvme=poll`).
+    /// The options the command line asks for (`nvme=poll`, `nvme_queues=`).
     pub fn for_config(config: &Config) -> DiskOptions {
         let mut options = DiskOptions::default();
         if config.nvme_poll {
             options.nvme.mode = super::CompletionMode::Poll;
+        }
+        if let Some(n) = config.nvme_queues {
+            options.nvme.io_queues = n;
         }
         options
     }
@@ -96,6 +99,14 @@ impl Disk {
         match self {
             Disk::Nvme(_) => DiskKind::Nvme,
             Disk::VirtioBlk(_) => DiskKind::VirtioBlk,
+        }
+    }
+
+    /// The NVMe driver's own interface (its I/O queue pairs), if it is an NVMe disk.
+    pub fn as_nvme(&self) -> Option<&NvmeDisk> {
+        match self {
+            Disk::Nvme(d) => Some(d),
+            Disk::VirtioBlk(_) => None,
         }
     }
 

@@ -64,8 +64,21 @@ pub struct SlotStats {
     pub abandoned: u64,
     /// Completions for slots that were not waiting.
     pub stray: u64,
-    /// Most requests the device owned at once.
+    /// Most requests the device owned at once (in a device's totals over several queues,
+    /// see [`SlotStats::merge`]: the most one queue owned at once).
     pub peak_in_device: usize,
+}
+
+impl SlotStats {
+    /// Adds another queue's counters to these (a device's totals over its queues); the
+    /// peak is the higher one (queues fill independently, so their peaks do not add up).
+    pub fn merge(&mut self, other: &SlotStats) {
+        self.acquired += other.acquired;
+        self.waited += other.waited;
+        self.abandoned += other.abandoned;
+        self.stray += other.stray;
+        self.peak_in_device = self.peak_in_device.max(other.peak_in_device);
+    }
 }
 
 /// A fixed set of request slots with a FIFO of callers waiting for one.
@@ -329,8 +342,9 @@ impl<R> Slots<R> {
     }
 }
 
-/// A device queue whose requests live in [`Slots`]: what [`Request`] and the reaper need
-/// from a driver.
+/// A device queue whose requests live in [`Slots`]: what [`Request`] needs from a
+/// driver. A device may have several (NVMe: one per I/O queue pair); its reaper
+/// (`drivers::reaper`) completes the slots of all of them.
 pub trait SlotQueue {
     /// What a completed request yields (its status, and the DMA memory it lent the
     /// device, which the driver took back when it saw the completion).
@@ -338,9 +352,6 @@ pub trait SlotQueue {
 
     /// The queue's slot table.
     fn slots(&self) -> &RefCell<Slots<Self::Output>>;
-
-    /// Processes every completion the device has posted (completing slots).
-    fn reap(&self);
 }
 
 /// One request's hold on a slot, from acquisition to completion.
@@ -560,6 +571,37 @@ mod tests {
     }
 
     #[test]
+    fn stats_merge_adds_counts_and_keeps_the_highest_peak() {
+        let mut a = SlotStats {
+            acquired: 5,
+            waited: 1,
+            abandoned: 2,
+            stray: 0,
+            peak_in_device: 7,
+        };
+        let b = SlotStats {
+            acquired: 3,
+            waited: 4,
+            abandoned: 0,
+            stray: 1,
+            peak_in_device: 9,
+        };
+        a.merge(&b);
+        assert_eq!(
+            a,
+            SlotStats {
+                acquired: 8,
+                waited: 5,
+                abandoned: 2,
+                stray: 1,
+                peak_in_device: 9
+            }
+        );
+        a.merge(&SlotStats::default());
+        assert_eq!(a.peak_in_device, 9);
+    }
+
+    #[test]
     fn results_are_per_slot() {
         let mut s: Slots<usize> = Slots::new(64);
         let slots: Vec<u16> = (0..64).map(|_| s.try_acquire().unwrap()).collect();
@@ -619,6 +661,9 @@ mod tests {
         fn slots(&self) -> &RefCell<Slots<Held>> {
             &self.slots
         }
+    }
+
+    impl FakeQueue {
         fn reap(&self) {
             self.reaps.set(self.reaps.get() + 1);
             for s in self.ready.take() {

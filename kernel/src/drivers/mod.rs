@@ -48,9 +48,15 @@ mod glue {
     /// An interrupt vector whose handler signals an event a driver task awaits.
     pub fn irq_event() -> Result<(IrqHandle, Arc<IrqEvent>), NoFreeVector> {
         let event = Arc::new(IrqEvent::new());
-        let e = event.clone();
-        let handle = irq::allocate(move || e.signal())?;
+        let handle = irq_signalling(&event)?;
         Ok((handle, event))
+    }
+
+    /// An interrupt vector whose handler signals `event` (several vectors of a device
+    /// may wake the same task).
+    pub fn irq_signalling(event: &Arc<IrqEvent>) -> Result<IrqHandle, NoFreeVector> {
+        let e = event.clone();
+        irq::allocate(move || e.signal())
     }
 
     /// Runs `futures` concurrently on the current task; their outputs in order.
@@ -96,7 +102,7 @@ mod glue {
 }
 
 #[cfg(target_os = "none")]
-pub use glue::{irq_event, join_all, yield_now};
+pub use glue::{irq_event, irq_signalling, join_all, yield_now};
 
 /// Bytes of finished requests' DMA streams a block driver keeps for the next requests,
 /// by default (its `bounce_pool` option; see `bounce`).

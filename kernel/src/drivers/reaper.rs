@@ -1,7 +1,7 @@
 //! The reaper: one task per device that does everything a request should not have to.
 //!
-//! Each pass it lets the driver consume completions and publish queued submissions
-//! ([`SlotQueue::reap`]), and, while requests are outstanding, looks for late ones every
+//! Each pass it lets the driver consume completions and publish queued submissions on
+//! every queue of the device ([`Reaped::reap`]), and, while requests are outstanding, looks for late ones every
 //! [`SCAN_INTERVAL`] ([`Reaped::check_timeouts`]). Between passes it sleeps until a
 //! *kick* (a request was queued: its doorbell is rung on the next pass, together with
 //! every other request queued meanwhile), an interrupt, or the next timeout scan; in
@@ -20,7 +20,6 @@ use core::time::Duration;
 
 use block::IoError;
 
-use super::inflight::SlotQueue;
 use super::yield_now;
 use crate::exec::{IrqEvent, Sleep};
 use crate::task;
@@ -51,11 +50,18 @@ pub async fn running(health: &Cell<Health>) -> Result<(), IoError> {
     }
 }
 
-/// What the reaper needs from a driver beyond its slot queue.
+/// What the reaper needs from a driver.
 #[allow(async_fn_in_trait)]
-pub trait Reaped: SlotQueue {
+pub trait Reaped {
     /// The device's health.
     fn health(&self) -> Health;
+
+    /// Processes every completion the device has posted, on every queue (completing
+    /// slots), and publishes queued submissions.
+    fn reap(&self);
+
+    /// Requests the device owns now, over all its queues.
+    fn in_device(&self) -> usize;
 
     /// Brings a stopped device up again (health is [`Health::Restarting`]); sets the
     /// health to the outcome.
@@ -107,7 +113,7 @@ pub async fn run<D: Reaped>(
                 Health::Running => {}
             }
             d.reap();
-            let busy = d.slots().borrow().in_device() > 0;
+            let busy = d.in_device() > 0;
             let now = task::now();
             if !busy {
                 next_scan = now + SCAN_INTERVAL;

@@ -1,12 +1,14 @@
 //! Block-device self-checks (`selftest=block`).
 //!
 //! Every NVMe controller and virtio-blk device on the bus is opened twice, with interrupt
-//! and then with polled completions, and put through the checks below; each logs
+//! and then with polled completions (and otherwise the command line's driver options,
+//! e.g. `nvme_queues=`), and put through the checks below; each logs
 //! `selftest: block KIND ADDR MODE: CHECK: ok (...)` (or `FAILED`). Data is patterned by
 //! position and run, so a read-back proves this run's writes landed where they should.
 
 use alloc::boxed::Box;
 use alloc::format;
+use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::future::{poll_fn, Future};
@@ -17,7 +19,9 @@ use core::time::Duration;
 use block::{BlockDevice, IoError, WriteFlags};
 
 use super::{ensure, Tally, Verdict};
+use crate::config::Config;
 use crate::drivers::disk::{open_at, Disk, DiskOptions};
+use crate::drivers::nvme::NvmeDisk;
 use crate::drivers::select::DiskKind;
 use crate::drivers::{join_all, CompletionMode};
 use crate::exit::ExitCode;
@@ -31,8 +35,9 @@ const FLOOD_REQUESTS: usize = 320;
 /// The request timeout of the recovery check.
 const RECOVERY_TIMEOUT: Duration = Duration::from_millis(300);
 
-/// Runs the checks on every block device; returns the exit code for the result.
-pub async fn run() -> ExitCode {
+/// Runs the checks on every block device, opened with the driver options `config` asks
+/// for; returns the exit code for the result.
+pub async fn run(config: &Config) -> ExitCode {
     let mut tally = Tally::default();
     let disks: Vec<_> = device::functions()
         .iter()
@@ -49,7 +54,7 @@ pub async fn run() -> ExitCode {
         ] {
             seed += 1;
             let name = format!("block {kind} {addr} {mode_name}");
-            let mut options = DiskOptions::default();
+            let mut options = DiskOptions::for_config(config);
             options.nvme.mode = mode;
             options.virtio.mode = mode;
             let pci = device::at(addr).expect("enumerated");
@@ -74,6 +79,7 @@ pub async fn run() -> ExitCode {
                 )),
             );
             let mut record = |check: &str, v| tally.record(&format!("{name}: {check}"), v);
+            record("queues", queues(&disk, seed, mode).await);
             record("spread", spread(&disk, seed).await);
             record("fua", fua(&disk, seed).await);
             record("large", large(&disk, seed).await);
@@ -145,6 +151,97 @@ impl Placed {
     fn get(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
+}
+
+/// Every I/O queue pair carries I/O: a block written through each pair reads back through
+/// the next one, each pair's counters advanced (and, with interrupts, its MSI-X vector
+/// fired), and the disk's totals are the sum of the pairs'. NVMe only: virtio-blk has one
+/// queue.
+async fn queues(disk: &Disk, seed: u64, mode: CompletionMode) -> Verdict {
+    let Some(nvme) = disk.as_nvme() else {
+        return Verdict::Skip("virtio-blk has one queue");
+    };
+    let g = disk.geometry();
+    let bs = g.block_size as usize;
+    let n = nvme.io_queues();
+    let base = g.num_blocks * 3 / 4;
+    let before = nvme.queue_stats();
+    if let Err(why) = every_queue(nvme, base, bs, seed ^ 0x9e).await {
+        return Verdict::Fail(why);
+    }
+    let after = nvme.queue_stats();
+    ensure!(
+        after.len() == n,
+        "{} queues' counters for {n} queues",
+        after.len()
+    );
+    for (b, a) in before.iter().zip(&after) {
+        let submitted = a.doorbells.submitted - b.doorbells.submitted;
+        let completed = a.doorbells.completed - b.doorbells.completed;
+        ensure!(
+            submitted >= 2 && completed >= 2,
+            "queue {}: {submitted} commands submitted, {completed} completed (a write and a read expected)",
+            a.qid
+        );
+        if mode == CompletionMode::Interrupt {
+            ensure!(
+                a.msix_entry.is_some() && a.interrupts > b.interrupts,
+                "queue {}: no interrupt on MSI-X entry {:?}",
+                a.qid,
+                a.msix_entry
+            );
+        }
+    }
+    let totals = nvme.stats();
+    let submitted: u64 = after.iter().map(|q| q.doorbells.submitted).sum();
+    ensure!(
+        totals.doorbells.submitted == submitted && totals.io_queues == n,
+        "totals say {} commands on {} queues, the queues {submitted} on {n}",
+        totals.doorbells.submitted,
+        totals.io_queues
+    );
+    let mut buf = vec![0u8; bs];
+    let beyond = nvme.read_on_queue(n, base, &mut buf).await;
+    ensure!(
+        beyond == Err(IoError::Unsupported),
+        "a read through queue {} of {n} gave {beyond:?}",
+        n + 1
+    );
+    let entries: Vec<_> = after.iter().filter_map(|q| q.msix_entry).collect();
+    Verdict::Pass(format!(
+        "{n} I/O queue pair{}: a block written through each read back through the next, commands per queue {:?}, MSI-X entries {entries:?}",
+        if n == 1 { "" } else { "s" },
+        after
+            .iter()
+            .map(|q| q.doorbells.submitted)
+            .collect::<Vec<_>>()
+    ))
+}
+
+/// Writes a block through each I/O queue pair of `nvme` (at `base`, 8 blocks apart) and
+/// reads it back through the next pair.
+async fn every_queue(nvme: &NvmeDisk, base: u64, bs: usize, seed: u64) -> Result<(), String> {
+    let n = nvme.io_queues();
+    for q in 0..n {
+        let lba = base + q as u64 * 8;
+        let want = pattern(lba, bs, seed);
+        nvme.write_on_queue(q, lba, &want, WriteFlags::NONE)
+            .await
+            .map_err(|e| format!("write through queue {}: {e}", q + 1))?;
+        let other = (q + 1) % n;
+        let mut got = vec![0u8; bs];
+        nvme.read_on_queue(other, lba, &mut got)
+            .await
+            .map_err(|e| format!("read through queue {}: {e}", other + 1))?;
+        if got != want {
+            return Err(format!(
+                "block {lba} written through queue {} did not read back through queue {}",
+                q + 1,
+                other + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `SPREAD_REQUESTS` patterned writes spread from the first to the last block, all in
@@ -534,7 +631,8 @@ async fn backpressure(disk: &Disk, seed: u64) -> Verdict {
 
 /// A request whose completion is lost fails with [`IoError::Timeout`] (after the driver
 /// aborted it and reset the device), requests in flight with it fail the same way, and
-/// the device works again afterwards.
+/// the device works again afterwards (NVMe: through every I/O queue pair, which the reset
+/// recreated).
 async fn recovery(disk: &Disk, seed: u64) -> Verdict {
     let g = disk.geometry();
     let bs = g.block_size as usize;
@@ -566,6 +664,11 @@ async fn recovery(disk: &Disk, seed: u64) -> Verdict {
     let next = pattern(lba, 8 * bs, !seed);
     if let Err(e) = disk.write(lba, &next, WriteFlags::FUA).await {
         return Verdict::Fail(format!("write after the recovery: {e}"));
+    }
+    if let Some(nvme) = disk.as_nvme() {
+        if let Err(why) = every_queue(nvme, g.num_blocks * 3 / 4, bs, seed ^ 0x713f).await {
+            return Verdict::Fail(format!("after the recovery: {why}"));
+        }
     }
     Verdict::Pass(format!(
         "lost completion: Timeout after {} ms, device reset and working again ({})",

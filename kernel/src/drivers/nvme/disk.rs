@@ -1,16 +1,19 @@
 //! [`NvmeDisk`]: the block device over an NVMe namespace.
 //!
-//! One I/O queue pair serves every request (the appliance runs on one CPU). A request
-//! takes a slot (= command identifier), copies its data into a DMA stream (see
-//! [`bounce`](crate::drivers::bounce)), lends the stream to the controller with the slot
-//! (PRP1, PRP2 or a PRP list in the slot's list pages), pushes the command to the
-//! submission ring and waits for its slot to be completed. The *reaper* task publishes
-//! the submission tail once for all commands queued since it last ran, consumes
-//! completions (woken by MSI-X entry 1, or polling while commands are outstanding) and
-//! takes each command's stream back with its completion, and enforces timeouts: a late
-//! command is aborted; if the abort does not resolve it, the controller is halted (which
-//! ends its DMA), everything in flight fails with [`IoError::Timeout`], and the
-//! controller is brought up again.
+//! The controller gets up to [`MAX_IO_QUEUES`](super::MAX_IO_QUEUES) I/O queue pairs
+//! ([`IoQueue`], identifiers `1..=n`, see [`queues`](super::queues)), one per CPU: a
+//! request goes to the pair of the CPU it is submitted on (`Options::current_cpu`). It
+//! takes a slot of that pair (= command identifier), copies its data into a DMA stream
+//! (see [`bounce`](crate::drivers::bounce)), lends the stream to the controller with the
+//! slot (PRP1, PRP2 or a PRP list in the slot's list pages), pushes the command to the
+//! pair's submission ring and waits for its slot to be completed. The *reaper* task
+//! serves every pair: it publishes each submission tail once for all commands queued
+//! since it last ran, consumes completions (woken by any I/O queue's MSI-X entry, or
+//! polling while commands are outstanding) and takes each command's stream back with its
+//! completion, and enforces timeouts: a late command is aborted; if the abort does not
+//! resolve it, the controller is halted (which ends its DMA), everything in flight on
+//! every pair fails with [`IoError::Timeout`], and the controller is brought up again
+//! with all its pairs.
 
 use alloc::rc::Rc;
 use alloc::sync::Arc;
@@ -25,11 +28,12 @@ use super::controller::{AdminError, Controller};
 use super::identify::{self, oacs, oncs, ControllerInfo, NamespaceInfo};
 use super::prp::{self, Second};
 use super::queue::{DoorbellStats, QueuePair, ShadowPages};
+use super::queues;
 use super::{NvmeError, Options};
 use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
 use crate::drivers::reaper::{self, Health, Reaped};
-use crate::drivers::{irq_event, CompletionMode};
+use crate::drivers::{irq_event, irq_signalling, CompletionMode};
 use crate::exec::IrqEvent;
 use crate::hal::dma::DmaStats;
 use crate::irq::IrqHandle;
@@ -47,8 +51,6 @@ const PAGE: usize = 4096;
 const MAX_TRANSFER_CAP: usize = (4 << 20) - PAGE;
 /// PRP list pages per slot at most (4 MiB needs 3).
 const MAX_LIST_PAGES: usize = 8;
-/// The I/O queue pair's identifier.
-const IO_QID: u16 = 1;
 /// After an Abort, how long the command has to come back before we reset (at most).
 const ABORT_GRACE: Duration = Duration::from_secs(2);
 /// Dataset Management ranges per command (one 4 KiB page of 16-byte ranges).
@@ -94,14 +96,33 @@ pub struct NvmeStats {
     pub resets: u64,
     /// Reaper passes.
     pub reaps: u64,
-    /// Interrupts on the I/O queue's vector.
+    /// I/O queue pairs in use.
+    pub io_queues: usize,
+    /// Interrupts on the I/O queues' vectors.
     pub interrupts: u64,
-    /// I/O queue doorbells.
+    /// I/O queue doorbells, over every pair.
     pub doorbells: DoorbellStats,
-    /// Slot table.
+    /// Slot tables, over every pair.
     pub slots: SlotStats,
     /// DMA memory.
     pub dma: DmaStats,
+}
+
+/// One I/O queue pair's counters ([`NvmeDisk::queue_stats`]); [`NvmeStats`] holds their
+/// totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue identifier (1-based).
+    pub qid: u16,
+    /// Its completion queue's MSI-X entry (interrupt mode).
+    pub msix_entry: Option<u16>,
+    /// Commands submitted and completed, doorbell writes.
+    pub doorbells: DoorbellStats,
+    /// Its slot table.
+    pub slots: SlotStats,
+    /// Interrupts on its MSI-X entry's vector (a shared entry's count for each queue
+    /// sharing it).
+    pub interrupts: u64,
 }
 
 /// How a command ended: its status (dword 0 of the completion, or why it failed), and
@@ -127,6 +148,49 @@ impl Data<'_> {
     }
 }
 
+/// One I/O queue pair and its requests: the rings, the slot table (command identifiers
+/// belong to a submission queue) and the slots' driver memory.
+#[derive(Debug)]
+struct IoQueue {
+    /// The queue identifier (1-based; the admin queue is 0).
+    qid: u16,
+    /// Its completion queue's MSI-X entry; `None` when completions are polled.
+    msix_entry: Option<u16>,
+    ring: RefCell<QueuePair>,
+    slots: RefCell<Slots<Outcome>>,
+    meta: RefCell<Vec<SlotMeta>>,
+}
+
+impl IoQueue {
+    /// Queue pair `qid` of `entries` entries per ring (`entries - 1` slots), its
+    /// completions on `msix_entry`.
+    fn new(
+        ctrl: &Controller,
+        qid: u16,
+        entries: u16,
+        msix_entry: Option<u16>,
+    ) -> Result<IoQueue, NvmeError> {
+        let ring = QueuePair::new(qid, entries, ctrl.regs.clone(), &ctrl.cap, &ctrl.dma)
+            .map_err(|_| NvmeError::NoMemory)?;
+        let slots = usize::from(entries) - 1;
+        Ok(IoQueue {
+            qid,
+            msix_entry,
+            ring: RefCell::new(ring),
+            slots: RefCell::new(Slots::new(slots)),
+            meta: RefCell::new((0..slots).map(|_| SlotMeta::default()).collect()),
+        })
+    }
+}
+
+impl SlotQueue for IoQueue {
+    type Output = Outcome;
+
+    fn slots(&self) -> &RefCell<Slots<Outcome>> {
+        &self.slots
+    }
+}
+
 /// The driver state shared by the disk handle, the reaper and request futures.
 #[derive(Debug)]
 struct Inner {
@@ -138,19 +202,23 @@ struct Inner {
     options: Options,
     /// PRP list pages a slot may need.
     list_pages: usize,
-    qp: RefCell<QueuePair>,
+    /// The I/O queue pairs, identifiers `1..=queues.len()`.
+    queues: Vec<IoQueue>,
+    /// I/O queue pairs asked for, and the submission and completion queues the
+    /// controller granted, at bring-up.
+    requested_queues: u16,
+    granted_queues: (u32, u32),
     bounce: Bounce,
-    slots: RefCell<Slots<Outcome>>,
-    meta: RefCell<Vec<SlotMeta>>,
     shadow: Option<ShadowPages>,
     shadow_on: Cell<bool>,
     /// Kicks the reaper: submissions to publish, or a health change.
     work: Arc<IrqEvent>,
-    /// Signalled by the I/O queue's MSI-X entry.
+    /// Signalled by every I/O queue's MSI-X entry.
     io_event: Option<Arc<IrqEvent>>,
     health: Cell<Health>,
     stats: Cell<NvmeStats>,
     msix: Option<MsixTable>,
+    /// The vectors of MSI-X entry 0 (admin), then of entries 1, 2, ... (I/O queues).
     irqs: Vec<IrqHandle>,
     /// Fault injection: ignore the next completion, as if the controller lost it.
     lose_next: Cell<bool>,
@@ -172,17 +240,18 @@ fn admin_error(what: &'static str) -> impl Fn(AdminError) -> NvmeError {
     }
 }
 
-/// The controller's MSI-X routing: entry 0 serves the admin queue, entry 1 the I/O
-/// queue. In polling mode MSI-X is enabled with every entry masked, so the controller
-/// raises nothing.
+/// The controller's MSI-X routing: entry 0 serves the admin queue, entries 1.. the I/O
+/// queues (see [`queues::msix_entry`]). In polling mode MSI-X is enabled with every entry
+/// masked, so the controller raises nothing.
 struct Interrupts {
     msix: Option<MsixTable>,
+    /// Entry 0's vector, then entry 1's, 2's, ...
     irqs: Vec<IrqHandle>,
     io_event: Option<Arc<IrqEvent>>,
 }
 
 impl Interrupts {
-    /// Routes the admin and I/O vectors of `pci` (in interrupt mode) and enables MSI-X.
+    /// Routes the admin vector of `pci` (in interrupt mode) and enables MSI-X.
     fn route(
         pci: PciDevice,
         ctrl: &mut Controller,
@@ -190,16 +259,12 @@ impl Interrupts {
     ) -> Result<Interrupts, NvmeError> {
         let msix = pci.msix().ok();
         let mut irqs = Vec::new();
-        let mut io_event = None;
         match (&msix, mode) {
             (Some(m), CompletionMode::Interrupt) if m.len() >= 2 => {
                 let (admin_irq, admin_event) = irq_event().map_err(|_| NvmeError::NoVector)?;
-                let (io_irq, event) = irq_event().map_err(|_| NvmeError::NoVector)?;
                 m.set(0, &admin_irq);
-                m.set(1, &io_irq);
                 ctrl.set_admin_event(admin_event);
-                io_event = Some(event);
-                irqs = alloc::vec![admin_irq, io_irq];
+                irqs.push(admin_irq);
             }
             (_, CompletionMode::Interrupt) => return Err(NvmeError::NoMsix),
             _ => {}
@@ -210,9 +275,47 @@ impl Interrupts {
         Ok(Interrupts {
             msix,
             irqs,
-            io_event,
+            io_event: None,
         })
     }
+
+    /// In interrupt mode, routes MSI-X entries `1..` for `queues` I/O queues, one each
+    /// while the table and the free vectors last, every one signalling the reaper's
+    /// event. Returns how many entries were routed (0 when polling).
+    fn route_io(&mut self, queues: u16) -> Result<u16, NvmeError> {
+        let Some(m) = self.msix.as_ref().filter(|_| !self.irqs.is_empty()) else {
+            return Ok(0);
+        };
+        let event = Arc::new(IrqEvent::new());
+        for entry in 1..=queues::io_entries(queues, m.len()) {
+            match irq_signalling(&event) {
+                Ok(irq) => {
+                    m.set(entry, &irq);
+                    self.irqs.push(irq);
+                }
+                Err(_) if entry == 1 => return Err(NvmeError::NoVector),
+                Err(_) => {
+                    log::warn!(
+                        "nvme: no interrupt vector for MSI-X entry {entry}; {queues} I/O queues share {} entries",
+                        entry - 1
+                    );
+                    break;
+                }
+            }
+        }
+        self.io_event = Some(event);
+        Ok(self.irqs.len() as u16 - 1)
+    }
+}
+
+/// Asks for `n` I/O queue pairs (Set Features / Number of Queues); the submission and
+/// completion queues the controller granted.
+async fn negotiate_queues(ctrl: &Controller, n: u16) -> Result<(u32, u32), NvmeError> {
+    let c = ctrl
+        .admin(Command::set_queue_count(n, n))
+        .await
+        .map_err(admin_error("set number of queues"))?;
+    Ok(queues::granted(c.result()))
 }
 
 /// Identify Controller, the first active namespace and Identify Namespace.
@@ -263,7 +366,7 @@ impl NvmeDisk {
     pub async fn open(pci: PciDevice, options: Options) -> Result<NvmeDisk, NvmeError> {
         let dma = DmaDevice::new(pci).map_err(|_| NvmeError::InUse)?;
         let mut ctrl = Controller::new(pci, dma)?;
-        let interrupts = Interrupts::route(pci, &mut ctrl, options.mode)?;
+        let mut interrupts = Interrupts::route(pci, &mut ctrl, options.mode)?;
         ctrl.disable().await?;
         ctrl.enable().await?;
         let (info, nsid, ns) = identify_namespace(&ctrl).await?;
@@ -271,15 +374,28 @@ impl NvmeDisk {
         let entries = u32::from(options.queue_entries)
             .min(ctrl.cap.max_queue_entries)
             .clamp(2, 4096) as u16;
-        let oom = |_| NvmeError::NoMemory;
-        let qp = QueuePair::new(IO_QID, entries, ctrl.regs.clone(), &ctrl.cap, &ctrl.dma)
-            .map_err(oom)?;
-        let shadow = if options.shadow_doorbells && info.oacs & oacs::DOORBELL_BUFFER_CONFIG != 0 {
-            Some(ShadowPages::new(&ctrl.dma).map_err(oom)?)
-        } else {
-            None
+        let requested = queues::requested(options.io_queues);
+        let granted = negotiate_queues(&ctrl, requested).await?;
+        let count = queues::queue_count(requested, granted);
+        let io_entries = interrupts.route_io(count)?;
+        let queues = (1..=count)
+            .map(|qid| {
+                let entry = (io_entries > 0).then(|| queues::msix_entry(qid, io_entries));
+                IoQueue::new(&ctrl, qid, entries, entry)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut shadow = options.shadow_doorbells && info.oacs & oacs::DOORBELL_BUFFER_CONFIG != 0;
+        if shadow && !queues::shadow_page_covers(count, ctrl.cap.doorbell_stride, PAGE) {
+            log::warn!(
+                "nvme: the shadow doorbell page cannot hold {count} queues' doorbells (stride {} B); using MMIO",
+                ctrl.cap.doorbell_stride
+            );
+            shadow = false;
+        }
+        let shadow = match shadow {
+            true => Some(ShadowPages::new(&ctrl.dma).map_err(|_| NvmeError::NoMemory)?),
+            false => None,
         };
-        let slots = usize::from(entries) - 1;
         let inner = Rc::new(Inner {
             list_pages: prp::list_pages_for(geometry.max_transfer as usize / PAGE, PAGE),
             info,
@@ -287,10 +403,10 @@ impl NvmeDisk {
             geometry,
             block_shift: ns.block_shift,
             options,
-            qp: RefCell::new(qp),
+            queues,
+            requested_queues: requested,
+            granted_queues: granted,
             bounce: Bounce::new(&ctrl.dma, options.bounce_pool),
-            slots: RefCell::new(Slots::new(slots)),
-            meta: RefCell::new((0..slots).map(|_| SlotMeta::default()).collect()),
             shadow,
             shadow_on: Cell::new(false),
             work: Arc::new(IrqEvent::new()),
@@ -303,7 +419,7 @@ impl NvmeDisk {
             ctrl,
         });
         assert!(inner.list_pages <= MAX_LIST_PAGES);
-        inner.setup_io().await?;
+        inner.create_queues().await?;
         task::spawn(reaper::run(
             Rc::downgrade(&inner),
             inner.work.clone(),
@@ -330,16 +446,70 @@ impl NvmeDisk {
         self.inner.irqs.first().map(|h| (h.vector(), h.count()))
     }
 
-    /// The counters.
+    /// The counters, totals over every I/O queue pair.
     pub fn stats(&self) -> NvmeStats {
         let i = &self.inner;
         let mut s = i.stats.get();
-        s.doorbells = i.qp.borrow().stats();
-        s.slots = i.slots.borrow().stats();
-        s.interrupts = i.irqs.get(1).map_or(0, |h| h.count());
+        s.io_queues = i.queues.len();
+        s.doorbells = DoorbellStats::default();
+        s.slots = SlotStats::default();
+        for q in self.queue_stats() {
+            s.doorbells.merge(&q.doorbells);
+            s.slots.merge(&q.slots);
+        }
+        // Every I/O vector once, however many queues share it.
+        s.interrupts = i.irqs.iter().skip(1).map(IrqHandle::count).sum();
         s.dma = i.ctrl.dma.stats();
         s.bounce = i.bounce.stats();
         s
+    }
+
+    /// How many I/O queue pairs the disk uses.
+    pub fn io_queues(&self) -> usize {
+        self.inner.queues.len()
+    }
+
+    /// Each I/O queue pair's counters, by queue (identifier 1 first).
+    pub fn queue_stats(&self) -> Vec<QueueStats> {
+        let i = &self.inner;
+        i.queues
+            .iter()
+            .map(|q| QueueStats {
+                qid: q.qid,
+                msix_entry: q.msix_entry,
+                doorbells: q.ring.borrow().stats(),
+                slots: q.slots.borrow().stats(),
+                interrupts: q
+                    .msix_entry
+                    .and_then(|e| i.irqs.get(usize::from(e)))
+                    .map_or(0, IrqHandle::count),
+            })
+            .collect()
+    }
+
+    /// Reads through I/O queue pair `queue` (0-based: identifier `queue + 1`) whatever
+    /// CPU this is, so a test can drive every pair; `Unsupported` if there is no such
+    /// pair.
+    pub async fn read_on_queue(
+        &self,
+        queue: usize,
+        lba: u64,
+        buf: &mut [u8],
+    ) -> Result<(), IoError> {
+        let q = self.inner.queues.get(queue).ok_or(IoError::Unsupported)?;
+        self.inner.read(q, lba, buf).await
+    }
+
+    /// Writes through I/O queue pair `queue`, like [`NvmeDisk::read_on_queue`].
+    pub async fn write_on_queue(
+        &self,
+        queue: usize,
+        lba: u64,
+        buf: &[u8],
+        flags: WriteFlags,
+    ) -> Result<(), IoError> {
+        let q = self.inner.queues.get(queue).ok_or(IoError::Unsupported)?;
+        self.inner.write(q, lba, buf, flags).await
     }
 
     /// Reads CSTS `n` times; nanoseconds per read (what one MMIO exit costs).
@@ -363,7 +533,8 @@ impl NvmeDisk {
     pub async fn read_unchecked(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
         check_request(&self.inner.geometry, 0, buf.len())?;
         self.inner.bump(|s| s.reads += 1);
-        self.inner.transfer(lba, Data::Read(buf)).await
+        let q = self.inner.route();
+        self.inner.transfer(q, lba, Data::Read(buf)).await
     }
 }
 
@@ -380,18 +551,11 @@ impl BlockDevice for NvmeDisk {
     }
 
     async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        check_request(&self.inner.geometry, lba, buf.len())?;
-        self.inner.bump(|s| s.reads += 1);
-        self.inner.transfer(lba, Data::Read(buf)).await
+        self.inner.read(self.inner.route(), lba, buf).await
     }
 
     async fn write(&self, lba: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
-        check_request(&self.inner.geometry, lba, buf.len())?;
-        self.inner.bump(|s| {
-            s.writes += 1;
-            s.fua_writes += u64::from(flags.fua);
-        });
-        self.inner.transfer(lba, Data::Write(buf, flags.fua)).await
+        self.inner.write(self.inner.route(), lba, buf, flags).await
     }
 
     async fn flush(&self) -> Result<(), IoError> {
@@ -400,8 +564,9 @@ impl BlockDevice for NvmeDisk {
             return Ok(());
         }
         self.inner.bump(|s| s.flushes += 1);
+        // A Flush covers every write completed before it, on whichever queue.
         self.inner
-            .command(Command::flush(self.inner.nsid))
+            .command(self.inner.route(), Command::flush(self.inner.nsid))
             .await
             .map(|_| ())
     }
@@ -419,21 +584,20 @@ impl BlockDevice for NvmeDisk {
     }
 }
 
-impl SlotQueue for Inner {
-    type Output = Outcome;
-
-    fn slots(&self) -> &RefCell<Slots<Outcome>> {
-        &self.slots
+impl Reaped for Inner {
+    fn health(&self) -> Health {
+        self.health.get()
     }
 
     fn reap(&self) {
         Inner::reap(self);
     }
-}
 
-impl Reaped for Inner {
-    fn health(&self) -> Health {
-        self.health.get()
+    fn in_device(&self) -> usize {
+        self.queues
+            .iter()
+            .map(|q| q.slots.borrow().in_device())
+            .sum()
     }
 
     async fn restart(&self) {
@@ -461,7 +625,35 @@ impl Inner {
         self.stats.set(s);
     }
 
-    /// The one line that describes the device once it is up.
+    /// The I/O queue pair of the CPU we run on.
+    fn route(&self) -> &IoQueue {
+        &self.queues[(self.options.current_cpu)() % self.queues.len()]
+    }
+
+    /// A checked read through `q`.
+    async fn read(&self, q: &IoQueue, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        check_request(&self.geometry, lba, buf.len())?;
+        self.bump(|s| s.reads += 1);
+        self.transfer(q, lba, Data::Read(buf)).await
+    }
+
+    /// A checked write through `q`.
+    async fn write(
+        &self,
+        q: &IoQueue,
+        lba: u64,
+        buf: &[u8],
+        flags: WriteFlags,
+    ) -> Result<(), IoError> {
+        check_request(&self.geometry, lba, buf.len())?;
+        self.bump(|s| {
+            s.writes += 1;
+            s.fua_writes += u64::from(flags.fua);
+        });
+        self.transfer(q, lba, Data::Write(buf, flags.fua)).await
+    }
+
+    /// The lines that describe the device once it is up.
     fn log_bring_up(&self, entries: u16) {
         let g = &self.geometry;
         let on_off = |on: bool| if on { "on" } else { "off" };
@@ -482,6 +674,22 @@ impl Inner {
             on_off(self.shadow_on.get()),
             self.options.mode,
         );
+        let n = self.queues.len();
+        let entries: Vec<u16> = self.queues.iter().filter_map(|q| q.msix_entry).collect();
+        let vectors = match entries.iter().max() {
+            None => alloc::string::String::from("polled"),
+            Some(&last) if usize::from(last) < n => {
+                alloc::format!("MSI-X entries 1-{last}, shared")
+            }
+            Some(&last) => alloc::format!("MSI-X entries 1-{last}"),
+        };
+        log::info!(
+            "nvme: {}: {n} I/O queue pair{} (requested {}, controller granted {}), {vectors}",
+            self.ctrl.pci.address(),
+            if n == 1 { "" } else { "s" },
+            self.requested_queues,
+            self.granted_queues.0.min(self.granted_queues.1),
+        );
     }
 
     fn abort_grace(&self) -> Duration {
@@ -492,20 +700,16 @@ impl Inner {
         self.shadow.as_ref().filter(|_| self.shadow_on.get())
     }
 
-    /// Asks for one I/O queue pair, turns on shadow doorbells if we have them, and
-    /// creates the I/O rings (after enable, and again after every reset).
-    async fn setup_io(&self) -> Result<(), NvmeError> {
+    /// Turns on shadow doorbells if we have them and creates every I/O queue pair (after
+    /// the queue count was negotiated: at bring-up, and again after every reset).
+    async fn create_queues(&self) -> Result<(), NvmeError> {
         let ctrl = &self.ctrl;
-        ctrl.admin(Command::set_queue_count(1, 1))
-            .await
-            .map_err(admin_error("set number of queues"))?;
-        let (entries, sq, cq) = {
-            let mut qp = self.qp.borrow_mut();
-            qp.reset();
-            (qp.entries(), qp.sq_addr(), qp.cq_addr())
-        };
+        for q in &self.queues {
+            q.ring.borrow_mut().reset();
+        }
         self.shadow_on.set(false);
         if let Some(pages) = &self.shadow {
+            // One page holds the doorbells of every queue (checked at bring-up).
             pages.doorbells.zero(0, PAGE);
             pages.event_idx.zero(0, PAGE);
             let cmd = Command::doorbell_buffer_config(
@@ -517,40 +721,62 @@ impl Inner {
                 Err(e) => log::warn!("nvme: shadow doorbells refused ({e:?}); using MMIO"),
             }
         }
-        let vector = (self.options.mode == CompletionMode::Interrupt).then_some(1);
-        let mut create_cq = Command::create_io_cq(IO_QID, entries, vector);
-        create_cq.set_prps(cq, 0);
-        ctrl.admin(create_cq)
-            .await
-            .map_err(admin_error("create I/O completion queue"))?;
-        let mut create_sq = Command::create_io_sq(IO_QID, entries, IO_QID);
-        create_sq.set_prps(sq, 0);
-        ctrl.admin(create_sq)
-            .await
-            .map_err(admin_error("create I/O submission queue"))?;
-        if let Some(pages) = self.shadow() {
-            self.qp.borrow_mut().use_shadow(pages);
+        for q in &self.queues {
+            let (entries, sq, cq) = {
+                let ring = q.ring.borrow();
+                (ring.entries(), ring.sq_addr(), ring.cq_addr())
+            };
+            let mut create_cq = Command::create_io_cq(q.qid, entries, q.msix_entry);
+            create_cq.set_prps(cq, 0);
+            ctrl.admin(create_cq)
+                .await
+                .map_err(admin_error("create I/O completion queue"))?;
+            let mut create_sq = Command::create_io_sq(q.qid, entries, q.qid);
+            create_sq.set_prps(sq, 0);
+            ctrl.admin(create_sq)
+                .await
+                .map_err(admin_error("create I/O submission queue"))?;
+            if let Some(pages) = self.shadow() {
+                q.ring.borrow_mut().use_shadow(pages);
+            }
         }
         Ok(())
     }
 
-    /// Consumes every posted completion; publishes the completion head and any queued
-    /// submissions. Returns how many completions there were.
+    /// Consumes every posted completion of every queue pair; publishes the completion
+    /// heads and any queued submissions. Returns how many completions there were.
     fn reap(&self) -> usize {
         if self.health.get() != Health::Running {
             return 0;
         }
-        let shadow = self.shadow();
-        let mut qp = self.qp.borrow_mut();
-        let mut slots = self.slots.borrow_mut();
-        let mut meta = self.meta.borrow_mut();
         let (mut n, mut errors) = (0, 0);
-        while let Some(c) = qp.pop() {
+        for q in &self.queues {
+            let (completions, failed) = self.reap_queue(q);
+            n += completions;
+            errors += failed;
+        }
+        self.bump(|s| {
+            s.reaps += 1;
+            s.errors += errors;
+        });
+        n
+    }
+
+    /// [`Inner::reap`] for one queue pair: its completions, and those with an error
+    /// status.
+    fn reap_queue(&self, q: &IoQueue) -> (usize, u64) {
+        let shadow = self.shadow();
+        let mut ring = q.ring.borrow_mut();
+        let mut slots = q.slots.borrow_mut();
+        let mut meta = q.meta.borrow_mut();
+        let (mut n, mut errors) = (0, 0);
+        while let Some(c) = ring.pop() {
             n += 1;
             if self.lose_next.replace(false) {
                 log::warn!(
-                    "nvme: fault injection: ignoring the completion of command {}",
-                    c.cid()
+                    "nvme: fault injection: ignoring the completion of command {} on queue {}",
+                    c.cid(),
+                    q.qid
                 );
                 continue;
             }
@@ -558,7 +784,7 @@ impl Inner {
                 // Not a command the controller holds: counted as stray, trusted for nothing.
                 let stray = slots.complete(c.cid(), Outcome::failed(IoError::Timeout));
                 debug_assert_eq!(stray, Completed::Stray);
-                log::warn!("nvme: stray completion {c:?}");
+                log::warn!("nvme: stray completion on queue {}: {c:?}", q.qid);
                 continue;
             }
             let m = &mut meta[usize::from(c.cid())];
@@ -568,7 +794,12 @@ impl Inner {
                 Err(IoError::Timeout)
             } else {
                 errors += 1;
-                log::warn!("nvme: command {} failed: {:?}", c.cid(), c.status());
+                log::warn!(
+                    "nvme: command {} on queue {} failed: {:?}",
+                    c.cid(),
+                    q.qid,
+                    c.status()
+                );
                 Err(IoError::Device(c.status().code()))
             };
             // The controller completed the command: it is done with the data stream.
@@ -576,38 +807,36 @@ impl Inner {
             let data = m.data.take().map(LentStream::reclaim);
             slots.complete(c.cid(), Outcome { status, data });
         }
-        qp.ring_cq(shadow);
-        qp.ring_sq(shadow);
-        drop((qp, slots, meta));
-        self.bump(|s| {
-            s.reaps += 1;
-            s.errors += errors;
-        });
-        n
+        ring.ring_cq(shadow);
+        ring.ring_sq(shadow);
+        (n, errors)
     }
 
     /// Halts the controller (which ends its DMA at once) and fails everything in flight
     /// with [`IoError::Timeout`]; the reaper then brings it up again.
     fn stop_device(&self) {
         self.ctrl.halt();
-        let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
-        let mut slots = self.slots.borrow_mut();
-        let mut meta = self.meta.borrow_mut();
-        for &cid in &busy {
-            // Bus mastering is off: the controller can no longer touch the streams.
-            let data = meta[usize::from(cid)].data.take().map(LentStream::reclaim);
-            slots.complete(
-                cid,
-                Outcome {
-                    status: Err(IoError::Timeout),
-                    data,
-                },
-            );
+        let mut failed = 0;
+        for q in &self.queues {
+            let busy: Vec<u16> = q.slots.borrow().in_device_slots().collect();
+            let mut slots = q.slots.borrow_mut();
+            let mut meta = q.meta.borrow_mut();
+            for &cid in &busy {
+                // Bus mastering is off: the controller can no longer touch the streams.
+                let data = meta[usize::from(cid)].data.take().map(LentStream::reclaim);
+                slots.complete(
+                    cid,
+                    Outcome {
+                        status: Err(IoError::Timeout),
+                        data,
+                    },
+                );
+            }
+            failed += busy.len() as u64;
         }
-        drop((slots, meta));
         self.bump(|s| {
             s.resets += 1;
-            s.timeouts += busy.len() as u64;
+            s.timeouts += failed;
         });
         if self.health.get() == Health::Running {
             self.health.set(Health::Restarting);
@@ -623,7 +852,15 @@ impl Inner {
         );
         let result = async {
             self.ctrl.enable().await?;
-            self.setup_io().await
+            // Ask for the pairs we have; requests are spread over all of them already.
+            let n = self.queues.len() as u16;
+            let granted = negotiate_queues(&self.ctrl, n).await?;
+            if queues::queue_count(n, granted) < n {
+                return Err(NvmeError::Unsupported(
+                    "as many I/O queues after a reset as before",
+                ));
+            }
+            self.create_queues().await
         }
         .await;
         match result {
@@ -641,33 +878,39 @@ impl Inner {
 
     /// Aborts commands past their deadline; resets if an aborted one is still late.
     async fn abort_late(&self, now: Instant) {
-        let late: Vec<(u16, bool)> = {
-            let slots = self.slots.borrow();
-            let meta = self.meta.borrow();
-            slots
-                .in_device_slots()
-                .filter(|&s| meta[usize::from(s)].deadline <= now)
-                .map(|s| (s, meta[usize::from(s)].aborted))
-                .collect()
-        };
+        let mut late: Vec<(&IoQueue, u16, bool)> = Vec::new();
+        for q in &self.queues {
+            let slots = q.slots.borrow();
+            let meta = q.meta.borrow();
+            late.extend(
+                slots
+                    .in_device_slots()
+                    .filter(|&s| meta[usize::from(s)].deadline <= now)
+                    .map(|s| (q, s, meta[usize::from(s)].aborted)),
+            );
+        }
         let mut reset = false;
-        for (cid, aborted) in late {
+        for (q, cid, aborted) in late {
             if aborted {
                 reset = true;
                 continue;
             }
             log::warn!(
-                "nvme: command {cid} not completed within {:?}; aborting it",
+                "nvme: command {cid} on queue {} not completed within {:?}; aborting it",
+                q.qid,
                 self.options.timeout
             );
             {
-                let mut meta = self.meta.borrow_mut();
+                let mut meta = q.meta.borrow_mut();
                 meta[usize::from(cid)].aborted = true;
                 meta[usize::from(cid)].deadline = now + self.abort_grace();
             }
             self.bump(|s| s.aborts += 1);
-            if let Err(e) = self.ctrl.admin(Command::abort(IO_QID, cid)).await {
-                log::warn!("nvme: abort of command {cid} failed: {e:?}");
+            if let Err(e) = self.ctrl.admin(Command::abort(q.qid, cid)).await {
+                log::warn!(
+                    "nvme: abort of command {cid} on queue {} failed: {e:?}",
+                    q.qid
+                );
                 reset |= e == AdminError::Timeout;
             }
         }
@@ -678,26 +921,32 @@ impl Inner {
 
     /// Hands a prepared command, and the stream its PRPs point at, to the device (the
     /// reaper publishes it). The slot keeps the stream until the command completes.
-    fn submit(&self, req: &mut Request<'_, Inner>, mut cmd: Command, data: Option<LentStream>) {
+    fn submit(
+        &self,
+        q: &IoQueue,
+        req: &mut Request<'_, IoQueue>,
+        mut cmd: Command,
+        data: Option<LentStream>,
+    ) {
         let slot = req.slot();
         cmd.set_cid(slot);
         {
-            let mut meta = self.meta.borrow_mut();
+            let mut meta = q.meta.borrow_mut();
             let m = &mut meta[usize::from(slot)];
             m.deadline = task::now() + self.options.timeout;
             m.aborted = false;
             m.data = data;
         }
         req.submitted();
-        self.qp.borrow_mut().push(&cmd);
+        q.ring.borrow_mut().push(&cmd);
         self.work.signal();
     }
 
-    /// A command without data (Flush).
-    async fn command(&self, cmd: Command) -> Result<u32, IoError> {
-        let mut req = Request::acquire(self).await;
+    /// A command without data (Flush), through `q`.
+    async fn command(&self, q: &IoQueue, cmd: Command) -> Result<u32, IoError> {
+        let mut req = Request::acquire(q).await;
         reaper::running(&self.health).await?;
-        self.submit(&mut req, cmd, None);
+        self.submit(q, &mut req, cmd, None);
         req.wait().await.status
     }
 
@@ -715,6 +964,7 @@ impl Inner {
     /// list in the slot's scratch pages.
     fn set_data_pointer(
         &self,
+        q: &IoQueue,
         slot: u16,
         cmd: &mut Command,
         addr: u64,
@@ -725,7 +975,7 @@ impl Inner {
             Second::None => 0,
             Second::Page(p) => p,
             Second::List { list_pages, .. } => {
-                let mut meta = self.meta.borrow_mut();
+                let mut meta = q.meta.borrow_mut();
                 let scratch = self.scratch(&mut meta[usize::from(slot)])?;
                 let base = scratch.device_addr();
                 let mut lists = [0u64; MAX_LIST_PAGES];
@@ -744,11 +994,12 @@ impl Inner {
         Ok(())
     }
 
-    /// Reads or writes through a DMA stream; the length is already checked.
-    async fn transfer(&self, lba: u64, data: Data<'_>) -> Result<(), IoError> {
+    /// Reads or writes through a DMA stream, on queue pair `q`; the length is already
+    /// checked.
+    async fn transfer(&self, q: &IoQueue, lba: u64, data: Data<'_>) -> Result<(), IoError> {
         let len = data.len();
         let blocks = (len >> self.block_shift) as u32;
-        let mut req = Request::acquire(self).await;
+        let mut req = Request::acquire(q).await;
         reaper::running(&self.health).await?;
         let (stream, mut cmd) = match &data {
             Data::Read(_) => (
@@ -761,12 +1012,12 @@ impl Inner {
             ),
         };
         let stream = stream.lend();
-        if let Err(e) = self.set_data_pointer(req.slot(), &mut cmd, stream.device_addr(), len) {
+        if let Err(e) = self.set_data_pointer(q, req.slot(), &mut cmd, stream.device_addr(), len) {
             // Never submitted: the controller has not seen the stream.
             self.bounce.give_back(stream.reclaim());
             return Err(e);
         }
-        self.submit(&mut req, cmd, Some(stream));
+        self.submit(q, &mut req, cmd, Some(stream));
         let Outcome { status, data: back } = req.wait().await;
         status?;
         match (data, back) {
@@ -778,16 +1029,18 @@ impl Inner {
         Ok(())
     }
 
-    /// Deallocates `lba..lba + blocks` (checked), up to 256 ranges per command.
+    /// Deallocates `lba..lba + blocks` (checked), up to 256 ranges per command, through
+    /// the queue pair of the CPU we run on.
     async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
+        let q = self.route();
         let end = lba + blocks;
         let mut next = lba;
         while next < end {
-            let mut req = Request::acquire(self).await;
+            let mut req = Request::acquire(q).await;
             reaper::running(&self.health).await?;
             let slot = req.slot();
             let (count, addr) = {
-                let mut meta = self.meta.borrow_mut();
+                let mut meta = q.meta.borrow_mut();
                 let scratch = self.scratch(&mut meta[usize::from(slot)])?;
                 let mut count = 0;
                 while next < end && count < DSM_RANGES {
@@ -804,7 +1057,7 @@ impl Inner {
             let mut cmd = Command::deallocate(self.nsid, count);
             cmd.set_prps(addr, 0);
             self.bump(|s| s.discards += 1);
-            self.submit(&mut req, cmd, None);
+            self.submit(q, &mut req, cmd, None);
             req.wait().await.status?;
         }
         Ok(())

@@ -3,16 +3,20 @@
 //!
 //! - [`regs`], [`cmd`], [`identify`], [`prp`]: registers, command/completion encoding,
 //!   Identify parsing and PRP construction, pure and host-tested;
+//! - [`queues`]: how many I/O queue pairs to create and which MSI-X entry each uses, pure
+//!   and host-tested;
 //! - `queue`: one submission/completion ring pair with batched (and, where the
 //!   controller offers them, shadow) doorbells;
 //! - `controller`: reset/enable with CAP.TO timeouts, the admin queue;
 //! - `disk`: [`NvmeDisk`], the [`block::BlockDevice`] over the first active
-//!   namespace: one I/O queue pair, data bounced through DMA streams the requests own, a
-//!   reaper task, timeouts with abort and reset.
+//!   namespace: up to [`MAX_IO_QUEUES`] I/O queue pairs (a request goes to the pair of the
+//!   CPU it is submitted on), data bounced through DMA streams the requests own, a reaper
+//!   task serving every pair, timeouts with abort and reset.
 
 pub mod cmd;
 pub mod identify;
 pub mod prp;
+pub mod queues;
 pub mod regs;
 
 #[cfg(target_os = "none")]
@@ -23,7 +27,7 @@ mod disk;
 mod queue;
 
 #[cfg(target_os = "none")]
-pub use disk::{NvmeDisk, NvmeStats};
+pub use disk::{NvmeDisk, NvmeStats, QueueStats};
 #[cfg(target_os = "none")]
 pub use queue::DoorbellStats;
 
@@ -31,9 +35,15 @@ use core::fmt;
 use core::time::Duration;
 
 use super::{CompletionMode, DEFAULT_BOUNCE_POOL};
+pub use queues::MAX_IO_QUEUES;
 
-/// How to run a controller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The CPU a request is submitted on, by [`Options::current_cpu`]'s default: 0.
+pub fn boot_cpu() -> usize {
+    0
+}
+
+/// How to run a controller. (Not comparable: [`Options::current_cpu`] is a function.)
+#[derive(Clone, Copy, Debug)]
 pub struct Options {
     /// Interrupts or polling for I/O completions.
     pub mode: CompletionMode,
@@ -46,6 +56,12 @@ pub struct Options {
     pub timeout: Duration,
     /// Bytes of finished requests' DMA streams kept for the next requests.
     pub bounce_pool: usize,
+    /// I/O queue pairs to ask the controller for (1..=[`MAX_IO_QUEUES`]; it may grant
+    /// fewer): one per CPU.
+    pub io_queues: u16,
+    /// The index of the CPU the caller runs on: a request goes to I/O queue pair
+    /// `current_cpu() % pairs`.
+    pub current_cpu: fn() -> usize,
 }
 
 impl Default for Options {
@@ -56,6 +72,8 @@ impl Default for Options {
             shadow_doorbells: true,
             timeout: Duration::from_secs(30),
             bounce_pool: DEFAULT_BOUNCE_POOL,
+            io_queues: 1,
+            current_cpu: boot_cpu,
         }
     }
 }

@@ -52,6 +52,17 @@ pub struct DoorbellStats {
     pub shadow_only: u64,
 }
 
+impl DoorbellStats {
+    /// Adds another queue's counters to these (a controller's totals over its queues).
+    pub fn merge(&mut self, other: &DoorbellStats) {
+        self.submitted += other.submitted;
+        self.completed += other.completed;
+        self.sq_mmio += other.sq_mmio;
+        self.cq_mmio += other.cq_mmio;
+        self.shadow_only += other.shadow_only;
+    }
+}
+
 /// A submission/completion queue pair.
 #[derive(Debug)]
 pub struct QueuePair {

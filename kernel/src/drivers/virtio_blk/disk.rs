@@ -390,15 +390,19 @@ impl SlotQueue for Inner {
     fn slots(&self) -> &RefCell<Slots<Outcome>> {
         &self.slots
     }
-
-    fn reap(&self) {
-        Inner::reap(self);
-    }
 }
 
 impl Reaped for Inner {
     fn health(&self) -> Health {
         self.health.get()
+    }
+
+    fn reap(&self) {
+        Inner::reap(self);
+    }
+
+    fn in_device(&self) -> usize {
+        self.slots.borrow().in_device()
     }
 
     async fn restart(&self) {
