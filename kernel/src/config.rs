@@ -31,7 +31,7 @@
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
 //! | `cpus=N` | most CPUs to run on (1..=16): the boot CPU and the first N-1 others the firmware lists; the rest stay halted | every CPU, up to 16 |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
-//! | `nvme_queues=N` | NVMe I/O queue pairs to ask the controller for (1..=64; it may grant fewer); a request goes to the pair of the CPU it is submitted on | `1` |
+//! | `nvme_queues=N` | NVMe I/O queue pairs to ask the controller for (1..=64; it may grant fewer); a request goes to the pair of the CPU it is submitted on | one per CPU online |
 //! | `bench=dev` | run the device benchmark on the `disk=` device (all disks without `disk=`), print results, power off | off |
 //! | `benchtime=SECS` | seconds per benchmark workload | `10` |
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |

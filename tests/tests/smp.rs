@@ -37,8 +37,8 @@ fn the_cpus_option_leaves_the_rest_halted() {
     boot.expect_no_line("smp: CPU 2 online");
 }
 
-/// `-smp 2` serving 9P from an NVMe disk: fsync'd writes read back, and the counters
-/// document lists both CPUs, the second having run the task CPU 0 sent it.
+/// `-smp 2` serving 9P from an NVMe disk with one I/O queue pair per CPU: fsync'd writes
+/// read back, and the counters document lists both CPUs, the second having run the task CPU 0 sent it.
 #[test]
 fn two_cpus_serve_9p_and_report_both() {
     let (port, stats_port) = (16450, 16451);
@@ -50,6 +50,8 @@ fn two_cpus_serve_9p_and_report_both() {
         .timeout(Duration::from_secs(180))
         .spawn();
     vm.wait_for_line("9p: listening on 10.0.2.15:564");
+    // One NVMe I/O queue pair per CPU by default.
+    vm.wait_for_line("2 I/O queue pairs (requested 2,");
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();

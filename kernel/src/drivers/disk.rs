@@ -23,15 +23,16 @@ pub struct DiskOptions {
 }
 
 impl DiskOptions {
-    /// The options the command line asks for (`nvme=poll`, `nvme_queues=`).
+    /// The options the command line asks for (`nvme=poll`, `nvme_queues=`; one NVMe I/O
+    /// queue pair per CPU online by default, requests routed by the running CPU).
     pub fn for_config(config: &Config) -> DiskOptions {
         let mut options = DiskOptions::default();
         if config.nvme_poll {
             options.nvme.mode = super::CompletionMode::Poll;
         }
-        if let Some(n) = config.nvme_queues {
-            options.nvme.io_queues = n;
-        }
+        let per_cpu = crate::smp::online().clamp(1, usize::from(nvme::MAX_IO_QUEUES)) as u16;
+        options.nvme.io_queues = config.nvme_queues.unwrap_or(per_cpu);
+        options.nvme.current_cpu = crate::hal::percpu::index;
         options
     }
 }

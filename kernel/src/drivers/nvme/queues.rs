@@ -1,8 +1,8 @@
 //! How many I/O queue pairs a controller gets, and which MSI-X entry each one uses. Pure
 //! and host-tested; the driver (`disk`) applies it.
 //!
-//! - The driver asks for `Options::io_queues` pairs (one per CPU, once the appliance
-//!   runs on several), capped at [`MAX_IO_QUEUES`], with Set Features / Number of Queues;
+//! - The driver asks for `Options::io_queues` pairs (the appliance asks for one per CPU
+//!   online), capped at [`MAX_IO_QUEUES`], with Set Features / Number of Queues;
 //!   the controller answers how many submission and completion queues it allocated, which
 //!   may be fewer (or more) than asked. The driver creates
 //!   [`queue_count`]`(requested, granted)` pairs, identifiers `1..=n`.
