@@ -197,16 +197,6 @@ impl NinepLimits {
         let value = value
             .filter(|v| !v.is_empty())
             .ok_or(Some("needs a value"))?;
-        fn number<T: core::str::FromStr + PartialOrd>(
-            v: &str,
-            range: core::ops::RangeInclusive<T>,
-            why: &'static str,
-        ) -> Result<T, Option<&'static str>> {
-            v.parse()
-                .ok()
-                .filter(|n| range.contains(n))
-                .ok_or(Some(why))
-        }
         match key {
             "msize" => {
                 self.msize = number(value, 512..=16 << 20, "expected 512 to 16777216 bytes")?
@@ -328,6 +318,18 @@ pub struct Config {
     pub max_snapshots: usize,
     /// Most CPUs to run on (`cpus=`); `None`: all, up to [`MAX_CPUS`].
     pub cpus: Option<usize>,
+}
+
+/// `v` as a number within `range`, or `why` it is not.
+fn number<T: core::str::FromStr + PartialOrd>(
+    v: &str,
+    range: core::ops::RangeInclusive<T>,
+    why: &'static str,
+) -> Result<T, Option<&'static str>> {
+    v.parse()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or(Some(why))
 }
 
 /// The most CPUs the kernel runs on; others the firmware reports stay halted.
@@ -485,13 +487,11 @@ impl Config {
                 }
             }
             "nvme_queues" => {
-                self.nvme_queues = Some(
-                    need(value)?
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=MAX_IO_QUEUES).contains(n))
-                        .ok_or(Some("expected 1-64 queue pairs"))?,
-                )
+                self.nvme_queues = Some(number(
+                    need(value)?,
+                    1..=MAX_IO_QUEUES,
+                    "expected 1-64 queue pairs",
+                )?)
             }
             "benchtime" => {
                 self.bench_seconds = need(value)?
@@ -547,22 +547,8 @@ impl Config {
                     ),
                 }
             }
-            "cpus" => {
-                self.cpus = Some(
-                    need(value)?
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=MAX_CPUS).contains(n))
-                        .ok_or(Some("expected 1-16"))?,
-                )
-            }
-            "snapshots" => {
-                self.max_snapshots = need(value)?
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=1024).contains(n))
-                    .ok_or(Some("expected 1-1024"))?
-            }
+            "cpus" => self.cpus = Some(number(need(value)?, 1..=MAX_CPUS, "expected 1-16")?),
+            "snapshots" => self.max_snapshots = number(need(value)?, 1..=1024, "expected 1-1024")?,
             "fault_seed" => {
                 self.fault_seed = need(value)?
                     .parse()
