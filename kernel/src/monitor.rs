@@ -13,7 +13,8 @@ use vfs::FileSystem;
 use crate::net::service::Service;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
-    AccessReport, CpuReport, DeviceReport, FsReport, HeapReport, NinepReport, PowerReport, Snapshot,
+    AccessReport, CpuReport, DeviceReport, FsReport, HeapReport, NicReport, NinepReport,
+    PowerReport, Snapshot,
 };
 use crate::storage::{DeviceName, InjectedFaults, ServedFs};
 use crate::{clock, hal, smp, task};
@@ -115,6 +116,7 @@ impl<F: FileSystem + Reporting + 'static> Monitor<F> {
                 uptime_ms: 0,
                 idle_ms: 0,
                 cpus: Vec::new(),
+                nic: NicReport::default(),
                 heap: HeapReport::default(),
                 ..s.clone()
             }
@@ -148,6 +150,13 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                     remote_tasks: s.remote_tasks,
                 })
                 .collect(),
+            nic: {
+                let (notifications, notifications_suppressed) = hal::virtio::kick_counts();
+                NicReport {
+                    notifications,
+                    notifications_suppressed,
+                }
+            },
             devices: fs.devices(),
             fs: fs_report,
             ninep: Some(NinepReport {

@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub idle_ms: u64,
     /// Every CPU online, by index.
     pub cpus: Vec<CpuReport>,
+    /// The network interface's queue notifications.
+    pub nic: NicReport,
     /// The block devices in use.
     pub devices: Vec<DeviceReport>,
     /// The mounted filesystem (absent when none is mounted, e.g. `fs=memory`).
@@ -59,6 +61,16 @@ pub struct Snapshot {
     pub access: AccessReport,
     /// The ACPI power button and the shutdown it starts.
     pub power: PowerReport,
+}
+
+/// The virtio-net device's queue notifications (`hal/virtio/event_idx.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NicReport {
+    /// Notifications (trapped MMIO writes) sent to the device.
+    pub notifications: u64,
+    /// Notifications skipped because the device had not asked for them
+    /// (`VIRTIO_F_EVENT_IDX`).
+    pub notifications_suppressed: u64,
 }
 
 /// One CPU (`kernel/src/smp`).
@@ -256,6 +268,12 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("idle_ms")
             .named("idle_seconds")
             .help("Time the CPU was idle (halted): 1 - rate() of it is how busy the appliance is."),
+        Rule::counter("nic.notifications")
+            .named("nic_notifications")
+            .help("Queue notifications written to the virtio-net device (each a trapped MMIO write)."),
+        Rule::counter("nic.notifications_suppressed")
+            .named("nic_notifications_suppressed")
+            .help("Queue notifications skipped because the device had not asked for them (event index)."),
         // CPUs, labelled by index.
         Rule::elements("cpus", "cpu", "cpu").named("cpu"),
         Rule::gauge("cpus.*.apic_id")
@@ -475,6 +493,10 @@ mod tests {
         Snapshot {
             uptime_ms: 1234,
             idle_ms: 1000,
+            nic: NicReport {
+                notifications: 10,
+                notifications_suppressed: 30,
+            },
             cpus: alloc::vec![
                 CpuReport {
                     cpu: "0".to_string(),
@@ -587,6 +609,7 @@ mod tests {
             "ninefold_uptime_seconds 1.234".to_string(),
             "ninefold_idle_seconds_total 1".to_string(),
             "ninefold_cpu_idle_seconds_total{cpu=\"1\"} 2.5".to_string(),
+            "ninefold_nic_notifications_suppressed_total 30".to_string(),
             "ninefold_cpu_apic_id{cpu=\"1\"} 2".to_string(),
             "ninefold_cpu_remote_tasks_total{cpu=\"1\"} 1".to_string(),
             format!("ninefold_device_written_bytes_total{{{dev}}} 40960"),

@@ -29,6 +29,7 @@ pub mod select;
 pub mod virtio_blk;
 #[cfg(target_os = "none")]
 pub mod virtio_net;
+pub mod virtq;
 
 #[cfg(target_os = "none")]
 pub mod disk;

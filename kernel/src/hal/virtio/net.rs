@@ -15,11 +15,24 @@ use virtio_drivers::device::net::VirtIONetRaw;
 use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::Error;
 
+use super::event_idx::{EventIdxTransport, KickStats};
 use super::VirtioHal;
 use crate::hal::dma::{DmaDevice, DmaStream, LentStream};
 
 /// Descriptors per queue (QEMU's default virtio-net queue size).
 pub const NET_QUEUE_SIZE: usize = 256;
+
+/// The NIC's queue notifications (one NIC per appliance).
+static KICKS: KickStats = KickStats::new();
+
+/// Queue notifications written to the NIC, and those the device had not asked for and
+/// were skipped (see `event_idx`).
+pub fn kick_counts() -> (u64, u64) {
+    (
+        KICKS.sent.load(core::sync::atomic::Ordering::Relaxed),
+        KICKS.suppressed.load(core::sync::atomic::Ordering::Relaxed),
+    )
+}
 
 /// Why [`NetDevice::receive`] has no frame to give.
 #[derive(Debug)]
@@ -33,7 +46,7 @@ pub enum RxError {
 /// A virtio-net device and every buffer it holds. See the module documentation.
 pub struct NetDevice {
     /// `None` only while being dropped.
-    raw: Option<VirtIONetRaw<VirtioHal, PciTransport, NET_QUEUE_SIZE>>,
+    raw: Option<VirtIONetRaw<VirtioHal, EventIdxTransport<PciTransport>, NET_QUEUE_SIZE>>,
     device: DmaDevice,
     /// Receive buffers the device holds, by token.
     rx: Vec<Option<LentStream>>,
@@ -54,18 +67,22 @@ impl NetDevice {
     /// Initialises the device behind `transport`, whose bus mastering `device` holds.
     pub fn new(transport: PciTransport, device: &DmaDevice) -> Result<NetDevice, Error> {
         Ok(NetDevice {
-            raw: Some(VirtIONetRaw::new(transport)?),
+            raw: Some(VirtIONetRaw::new(EventIdxTransport::new(
+                transport, &KICKS,
+            ))?),
             device: device.clone(),
             rx: (0..NET_QUEUE_SIZE).map(|_| None).collect(),
             tx: (0..NET_QUEUE_SIZE).map(|_| None).collect(),
         })
     }
 
-    fn raw(&self) -> &VirtIONetRaw<VirtioHal, PciTransport, NET_QUEUE_SIZE> {
+    fn raw(&self) -> &VirtIONetRaw<VirtioHal, EventIdxTransport<PciTransport>, NET_QUEUE_SIZE> {
         self.raw.as_ref().expect("only None while dropping")
     }
 
-    fn raw_mut(&mut self) -> &mut VirtIONetRaw<VirtioHal, PciTransport, NET_QUEUE_SIZE> {
+    fn raw_mut(
+        &mut self,
+    ) -> &mut VirtIONetRaw<VirtioHal, EventIdxTransport<PciTransport>, NET_QUEUE_SIZE> {
         self.raw.as_mut().expect("only None while dropping")
     }
 
