@@ -31,13 +31,18 @@ exportfs -ra || nf_die "exportfs failed"
 rpc.mountd -F -N 2 -N 3 &
 mountd=$!
 echo 10 >/proc/fs/nfsd/nfsv4gracetime
+# Unset, knfsd sizes its largest READ/WRITE by the RAM (16 KiB with 128 MiB), as Debian
+# leaves it; NF_NFSD_MAX_BLOCK (bytes, up to 1 MiB) overrides that.
+if [ -n "${NF_NFSD_MAX_BLOCK:-}" ]; then
+	echo "$NF_NFSD_MAX_BLOCK" >/proc/fs/nfsd/max_block_size || nf_die "cannot set max_block_size"
+fi
 rpc.nfsd -N 3 -p 2049 "$threads" || nf_die "rpc.nfsd failed"
 echo Y >/proc/fs/nfsd/v4_end_grace 2>/dev/null || nf_log "warning: cannot end the grace period"
 
 export NF_CTL_DEVS=data
 nc -ll -p 7000 -e sh /job/lib/ctl.sh &
 ctl=$!
-nf_log "knfsd ($threads threads, versions $(cat /proc/fs/nfsd/versions)) exporting $fs /srv:" \
+nf_log "knfsd ($threads threads, max block $(cat /proc/fs/nfsd/max_block_size) B, versions $(cat /proc/fs/nfsd/versions)) exporting $fs /srv:" \
 	"$(exportfs -v | tr -s ' \t\n' ' ') ($(awk '/MemTotal/ {print $2}' /proc/meminfo) KiB RAM)"
 
 while [ ! -e /tmp/nf-quit ]; do
