@@ -212,15 +212,17 @@ test-guest:
 bench-peers: image tool guest
 	tests/guest/peers $(PEERS_ARGS)
 
-## bench: the appliance against the Linux peers (fio fsync=1 at 1/4/16 jobs, randwrite,
+## bench: the appliance against the Linux peers (diod and NFS server VMs on ext4 and btrfs,
+## the client's own disk) and the in-memory ceiling (fio fsync=1 at 1/4/16 jobs, randwrite,
 ## dbench, bonnie++, fs_mark) in one run; writes build/bench/report.{json,md} and charts.
-## ~35 min; BENCH_ARGS=--quick (~5 min) or --system/--workload/--runtime (--help)
+## ~30 min; BENCH_ARGS=--quick (~7 min) or --system/--workload/--runtime (--help)
 .PHONY: bench
 bench: image tool guest
 	tests/bench/fs.py $(BENCH_ARGS)
 
 ## bench-load: the appliance, the Linux server VMs (diod on btrfs and ext4) and the in-memory
-## ceiling driven from the host by the native 9P load generator (tests/src/bin/ninep-load.rs)
+## ceiling driven from the host by the native 9P load generator (tests/src/bin/ninep-load.rs;
+## 9P only, so not the NFS peers of `make bench`)
 ## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. ~30 min;
 ## BENCH_ARGS=--quick (~6 min) or --system/--workload/--conns/--seconds (--help)
 .PHONY: bench-load

@@ -16,8 +16,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 APPLIANCE = "ninefold"
-ORDER = [APPLIANCE, "linux-vm-btrfs-diod", "linux-vm-ext4-diod", "client-local-btrfs", "client-local-ext4"]
-COLORS = dict(zip(ORDER, ["#d62728", "#1f77b4", "#aec7e8", "#2ca02c", "#98df8a"], strict=True))
+ORDER = [
+    APPLIANCE, "linux-vm-btrfs-diod", "linux-vm-ext4-diod", "linux-vm-btrfs-nfs",
+    "linux-vm-ext4-nfs", "client-local-btrfs", "client-local-ext4", "ceiling",
+]  # fmt: skip
+COLORS = dict(zip(ORDER, ["#d62728", "#1f77b4", "#aec7e8", "#9467bd", "#c5b0d5", "#2ca02c",
+                          "#98df8a", "#7f7f7f"], strict=True))  # fmt: skip
 
 
 def systems_in(rows, key="system"):

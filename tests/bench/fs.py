@@ -34,7 +34,10 @@ sys.path.insert(0, os.path.join(REPO, "tests", "guest"))
 import results as guest_results  # noqa: E402
 
 APPLIANCE = "ninefold"
-PEERS = ["linux-vm-btrfs-diod", "linux-vm-ext4-diod", "client-local-btrfs", "client-local-ext4"]
+PEERS = [
+    "linux-vm-btrfs-diod", "linux-vm-ext4-diod", "linux-vm-btrfs-nfs", "linux-vm-ext4-nfs",
+    "client-local-btrfs", "client-local-ext4", "ceiling",
+]  # fmt: skip
 SYSTEMS = [APPLIANCE, *PEERS]
 WORKLOADS = [
     "fio-write-j1", "fio-write-j4", "fio-write-j16", "fio-randwrite-j1", "fio-randwrite-j16",
@@ -95,6 +98,13 @@ def device_row(rec, system):
         flushes_per_fsync=round(d["flushes"] / fsyncs, 3),
         fua_writes_per_fsync=None if d.get("fua_writes") is None else round(d["fua_writes"] / fsyncs, 3),
     )  # fmt: skip
+    nfsd = rec.get("nfsd")
+    if nfsd:
+        row.update(
+            nfs_writes_per_fsync=round(nfsd.get("writes", 0) / fsyncs, 3),
+            nfs_commits_per_fsync=round(nfsd.get("commits", 0) / fsyncs, 3),
+            nfs_compounds_per_fsync=round(nfsd.get("compounds", 0) / fsyncs, 3),
+        )
     app = rec.get("appliance")
     if app:
         fs = app.get("fs") or {}
@@ -159,6 +169,13 @@ def goals(report):
         r = ratio.get(("fio-write-64k-fsync", j, "client-local-btrfs"))
         if r is not None:
             out.append((f"fio write 64k fsync=1, {j} job(s): >= 1x client-local-btrfs: {r:.2f}x", r >= 1))
+        for peer in ("linux-vm-btrfs-nfs", "linux-vm-ext4-nfs"):
+            r = ratio.get(("fio-write-64k-fsync", j, peer))
+            if r is not None:
+                out.append((f"fio write 64k fsync=1, {j} job(s): >= 1x {peer}: {r:.2f}x", r >= 1))
+        r = ratio.get(("fio-write-64k-fsync", j, "ceiling"))
+        if r is not None:
+            out.append((f"fio write 64k fsync=1, {j} job(s): >= 0.9x ceiling: {r:.2f}x", r >= 0.9))
     for j in (1, 16):
         d = dev.get(("fio-write-64k-fsync", j, APPLIANCE))
         if d and d.get("flushes_per_fsync") is not None:
@@ -221,16 +238,18 @@ def markdown(report):
         "appliance's own counters; FUA writes: a block_rq_issue histogram (Linux) and the "
         "appliance's counters. Bytes include deferred writeback (the harness syncs the "
         "server before reading its counters); the appliance's figures exclude btree nodes "
-        "still dirty in memory at the end (the next checkpoint writes them).",
+        "still dirty in memory at the end (the next checkpoint writes them). NFS WRITEs and "
+        "COMMITs: the NFS server's operation counts (/proc/net/rpc/nfsd).",
         "",
-        "| workload | jobs | system | fsyncs | fsync ms | KiB written / fsync | flushes / fsync | FUA writes / fsync | checkpoints / fsync |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | jobs | system | fsyncs | fsync ms | KiB written / fsync | flushes / fsync | FUA writes / fsync | checkpoints / fsync | NFS WRITEs / fsync | NFS COMMITs / fsync |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for d in sorted(report["devices"], key=lambda d: (keys.index((d["workload"], d["jobs"])) if (d["workload"], d["jobs"]) in keys else 99, SYSTEMS.index(d["system"]))):
         lines.append(
             f"| {d['workload']} | {d['jobs']} | {d['system']} | {fmt(d.get('fsyncs'))} | {fmt(d.get('fsync_ms'))} | "
             f"{fmt(d.get('kib_written_per_fsync'), 1)} | {fmt(d.get('flushes_per_fsync'))} | "
-            f"{fmt(d.get('fua_writes_per_fsync'))} | {fmt(d.get('checkpoints_per_fsync'))} |"
+            f"{fmt(d.get('fua_writes_per_fsync'))} | {fmt(d.get('checkpoints_per_fsync'))} | "
+            f"{fmt(d.get('nfs_writes_per_fsync'))} | {fmt(d.get('nfs_commits_per_fsync'))} |"
         )
     if report["failed"]:
         lines += ["", "## Failed", ""]

@@ -9,7 +9,9 @@ such a directory into one record per workload:
      "devices": {"local data": {"bytes_written": .., "write_ios": .., "flushes": ..,
                                 "fua_writes": ..}},
      "per_fsync": {"local data": {"bytes_written": .., "flushes": .., "fua_writes": ..}},
-     "appliance": {...}}   # the appliance's own counters (stat-*.json), as deltas
+     "appliance": {...},   # the appliance's own counters (stat-*.json), as deltas
+     "nfsd": {"compounds": .., "writes": .., "commits": .., "write_bytes": .., ...}}
+                           # an NFS server guest's /proc/net/rpc/nfsd (stat-*.nfsd), deltas
 
 Usage: results.py DIR [DIR..] [--json FILE]   (prints a table; writes JSON if asked)
 """
@@ -71,6 +73,31 @@ def device_deltas(before, after):
         counted = len(after[key]) > FUA_FIELD and min(after[key][FUA_FIELD], before[key][FUA_FIELD]) >= 0
         devs[key]["fua_writes"] = d[FUA_FIELD] if counted else None
     return devs
+
+
+# NFSv4 operation numbers (RFC 7862) in the proc4ops line of /proc/net/rpc/nfsd.
+NFS4_OPS = {
+    "accesses": 3, "closes": 4, "commits": 5, "getattrs": 9, "lookups": 15, "opens": 18,
+    "reads": 25, "removes": 28, "setattrs": 34, "writes": 38,
+}  # fmt: skip
+
+
+def parse_nfsd_file(path):
+    """/proc/net/rpc/nfsd -> {"compounds", "write_bytes", "read_bytes", NFS4_OPS keys}."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            cols = line.split()
+            if not cols or not all(c.isdigit() for c in cols[1:]):
+                continue
+            if cols[0] == "io" and len(cols) >= 3:
+                out["read_bytes"], out["write_bytes"] = int(cols[1]), int(cols[2])
+            elif cols[0] == "proc4" and len(cols) >= 4:
+                out["compounds"] = int(cols[3])
+            elif cols[0] == "proc4ops":
+                ops = [int(c) for c in cols[2:]]
+                out.update((k, ops[i]) for k, i in NFS4_OPS.items() if i < len(ops))
+    return out
 
 
 def fio_metrics(path):
@@ -203,6 +230,10 @@ def parse_workload(d):
                 rec["appliance"] = json_deltas(json.load(fb), json.load(fa))
         except (ValueError, KeyError) as e:
             rec["error"] = f"cannot parse the appliance's counters: {e}"
+    nb, na = sb + ".nfsd", sa + ".nfsd"
+    if os.path.exists(nb) and os.path.exists(na):
+        b, a = parse_nfsd_file(nb), parse_nfsd_file(na)
+        rec["nfsd"] = {k: a[k] - b[k] for k in a if k in b}
     return rec
 
 

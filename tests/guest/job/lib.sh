@@ -62,6 +62,22 @@ nf_mount_9p() {
 	nf_log "mounted 9p $1:$2 $3 on $4: $(grep " $4 9p " /proc/mounts | cut -d' ' -f4)"
 }
 
+# nf_mount_nfs ADDR PATH MNT [OPTIONS]: mount an NFS export with NFSv4.2 (mount.nfs4 from
+# nfs-common, as `mount -t nfs4 -o vers=4.2` runs it), retrying while the server comes up
+# (NF_MOUNT_WAIT seconds, default 60). NF_NFS_OPTS adds options.
+nf_mount_nfs() {
+	modprobe nfsv4 || nf_die "cannot load the nfsv4 module"
+	mkdir -p "$3"
+	opts="vers=4.2${NF_NFS_OPTS:+,$NF_NFS_OPTS}${4:+,$4}"
+	i=0
+	until mount.nfs4 "$1:$2" "$3" -o "$opts"; do
+		i=$((i + 1))
+		[ "$i" -ge "${NF_MOUNT_WAIT:-60}" ] && nf_die "mount -t nfs4 $1:$2 ($opts) failed"
+		sleep 1
+	done
+	nf_log "mounted nfs4 $1:$2 on $3: $(grep " $3 nfs4 " /proc/mounts | cut -d' ' -f4)"
+}
+
 # nf_mkfs FS DEV: make an ext4 or btrfs filesystem with default options.
 nf_mkfs() {
 	case $1 in
@@ -122,6 +138,8 @@ nf_ctl() {
 #                    the appliance's counters service), which reports its disks
 #   NF_STAT_JSON     ADDR:PORT of the appliance's counters service: its whole JSON
 #                    snapshot goes to FILE.json too
+#   NF_STAT_NFSD     ADDR:PORT of an NFS server guest's control port: its
+#                    /proc/net/rpc/nfsd goes to FILE.nfsd too
 # Each line: "SIDE NAME" + the 17 fields of /sys/block/DEV/stat (Linux >= 5.5; fields 16
 # and 17 count flushes) + an 18th: FUA writes (nf_fua; -1 if not counted). The page
 # cache is written back first (sync, here and on a server guest), so deferred writeback
@@ -138,6 +156,9 @@ nf_devstat() {
 	fi
 	if [ -n "${NF_STAT_JSON:-}" ]; then
 		nf_ctl "$NF_STAT_JSON" json >"$1.json"
+	fi
+	if [ -n "${NF_STAT_NFSD:-}" ]; then
+		nf_ctl "$NF_STAT_NFSD" nfsd >"$1.nfsd"
 	fi
 }
 
