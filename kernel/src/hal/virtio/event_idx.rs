@@ -8,8 +8,8 @@
 //! (Linux's `vring_need_event`). `virtio-drivers` 0.13 checks `avail_idx >= avail_event +
 //! 1` instead: once the index has passed `avail_event`, *every* later buffer notifies
 //! until the device next updates it. Under QEMU each notification is a trapped MMIO
-//! write; the network stack queues frames one by one, so most of them were needless
-//! (17.7% of the appliance's CPU time at 16 connections of write + fsync; profile in
+//! write (a VM exit under KVM); the network stack queues frames one by one, so most of
+//! them were needless (three in four at 16 connections of write + fsync;
 //! docs/benchmarks.md). This wrapper sits under the crate's `VirtIONetRaw`: it records
 //! each queue's rings when the crate sets the queue up and, when the crate calls
 //! `notify`, applies the specification's test (after a full fence: the published index
