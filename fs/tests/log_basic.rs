@@ -103,6 +103,113 @@ fn unsynced_changes_are_lost_whole_and_replay_is_idempotent() {
     }
 }
 
+/// Device read errors at mount are neither the log's end nor missing data.
+mod read_errors {
+    use super::*;
+    use block::{Fault, FaultDisk, IoError};
+    use vfs::Errno;
+
+    /// A crashed image holding `keep` (fsynced, the first commit) and then `last`
+    /// (fsynced, the last commit), each file's 8 blocks of one repeated byte.
+    fn crashed() -> MemDisk {
+        let (disk, _rec) = RecordingDisk::new(fresh(4096));
+        let fs = mount(disk);
+        for (name, byte) in [(&b"keep"[..], 0x11u8), (b"last", 0x77)] {
+            let f = block_on(fs.create(ROOT_INO, name, 0o644, OWNER)).unwrap();
+            block_on(fs.write(f.ino, 0, &[byte; 8 * 4096])).unwrap();
+            block_on(fs.fsync(f.ino, false)).unwrap();
+        }
+        crash(fs)
+    }
+
+    /// The blocks of `image` filled with `byte`.
+    fn blocks_of(image: &MemDisk, byte: u8) -> core::ops::Range<u64> {
+        let bytes = image.snapshot();
+        let found: Vec<u64> = bytes
+            .chunks(4096)
+            .enumerate()
+            .filter(|(_, b)| b.iter().all(|&x| x == byte))
+            .map(|(i, _)| i as u64)
+            .collect();
+        assert_eq!(found.len(), 8, "the file's data is not where expected");
+        found[0]..found[7] + 1
+    }
+
+    fn read_all(fs: &NineFs<impl BlockDevice>, name: &[u8]) -> Result<Vec<u8>, Errno> {
+        let f = block_on(fs.lookup(ROOT_INO, name))?;
+        let mut buf = vec![0u8; 8 * 4096 + 1];
+        let n = block_on(fs.read(f.ino, 0, &mut buf))?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// The last commit's data unreadable: the commit is applied (its fsync may have been
+    /// acknowledged), that file's read is EIO, the other file reads back; healed, both.
+    #[test]
+    fn unreadable_data_of_the_last_commit_keeps_the_commit() {
+        let image = crashed();
+        let range = blocks_of(&image, 0x77);
+        let disk = FaultDisk::new(MemDisk::from_bytes(4096, image.snapshot()), 1);
+        disk.inject(Fault::ReadRange(range), IoError::Device(1));
+        let fs = mount(&disk);
+        assert_eq!(fs.stats().log.unverified_commits, 1);
+        assert_eq!(fs.stats().log.dropped_commits, 0);
+        assert_eq!(read_all(&fs, b"last"), Err(Errno::EIO));
+        assert_eq!(read_all(&fs, b"keep"), Ok(vec![0x11; 8 * 4096]));
+        drop(fs);
+        disk.heal();
+        let fs = mount(disk.inner());
+        assert_eq!(read_all(&fs, b"last"), Ok(vec![0x77; 8 * 4096]));
+        let disk = block_on(fs.unmount()).unwrap();
+        let report = block_on(fsck::fsck(disk, &Default::default())).unwrap();
+        assert!(report.is_clean(), "{:#?}", report.errors);
+    }
+
+    /// The last commit's data overwritten (its FLUSH never completed) is still dropped,
+    /// even when another of its blocks cannot be read.
+    #[test]
+    fn differing_data_drops_the_commit_even_with_unreadable_blocks() {
+        let image = crashed();
+        let range = blocks_of(&image, 0x77);
+        let mut bytes = image.snapshot();
+        bytes[range.start as usize * 4096] ^= 1;
+        let disk = FaultDisk::new(MemDisk::from_bytes(4096, bytes), 1);
+        disk.inject(
+            Fault::ReadRange(range.start + 3..range.start + 4),
+            IoError::Device(1),
+        );
+        let fs = mount(&disk);
+        assert_eq!(fs.stats().log.dropped_commits, 1);
+        assert_eq!(read_all(&fs, b"last"), Err(Errno::ENOENT));
+        assert_eq!(read_all(&fs, b"keep"), Ok(vec![0x11; 8 * 4096]));
+    }
+
+    /// An unreadable log block fails the mount (what follows it may be acknowledged);
+    /// healed, the mount replays everything.
+    #[test]
+    fn an_unreadable_log_block_fails_the_mount() {
+        let image = crashed();
+        let l = mount(MemDisk::from_bytes(4096, image.snapshot()))
+            .superblock()
+            .layout;
+        let disk = FaultDisk::new(MemDisk::from_bytes(4096, image.snapshot()), 1);
+        disk.inject(
+            Fault::ReadRange(l.log_start..l.log_start + l.log_blocks),
+            IoError::Device(1),
+        );
+        let mounted = block_on(NineFs::mount(
+            &disk,
+            MountOptions::default(),
+            Box::new(ManualClock::default()),
+        ));
+        assert!(mounted.is_err(), "mounted past an unreadable log");
+        disk.heal();
+        let fs = mount(disk.inner());
+        assert_eq!(read_all(&fs, b"keep"), Ok(vec![0x11; 8 * 4096]));
+        assert_eq!(read_all(&fs, b"last"), Ok(vec![0x77; 8 * 4096]));
+    }
+}
+
 mod malformed {
     //! Records that pass the log's checksums but make no sense must never panic mount:
     //! it recovers or fails with an error.

@@ -315,6 +315,7 @@ impl<D: BlockDevice> NineFs<D> {
             s.replayed_inodes = replayed.inodes;
             s.replayed_bytes = replayed.bytes;
             s.dropped_commits = replayed.dropped;
+            s.unverified_commits = replayed.unverified;
         }
         if !read_only {
             let end = if clean {

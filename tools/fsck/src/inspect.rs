@@ -85,8 +85,13 @@ impl<D: BlockDevice> Image<D> {
     }
 
     /// The commits the log holds past the checkpoint (what mount would replay, before
-    /// it checks the last commit's data).
-    pub async fn log_commits(&self) -> Vec<ninefs::volume::synclog::replay::LoggedCommit> {
+    /// it checks the last commit's data), or the log block the device failed to read.
+    pub async fn log_commits(
+        &self,
+    ) -> Result<
+        Vec<ninefs::volume::synclog::replay::LoggedCommit>,
+        ninefs::volume::synclog::replay::UnreadableLog,
+    > {
         let l = self.sb.layout;
         let (commits, _) = ninefs::volume::synclog::replay::scan(
             &self.dev,
@@ -95,8 +100,8 @@ impl<D: BlockDevice> Image<D> {
             self.sb.log_epoch,
             self.sb.log_tail,
         )
-        .await;
-        commits
+        .await?;
+        Ok(commits)
     }
 
     /// Reads `blocks` blocks at `block`.

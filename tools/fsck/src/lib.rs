@@ -157,13 +157,16 @@ pub async fn fsck<D: BlockDevice>(dev: D, opts: &FsckOptions) -> Result<Report, 
     };
     c.check_superblocks();
     if !c.img.clean() {
-        let commits = c.img.log_commits().await;
-        if !commits.is_empty() {
-            let records: usize = commits.iter().map(|c| c.records.len()).sum();
-            c.warn(format!(
-                "the fsync log holds {} commits ({records} records) that mount will replay; this check covers the checkpoint only",
-                commits.len()
-            ));
+        match c.img.log_commits().await {
+            Ok(commits) if !commits.is_empty() => {
+                let records: usize = commits.iter().map(|c| c.records.len()).sum();
+                c.warn(format!(
+                    "the fsync log holds {} commits ({records} records) that mount will replay; this check covers the checkpoint only",
+                    commits.len()
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => c.error(format!("fsync log: {e}; mount will fail")),
         }
     }
     for tree in TreeId::ALL {

@@ -92,6 +92,8 @@ pub struct LogStats {
     pub replayed_bytes: u64,
     /// Complete commits not replayed because their data did not reach the disk.
     pub dropped_commits: u64,
+    /// Commits replayed although the device could not read some of their data blocks.
+    pub unverified_commits: u64,
 }
 
 /// Spare record buffers kept for reuse.

@@ -6,7 +6,15 @@
 //! 2. **Verify** the last complete commit's data against the checksums logged with it:
 //!    every commit before it was flushed before the next one was written, but the last
 //!    one's FLUSH may not have completed, so its data may be missing (its fsyncs were
-//!    never acknowledged). If any block fails, that commit is dropped.
+//!    never acknowledged). If any block reads back different, that commit is dropped.
+//!
+//! A device *read error* is not the end of the log and not missing data: the block may
+//! hold an acknowledged commit the device cannot return now. A log block that cannot be
+//! read fails the mount with `EIO` (dropping the commits from there on could lose
+//! acknowledged changes; a later mount on a healed device replays them). A data block
+//! of the last commit that cannot be read does not drop the commit: it is applied, and
+//! reading that block gives `EIO` as any read error does (`docs/durability.md`,
+//! "Device errors").
 //! 3. **Apply** the records in order (inode items of a commit first, so names can point
 //!    to them), in memory: names, xattrs, directory entries are made exactly what was
 //!    logged; file mappings are edited and their reference changes summed.
@@ -31,7 +39,7 @@ use crate::format::key::kind;
 use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::util::crc::crc32c;
-use block::BlockDevice;
+use block::{BlockDevice, IoError};
 use vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
 
 use super::super::core::{inode_key, Core, Step, Stop, Txn};
@@ -56,6 +64,40 @@ pub struct ReplaySummary {
     pub bytes: u64,
     /// Complete commits dropped because their data was not on the disk.
     pub dropped: u64,
+    /// Commits applied although the device could not read some of their data blocks.
+    pub unverified: u64,
+}
+
+/// A log block the device failed to read: the log cannot be replayed past it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnreadableLog {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its filesystem block.
+    pub block: u64,
+    /// What the device said.
+    pub error: IoError,
+}
+
+impl core::fmt::Display for UnreadableLog {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "log block {} (sequence {}) cannot be read: {}",
+            self.block, self.seq, self.error
+        )
+    }
+}
+
+/// What the last commit's data looks like on the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DataCheck {
+    /// Every block matches its checksum.
+    Present,
+    /// A block reads back different: the commit's FLUSH never completed.
+    Missing,
+    /// No block differs, but the device failed to read this many.
+    Unreadable(u64),
 }
 
 /// A commit read from the log.
@@ -70,14 +112,15 @@ pub struct LoggedCommit {
 }
 
 /// Reads the log of `dev` from `tail` in `epoch`: the complete commits, and the sequence
-/// number after the last one. Also used by fsck and dump.
+/// number after the last one; or the first block the device failed to read. Also used
+/// by fsck and dump.
 pub async fn scan<D: BlockDevice>(
     dev: &crate::io::Dev<D>,
     start: u64,
     capacity: u64,
     epoch: u64,
     tail: u64,
-) -> (Vec<LoggedCommit>, u64) {
+) -> Result<(Vec<LoggedCommit>, u64), UnreadableLog> {
     let mut out = Vec::new();
     let mut seq = tail;
     let mut buf = vec![0u8; BLOCK_SIZE];
@@ -87,7 +130,7 @@ pub async fn scan<D: BlockDevice>(
         epoch,
     };
     'commits: while seq - tail < capacity {
-        let Some((h, first)) = read.block(dev, seq, &mut buf).await else {
+        let Some((h, first)) = read.block(dev, seq, &mut buf).await? else {
             break;
         };
         let n = u64::from(h.commit_blocks);
@@ -96,7 +139,7 @@ pub async fn scan<D: BlockDevice>(
         }
         let mut payload = first;
         for i in 1..n {
-            match read.block(dev, seq + i, &mut buf).await {
+            match read.block(dev, seq + i, &mut buf).await? {
                 Some((hi, p)) if hi.commit_seq == seq && hi.commit_blocks == h.commit_blocks => {
                     payload.extend_from_slice(&p);
                 }
@@ -118,7 +161,7 @@ pub async fn scan<D: BlockDevice>(
         }
         seq += n;
     }
-    (out, seq)
+    Ok((out, seq))
 }
 
 /// Where and what to read.
@@ -136,10 +179,15 @@ impl ReadLog {
         dev: &crate::io::Dev<D>,
         seq: u64,
         buf: &mut [u8],
-    ) -> Option<(LogBlockHeader, Vec<u8>)> {
-        dev.read(self.start + seq % self.capacity, buf).await.ok()?;
-        let (h, p) = LogBlockHeader::decode_block(buf).ok()?;
-        (h.epoch == self.epoch && h.seq == seq).then(|| (h, p.to_vec()))
+    ) -> Result<Option<(LogBlockHeader, Vec<u8>)>, UnreadableLog> {
+        let block = self.start + seq % self.capacity;
+        dev.read(block, buf)
+            .await
+            .map_err(|error| UnreadableLog { seq, block, error })?;
+        let Ok((h, p)) = LogBlockHeader::decode_block(buf) else {
+            return Ok(None);
+        };
+        Ok((h.epoch == self.epoch && h.seq == seq).then(|| (h, p.to_vec())))
     }
 }
 
@@ -164,7 +212,14 @@ impl<D: BlockDevice> NineFs<D> {
             let l = c.sb.layout;
             (l.log_start, l.log_blocks, c.sb.log_epoch, c.sb.log_tail)
         };
-        let (mut commits, end) = scan(&self.dev, start, capacity, epoch, tail).await;
+        let (mut commits, end) = scan(&self.dev, start, capacity, epoch, tail)
+            .await
+            .map_err(|e| {
+                log::error!(
+                    "log replay: {e}; the commits from there on cannot be replayed, so the mount fails rather than drop changes that may have been acknowledged"
+                );
+                Errno::EIO
+            })?;
         let mut summary = ReplaySummary {
             end,
             ..ReplaySummary::default()
@@ -184,14 +239,23 @@ impl<D: BlockDevice> NineFs<D> {
         for c in &commits {
             self.apply_commit(&mut r, c, &mut summary).await?;
         }
-        if self.data_present(&r, &last).await? {
-            self.apply_commit(&mut r, &last, &mut summary).await?;
-        } else {
-            log::warn!(
-                "log replay: the last commit (sequence {}) lacks its data on disk; it was never acknowledged and is dropped",
-                last.seq
-            );
-            summary.dropped += 1;
+        match self.check_data(&r, &last).await? {
+            DataCheck::Present => self.apply_commit(&mut r, &last, &mut summary).await?,
+            DataCheck::Unreadable(blocks) => {
+                log::warn!(
+                    "log replay: the last commit (sequence {}) has {blocks} data blocks the device cannot read; it is applied (it may have been acknowledged) and reading those blocks gives EIO",
+                    last.seq
+                );
+                summary.unverified += 1;
+                self.apply_commit(&mut r, &last, &mut summary).await?;
+            }
+            DataCheck::Missing => {
+                log::warn!(
+                    "log replay: the last commit (sequence {}) lacks its data on disk; it was never acknowledged and is dropped",
+                    last.seq
+                );
+                summary.dropped += 1;
+            }
         }
         self.finish_replay(&r).await?;
         summary.inodes = r.inodes.len() as u64;
@@ -208,7 +272,8 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// Whether every data block the records of `commit` map is on the disk (matches its
     /// logged or committed checksum).
-    async fn data_present(&self, r: &Replay, commit: &LoggedCommit) -> FsResult<bool> {
+    async fn check_data(&self, r: &Replay, commit: &LoggedCommit) -> FsResult<DataCheck> {
+        let mut unreadable = 0;
         for rec in &commit.records {
             let Record::Extents { pieces, .. } = rec else {
                 continue;
@@ -221,29 +286,32 @@ impl<D: BlockDevice> NineFs<D> {
                         let got = self.run(|c| Ok(c.trees.get(TreeId::Csum, &key)?)).await?;
                         match got.as_deref().and_then(decode_csums) {
                             Some(s) => s,
-                            None => return Ok(false),
+                            None => return Ok(DataCheck::Missing),
                         }
                     }
                 };
                 let first = fe.offset_blocks as usize;
                 let n = fe.num_blocks as usize;
                 let Some(want) = sums.get(first..first + n) else {
-                    return Ok(false);
+                    return Ok(DataCheck::Missing);
                 };
                 let mut buf = vec![0u8; n * BLOCK_SIZE];
-                if self.dev.read(fe.first_block(), &mut buf).await.is_err() {
-                    return Ok(false);
-                }
-                if buf
-                    .chunks(BLOCK_SIZE)
-                    .zip(want)
-                    .any(|(b, &c)| crc32c(b) != c)
-                {
-                    return Ok(false);
+                let whole = self.dev.read(fe.first_block(), &mut buf).await.is_ok();
+                for (i, (b, &c)) in buf.chunks_mut(BLOCK_SIZE).zip(want).enumerate() {
+                    // After a failed read, block by block: which ones the device cannot
+                    // read, and whether any readable one differs.
+                    if !whole && self.dev.read(fe.first_block() + i as u64, b).await.is_err() {
+                        unreadable += 1;
+                    } else if crc32c(b) != c {
+                        return Ok(DataCheck::Missing);
+                    }
                 }
             }
         }
-        Ok(true)
+        Ok(match unreadable {
+            0 => DataCheck::Present,
+            n => DataCheck::Unreadable(n),
+        })
     }
 
     async fn apply_commit(
