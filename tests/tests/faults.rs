@@ -55,7 +55,15 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u16) {
+/// `rule` fails the device from `FLUSHES_FAIL_AFTER` seconds after boot on; `what` names
+/// the scenario in the printed line.
+fn failing_device_loses_nothing_acknowledged(
+    disk: &str,
+    port: u16,
+    stats_port: u16,
+    rule: &str,
+    what: &str,
+) {
     let image = FsImage::formatted("256M");
     let acked = pattern(7, 200_000);
     let mut vm = boot(
@@ -63,7 +71,7 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
         disk,
         port,
         stats_port,
-        &format!("fault=flush-after:{FLUSHES_FAIL_AFTER}"),
+        &format!("fault={rule}:{FLUSHES_FAIL_AFTER}"),
     );
     vm.wait_for_line("9p: listening on");
     let mut c = connect(port, UP);
@@ -86,7 +94,11 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
         std::thread::sleep(Duration::from_millis(500));
     }
     let lost = create_and_fsync(&mut c, "lost", &pattern(9, 50_000));
-    assert_eq!(lost, Err(Errno::EIO), "fsync after a failed FLUSH");
+    assert_eq!(
+        lost,
+        Err(Errno::EIO),
+        "write + fsync after the fault ({what})"
+    );
     assert_eq!(
         c.fsync(1, false),
         Err(Errno::EIO),
@@ -131,7 +143,7 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
     fsck_errors += usize::from(status != Some(0));
     // The line `make crash-trace` adds up.
     println!(
-        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, every FLUSH failing)"
+        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, {what})"
     );
     assert_eq!(
         lost,
@@ -147,10 +159,46 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
 
 #[test]
 fn failed_flushes_on_nvme_lose_nothing_acknowledged() {
-    failed_flushes_lose_nothing_acknowledged("nvme", 16300, 16301);
+    failing_device_loses_nothing_acknowledged(
+        "nvme",
+        16300,
+        16301,
+        "flush-after",
+        "every FLUSH failing",
+    );
 }
 
 #[test]
 fn failed_flushes_on_virtio_blk_lose_nothing_acknowledged() {
-    failed_flushes_lose_nothing_acknowledged("virtio", 16302, 16303);
+    failing_device_loses_nothing_acknowledged(
+        "virtio",
+        16302,
+        16303,
+        "flush-after",
+        "every FLUSH failing",
+    );
+}
+
+/// A failed data write: from the fault on, every write fails, the first one being the
+/// `Twrite`'s extent; the `Twrite` or its fsync gets `EIO`, and no later fsync succeeds.
+#[test]
+fn failed_writes_on_nvme_lose_nothing_acknowledged() {
+    failing_device_loses_nothing_acknowledged(
+        "nvme",
+        17000,
+        17001,
+        "write-after",
+        "every write failing",
+    );
+}
+
+#[test]
+fn failed_writes_on_virtio_blk_lose_nothing_acknowledged() {
+    failing_device_loses_nothing_acknowledged(
+        "virtio",
+        17002,
+        17003,
+        "write-after",
+        "every write failing",
+    );
 }
