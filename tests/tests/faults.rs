@@ -202,3 +202,120 @@ fn failed_writes_on_virtio_blk_lose_nothing_acknowledged() {
         "every write failing",
     );
 }
+
+/// Reads `name` whole through fid `fid`.
+fn read_file(c: &mut Client<Tcp>, fid: u32, name: &str) -> Result<Vec<u8>, Errno> {
+    c.walk(0, fid, name)?;
+    c.lopen(fid, open_flags::RDONLY)?;
+    let mut back = Vec::new();
+    let result = loop {
+        match c.read(fid, back.len() as u64, 65536) {
+            Ok(chunk) if chunk.is_empty() => break Ok(back),
+            Ok(chunk) => back.extend_from_slice(&chunk),
+            Err(e) => break Err(e),
+        }
+    };
+    c.clunk(fid).unwrap();
+    result
+}
+
+/// A read error on one file's data blocks (`fault=read-range:A-B`, in the device's
+/// 512-byte sectors, found by looking for the file's data in the image): `EIO` for that
+/// file only, other files read fine, the filesystem is not failed (a create + fsync
+/// succeeds, nothing logged); rebooted without faults, both files whole and fsck clean.
+fn read_error_fails_one_file(disk: &str, port: u16, stats_port: u16) {
+    let image = FsImage::formatted("256M");
+    let good = pattern(3, 32768);
+    let bad = pattern(200, 32768);
+    let mut vm = boot(&image, disk, port, stats_port, "");
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    create_and_fsync(&mut c, "good", &good).expect("fsync of good");
+    c.clunk(1).unwrap();
+    create_and_fsync(&mut c, "bad", &bad).expect("fsync of bad");
+    c.clunk(1).unwrap();
+    vm.stop();
+
+    // Where the bad file's data is: every 4 KiB block of it is the same (the pattern
+    // repeats every 256 bytes).
+    let bytes = std::fs::read(image.path()).unwrap();
+    let blocks: Vec<usize> = bytes
+        .chunks(4096)
+        .enumerate()
+        .filter(|(_, b)| *b == &bad[..4096])
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        !blocks.is_empty(),
+        "the bad file's data is not in the image"
+    );
+    let (first, last) = (blocks[0], blocks[blocks.len() - 1]);
+    let range = format!("{}-{}", first * 8, (last + 1) * 8);
+    drop(bytes);
+
+    let mut vm = boot(
+        &image,
+        disk,
+        port,
+        stats_port,
+        &format!("fault=read-range:{range}"),
+    );
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    assert_eq!(
+        read_file(&mut c, 1, "bad").map(|b| b.len()),
+        Err(Errno::EIO),
+        "reading the file on the failing blocks {range}"
+    );
+    assert_eq!(
+        read_file(&mut c, 1, "good").as_deref(),
+        Ok(&good[..]),
+        "the other file"
+    );
+    create_and_fsync(&mut c, "after", &pattern(5, 10_000))
+        .expect("a create + fsync after the read error: the filesystem is failed");
+    c.clunk(1).unwrap();
+    let v = stats::json(stats_port);
+    let injected = stats::counter(&v, "/devices/0/injected_faults/injected_errors");
+    assert!(injected >= 1, "no injected error counted: {v}");
+    let boot1 = vm.stop();
+    assert!(
+        boot1.line("filesystem is now failed").is_none(),
+        "a read error failed the filesystem"
+    );
+    assert!(boot1.line("panicked").is_none(), "the appliance panicked");
+
+    let (status, after_fault) = image.fsck_status();
+    let mut fsck_errors = usize::from(status != Some(0));
+    let mut vm = boot(&image, disk, port, stats_port, "");
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    let lost = usize::from(read_file(&mut c, 1, "good").as_deref() != Ok(&good[..]))
+        + usize::from(read_file(&mut c, 1, "bad").as_deref() != Ok(&bad[..]));
+    vm.stop();
+    let (status, after_reboot) = image.fsck_status();
+    fsck_errors += usize::from(status != Some(0));
+    println!(
+        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, a read error on one file)"
+    );
+    assert_eq!(lost, 0, "an acknowledged file came back different");
+    assert_eq!(
+        fsck_errors, 0,
+        "ninefold fsck after the fault:\n{after_fault}\nafter the reboot:\n{after_reboot}"
+    );
+}
+
+#[test]
+#[ignore = "fails: with read-range over the sectors holding the file's data, the file is ENOENT, not EIO (see the faults branch report)"]
+fn read_error_on_nvme_fails_one_file() {
+    read_error_fails_one_file("nvme", 17004, 17005);
+}
+
+#[test]
+#[ignore = "fails: with read-range over the sectors holding the file's data, the file is ENOENT, not EIO (see the faults branch report)"]
+fn read_error_on_virtio_blk_fails_one_file() {
+    read_error_fails_one_file("virtio", 17006, 17007);
+}
