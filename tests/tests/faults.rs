@@ -55,7 +55,15 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u16) {
+/// `rule` fails the device from `FLUSHES_FAIL_AFTER` seconds after boot on; `what` names
+/// the scenario in the printed line.
+fn failing_device_loses_nothing_acknowledged(
+    disk: &str,
+    port: u16,
+    stats_port: u16,
+    rule: &str,
+    what: &str,
+) {
     let image = FsImage::formatted("256M");
     let acked = pattern(7, 200_000);
     let mut vm = boot(
@@ -63,7 +71,7 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
         disk,
         port,
         stats_port,
-        &format!("fault=flush-after:{FLUSHES_FAIL_AFTER}"),
+        &format!("fault={rule}:{FLUSHES_FAIL_AFTER}"),
     );
     vm.wait_for_line("9p: listening on");
     let mut c = connect(port, UP);
@@ -86,7 +94,11 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
         std::thread::sleep(Duration::from_millis(500));
     }
     let lost = create_and_fsync(&mut c, "lost", &pattern(9, 50_000));
-    assert_eq!(lost, Err(Errno::EIO), "fsync after a failed FLUSH");
+    assert_eq!(
+        lost,
+        Err(Errno::EIO),
+        "write + fsync after the fault ({what})"
+    );
     assert_eq!(
         c.fsync(1, false),
         Err(Errno::EIO),
@@ -131,7 +143,7 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
     fsck_errors += usize::from(status != Some(0));
     // The line `make crash-trace` adds up.
     println!(
-        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, every FLUSH failing)"
+        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, {what})"
     );
     assert_eq!(
         lost,
@@ -147,10 +159,163 @@ fn failed_flushes_lose_nothing_acknowledged(disk: &str, port: u16, stats_port: u
 
 #[test]
 fn failed_flushes_on_nvme_lose_nothing_acknowledged() {
-    failed_flushes_lose_nothing_acknowledged("nvme", 16300, 16301);
+    failing_device_loses_nothing_acknowledged(
+        "nvme",
+        16300,
+        16301,
+        "flush-after",
+        "every FLUSH failing",
+    );
 }
 
 #[test]
 fn failed_flushes_on_virtio_blk_lose_nothing_acknowledged() {
-    failed_flushes_lose_nothing_acknowledged("virtio", 16302, 16303);
+    failing_device_loses_nothing_acknowledged(
+        "virtio",
+        16302,
+        16303,
+        "flush-after",
+        "every FLUSH failing",
+    );
+}
+
+/// A failed data write: from the fault on, every write fails, the first one being the
+/// `Twrite`'s extent; the `Twrite` or its fsync gets `EIO`, and no later fsync succeeds.
+#[test]
+fn failed_writes_on_nvme_lose_nothing_acknowledged() {
+    failing_device_loses_nothing_acknowledged(
+        "nvme",
+        17000,
+        17001,
+        "write-after",
+        "every write failing",
+    );
+}
+
+#[test]
+fn failed_writes_on_virtio_blk_lose_nothing_acknowledged() {
+    failing_device_loses_nothing_acknowledged(
+        "virtio",
+        17002,
+        17003,
+        "write-after",
+        "every write failing",
+    );
+}
+
+/// Reads `name` whole through fid `fid`.
+fn read_file(c: &mut Client<Tcp>, fid: u32, name: &str) -> Result<Vec<u8>, Errno> {
+    c.walk(0, fid, name)?;
+    c.lopen(fid, open_flags::RDONLY)?;
+    let mut back = Vec::new();
+    let result = loop {
+        match c.read(fid, back.len() as u64, 65536) {
+            Ok(chunk) if chunk.is_empty() => break Ok(back),
+            Ok(chunk) => back.extend_from_slice(&chunk),
+            Err(e) => break Err(e),
+        }
+    };
+    c.clunk(fid).unwrap();
+    result
+}
+
+/// A read error on one file's data blocks (`fault=read-range:A-B`, in the device's
+/// 512-byte sectors, found by looking for the file's data in the image): `EIO` for that
+/// file only, other files read fine, the filesystem is not failed (a create + fsync
+/// succeeds, nothing logged); rebooted without faults, both files whole and fsck clean.
+fn read_error_fails_one_file(disk: &str, port: u16, stats_port: u16) {
+    let image = FsImage::formatted("256M");
+    let good = pattern(3, 32768);
+    let bad = pattern(200, 32768);
+    let mut vm = boot(&image, disk, port, stats_port, "");
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    create_and_fsync(&mut c, "good", &good).expect("fsync of good");
+    c.clunk(1).unwrap();
+    create_and_fsync(&mut c, "bad", &bad).expect("fsync of bad");
+    c.clunk(1).unwrap();
+    vm.stop();
+
+    // Where the bad file's data is: every 4 KiB block of it is the same (the pattern
+    // repeats every 256 bytes).
+    let bytes = std::fs::read(image.path()).unwrap();
+    let blocks: Vec<usize> = bytes
+        .chunks(4096)
+        .enumerate()
+        .filter(|(_, b)| *b == &bad[..4096])
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        !blocks.is_empty(),
+        "the bad file's data is not in the image"
+    );
+    let (first, last) = (blocks[0], blocks[blocks.len() - 1]);
+    let range = format!("{}-{}", first * 8, (last + 1) * 8);
+    drop(bytes);
+
+    let mut vm = boot(
+        &image,
+        disk,
+        port,
+        stats_port,
+        &format!("fault=read-range:{range}"),
+    );
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    assert_eq!(
+        read_file(&mut c, 1, "bad").map(|b| b.len()),
+        Err(Errno::EIO),
+        "reading the file on the failing blocks {range}"
+    );
+    assert_eq!(
+        read_file(&mut c, 1, "good").as_deref(),
+        Ok(&good[..]),
+        "the other file"
+    );
+    create_and_fsync(&mut c, "after", &pattern(5, 10_000))
+        .expect("a create + fsync after the read error: the filesystem is failed");
+    c.clunk(1).unwrap();
+    let v = stats::json(stats_port);
+    let injected = stats::counter(&v, "/devices/0/injected_faults/injected_errors");
+    assert!(injected >= 1, "no injected error counted: {v}");
+    let boot1 = vm.stop();
+    assert!(
+        boot1.line("filesystem is now failed").is_none(),
+        "a read error failed the filesystem"
+    );
+    assert!(boot1.line("panicked").is_none(), "the appliance panicked");
+
+    let (status, after_fault) = image.fsck_status();
+    let mut fsck_errors = usize::from(status != Some(0));
+    let mut vm = boot(&image, disk, port, stats_port, "");
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    let lost = usize::from(read_file(&mut c, 1, "good").as_deref() != Ok(&good[..]))
+        + usize::from(read_file(&mut c, 1, "bad").as_deref() != Ok(&bad[..]));
+    vm.stop();
+    let (status, after_reboot) = image.fsck_status();
+    fsck_errors += usize::from(status != Some(0));
+    println!(
+        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, a read error on one file)"
+    );
+    assert_eq!(lost, 0, "an acknowledged file came back different");
+    assert_eq!(
+        fsck_errors, 0,
+        "ninefold fsck after the fault:\n{after_fault}\nafter the reboot:\n{after_reboot}"
+    );
+}
+
+#[test]
+#[ignore = "fails: with read-range over the sectors holding the file's data, the file is ENOENT, not EIO (see the faults branch report)"]
+fn read_error_on_nvme_fails_one_file() {
+    read_error_fails_one_file("nvme", 17004, 17005);
+}
+
+#[test]
+#[ignore = "fails: with read-range over the sectors holding the file's data, the file is ENOENT, not EIO (see the faults branch report)"]
+fn read_error_on_virtio_blk_fails_one_file() {
+    read_error_fails_one_file("virtio", 17006, 17007);
 }
