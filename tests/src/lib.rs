@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use kernel::exit::ExitCode;
 
+pub mod blkdebug;
 pub mod hostile;
 pub mod ninep;
 pub mod qmp;
@@ -356,6 +357,59 @@ impl Qemu {
             ),
         ]);
         node
+    }
+
+    /// `image` under QEMU's `blkdebug` driver, failing requests by the rules in `config`
+    /// ([`blkdebug::Blkdebug`]), under a raw format node that raises the events the rules
+    /// match. Returns the raw node's name.
+    fn blkdebug_node(&mut self, image: &FsImage, config: &blkdebug::Blkdebug) -> String {
+        let node = self.id("faulty");
+        let conf = temp_path(&node, "blkdebug.conf");
+        config.write_to(&conf);
+        // Deleted with the boot, as the scratch disks are.
+        self.disks.push(ScratchDisk(conf.clone()));
+        self.args.extend([
+            "-blockdev".into(),
+            format!(
+                "driver=file,node-name={node}-file,filename={}",
+                image.path().display()
+            ),
+            "-blockdev".into(),
+            format!(
+                "driver=blkdebug,node-name={node}-debug,image={node}-file,config={}",
+                conf.display()
+            ),
+            "-blockdev".into(),
+            format!("driver=raw,node-name={node},file={node}-debug"),
+        ]);
+        node
+    }
+
+    /// An NVMe controller on `image`, failing requests by `config` from outside (QEMU's
+    /// `blkdebug`).
+    pub fn nvme_blkdebug(
+        mut self,
+        serial: &str,
+        image: &FsImage,
+        config: &blkdebug::Blkdebug,
+    ) -> Self {
+        let node = self.blkdebug_node(image, config);
+        self.args.extend([
+            "-device".into(),
+            format!("nvme,drive={node},serial={serial}"),
+        ]);
+        self
+    }
+
+    /// A modern virtio-blk device on `image`, failing requests by `config` like
+    /// [`Qemu::nvme_blkdebug`].
+    pub fn virtio_blk_blkdebug(mut self, image: &FsImage, config: &blkdebug::Blkdebug) -> Self {
+        let node = self.blkdebug_node(image, config);
+        self.args.extend([
+            "-device".into(),
+            format!("virtio-blk-pci,drive={node},disable-legacy=on"),
+        ]);
+        self
     }
 
     /// An NVMe controller on `image`, every completed write, FLUSH and discard logged to

@@ -1,15 +1,19 @@
-//! Device faults end to end: the appliance's fault injector (`fault=` on the kernel
-//! command line, `block::FaultDisk` between the real driver and the filesystem) makes
-//! the disk fail every FLUSH from some time on, while a 9P client works. The policy
-//! (`docs/durability.md`, "Device errors"): an fsync whose FLUSH failed returns EIO and
-//! no later fsync reports success for what it did not make durable; the filesystem
-//! refuses further changes; after a reboot on a healthy disk, `ninefold fsck` is clean
-//! and everything acknowledged before the fault is there.
+//! Device faults end to end, while a 9P client works: FLUSHes, writes or reads failing,
+//! bits flipped, the log unreadable at mount. Faults come from two sides: the
+//! appliance's own injector (`fault=` on the kernel command line, `block::FaultDisk`
+//! between the real driver and the filesystem) and QEMU's `blkdebug` driver below the
+//! emulated device (a disk failing from outside, as hardware would). The policy
+//! (`docs/durability.md`, "Device errors"): an fsync whose write or FLUSH failed returns
+//! EIO and no later fsync reports success for what it did not make durable; the
+//! filesystem then refuses further changes; a bad read is EIO for that file only; after
+//! a reboot on a healthy disk, `ninefold fsck` is clean and everything acknowledged
+//! before the fault is there.
 //!
-//! Host ports: 16300-16303.
+//! Host ports: 16300-16303, 17000-17019.
 
 use std::time::{Duration, Instant};
 
+use ninefold_tests::blkdebug::Blkdebug;
 use ninefold_tests::ninep::{connect, Tcp};
 use ninefold_tests::{stats, FsImage, Qemu, Running};
 use ninep::testing::Client;
@@ -21,14 +25,45 @@ use vfs::Errno;
 const FLUSHES_FAIL_AFTER: u64 = 25;
 const UP: Duration = Duration::from_secs(120);
 
-fn boot(image: &FsImage, disk: &str, port: u16, stats_port: u16, append: &str) -> Running {
-    let q = Qemu::appliance()
+/// Where the device's errors come from.
+enum Faults {
+    /// Nowhere: a healthy disk.
+    None,
+    /// The appliance's injector, armed with these `fault=` rules.
+    Kernel(String),
+    /// QEMU's `blkdebug` under the device, with these rules.
+    Outside(Blkdebug),
+}
+
+impl Faults {
+    /// The errors injected so far, from the appliance's counters: its injector's count,
+    /// or the device errors its driver saw.
+    fn injected(&self, stats_port: u16) -> u64 {
+        let v = stats::json(stats_port);
+        let n = match self {
+            Faults::Kernel(_) => {
+                stats::counter(&v, "/devices/0/injected_faults/injected_errors")
+                    + stats::counter(&v, "/devices/0/injected_faults/corrupted_blocks")
+            }
+            _ => stats::counter(&v, "/devices/0/counters/errors"),
+        };
+        assert!(n >= 1, "no injected error counted: {v}");
+        n
+    }
+}
+
+fn boot(image: &FsImage, disk: &str, port: u16, stats_port: u16, faults: &Faults) -> Running {
+    let mut q = Qemu::appliance()
         .memory("128M")
         .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])
-        .append(append)
         .timeout(Duration::from_secs(300));
-    match disk {
-        "virtio" => q.virtio_blk_image(image),
+    if let Faults::Kernel(rules) = faults {
+        q = q.append(&format!("fault={rules}"));
+    }
+    match (disk, faults) {
+        ("virtio", Faults::Outside(rules)) => q.virtio_blk_blkdebug(image, rules),
+        (_, Faults::Outside(rules)) => q.nvme_blkdebug("nf-faults", image, rules),
+        ("virtio", _) => q.virtio_blk_image(image),
         _ => q.nvme_image("nf-faults", image),
     }
     .spawn()
@@ -55,6 +90,82 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// After a failure: the second fsync of fid 1 gets `EIO`, a create is refused, the log
+/// says the filesystem failed, and nothing panicked. Stops the machine.
+fn expect_failed(mut c: Client<Tcp>, vm: Running) {
+    assert_eq!(
+        c.fsync(1, false),
+        Err(Errno::EIO),
+        "a later fsync of the same file"
+    );
+    c.walk(0, 2, "").unwrap();
+    assert!(
+        c.lcreate(2, "after", open_flags::RDWR, 0o644).is_err(),
+        "a create after the failure succeeded"
+    );
+    let boot = vm.stop();
+    assert!(
+        boot.line("filesystem is now failed").is_some(),
+        "the failure is not in the log"
+    );
+    assert!(boot.line("panicked").is_none(), "the appliance panicked");
+}
+
+/// The disk healthy again: `ninefold fsck` before and after a reboot without faults,
+/// and every acknowledged file read back. Prints the line `make crash` adds up and
+/// fails on any loss or fsck error.
+fn expect_healed(
+    image: &FsImage,
+    disk: &str,
+    (port, stats_port): (u16, u16),
+    acked: &[(String, Vec<u8>)],
+    injected: u64,
+    what: &str,
+) {
+    let (status, after_fault) = image.fsck_status();
+    let mut fsck_errors = usize::from(status != Some(0));
+    let mut vm = boot(image, disk, port, stats_port, &Faults::None);
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    let lost: Vec<&str> = acked
+        .iter()
+        .filter(|(name, data)| read_file(&mut c, 1, name).as_deref() != Ok(&data[..]))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    vm.stop();
+    let (status, after_reboot) = image.fsck_status();
+    fsck_errors += usize::from(status != Some(0));
+    println!(
+        "device faults: {injected} injected, acknowledged-and-lost: {}, fsck errors: {fsck_errors} ({disk}, {what})",
+        lost.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged files came back different: {lost:?}"
+    );
+    assert_eq!(
+        fsck_errors, 0,
+        "ninefold fsck after the fault:\n{after_fault}\nafter the reboot:\n{after_reboot}"
+    );
+}
+
+/// Reads `name` whole through fid `fid`.
+fn read_file(c: &mut Client<Tcp>, fid: u32, name: &str) -> Result<Vec<u8>, Errno> {
+    c.walk(0, fid, name)?;
+    c.lopen(fid, open_flags::RDONLY)?;
+    let mut back = Vec::new();
+    let result = loop {
+        match c.read(fid, back.len() as u64, 65536) {
+            Ok(chunk) if chunk.is_empty() => break Ok(back),
+            Ok(chunk) => back.extend_from_slice(&chunk),
+            Err(e) => break Err(e),
+        }
+    };
+    c.clunk(fid).unwrap();
+    result
+}
+
 /// `rule` fails the device from `FLUSHES_FAIL_AFTER` seconds after boot on; `what` names
 /// the scenario in the printed line.
 fn failing_device_loses_nothing_acknowledged(
@@ -66,13 +177,8 @@ fn failing_device_loses_nothing_acknowledged(
 ) {
     let image = FsImage::formatted("256M");
     let acked = pattern(7, 200_000);
-    let mut vm = boot(
-        &image,
-        disk,
-        port,
-        stats_port,
-        &format!("fault={rule}:{FLUSHES_FAIL_AFTER}"),
-    );
+    let faults = Faults::Kernel(format!("{rule}:{FLUSHES_FAIL_AFTER}"));
+    let mut vm = boot(&image, disk, port, stats_port, &faults);
     vm.wait_for_line("9p: listening on");
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
@@ -99,62 +205,10 @@ fn failing_device_loses_nothing_acknowledged(
         Err(Errno::EIO),
         "write + fsync after the fault ({what})"
     );
-    assert_eq!(
-        c.fsync(1, false),
-        Err(Errno::EIO),
-        "a later fsync of the same file"
-    );
-    // The filesystem refuses changes from now on.
-    c.walk(0, 2, "").unwrap();
-    assert!(
-        c.lcreate(2, "after", open_flags::RDWR, 0o644).is_err(),
-        "a create after the failure succeeded"
-    );
-    let v = stats::json(stats_port);
-    let injected = stats::counter(&v, "/devices/0/injected_faults/injected_errors");
-    assert!(injected >= 1, "no injected error counted: {v}");
-    let boot1 = vm.stop();
-    assert!(
-        boot1.line("filesystem is now failed").is_some(),
-        "the failure is not in the log"
-    );
-    assert!(boot1.line("panicked").is_none(), "the appliance panicked");
-
-    // A healthy disk again: clean, and the acknowledged file whole.
-    let (status, after_fault) = image.fsck_status();
-    let mut fsck_errors = usize::from(status != Some(0));
-    let mut vm = boot(&image, disk, port, stats_port, "");
-    vm.wait_for_line("9p: listening on");
-    let mut c = connect(port, UP);
-    c.attach(0, 0, "").unwrap();
-    c.walk(0, 1, "acked").unwrap();
-    c.lopen(1, open_flags::RDONLY).unwrap();
-    let mut back = Vec::new();
-    loop {
-        let chunk = c.read(1, back.len() as u64, 65536).unwrap();
-        if chunk.is_empty() {
-            break;
-        }
-        back.extend_from_slice(&chunk);
-    }
-    let lost = usize::from(back != acked);
-    vm.stop();
-    let (status, after_reboot) = image.fsck_status();
-    fsck_errors += usize::from(status != Some(0));
-    // The line `make crash-trace` adds up.
-    println!(
-        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, {what})"
-    );
-    assert_eq!(
-        lost,
-        0,
-        "the acknowledged file came back different ({} bytes)",
-        back.len()
-    );
-    assert_eq!(
-        fsck_errors, 0,
-        "ninefold fsck after the fault:\n{after_fault}\nafter the reboot:\n{after_reboot}"
-    );
+    let injected = faults.injected(stats_port);
+    expect_failed(c, vm);
+    let acked = [("acked".to_string(), acked)];
+    expect_healed(&image, disk, (port, stats_port), &acked, injected, what);
 }
 
 #[test]
@@ -203,38 +257,68 @@ fn failed_writes_on_virtio_blk_lose_nothing_acknowledged() {
     );
 }
 
-/// Reads `name` whole through fid `fid`.
-fn read_file(c: &mut Client<Tcp>, fid: u32, name: &str) -> Result<Vec<u8>, Errno> {
-    c.walk(0, fid, name)?;
-    c.lopen(fid, open_flags::RDONLY)?;
-    let mut back = Vec::new();
-    let result = loop {
-        match c.read(fid, back.len() as u64, 65536) {
-            Ok(chunk) if chunk.is_empty() => break Ok(back),
-            Ok(chunk) => back.extend_from_slice(&chunk),
-            Err(e) => break Err(e),
-        }
-    };
-    c.clunk(fid).unwrap();
-    result
+/// How one file's data blocks go bad.
+#[derive(Clone, Copy, Debug)]
+enum BadBlocks {
+    /// Reads of them fail in the appliance's injector (`fault=read-range:A-B`).
+    ReadError,
+    /// Reads of them fail below the device (QEMU's `blkdebug`).
+    ReadErrorOutside,
+    /// Reads of them return a flipped bit (`fault=flip:A-B`): a checksum mismatch.
+    FlippedBits,
 }
 
-/// A read error on one file's data blocks (`fault=read-range:A-B`, in the device's
-/// 512-byte sectors, found by looking for the file's data in the image): `EIO` for that
-/// file only, other files read fine, the filesystem is not failed (a create + fsync
-/// succeeds, nothing logged); rebooted without faults, both files whole and fsck clean.
-fn read_error_fails_one_file(disk: &str, port: u16, stats_port: u16) {
+impl BadBlocks {
+    /// The faults for data at 512-byte sectors `sectors`.
+    fn faults(self, sectors: std::ops::Range<usize>) -> Faults {
+        let (a, b) = (sectors.start, sectors.end);
+        match self {
+            BadBlocks::ReadError => Faults::Kernel(format!("read-range:{a}-{b}")),
+            BadBlocks::ReadErrorOutside => {
+                Faults::Outside(Blkdebug::default().reads_fail_at(a as u64))
+            }
+            BadBlocks::FlippedBits => Faults::Kernel(format!("flip:{a}-{b}")),
+        }
+    }
+
+    /// What the printed line calls it.
+    fn what(self) -> &'static str {
+        match self {
+            BadBlocks::ReadError => "a read error on one file",
+            BadBlocks::ReadErrorOutside => "a read error from outside on one file",
+            BadBlocks::FlippedBits => "a flipped bit in one file",
+        }
+    }
+
+    /// Whether the bad file is the last one fsynced before the crash, so that mount
+    /// checks its data while replaying the log. A flipped bit there cannot be told from
+    /// data whose FLUSH never completed and drops the commit (docs/durability.md,
+    /// "Device errors"), so that case puts the bad file first.
+    fn bad_last(self) -> bool {
+        !matches!(self, BadBlocks::FlippedBits)
+    }
+}
+
+/// One file's data blocks bad (found by looking for its data in the image after a
+/// crash): `EIO` for that file only, other files read fine, the filesystem is not failed
+/// (a create + fsync succeeds, nothing logged); rebooted without faults, both files whole
+/// and fsck clean.
+fn bad_blocks_fail_one_file(disk: &str, port: u16, stats_port: u16, how: BadBlocks) {
     let image = FsImage::formatted("256M");
     let good = pattern(3, 32768);
     let bad = pattern(200, 32768);
-    let mut vm = boot(&image, disk, port, stats_port, "");
+    let mut vm = boot(&image, disk, port, stats_port, &Faults::None);
     vm.wait_for_line("9p: listening on");
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
-    create_and_fsync(&mut c, "good", &good).expect("fsync of good");
-    c.clunk(1).unwrap();
-    create_and_fsync(&mut c, "bad", &bad).expect("fsync of bad");
-    c.clunk(1).unwrap();
+    let mut files = [("good", &good), ("bad", &bad)];
+    if !how.bad_last() {
+        files.reverse();
+    }
+    for (name, data) in files {
+        create_and_fsync(&mut c, name, data).unwrap_or_else(|e| panic!("fsync of {name}: {e}"));
+        c.clunk(1).unwrap();
+    }
     vm.stop();
 
     // Where the bad file's data is: every 4 KiB block of it is the same (the pattern
@@ -250,24 +334,18 @@ fn read_error_fails_one_file(disk: &str, port: u16, stats_port: u16) {
         !blocks.is_empty(),
         "the bad file's data is not in the image"
     );
-    let (first, last) = (blocks[0], blocks[blocks.len() - 1]);
-    let range = format!("{}-{}", first * 8, (last + 1) * 8);
+    let sectors = blocks[0] * 8..(blocks[blocks.len() - 1] + 1) * 8;
     drop(bytes);
 
-    let mut vm = boot(
-        &image,
-        disk,
-        port,
-        stats_port,
-        &format!("fault=read-range:{range}"),
-    );
+    let faults = how.faults(sectors.clone());
+    let mut vm = boot(&image, disk, port, stats_port, &faults);
     vm.wait_for_line("9p: listening on");
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     assert_eq!(
         read_file(&mut c, 1, "bad").map(|b| b.len()),
         Err(Errno::EIO),
-        "reading the file on the failing blocks {range}"
+        "reading the file on the bad sectors {sectors:?} ({how:?})"
     );
     assert_eq!(
         read_file(&mut c, 1, "good").as_deref(),
@@ -275,47 +353,151 @@ fn read_error_fails_one_file(disk: &str, port: u16, stats_port: u16) {
         "the other file"
     );
     create_and_fsync(&mut c, "after", &pattern(5, 10_000))
-        .expect("a create + fsync after the read error: the filesystem is failed");
+        .expect("a create + fsync after the bad read: the filesystem is failed");
     c.clunk(1).unwrap();
-    let v = stats::json(stats_port);
-    let injected = stats::counter(&v, "/devices/0/injected_faults/injected_errors");
-    assert!(injected >= 1, "no injected error counted: {v}");
+    let injected = faults.injected(stats_port);
+    if matches!(how, BadBlocks::FlippedBits) {
+        let v = stats::json(stats_port);
+        assert!(
+            stats::counter(&v, "/fs/corruptions") >= 1,
+            "no checksum mismatch counted: {v}"
+        );
+    }
     let boot1 = vm.stop();
     assert!(
         boot1.line("filesystem is now failed").is_none(),
-        "a read error failed the filesystem"
+        "a bad read failed the filesystem"
     );
     assert!(boot1.line("panicked").is_none(), "the appliance panicked");
 
-    let (status, after_fault) = image.fsck_status();
-    let mut fsck_errors = usize::from(status != Some(0));
-    let mut vm = boot(&image, disk, port, stats_port, "");
+    let acked = files.map(|(name, data)| (name.to_string(), data.clone()));
+    expect_healed(
+        &image,
+        disk,
+        (port, stats_port),
+        &acked,
+        injected,
+        how.what(),
+    );
+}
+
+#[test]
+fn read_error_on_nvme_fails_one_file() {
+    bad_blocks_fail_one_file("nvme", 17004, 17005, BadBlocks::ReadError);
+}
+
+#[test]
+fn read_error_on_virtio_blk_fails_one_file() {
+    bad_blocks_fail_one_file("virtio", 17006, 17007, BadBlocks::ReadError);
+}
+
+#[test]
+fn flipped_bits_on_nvme_fail_one_file() {
+    bad_blocks_fail_one_file("nvme", 17008, 17009, BadBlocks::FlippedBits);
+}
+
+/// A read error from outside, on the emulated disk.
+#[test]
+fn read_error_from_outside_on_virtio_blk_fails_one_file() {
+    bad_blocks_fail_one_file("virtio", 17010, 17011, BadBlocks::ReadErrorOutside);
+}
+
+/// The disk fails every FLUSH from outside (QEMU's `blkdebug`) from its
+/// `FLUSHES_BEFORE_FAILING`-th on: the client creates and fsyncs file after file until
+/// an fsync gets `EIO`; then a second fsync gets `EIO`, a create is refused and the
+/// filesystem says it failed; rebooted on a healthy disk, every file whose fsync
+/// succeeded is whole and fsck is clean.
+fn flushes_failing_from_outside(disk: &str, port: u16, stats_port: u16) {
+    /// More than the mount's own FLUSHes, so that some fsyncs succeed first.
+    const FLUSHES_BEFORE_FAILING: u32 = 12;
+    let image = FsImage::formatted("256M");
+    let faults = Faults::Outside(Blkdebug::default().flushes_fail_from(FLUSHES_BEFORE_FAILING));
+    let mut vm = boot(&image, disk, port, stats_port, &faults);
     vm.wait_for_line("9p: listening on");
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
-    let lost = usize::from(read_file(&mut c, 1, "good").as_deref() != Ok(&good[..]))
-        + usize::from(read_file(&mut c, 1, "bad").as_deref() != Ok(&bad[..]));
-    vm.stop();
-    let (status, after_reboot) = image.fsck_status();
-    fsck_errors += usize::from(status != Some(0));
-    println!(
-        "device faults: {injected} injected, acknowledged-and-lost: {lost}, fsck errors: {fsck_errors} ({disk}, a read error on one file)"
-    );
-    assert_eq!(lost, 0, "an acknowledged file came back different");
+    let mut acked = Vec::new();
+    let failed = (0..3 * FLUSHES_BEFORE_FAILING as u8).find_map(|i| {
+        let name = format!("acked{i}");
+        match create_and_fsync(&mut c, &name, &pattern(i, 20_000)) {
+            Ok(()) => {
+                acked.push((name, pattern(i, 20_000)));
+                c.clunk(1).unwrap();
+                None
+            }
+            Err(e) => Some(e),
+        }
+    });
     assert_eq!(
-        fsck_errors, 0,
-        "ninefold fsck after the fault:\n{after_fault}\nafter the reboot:\n{after_reboot}"
+        failed,
+        Some(Errno::EIO),
+        "no fsync failed ({} acknowledged)",
+        acked.len()
     );
+    assert!(
+        !acked.is_empty(),
+        "the first fsync failed already: the mount used more FLUSHes than expected"
+    );
+    let injected = faults.injected(stats_port);
+    expect_failed(c, vm);
+    let what = format!(
+        "every FLUSH failing from outside after {} acknowledged fsyncs",
+        acked.len()
+    );
+    expect_healed(&image, disk, (port, stats_port), &acked, injected, &what);
 }
 
 #[test]
-#[ignore = "fails: with read-range over the sectors holding the file's data, the file is ENOENT, not EIO (see the faults branch report)"]
-fn read_error_on_nvme_fails_one_file() {
-    read_error_fails_one_file("nvme", 17004, 17005);
+fn failed_flushes_from_outside_on_nvme_lose_nothing_acknowledged() {
+    flushes_failing_from_outside("nvme", 17012, 17013);
 }
 
 #[test]
-#[ignore = "fails: with read-range over the sectors holding the file's data, the file is ENOENT, not EIO (see the faults branch report)"]
-fn read_error_on_virtio_blk_fails_one_file() {
-    read_error_fails_one_file("virtio", 17006, 17007);
+fn failed_flushes_from_outside_on_virtio_blk_lose_nothing_acknowledged() {
+    flushes_failing_from_outside("virtio", 17014, 17015);
+}
+
+/// The log unreadable at mount (`fault=read-range` over the log area, from
+/// `ninefold dump`): the mount fails with the block named instead of dropping the
+/// acknowledged commits after it; rebooted on a healthy disk, they are all there.
+#[test]
+fn an_unreadable_log_fails_the_mount_and_loses_nothing() {
+    let (port, stats_port) = (17016, 17017);
+    let image = FsImage::formatted("256M");
+    let data = pattern(11, 20_000);
+    let mut vm = boot(&image, "nvme", port, stats_port, &Faults::None);
+    vm.wait_for_line("9p: listening on");
+    let mut c = connect(port, UP);
+    c.attach(0, 0, "").unwrap();
+    create_and_fsync(&mut c, "acked", &data).expect("fsync");
+    vm.stop();
+
+    // "log START+BLOCKS" in the superblock's dump, in 4 KiB blocks.
+    let dump = std::process::Command::new(ninefold_tests::tool())
+        .arg("dump")
+        .arg(image.path())
+        .output()
+        .expect("running ninefold dump");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let (start, blocks) = dump
+        .split_whitespace()
+        .skip_while(|w| *w != "log")
+        .nth(1)
+        .and_then(|w| w.split_once('+'))
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        .unwrap_or_else(|| panic!("no log area in the dump:\n{dump}"));
+    let faults = Faults::Kernel(format!("read-range:{}-{}", start * 8, (start + blocks) * 8));
+    let vm = boot(&image, "nvme", port, stats_port, &faults);
+    let mut vm = vm;
+    vm.wait_for_line("ready: idle (nothing to serve)");
+    let boot1 = vm.stop();
+    // The one read error that stopped the mount, as the log names it.
+    let injected = u64::from(boot1.line("cannot be read").is_some());
+    boot1.expect_line("cannot be read");
+    boot1.expect_line("mount failed");
+    assert!(boot1.line("panicked").is_none(), "the appliance panicked");
+
+    let acked = [("acked".to_string(), data)];
+    let what = "the log unreadable at mount";
+    expect_healed(&image, "nvme", (port, stats_port), &acked, injected, what);
 }
