@@ -334,6 +334,9 @@ pub const METRICS: Schema<'static> = Schema {
             .named("fs_scrub_errors")
             .help("Blocks scrub found failing their checksum or unreadable (each also logged): must stay 0."),
         Rule::gauge("fs.scrub_running").help("1 while a scrub pass is running."),
+        Rule::gauge("fs.failed").help(
+            "1 once a failed device write or FLUSH made the filesystem refuse every request with EIO: reboot on a healthy disk.",
+        ),
         Rule::counter("fs.grows")
             .named("fs_grows")
             .help("Times the filesystem grew to a larger device."),
@@ -344,6 +347,9 @@ pub const METRICS: Schema<'static> = Schema {
             .named("fs_log_fallbacks")
             .help("Syncs served by a checkpoint instead of the fsync log, by reason."),
         Rule::counter("fs.log.commits").help("Commits of the fsync log (each one device FLUSH)."),
+        Rule::counter("fs.log.unverified_commits").help(
+            "Commits replayed at mount although the device could not read some of their data blocks (reads of those give EIO).",
+        ),
         // The 9P service.
         Rule::gauge("9p.connections")
             .named("9p_connections")

@@ -90,9 +90,10 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// After a failure: the second fsync of fid 1 gets `EIO`, a create is refused, the log
-/// says the filesystem failed, and nothing panicked. Stops the machine.
-fn expect_failed(mut c: Client<Tcp>, vm: Running) {
+/// After a failure: the second fsync of fid 1 gets `EIO`, a create is refused, the
+/// counters and the log say the filesystem failed, and nothing panicked. Stops the
+/// machine.
+fn expect_failed(mut c: Client<Tcp>, vm: Running, stats_port: u16) {
     assert_eq!(
         c.fsync(1, false),
         Err(Errno::EIO),
@@ -102,6 +103,12 @@ fn expect_failed(mut c: Client<Tcp>, vm: Running) {
     assert!(
         c.lcreate(2, "after", open_flags::RDWR, 0o644).is_err(),
         "a create after the failure succeeded"
+    );
+    let v = stats::json(stats_port);
+    assert_eq!(
+        stats::counter(&v, "/fs/failed"),
+        1,
+        "not counted as failed: {v}"
     );
     let boot = vm.stop();
     assert!(
@@ -206,7 +213,7 @@ fn failing_device_loses_nothing_acknowledged(
         "write + fsync after the fault ({what})"
     );
     let injected = faults.injected(stats_port);
-    expect_failed(c, vm);
+    expect_failed(c, vm, stats_port);
     let acked = [("acked".to_string(), acked)];
     expect_healed(&image, disk, (port, stats_port), &acked, injected, what);
 }
@@ -356,11 +363,23 @@ fn bad_blocks_fail_one_file(disk: &str, port: u16, stats_port: u16, how: BadBloc
         .expect("a create + fsync after the bad read: the filesystem is failed");
     c.clunk(1).unwrap();
     let injected = faults.injected(stats_port);
+    let v = stats::json(stats_port);
+    assert_eq!(
+        stats::counter(&v, "/fs/failed"),
+        0,
+        "a bad read failed the filesystem: {v}"
+    );
     if matches!(how, BadBlocks::FlippedBits) {
-        let v = stats::json(stats_port);
         assert!(
             stats::counter(&v, "/fs/corruptions") >= 1,
             "no checksum mismatch counted: {v}"
+        );
+    } else {
+        // The bad file's commit was the last: replay kept it without reading its data.
+        assert_eq!(
+            stats::counter(&v, "/fs/log/unverified_commits"),
+            1,
+            "the last commit's unreadable data: {v}"
         );
     }
     let boot1 = vm.stop();
@@ -439,7 +458,7 @@ fn flushes_failing_from_outside(disk: &str, port: u16, stats_port: u16) {
         "the first fsync failed already: the mount used more FLUSHes than expected"
     );
     let injected = faults.injected(stats_port);
-    expect_failed(c, vm);
+    expect_failed(c, vm, stats_port);
     let what = format!(
         "every FLUSH failing from outside after {} acknowledged fsyncs",
         acked.len()

@@ -141,6 +141,7 @@ fn metrics_pass_promtool_and_count_the_traffic() {
         sample(&after, "ninefold_fs_corruptions_total", &[]),
         Some(0.0)
     );
+    assert_eq!(sample(&after, "ninefold_fs_failed", &[]), Some(0.0));
 
     // The JSON answers, as before: plain and over HTTP.
     let json = stats::json(stats_port);

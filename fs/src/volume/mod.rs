@@ -420,6 +420,7 @@ impl<D: BlockDevice> NineFs<D> {
             s.group_loads = c.space.stats.group_loads;
             s.snapshots = c.snapshots.len() as u64;
             s.snapshot_held_blocks = c.space.held_dead().len();
+            s.failed = u64::from(c.failed);
             s
         };
         s.log = self.log.lock().stats;
