@@ -61,17 +61,7 @@ impl<T> IrqLock<T> {
 mod irq {
     use crate::hal::{cpu, percpu};
 
-    pub fn save_and_disable() -> bool {
-        let was = cpu::interrupts_enabled();
-        cpu::disable_interrupts();
-        was
-    }
-
-    pub fn restore(was_enabled: bool) {
-        if was_enabled {
-            cpu::enable_interrupts();
-        }
-    }
+    pub use cpu::{restore_interrupts as restore, save_and_disable_interrupts as save_and_disable};
 
     pub fn cpu() -> usize {
         percpu::index()

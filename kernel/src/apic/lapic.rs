@@ -89,16 +89,13 @@ mod icr {
 /// two halves are written, so a handler's IPI cannot interleave with ours.
 fn send_ipi(apic_id: u8, low: u32) {
     let regs = regs();
-    let was = crate::hal::cpu::interrupts_enabled();
-    crate::hal::cpu::disable_interrupts();
-    while regs.read32(ICR_LOW) & icr::PENDING != 0 {
-        core::hint::spin_loop();
-    }
-    regs.write32(ICR_HIGH, u32::from(apic_id) << 24);
-    regs.write32(ICR_LOW, low);
-    if was {
-        crate::hal::cpu::enable_interrupts();
-    }
+    crate::hal::cpu::without_interrupts(|| {
+        while regs.read32(ICR_LOW) & icr::PENDING != 0 {
+            core::hint::spin_loop();
+        }
+        regs.write32(ICR_HIGH, u32::from(apic_id) << 24);
+        regs.write32(ICR_LOW, low);
+    });
 }
 
 /// Sends INIT to `apic_id`: the CPU resets and waits for a start-up IPI.

@@ -24,6 +24,28 @@ pub fn disable_interrupts() {
     interrupts::disable();
 }
 
+/// Disables interrupts and says whether they were enabled (for [`restore_interrupts`]).
+pub fn save_and_disable_interrupts() -> bool {
+    let was = interrupts_enabled();
+    disable_interrupts();
+    was
+}
+
+/// Enables interrupts again if [`save_and_disable_interrupts`] found them enabled.
+pub fn restore_interrupts(were_enabled: bool) {
+    if were_enabled {
+        enable_interrupts();
+    }
+}
+
+/// Runs `f` with interrupts disabled on this CPU, then restores their previous state.
+pub fn without_interrupts<R>(f: impl FnOnce() -> R) -> R {
+    let were_enabled = save_and_disable_interrupts();
+    let r = f();
+    restore_interrupts(were_enabled);
+    r
+}
+
 /// Enables interrupts and halts until the next one, atomically (`sti; hlt`: an interrupt
 /// that arrives between the two still ends the halt).
 pub fn enable_interrupts_and_halt() {
