@@ -15,7 +15,10 @@
 //! - `replace`: the atomic-replace idiom: write a temporary file, fsync, rename it over
 //!   the target, fsync the directory;
 //! - `truncate`: files grown by writes and shrunk or extended by truncation, each change
-//!   fsynced.
+//!   fsynced;
+//! - `guest-tar`, `guest-writers`, `guest-replace`: from a real Linux 9P client (v9fs):
+//!   the Linux test guest (tests/guest, `make guest`) mounts the appliance and runs a
+//!   plan the host made (tar extractions, `dd`, `mv`, `sync FILE`); see [`GuestPlan`].
 //!
 //! Knobs (environment): `NINEFOLD_TRACE_DISKS` (`nvme,virtio`; default `nvme`),
 //! `NINEFOLD_TRACE_OPS` (synced operations per workload, default 60),
