@@ -98,7 +98,9 @@ crash: crash-kill crash-trace crash-sim
 
 ## crash-trace: crash states from the real appliance's own block traces: the appliance
 ## boots under QEMU's blklogwrites on NVMe and on virtio-blk, four workloads (writers,
-## smallfiles, replace, truncate) run over 9P, each logging what was acknowledged; the
+## smallfiles, replace, truncate) run over 9P from the host and three (guest-tar,
+## guest-writers, guest-replace) from the Linux test guest's v9fs, once (seed 1,
+## GUEST_TRACE_OPS synced operations), each logging what was acknowledged; the
 ## traces (build/traces/, recorded at test time) are enumerated, mounted, fsck'd and
 ## checked by `ninefold crash-trace`; then the power-cut test and the device-fault tests.
 ## Ends with `trace crash states: N, violations: V, fsck errors: E` and
@@ -107,14 +109,21 @@ TRACE_OPS ?= 400
 # One recording per seed, disk and workload (4 x 2 x 4 = 32 recordings, ~100,000 states).
 TRACE_SEEDS ?= 1,2,3,4
 TRACE_DIR := $(BUILD)/traces
+# The guest workloads: ~2-3 min of recording each under TCG, 6 recordings.
+GUEST_TRACE_OPS ?= 200
 .PHONY: crash-trace
-crash-trace: deps image tool
+crash-trace: deps image guest tool
 	rm -rf $(TRACE_DIR)
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
 		NINEFOLD_TRACE_OUT=$(abspath $(TRACE_DIR)) NINEFOLD_TRACE_OPS=$(TRACE_OPS) NINEFOLD_TRACE_SEEDS=$(TRACE_SEEDS) \
 		NINEFOLD_TRACE_DISKS=nvme,virtio NINEFOLD_TRACE_WORKLOADS=writers,smallfiles,replace,truncate \
 		NINEFOLD_TRACE_PORT=16410 \
 		$(CARGO) test --locked -p ninefold-tests --test trace -- --nocapture --test-threads=1
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
+		NINEFOLD_TRACE_OUT=$(abspath $(TRACE_DIR)) NINEFOLD_TRACE_OPS=$(GUEST_TRACE_OPS) NINEFOLD_TRACE_SEEDS=1 \
+		NINEFOLD_TRACE_DISKS=nvme,virtio NINEFOLD_TRACE_WORKLOADS=guest-tar,guest-writers,guest-replace \
+		NINEFOLD_TRACE_PORT=16410 \
+		$(CARGO) test --locked -p ninefold-tests --test trace -- --nocapture --test-threads=1 crash_states
 	@set -o pipefail; $(CARGO) run --locked --release -p ninefold-tools --bin ninefold -- \
 		crash-trace $(TRACE_DIR)/*/ $(TRACE_ARGS) | tee $(TRACE_DIR)/summary.txt
 	@set -o pipefail; NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \

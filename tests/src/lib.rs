@@ -55,6 +55,20 @@ pub fn tool() -> PathBuf {
     }
 }
 
+/// The Linux test guest's directory, after checking the guest is built.
+pub fn guest_dir() -> PathBuf {
+    let guest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("guest");
+    // Where tests/guest/build-guest puts the guest ($BUILD/guest/out, BUILD=build).
+    let repo = guest.join("../..");
+    let build = std::env::var_os("BUILD").map_or(repo.join("build"), |b| repo.join(b));
+    assert!(
+        build.join("guest/out/stamp").exists(),
+        "the Linux test guest is not built in {}: run `make guest` (make test does)",
+        build.display()
+    );
+    guest
+}
+
 /// A fresh path for a temporary disk file.
 fn temp_disk_path(what: &str) -> PathBuf {
     temp_path(what, "img")

@@ -13,12 +13,11 @@
 //!
 //! Host ports: 15830; UDP 15832-15833 (the jumbo link); 15834 (locks).
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use ninefold_tests::ninep::{connect, Tcp};
-use ninefold_tests::{FsImage, Qemu, Running};
+use ninefold_tests::{guest_dir, FsImage, Qemu, Running};
 use ninep::wire::open_flags;
 
 /// Boots the appliance on `image`, 9P forwarded from `port`.
@@ -40,20 +39,6 @@ fn kept(c: &mut ninep::testing::Client<Tcp>) -> String {
     let text = String::from_utf8(c.read(2, 0, 4096).unwrap()).unwrap();
     c.clunk(2).unwrap();
     text
-}
-
-/// The Linux test guest's directory, after checking the guest is built.
-fn guest_dir() -> PathBuf {
-    let guest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("guest");
-    // Where tests/guest/build-guest puts the guest ($BUILD/guest/out, BUILD=build).
-    let repo = guest.join("../..");
-    let build = std::env::var_os("BUILD").map_or(repo.join("build"), |b| repo.join(b));
-    assert!(
-        build.join("guest/out/stamp").exists(),
-        "the Linux test guest is not built in {}: run `make guest` (make test does)",
-        build.display()
-    );
-    guest
 }
 
 /// Runs `job` (a script of `tests/guest/job/`) with `args` in the Linux guest, networked

@@ -15,7 +15,10 @@
 //! - `replace`: the atomic-replace idiom: write a temporary file, fsync, rename it over
 //!   the target, fsync the directory;
 //! - `truncate`: files grown by writes and shrunk or extended by truncation, each change
-//!   fsynced.
+//!   fsynced;
+//! - `guest-tar`, `guest-writers`, `guest-replace`: from a real Linux 9P client (v9fs):
+//!   the Linux test guest (tests/guest, `make guest`) mounts the appliance and runs a
+//!   plan the host made (tar extractions, `dd`, `mv`, `sync FILE`); see [`GuestPlan`].
 //!
 //! Knobs (environment): `NINEFOLD_TRACE_DISKS` (`nvme,virtio`; default `nvme`),
 //! `NINEFOLD_TRACE_OPS` (synced operations per workload, default 60),
@@ -34,7 +37,7 @@ use std::time::{Duration, Instant};
 use logwrites::acks::{AckLog, AckWriter, Content};
 use logwrites::Trace;
 use ninefold_tests::ninep::{connect, connect_lossy, Tcp};
-use ninefold_tests::{tool, FsImage, Qemu, Running};
+use ninefold_tests::{guest_dir, tool, FsImage, Qemu, Running};
 use ninep::testing::{Client, Exchange};
 use ninep::wire::{open_flags, setattr};
 use vfs::Errno;
@@ -113,6 +116,19 @@ fn apply_write(content: &mut Vec<u8>, offset: usize, data: &[u8]) {
     content[offset..offset + data.len()].copy_from_slice(data);
 }
 
+/// A kill-test writer's next write to `content` (the client's copy of a file), applied:
+/// random data, appended or (four times in ten) overwriting at a random offset.
+fn next_write(rng: &mut oorandom::Rand64, content: &mut Vec<u8>) -> (usize, Vec<u8>) {
+    let data = random_bytes(rng, 1, MAX_WRITE);
+    let offset = if content.is_empty() || rng.rand_range(0..10) < 6 {
+        content.len()
+    } else {
+        rng.rand_range(0..content.len() as u64) as usize
+    };
+    apply_write(content, offset, &data);
+    (offset, data)
+}
+
 /// One kill-test writer on `c`: `ops` writes, each followed by an fsync or fdatasync.
 /// Returns at the first error (the power-cut test's writers end that way).
 fn writer<X: Exchange>(
@@ -139,13 +155,7 @@ fn writer<X: Exchange>(
             c.lcreate(1, &name, open_flags::RDWR, 0o644)
                 .map_err(|e| err("create", e))?;
         }
-        let data = random_bytes(&mut rng, 1, MAX_WRITE);
-        let offset = if content.is_empty() || rng.rand_range(0..10) < 6 {
-            content.len()
-        } else {
-            rng.rand_range(0..content.len() as u64) as usize
-        };
-        apply_write(&mut content, offset, &data);
+        let (offset, data) = next_write(&mut rng, &mut content);
         let version = acks.version(&name, Some(&content));
         match c.write(1, offset as u64, &data) {
             Ok(n) if n as usize == data.len() => {}
@@ -243,8 +253,263 @@ fn truncate(port: u16, acks: &Acks, ops: usize, seed: u64) {
     }
 }
 
+/// A Linux-guest workload as the host plans it: the shell script the guest runs from the
+/// mounted export (`/job/data/plan.sh`, run by tests/guest/job/trace.sh), the data files
+/// it reads (beside it), and what each `trace-ack N` line it prints acknowledges. The
+/// workload is deterministic, so every version is noted while planning, before the guest
+/// starts: the log's length then is never later than the request that makes it.
+struct GuestPlan<'a> {
+    acks: &'a Acks,
+    /// Host directory handed to the guest as `/job/data`.
+    data: PathBuf,
+    script: String,
+    /// Per `trace-ack` line: what it acknowledges, as (path, version, op).
+    acked: Vec<Vec<(String, u64, &'static str)>>,
+}
+
+impl GuestPlan<'_> {
+    /// Notes a version of `path` (see [`Acks::version`]).
+    fn version(&self, path: &str, content: Option<&[u8]>) -> u64 {
+        self.acks.version(path, content)
+    }
+
+    /// A new data file holding `bytes`; returns its path in the guest.
+    fn data_file(&self, bytes: &[u8]) -> String {
+        let name = format!("d{:05}", std::fs::read_dir(&self.data).unwrap().count());
+        std::fs::write(self.data.join(&name), bytes).unwrap();
+        format!("/job/data/{name}")
+    }
+
+    /// Appends a command to the script.
+    fn run(&mut self, command: &str) {
+        self.script.push_str(command);
+        self.script.push('\n');
+    }
+
+    /// Appends the next `trace-ack` line, acknowledging `what` once the guest prints it.
+    fn ack(&mut self, what: Vec<(String, u64, &'static str)>) {
+        self.run(&format!("echo trace-ack {}", self.acked.len()));
+        self.acked.push(what);
+    }
+}
+
+/// `guest-writers`: a kill-test writer ([`next_write`]) in the guest: each write a `dd`
+/// at its offset, then `sync FILE` (fsync) or, one time in four, `sync -d FILE`
+/// (fdatasync); a new file every 128 KiB.
+fn guest_writers(p: &mut GuestPlan, ops: usize, seed: u64) {
+    let mut rng = oorandom::Rand64::new(u128::from(seed));
+    let (mut file, mut name, mut content) = (0, String::new(), Vec::new());
+    for op in 0..ops {
+        if op == 0 || content.len() >= FILE_LIMIT {
+            name = format!("w-{file:03}");
+            file += 1;
+            content.clear();
+            // dd creates it, then writes.
+            p.version(&name, Some(b""));
+        }
+        let (offset, data) = next_write(&mut rng, &mut content);
+        let version = p.version(&name, Some(&content));
+        let src = p.data_file(&data);
+        p.run(&format!(
+            "dd if={src} of={name} bs=64k seek={offset} oflag=seek_bytes conv=notrunc 2>/dev/null"
+        ));
+        let datasync = rng.rand_range(0..4) == 0;
+        p.run(&format!("sync {}{name}", if datasync { "-d " } else { "" }));
+        p.ack(vec![(
+            name.clone(),
+            version,
+            if datasync { "fdatasync" } else { "fsync" },
+        )]);
+    }
+}
+
+/// `guest-replace`: the atomic-replace idiom with the shell's tools: `dd` a temporary
+/// file, `sync` it, `mv` it over one of three targets, `sync .` (the directory's fsync).
+fn guest_replace(p: &mut GuestPlan, ops: usize, seed: u64) {
+    let mut rng = oorandom::Rand64::new(u128::from(seed));
+    for n in 0..ops {
+        let target = format!("cfg{}", n % 3);
+        let tmp = format!("{target}.tmp");
+        let data = random_bytes(&mut rng, 1, 20_000);
+        let src = p.data_file(&data);
+        p.version(&tmp, Some(b""));
+        let written = p.version(&tmp, Some(&data));
+        // One read and one write: the data is smaller than bs.
+        p.run(&format!("dd if={src} of={tmp} bs=64k 2>/dev/null"));
+        p.run(&format!("sync {tmp}"));
+        p.ack(vec![(tmp.clone(), written, "fsync")]);
+        let gone = p.version(&tmp, None);
+        let replaced = p.version(&target, Some(&data));
+        p.run(&format!("mv {tmp} {target}"));
+        p.run("sync .");
+        p.ack(vec![
+            (tmp, gone, "fsync(dir)"),
+            (target, replaced, "fsync(dir)"),
+        ]);
+    }
+}
+
+/// Files `guest-tar` extracts per round into the round's new directory.
+const TAR_FILES: usize = 40;
+/// Files of `common/`, all extracted in the first round; later rounds overwrite four.
+const TAR_COMMON: usize = 12;
+
+/// `guest-tar`: `rounds` archives the host made (GNU tar, ustar), each extracted by the
+/// guest's `tar -xf` — a new directory per round (`rNN/dK/fMMM`, four subdirectories)
+/// plus files of `common/` overwritten — then `sync`, which over v9fs reaches no server
+/// (it has no `sync_fs`), and `sync` of every extracted file and directory (each an
+/// fsync), after which the round is acknowledged. Sizes: mostly under 4 KiB, some up to
+/// 60 KiB; tar writes a file in pieces (its copy buffer, 4 KiB or a multiple, or one
+/// `sendfile`), so every 4 KiB prefix is a version, and an overwritten file (unlinked,
+/// or truncated) passes through absent and empty.
+fn guest_tar(p: &mut GuestPlan, rounds: usize, seed: u64, stage: &Path) {
+    let mut rng = oorandom::Rand64::new(u128::from(seed));
+    for round in 0..rounds {
+        let top = format!("r{round:02}");
+        let mut files: Vec<String> = (0..TAR_FILES)
+            .map(|k| format!("{top}/d{}/f{k:03}", k % 4))
+            .collect();
+        let common: Vec<usize> = match round {
+            0 => (0..TAR_COMMON).collect(),
+            _ => (0..4)
+                .map(|_| rng.rand_range(0..TAR_COMMON as u64) as usize)
+                .collect(),
+        };
+        files.extend(common.iter().map(|c| format!("common/f{c:02}")));
+        files.sort();
+        files.dedup();
+        let dir = stage.join(&top);
+        let mut acked = Vec::new();
+        for path in files {
+            let max = match rng.rand_range(0..10) {
+                0..7 => 4096,
+                7..9 => 32 << 10,
+                _ => 60 << 10,
+            };
+            let data = random_bytes(&mut rng, 0, max);
+            let file = dir.join(&path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, &data).unwrap();
+            if path.starts_with("common/") && round > 0 {
+                p.version(&path, None);
+            }
+            let mut version = p.version(&path, Some(b""));
+            for end in (4096..data.len()).step_by(4096).chain([data.len()]) {
+                version = p.version(&path, Some(&data[..end]));
+            }
+            acked.push((path, version, "fsync"));
+        }
+        let archive = p.data_file(b"");
+        let host_archive = p.data.join(Path::new(&archive).file_name().unwrap());
+        let top_dirs: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        let status = Command::new("tar")
+            .args([
+                "--format=ustar",
+                "--owner=0",
+                "--group=0",
+                "--numeric-owner",
+            ])
+            .args(["--sort=name", "-cf"])
+            .arg(&host_archive)
+            .arg("-C")
+            .arg(&dir)
+            .args(top_dirs)
+            .status()
+            .expect("running tar");
+        assert!(status.success(), "tar -c failed");
+        p.run(&format!("tar -xf {archive}"));
+        p.run("sync");
+        p.run(&format!("tar -tf {archive} | xargs sync"));
+        p.ack(acked);
+    }
+}
+
+/// Plans and runs the Linux-guest `workload` against the appliance on `port`: the test
+/// guest mounts it and runs the plan (tests/guest/job/trace.sh); each `trace-ack` line on
+/// its console is acknowledged when the host sees it (late, which only weakens the
+/// check). Leaves the guest's console in `dir/guest-console.log`.
+fn run_guest_workload(workload: &str, port: u16, acks: &Acks, ops: usize, seed: u64, dir: &Path) {
+    let data = dir.join("guest-data");
+    let stage = dir.join("guest-stage");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut p = GuestPlan {
+        acks,
+        data: data.clone(),
+        script: String::new(),
+        acked: Vec::new(),
+    };
+    match workload {
+        "guest-writers" => guest_writers(&mut p, ops, seed),
+        "guest-replace" => guest_replace(&mut p, ops, seed),
+        "guest-tar" => guest_tar(&mut p, ops.div_ceil(TAR_FILES), seed, &stage),
+        other => panic!("unknown workload {other}"),
+    }
+    std::fs::write(data.join("plan.sh"), &p.script).unwrap();
+    let _ = std::fs::remove_dir_all(&stage);
+    let console = dir.join("guest-console.log");
+    let guest = guest_dir();
+    let mut child = Command::new(guest.join("run-guest"))
+        .args([
+            "--name",
+            "trace",
+            "--timeout",
+            "1500",
+            "--net",
+            "user",
+            "--log",
+        ])
+        .arg(&console)
+        .arg("--file")
+        .arg(format!("{}:data", data.display()))
+        .arg(guest.join("job/trace.sh"))
+        .args(["10.0.2.2", &port.to_string()])
+        .spawn()
+        .expect("running tests/guest/run-guest");
+    let mut noted = 0;
+    let status = loop {
+        let exited = child.try_wait().unwrap();
+        let text =
+            String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+        // The steps run in order: the newest line seen acknowledges every step up to it.
+        let newest = text
+            .split("trace-ack ")
+            .skip(1)
+            .filter_map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .max();
+        if let Some(n) = newest {
+            for step in p.acked.get(noted..=n).expect("trace-ack past the plan") {
+                for (path, version, op) in step {
+                    acks.ack(path, *version, op);
+                }
+            }
+            noted = noted.max(n + 1);
+        }
+        if let Some(status) = exited {
+            break (status, text);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (status, text) = status;
+    let _ = std::fs::remove_dir_all(&data);
+    assert!(
+        status.success() && text.contains("trace: plan done") && noted == p.acked.len(),
+        "the guest's {workload} failed ({status}; {noted} of {} steps acknowledged); console {}:\n{}",
+        p.acked.len(),
+        console.display(),
+        text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+}
+
 /// Runs `workload` against the appliance on `port`.
-fn run_workload(workload: &str, port: u16, acks: &Arc<Acks>, ops: usize, seed: u64) {
+fn run_workload(workload: &str, port: u16, acks: &Arc<Acks>, ops: usize, seed: u64, dir: &Path) {
     match workload {
         "writers" => {
             let handles: Vec<_> = (0..4)
@@ -263,6 +528,9 @@ fn run_workload(workload: &str, port: u16, acks: &Arc<Acks>, ops: usize, seed: u
         "smallfiles" => smallfiles(port, acks, ops, seed),
         "replace" => replace(port, acks, ops, seed),
         "truncate" => truncate(port, acks, ops, seed),
+        guest if guest.starts_with("guest-") => {
+            run_guest_workload(guest, port, acks, ops, seed, dir)
+        }
         other => panic!("unknown workload {other}"),
     }
 }
@@ -294,7 +562,7 @@ fn record(dir: &Path, disk: &str, workload: &str, port: u16, ops: usize, seed: u
         writer: Mutex::new(AckWriter::new(Vec::new())),
     });
     let t0 = Instant::now();
-    run_workload(workload, port, &acks, ops, seed);
+    run_workload(workload, port, &acks, ops, seed, dir);
     vm.stop().expect_no_line("!!!");
     let acks = Arc::into_inner(acks).expect("workload done");
     let bytes = acks.writer.into_inner().unwrap().into_inner().unwrap();
