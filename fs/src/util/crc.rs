@@ -91,7 +91,9 @@ mod tests {
         // Every length around the 8-byte steps, split at every point for the parts form,
         // and a whole block, against the `crc` crate's CRC-32/ISCSI.
         let reference = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
-        let data: Vec<u8> = (0..4096u32).map(|i| (i * 37 + i / 251 + 11) as u8).collect();
+        let data: Vec<u8> = (0..4096u32)
+            .map(|i| (i * 37 + i / 251 + 11) as u8)
+            .collect();
         assert_eq!(crc32c(&data), reference.checksum(&data));
         for len in 0..100 {
             let d = &data[..len];
