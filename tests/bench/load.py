@@ -22,7 +22,7 @@ guest's /sys/block through its control port), and the appliance's idle share.
 
 Writes OUT/load.json, OUT/load.md and OUT/load-*.png (default OUT: build/bench).
 Options: --quick (3 s per point, 1 and 16 connections), --system, --workload, --conns,
---seconds.
+--seconds, --port (host port of the 9P forward, default 25760; the counters get the next).
 """
 
 import argparse
@@ -246,6 +246,7 @@ def markdown(report):
 
 
 def main():
+    global NINEP_PORT, CTL_PORT_HOST
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--system", action="append", choices=SYSTEMS, help="default: all")
@@ -257,7 +258,10 @@ def main():
     ap.add_argument("--server-mem", default="128M")
     ap.add_argument("--server-cpus", type=int, default=1)
     ap.add_argument("--disk-size", type=int, default=4 << 30)
+    ap.add_argument("--port", type=int, default=NINEP_PORT,
+                    help=f"host port of the 9P forward; the counters' is the next one (default {NINEP_PORT})")
     a = ap.parse_args()
+    NINEP_PORT, CTL_PORT_HOST = a.port, a.port + 1
     build = os.path.join(REPO, "build")
     a.appliance = os.path.join(build, "appliance.elf")
     a.tool = os.path.join(REPO, "target", "release", "ninefold")

@@ -86,6 +86,10 @@ pub struct Node {
     mem_bytes: usize,
 }
 
+/// A position in each set (only the first `sets.len()` are used): cursors and lookups
+/// keep them on the stack, as a node never holds more than [`MAX_SETS`] sets.
+type Positions = [usize; MAX_SETS];
+
 /// Where a key's visible entry is.
 #[derive(Clone, Copy)]
 struct Found {
@@ -222,21 +226,20 @@ impl Node {
 
     /// Live entries with keys `>= from`, in order.
     pub fn iter_from(&self, from: &Key) -> Cursor<'_> {
-        let pos = self
-            .sets
-            .iter()
-            .map(|s| s.partition_point(|e| e.key < *from))
-            .collect();
-        Cursor { node: self, pos }
+        let mut pos: Positions = [0; MAX_SETS];
+        for (p, set) in pos.iter_mut().zip(&self.sets) {
+            *p = set.partition_point(|e| e.key < *from);
+        }
+        Cursor(AllCursor { node: self, pos })
     }
 
     /// The live entry with the greatest key `<= key`.
     pub fn get_le(&self, key: &Key) -> Option<(Key, &[u8])> {
-        let mut ends: Vec<usize> = self
-            .sets
-            .iter()
-            .map(|s| s.partition_point(|e| e.key <= *key))
-            .collect();
+        let mut ends: Positions = [0; MAX_SETS];
+        for (end, set) in ends.iter_mut().zip(&self.sets) {
+            *end = set.partition_point(|e| e.key <= *key);
+        }
+        let ends = &mut ends[..self.sets.len()];
         loop {
             // The greatest head among the sets; the newest set holding it decides.
             let mut best: Option<(Key, usize)> = None;
@@ -368,27 +371,28 @@ impl Node {
     /// Merges `sets[from..]` into one set. Merging everything (`from == 0`) drops
     /// whiteouts, moving those that must be written to the separate list.
     fn merge_sets(&mut self, from: usize) {
-        let parts: Vec<Vec<Entry>> = self.sets.drain(from..).collect();
-        let mut merged: Vec<Entry> = Vec::with_capacity(parts.iter().map(Vec::len).sum());
-        let mut pos = alloc::vec![0usize; parts.len()];
+        // Entries are moved, not cloned: the merged sets are consumed.
+        let mut parts: Vec<core::iter::Peekable<alloc::vec::IntoIter<Entry>>> = self
+            .sets
+            .drain(from..)
+            .map(|set| set.into_iter().peekable())
+            .collect();
+        let mut merged: Vec<Entry> = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
         let mut moved_whiteouts = Vec::new();
         loop {
             let mut best: Option<(Key, usize)> = None;
-            for (s, part) in parts.iter().enumerate() {
-                if let Some(e) = part.get(pos[s]) {
+            for (s, part) in parts.iter_mut().enumerate() {
+                if let Some(e) = part.peek() {
                     if best.is_none_or(|(bk, _)| e.key <= bk) {
                         best = Some((e.key, s));
                     }
                 }
             }
             let Some((k, s)) = best else { break };
-            let winner = parts[s][pos[s]].clone();
-            for (set, part) in parts.iter().enumerate() {
-                if part.get(pos[set]).is_some_and(|e| e.key == k) {
-                    if set != s {
-                        self.mem_bytes -= part[pos[set]].mem();
-                    }
-                    pos[set] += 1;
+            let winner = parts[s].next().expect("peeked");
+            for part in &mut parts {
+                if let Some(shadowed) = part.next_if(|e| e.key == k) {
+                    self.mem_bytes -= shadowed.mem();
                 }
             }
             if winner.val.is_none() && from == 0 {
@@ -546,7 +550,7 @@ impl Node {
     fn iter_all(&self) -> AllCursor<'_> {
         AllCursor {
             node: self,
-            pos: alloc::vec![0; self.sets.len()],
+            pos: [0; MAX_SETS],
         }
     }
 
@@ -611,38 +615,26 @@ fn merge_sorted_keys(a: Vec<Key>, b: Vec<Key>) -> Vec<Key> {
 
 /// Iterates the visible live entries of a node from some key on.
 #[derive(Debug)]
-pub struct Cursor<'a> {
-    node: &'a Node,
-    pos: Vec<usize>,
-}
+pub struct Cursor<'a>(AllCursor<'a>);
 
 impl<'a> Iterator for Cursor<'a> {
     type Item = (Key, &'a [u8]);
 
     fn next(&mut self) -> Option<(Key, &'a [u8])> {
-        let mut all = AllCursor {
-            node: self.node,
-            pos: core::mem::take(&mut self.pos),
-        };
-        let out = loop {
-            match all.next_entry() {
-                None => break None,
-                Some(e) => {
-                    if let Some(v) = e.val.as_deref() {
-                        break Some((e.key, v));
-                    }
-                }
+        loop {
+            let e = self.0.next_entry()?;
+            if let Some(v) = e.val.as_deref() {
+                return Some((e.key, v));
             }
-        };
-        self.pos = all.pos;
-        out
+        }
     }
 }
 
 /// Iterates the visible entries (whiteouts included) of a node.
+#[derive(Debug)]
 struct AllCursor<'a> {
     node: &'a Node,
-    pos: Vec<usize>,
+    pos: Positions,
 }
 
 impl<'a> AllCursor<'a> {
@@ -658,8 +650,8 @@ impl<'a> AllCursor<'a> {
         }
         let (k, s) = best?;
         let winner = &sets[s][self.pos[s]];
-        for (set, p) in self.pos.iter_mut().enumerate() {
-            if sets[set].get(*p).is_some_and(|e| e.key == k) {
+        for (set, p) in sets.iter().zip(&mut self.pos) {
+            if set.get(*p).is_some_and(|e| e.key == k) {
                 *p += 1;
             }
         }

@@ -175,9 +175,13 @@ impl Trees {
         if node.level() != root.level || node.id.tree != tree {
             return Err(Need::Corrupt("root level"));
         }
+        // One node per level and a separator per level below the root: sized once.
+        let depth = usize::from(root.level);
+        let mut nodes = Vec::with_capacity(depth + 1);
+        nodes.push(root.ptr.addr);
         let mut path = Path {
-            nodes: alloc::vec![root.ptr.addr],
-            seps: Vec::new(),
+            nodes,
+            seps: Vec::with_capacity(depth),
             upper: None,
         };
         while node.level() > 0 {
