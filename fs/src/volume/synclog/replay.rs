@@ -7,6 +7,13 @@
 //!    every commit before it was flushed before the next one was written, but the last
 //!    one's FLUSH may not have completed, so its data may be missing (its fsyncs were
 //!    never acknowledged). If any block reads back different, that commit is dropped.
+//! 3. **Apply** the records in order (inode items of a commit first, so names can point
+//!    to them), in memory: names, xattrs, directory entries are made exactly what was
+//!    logged; file mappings are edited and their reference changes summed.
+//! 4. **Finish**: apply the summed reference changes (new extents get their checksum
+//!    items and their blocks allocated; extents left unreferenced are freed), then fix
+//!    link counts, directory sizes and index counters of every inode replay touched
+//!    (an inode left without names gets an orphan item).
 //!
 //! A device *read error* is not the end of the log and not missing data: the block may
 //! hold an acknowledged commit the device cannot return now. A log block that cannot be
@@ -15,13 +22,6 @@
 //! of the last commit that cannot be read does not drop the commit: it is applied, and
 //! reading that block gives `EIO` as any read error does (`docs/durability.md`,
 //! "Device errors").
-//! 3. **Apply** the records in order (inode items of a commit first, so names can point
-//!    to them), in memory: names, xattrs, directory entries are made exactly what was
-//!    logged; file mappings are edited and their reference changes summed.
-//! 4. **Finish**: apply the summed reference changes (new extents get their checksum
-//!    items and their blocks allocated; extents left unreferenced are freed), then fix
-//!    link counts, directory sizes and index counters of every inode replay touched
-//!    (an inode left without names gets an orphan item).
 //!
 //! Nothing is written here; the caller runs a checkpoint that commits the result and
 //! starts a new log epoch. A crash before that checkpoint commits replays the same log
