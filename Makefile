@@ -54,6 +54,16 @@ image:
 	@mkdir -p $(BUILD)
 	cp $(KERNEL_ELF) $(IMAGE)
 
+## image-profile: the image with frame pointers, build/appliance-profile.elf, for the sampling
+## profiler (tests/bench/profile.py; `tests/bench/load.py --profile`); its own target dir
+.PHONY: image-profile
+image-profile:
+	CARGO_TARGET_DIR=$(BUILD)/profile-target \
+	CARGO_TARGET_X86_64_UNKNOWN_NONE_RUSTFLAGS="-C relocation-model=static -C force-frame-pointers=yes" \
+	$(CARGO) build --locked -p ninefold-kernel --target $(TARGET) --release
+	@mkdir -p $(BUILD)
+	cp $(BUILD)/profile-target/$(TARGET)/release/ninefold-kernel $(BUILD)/appliance-profile.elf
+
 ## tool: the host CLI, target/debug/ninefold (mkfs, fsck, dump, serve)
 tool:
 	$(CARGO) build --locked -p ninefold-tools

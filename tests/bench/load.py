@@ -22,7 +22,8 @@ guest's /sys/block through its control port), and the appliance's idle share.
 
 Writes OUT/load.json, OUT/load.md and OUT/load-*.png (default OUT: build/bench).
 Options: --quick (3 s per point, 1 and 16 connections), --system, --workload, --conns,
---seconds, --port (host port of the 9P forward, default 25760; the counters get the next).
+--seconds, --port (host port of the 9P forward, default 25760; the counters get the next),
+--appliance IMAGE, --profile (sample the appliance at every point: tests/bench/profile.py).
 """
 
 import argparse
@@ -48,6 +49,8 @@ WORKLOADS = ["write64k", "write4k", "create", "getattr"]
 CONNS = [1, 4, 16, 64]
 # Host ports (the project's QEMU tests use others): 9P and the counters/control port.
 NINEP_PORT, CTL_PORT_HOST = 25760, 25761
+# QEMU's gdbstub for --profile (the port after the counters').
+GDB_PORT = 25762
 # The Linux guest's control port (ctl.sh).
 GUEST_CTL_PORT = 7000
 # The appliance's limits are per client address; every connection here comes from
@@ -105,6 +108,7 @@ class Server:
                 self.a.appliance, self.a.tool, os.path.join(self.work, "appliance.img"), self.a.disk_size,
                 log=os.path.join(self.work, "appliance-console.log"), mem=self.a.server_mem,
                 cpus=self.a.server_cpus, net=Net.user(*fwd), append=APPLIANCE_APPEND, timeout=7200,
+                qemu_extra=["-gdb", f"tcp:127.0.0.1:{GDB_PORT}"] if self.a.profile else [],
             )  # fmt: skip
             self.app.start()
             self.app.wait_for("ready: serving 9P", timeout=120)
@@ -152,6 +156,16 @@ class Server:
         doc = json.loads(ctl(CTL_PORT_HOST, "json"))
         return doc["uptime_ms"], doc["idle_ms"]
 
+    def profiler(self, name, seconds):
+        """With --profile, tests/bench/profile.py sampling the appliance while the point runs
+        (its report in the system's directory, profile-NAME.txt and .folded)."""
+        if not (self.a.profile and self.app):
+            return None
+        path = os.path.join(self.work, f"profile-{name}")
+        cmd = [sys.executable, os.path.join(HERE, "profile.py"), "--port", str(GDB_PORT), "--elf", self.a.appliance,
+               "--seconds", str(max(1.0, seconds - 1)), "--folded", path + ".folded"]  # fmt: skip
+        return subprocess.Popen(cmd, stdout=open(path + ".txt", "w"), stderr=subprocess.STDOUT)
+
     def load(self, workload, conns, seconds, check=True):
         cmd = [self.a.load, "--port", str(NINEP_PORT), "--workload", workload, "--conns", str(conns),
                "--seconds", str(seconds), "--aname", self.aname, "--tag", f"{self.runs}"]  # fmt: skip
@@ -187,7 +201,10 @@ class Server:
 def point(server, workload, conns, seconds):
     """One measurement: the load generator's figures plus the server's disk and CPU."""
     before, busy0 = server.counters(), server.busy()
+    prof = server.profiler(f"{workload}-x{conns}", seconds)
     r = server.load(workload, conns, seconds)
+    if prof:
+        prof.wait(60)
     after, busy1 = server.counters(), server.busy()
     row = {k: r[k] for k in ("workload", "conns", "seconds", "ops", "ops_per_s", "fsyncs", "p50_us", "p99_us", "max_us")}
     row["errors"] = r["errors"]
@@ -246,7 +263,7 @@ def markdown(report):
 
 
 def main():
-    global NINEP_PORT, CTL_PORT_HOST
+    global NINEP_PORT, CTL_PORT_HOST, GDB_PORT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--system", action="append", choices=SYSTEMS, help="default: all")
@@ -260,10 +277,14 @@ def main():
     ap.add_argument("--disk-size", type=int, default=4 << 30)
     ap.add_argument("--port", type=int, default=NINEP_PORT,
                     help=f"host port of the 9P forward; the counters' is the next one (default {NINEP_PORT})")
+    ap.add_argument("--appliance", help="the image to run (default build/appliance.elf)")
+    ap.add_argument("--profile", action="store_true",
+                    help="sample the appliance with tests/bench/profile.py at every point (an image with frame "
+                    "pointers: make image-profile, then --appliance build/appliance-profile.elf)")
     a = ap.parse_args()
-    NINEP_PORT, CTL_PORT_HOST = a.port, a.port + 1
+    NINEP_PORT, CTL_PORT_HOST, GDB_PORT = a.port, a.port + 1, a.port + 2
     build = os.path.join(REPO, "build")
-    a.appliance = os.path.join(build, "appliance.elf")
+    a.appliance = a.appliance or os.path.join(build, "appliance.elf")
     a.tool = os.path.join(REPO, "target", "release", "ninefold")
     a.load = os.path.join(REPO, "target", "release", "ninep-load")
     for path in (a.appliance, a.tool, a.load):

@@ -26,8 +26,10 @@ STATS_PORT = 5641
 
 class Appliance:
     def __init__(self, elf, tool, disk, disk_size, log, mem="128M", cpus=1, net=None,
-                 append="", timeout=3600):  # fmt: skip
+                 append="", timeout=3600, qemu_extra=()):  # fmt: skip
         self.elf, self.tool, self.disk, self.disk_size = elf, tool, disk, disk_size
+        # More QEMU arguments, e.g. `-gdb tcp:...` for tests/bench/profile.py.
+        self.qemu_extra = list(qemu_extra)
         self.log, self.mem, self.cpus, self.append = log, mem, cpus, append
         self.net = net or Net()
         self.timeout = timeout
@@ -54,6 +56,7 @@ class Appliance:
             "-drive", f"file={self.disk},if=none,id=d0,format=raw,cache=writeback",
             "-device", "nvme,drive=d0,serial=data",
             *netargs,
+            *self.qemu_extra,
         ]  # fmt: skip
 
     def mkfs(self):
