@@ -175,6 +175,7 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
             heap: HeapReport {
                 bytes: heap.claimed,
                 allocated: heap.allocated,
+                recycled: heap.recycled,
             },
             access: AccessReport {
                 refused_stats: self.port_stats.refused.get(),

@@ -212,6 +212,8 @@ pub struct HeapReport {
     pub bytes: u64,
     /// Bytes in live allocations.
     pub allocated: u64,
+    /// Bytes of freed small blocks kept for reuse (`mm::recycle`); free for allocation.
+    pub recycled: u64,
 }
 
 impl Snapshot {
@@ -400,6 +402,9 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::gauge("heap.allocated")
             .named("heap_allocated_bytes")
             .help("Bytes in live kernel heap allocations."),
+        Rule::gauge("heap.recycled")
+            .named("heap_recycled_bytes")
+            .help("Bytes of freed small blocks the kernel heap keeps for reuse (free for allocation)."),
         Rule::counter("access.refused_stats")
             .named("stats_connections_refused")
             .help("Counters-port connections reset: the client is not in stats_allow=."),

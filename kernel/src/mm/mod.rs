@@ -8,6 +8,7 @@
 pub mod frames;
 pub mod memmap;
 pub mod ranges;
+pub mod recycle;
 
 /// The page (and frame) size.
 pub const PAGE_SIZE: u64 = 4096;
