@@ -1,5 +1,6 @@
 //! Boot: from the boot crate's hand-off to the running executor.
 
+use alloc::boxed::Box;
 use alloc::rc::Rc;
 use core::time::Duration;
 
@@ -104,7 +105,10 @@ pub fn kmain(info: &'static BootInfo) -> ! {
     let executor = task::init();
     cpu::enable_interrupts();
     info!("boot: complete in {} ms", clock::uptime().as_millis());
-    let code = executor.block_on(run(config, mem));
+    // On the heap: the main future holds the mount's and the server's state (29 KiB), and
+    // the main stack (256 KiB) is what every poll runs on, where setting up the NIC and
+    // its queues takes frames of tens of KiB (it overflowed with the future on it).
+    let code = executor.block_on(Box::pin(run(config, mem)));
     info!("power off ({code:?})");
     cpu::exit(code)
 }

@@ -267,6 +267,45 @@ impl Core {
     }
 }
 
+/// Inodes known to have nothing past their end of file since mount, so that a write need
+/// not look ([`NineFs::trim_past_eof`]): only a cut of the size leaves blocks there until
+/// its last step (and a crash or a failed device can stop it before that), and inode
+/// numbers are never reused. A direct-mapped table of [`TRIMMED_SLOTS`] inodes: a
+/// collision only costs the look. On the heap: the filesystem is moved by value while it
+/// mounts, on a kernel stack.
+#[derive(Debug)]
+pub(super) struct TrimmedInodes(Vec<Ino>);
+
+/// The inodes [`TrimmedInodes`] remembers at most.
+const TRIMMED_SLOTS: usize = 256;
+
+impl Default for TrimmedInodes {
+    fn default() -> Self {
+        // 0 is no inode.
+        TrimmedInodes(vec![0; TRIMMED_SLOTS])
+    }
+}
+
+impl TrimmedInodes {
+    fn slot(ino: Ino) -> usize {
+        (ino % TRIMMED_SLOTS as u64) as usize
+    }
+
+    fn contains(&self, ino: Ino) -> bool {
+        self.0[Self::slot(ino)] == ino
+    }
+
+    fn insert(&mut self, ino: Ino) {
+        self.0[Self::slot(ino)] = ino;
+    }
+
+    fn forget(&mut self, ino: Ino) {
+        if self.contains(ino) {
+            self.0[Self::slot(ino)] = 0;
+        }
+    }
+}
+
 /// What a write found and reserved.
 struct WritePlan {
     /// Partially overwritten blocks with old data: (index in the new extent, piece).
@@ -444,25 +483,27 @@ impl<D: BlockDevice> NineFs<D> {
         offset: Option<u64>,
         data: &[u8],
     ) -> FsResult<(u64, usize)> {
-        self.run(|c| {
-            let item = c.inode(ino)?;
-            regular(&item)?;
-            Ok(())
-        })
-        .await?;
         let lock = self.inode_lock(ino);
         let _guard = lock.lock().await;
-        let offset = match offset {
-            Some(offset) => offset,
-            None => self.run(|c| Ok(c.inode(ino)?.size)).await?,
-        };
+        // One look under the inode's lock: its type, the offset of an append, and whether
+        // the filesystem takes writes.
+        let offset = self
+            .run(|c| {
+                let item = c.inode(ino)?;
+                regular(&item)?;
+                let offset = offset.unwrap_or(item.size);
+                if !data.is_empty() && offset < MAX_FILE_SIZE {
+                    c.writable()?;
+                }
+                Ok(offset)
+            })
+            .await?;
         if data.is_empty() {
             return Ok((offset, 0));
         }
         if offset >= MAX_FILE_SIZE {
             return Err(Errno::EFBIG);
         }
-        self.run(|c| c.writable()).await?;
         let n = data
             .len()
             .min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize);
@@ -483,9 +524,13 @@ impl<D: BlockDevice> NineFs<D> {
         Ok((offset, n))
     }
 
-    /// Removes extents past the end of file left by a truncation a crash interrupted, so
-    /// extending the file cannot expose them.
+    /// Removes extents past the end of file left by a truncation a crash (or a failed
+    /// device) interrupted, so extending the file cannot expose them. Once done, the
+    /// inode is remembered ([`TrimmedInodes`]) until its size is next cut.
     async fn trim_past_eof(&self, ino: Ino) -> FsResult<()> {
+        if self.trimmed.lock().contains(ino) {
+            return Ok(());
+        }
         loop {
             let done = self
                 .run(|c| {
@@ -494,6 +539,7 @@ impl<D: BlockDevice> NineFs<D> {
                 })
                 .await?;
             if done {
+                self.trimmed.lock().insert(ino);
                 return Ok(());
             }
         }
@@ -631,6 +677,8 @@ impl<D: BlockDevice> NineFs<D> {
             return Ok(());
         }
         self.trim_past_eof(ino).await?;
+        // From the size's commit until the last trim step, blocks sit past the end.
+        self.trimmed.lock().forget(ino);
         let now = self.now();
         let zeroed = if size < old && !size.is_multiple_of(BS) {
             self.zero_tail(ino, size).await?

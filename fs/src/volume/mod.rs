@@ -218,6 +218,8 @@ pub struct NineFs<D: BlockDevice> {
     /// Held by the log committer across one commit's I/O.
     commit_lock: async_lock::Mutex<()>,
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
+    /// Inodes known to hold nothing past their end of file (see [`file::TrimmedInodes`]).
+    trimmed: Mutex<file::TrimmedInodes>,
     clock: Box<dyn Clock>,
     cache_limit: usize,
     max_groups: usize,
@@ -291,6 +293,7 @@ impl<D: BlockDevice> NineFs<D> {
             max_snapshots: opts.max_snapshots,
             commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(HashMap::new()),
+            trimmed: Mutex::new(file::TrimmedInodes::default()),
             clock,
             cache_limit: opts.cache_limit,
             max_groups: opts.max_groups.max(4),

@@ -361,6 +361,7 @@ impl<D: BlockDevice> NineFs<D> {
             max_snapshots: 0,
             commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(hashbrown::HashMap::new()),
+            trimmed: Mutex::new(super::file::TrimmedInodes::default()),
             clock: alloc::boxed::Box::new(TakenAt(item.created)),
             cache_limit: self.cache_limit,
             max_groups: self.max_groups,
