@@ -31,8 +31,11 @@ use crate::{clock, task};
 
 /// How often the stack polls a NIC without interrupts.
 pub const POLL_FALLBACK: Duration = Duration::from_millis(1);
-/// Frames taken in before the sockets may send (ACKs, window updates): see `poll`.
-pub const ACK_EVERY_FRAMES: usize = 2;
+/// Frames taken in before the sockets may send (ACKs, window updates): see `poll`. Each
+/// sending pass visits every socket, so passes cost more with more connections: 16 gave
+/// 64 KiB write + fsync at 16 connections 1.6x the ops/s of 2, and 1 MiB writes 1.5x the
+/// MiB/s (docs/benchmarks.md, "Fewer sending passes").
+pub const ACK_EVERY_FRAMES: usize = 16;
 
 /// The current time on smoltcp's clock (the kernel's monotonic clock).
 pub fn now() -> smoltcp::time::Instant {
