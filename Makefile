@@ -242,7 +242,7 @@ bench: image tool guest
 ## bench-load: the appliance, the Linux server VMs (diod on btrfs and ext4) and the in-memory
 ## ceiling driven from the host by the native 9P load generator (tests/src/bin/ninep-load.rs;
 ## 9P only, so not the NFS peers of `make bench`)
-## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. ~30 min;
+## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. ~16 min;
 ## BENCH_ARGS=--quick (~6 min) or --system/--workload/--conns/--seconds (--help)
 .PHONY: bench-load
 bench-load: deps image guest
