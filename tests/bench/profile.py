@@ -87,7 +87,7 @@ def text_range(elf):
     lo, hi = None, None
     for line in out.splitlines():
         parts = line.replace("[ ", "[").split()
-        if len(parts) > 7 and parts[0].startswith("[") and "X" in (parts[7] if len(parts) > 7 else ""):
+        if len(parts) > 7 and parts[0].startswith("[") and "X" in parts[7]:
             addr, size = int(parts[3], 16), int(parts[5], 16)
             lo = addr if lo is None else min(lo, addr)
             hi = addr + size if hi is None else max(hi, addr + size)

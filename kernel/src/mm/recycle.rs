@@ -99,7 +99,13 @@ impl Recycler {
 
     /// A kept block that can back `layout`, if there is one.
     pub fn take(&mut self, layout: Layout) -> Option<usize> {
-        let class = class_of(layout)?;
+        let addr = self.pop(class_of(layout)?)?;
+        self.hits += 1;
+        Some(addr)
+    }
+
+    /// The first block of `class`'s list, unlinked.
+    fn pop(&mut self, class: usize) -> Option<usize> {
         let slot = self.heads[class];
         if slot == NONE {
             return None;
@@ -108,9 +114,8 @@ impl Recycler {
         self.counts[class] -= 1;
         self.next[slot as usize] = self.unused;
         self.unused = slot;
-        self.bytes -= Self::backing(layout).size();
+        self.bytes -= class_layout(class).size();
         self.blocks -= 1;
-        self.hits += 1;
         Some(self.addr[slot as usize])
     }
 
@@ -120,7 +125,7 @@ impl Recycler {
         let Some(class) = class_of(layout) else {
             return false;
         };
-        let size = Self::backing(layout).size();
+        let size = class_layout(class).size();
         if self.bytes + size > MAX_CACHED_BYTES || self.counts[class] == MAX_PER_CLASS {
             return false;
         }
@@ -146,10 +151,8 @@ impl Recycler {
     /// Empties every list, handing each block to `free` with its backing layout.
     pub fn drain(&mut self, mut free: impl FnMut(usize, Layout)) {
         for class in 0..CLASSES {
-            let layout = class_layout(class);
-            while let Some(addr) = self.take(layout) {
-                self.hits -= 1; // not an allocation
-                free(addr, layout);
+            while let Some(addr) = self.pop(class) {
+                free(addr, class_layout(class));
             }
         }
         debug_assert!(self.bytes == 0 && self.blocks == 0);
