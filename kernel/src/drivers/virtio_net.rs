@@ -15,6 +15,7 @@ use core::ops::Range;
 use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::Error;
 
+use crate::hal::mmio::MmioRegion;
 use crate::hal::virtio::{NetDevice, RxError, NET_QUEUE_SIZE};
 use crate::mm::{DmaDevice, DmaStream};
 
@@ -94,9 +95,15 @@ impl fmt::Debug for NetQueues {
 
 impl NetQueues {
     /// Initialises the device behind `transport`, whose bus mastering `dma` holds, for IP
-    /// MTU `mtu`, and gives it a full receive queue. Starts its bus mastering.
-    pub fn new(transport: PciTransport, dma: &DmaDevice, mtu: u16) -> Result<Self, Error> {
-        let device = NetDevice::new(transport, dma)?;
+    /// MTU `mtu`, and gives it a full receive queue. Starts its bus mastering. Queue
+    /// notifications go through `doorbells` if given (`hal::virtio::doorbells`).
+    pub fn new(
+        transport: PciTransport,
+        dma: &DmaDevice,
+        mtu: u16,
+        doorbells: Option<Vec<MmioRegion>>,
+    ) -> Result<Self, Error> {
+        let device = NetDevice::new(transport, dma, doorbells)?;
         dma.start();
         let mut q = NetQueues {
             device,

@@ -106,7 +106,14 @@ impl Nic {
         // The transport maps the BARs; the queues start bus mastering.
         let dma = DmaDevice::new(dev).map_err(|_| NicError::InUse)?;
         let transport = virtio::pci_transport(&dev).map_err(NicError::Transport)?;
-        let queues = NetQueues::new(transport, &dma, mtu).map_err(NicError::Device)?;
+        let doorbells = virtio::doorbells(&dev, TX_QUEUE + 1);
+        if doorbells.is_none() {
+            log::warn!(
+                "net: {}: no queue doorbells found; notifying through the crate",
+                dev.address()
+            );
+        }
+        let queues = NetQueues::new(transport, &dma, mtu, doorbells).map_err(NicError::Device)?;
         let event = Arc::new(IrqEvent::new());
         let (irq, interrupts) = match route_msix(&dev, &event) {
             Ok((handle, table)) => {

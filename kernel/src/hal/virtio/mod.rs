@@ -23,6 +23,7 @@ mod queue;
 pub use net::{kick_counts, NetDevice, RxError, NET_QUEUE_SIZE};
 pub use queue::{Chain, Used, Virtqueue};
 
+use alloc::vec::Vec;
 use core::ptr::NonNull;
 
 use virtio_drivers::transport::pci::bus::{ConfigurationAccess, DeviceFunction, PciRoot};
@@ -31,6 +32,7 @@ use virtio_drivers::transport::{DeviceStatus, Transport};
 use virtio_drivers::{BufferDirection, Hal, PhysAddr};
 
 use super::dma::bus_addr_of;
+use super::mmio::MmioRegion;
 use super::{memory, paging};
 use crate::pci::caps::CAP_VENDOR;
 use crate::pci::config::ConfigAccess;
@@ -137,27 +139,8 @@ pub enum MsixRouteError {
 /// the common configuration registers (`queue_select`, `queue_msix_vector`,
 /// `msix_config`), before the driver sets DRIVER_OK.
 pub fn route_queue_msix(dev: &PciDevice, queue: u16, entry: u16) -> Result<(), MsixRouteError> {
-    const COMMON_CFG: u8 = 1;
-    const MSIX_CONFIG: usize = 0x10;
-    const QUEUE_SELECT: usize = 0x16;
-    const QUEUE_MSIX_VECTOR: usize = 0x1a;
     const NO_VECTOR: u16 = 0xffff;
-    let cap = dev
-        .capabilities()
-        .find(|&(id, off)| id == CAP_VENDOR && dev.read8(off + 3) == COMMON_CFG)
-        .map(|(_, off)| off)
-        .ok_or(MsixRouteError::NoCommonConfig)?;
-    let bar = dev.read8(cap + 4);
-    let offset = dev.read32(cap + 8) as usize;
-    let length = dev.read32(cap + 12) as usize;
-    if length < QUEUE_MSIX_VECTOR + 2 {
-        return Err(MsixRouteError::NoCommonConfig);
-    }
-    let bar = dev.map_bar(bar).map_err(MsixRouteError::Bar)?;
-    if offset.checked_add(length).is_none_or(|end| end > bar.len()) {
-        return Err(MsixRouteError::NoCommonConfig);
-    }
-    let regs = bar.subregion(offset, length);
+    let regs = vendor_region(dev, COMMON_CFG, QUEUE_MSIX_VECTOR + 2)?;
     regs.write16(MSIX_CONFIG, NO_VECTOR);
     regs.write16(QUEUE_SELECT, queue);
     regs.write16(QUEUE_MSIX_VECTOR, entry);
@@ -165,6 +148,65 @@ pub fn route_queue_msix(dev: &PciDevice, queue: u16, entry: u16) -> Result<(), M
         return Err(MsixRouteError::Refused);
     }
     Ok(())
+}
+
+/// The notification registers ("doorbells") of queues `0..queues`, each the 16-bit
+/// register the queue's index is written to (virtio 1.1, 4.1.4.4: the notify
+/// capability's offset plus the queue's `queue_notify_off` times the capability's
+/// multiplier), found once here: the crate's transport finds it anew on every
+/// notification, selecting the queue and reading its `queue_notify_off` first (three
+/// trapped MMIO accesses instead of one). `queue_select` is written here, which the
+/// crate's transport rewrites before each of its own queue accesses. `None` if a
+/// capability is missing or a register lies outside it.
+pub fn doorbells(dev: &PciDevice, queues: u16) -> Option<Vec<MmioRegion>> {
+    const NOTIFY_CFG: u8 = 2;
+    const QUEUE_NOTIFY_OFF: usize = 0x1e;
+    let common = vendor_region(dev, COMMON_CFG, QUEUE_NOTIFY_OFF + 2).ok()?;
+    let cap = vendor_cap(dev, NOTIFY_CFG).ok()?;
+    let notify = vendor_region(dev, NOTIFY_CFG, 0).ok()?;
+    let multiplier = dev.read32(cap + 16) as usize;
+    (0..queues)
+        .map(|queue| {
+            common.write16(QUEUE_SELECT, queue);
+            let at = usize::from(common.read16(QUEUE_NOTIFY_OFF)).checked_mul(multiplier)?;
+            (at.checked_add(2)? <= notify.len()).then(|| notify.subregion(at, 2))
+        })
+        .collect()
+}
+
+/// Common configuration capability (`cfg_type`) and the registers used in it.
+const COMMON_CFG: u8 = 1;
+const MSIX_CONFIG: usize = 0x10;
+const QUEUE_SELECT: usize = 0x16;
+const QUEUE_MSIX_VECTOR: usize = 0x1a;
+
+/// The configuration offset of `dev`'s first virtio vendor capability of `cfg_type`.
+fn vendor_cap(dev: &PciDevice, cfg_type: u8) -> Result<u16, MsixRouteError> {
+    dev.capabilities()
+        .find(|&(id, off)| id == CAP_VENDOR && dev.read8(off + 3) == cfg_type)
+        .map(|(_, off)| off)
+        .ok_or(MsixRouteError::NoCommonConfig)
+}
+
+/// The registers that `dev`'s vendor capability of `cfg_type` points at (their BAR
+/// mapped), if at least `min_len` bytes long and inside the BAR.
+fn vendor_region(
+    dev: &PciDevice,
+    cfg_type: u8,
+    min_len: usize,
+) -> Result<MmioRegion, MsixRouteError> {
+    let cap = vendor_cap(dev, cfg_type)?;
+    let bar = dev.read8(cap + 4);
+    let offset = dev.read32(cap + 8) as usize;
+    let length = dev.read32(cap + 12) as usize;
+    if length < min_len {
+        return Err(MsixRouteError::NoCommonConfig);
+    }
+    let bar = dev.map_bar(bar).map_err(MsixRouteError::Bar)?;
+    if offset.checked_add(length).is_none_or(|end| end > bar.len()) {
+        return Err(MsixRouteError::NoCommonConfig);
+    }
+    Ok(bar.subregion(offset, length))
 }
 
 /// How many times [`reset`] reads the status back before giving up (each read is an

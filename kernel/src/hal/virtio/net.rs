@@ -18,6 +18,7 @@ use virtio_drivers::Error;
 use super::event_idx::{EventIdxTransport, KickStats};
 use super::VirtioHal;
 use crate::hal::dma::{DmaDevice, DmaStream, LentStream};
+use crate::hal::mmio::MmioRegion;
 
 /// Descriptors per queue (QEMU's default virtio-net queue size).
 pub const NET_QUEUE_SIZE: usize = 256;
@@ -64,11 +65,16 @@ impl fmt::Debug for NetDevice {
 }
 
 impl NetDevice {
-    /// Initialises the device behind `transport`, whose bus mastering `device` holds.
-    pub fn new(transport: PciTransport, device: &DmaDevice) -> Result<NetDevice, Error> {
+    /// Initialises the device behind `transport`, whose bus mastering `device` holds;
+    /// queue notifications go through `doorbells` ([`super::doorbells`]) if given.
+    pub fn new(
+        transport: PciTransport,
+        device: &DmaDevice,
+        doorbells: Option<Vec<MmioRegion>>,
+    ) -> Result<NetDevice, Error> {
         Ok(NetDevice {
             raw: Some(VirtIONetRaw::new(EventIdxTransport::new(
-                transport, &KICKS,
+                transport, &KICKS, doorbells,
             ))?),
             device: device.clone(),
             rx: (0..NET_QUEUE_SIZE).map(|_| None).collect(),
