@@ -19,6 +19,7 @@ their caller: the sample is charged to the leaf and the caller's caller.
 
 import argparse
 import collections
+import re
 import socket
 import struct
 import subprocess
@@ -144,9 +145,8 @@ def short(name):
             depth = max(0, depth - 1)
         elif depth == 0:
             out.append(ch)
-    name = "".join(out)
-    if "::h" in name:
-        name = name[: name.rfind("::h")]
+    # The legacy mangling's hash suffix, not any segment starting with h (kernel::hal).
+    name = re.sub(r"::h[0-9a-f]{16}$", "", "".join(out))
     return "::".join(name.split("::")[-3:])
 
 

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`nic`] | virtio-net (modern PCI) as a smoltcp device; MSI-X wake-ups, polling fallback |
 //! | [`stack`] | interface, sockets, DHCP, and the task that polls them |
+//! | [`sockets`] | the socket table: a set per socket, frames routed by 4-tuple, only due sockets polled |
 //! | [`tcp`] | a smoltcp TCP socket as a 9P `Transport` |
 //! | [`service`] | the 9P listener (a pool of listening sockets) and connection tasks |
 //! | [`limits`] | connection limit and socket buffer sizing |
@@ -20,6 +21,7 @@ pub mod limits;
 pub mod nic;
 #[cfg(target_os = "none")]
 pub mod service;
+pub mod sockets;
 #[cfg(target_os = "none")]
 pub mod stack;
 #[cfg(target_os = "none")]

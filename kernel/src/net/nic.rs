@@ -80,6 +80,8 @@ pub struct Nic {
     stats: NicStats,
     /// Connection requests no listening socket could take are held back here.
     syn_gate: Rc<SynGate>,
+    /// A received frame [`Nic::peek`] looked at, which `receive` hands out first.
+    peeked: Option<RxFrame>,
     /// Kept for as long as the NIC lives: they own the vector and the table mapping.
     _irq: Option<(IrqHandle, MsixTable)>,
 }
@@ -132,6 +134,7 @@ impl Nic {
             pci: dev,
             stats: NicStats::default(),
             syn_gate: Rc::new(SynGate::default()),
+            peeked: None,
             _irq: irq,
         })
     }
@@ -165,6 +168,39 @@ impl Nic {
     /// Frame and error counters.
     pub fn stats(&self) -> &NicStats {
         &self.stats
+    }
+
+    /// The next received frame, without taking it: smoltcp's next `receive` gets it. The
+    /// stack routes the frame to its socket's set with this (`super::sockets`).
+    pub fn peek(&mut self) -> Option<&[u8]> {
+        if self.peeked.is_none() {
+            self.peeked = self.next_frame();
+        }
+        self.peeked.as_ref().map(RxFrame::data)
+    }
+
+    /// The next received frame the SYN gate lets through (those it holds back go back to
+    /// the device at once), counted.
+    fn next_frame(&mut self) -> Option<RxFrame> {
+        let frame = loop {
+            match self.queues.get_mut().receive()? {
+                Ok(frame) if self.syn_gate.admits(frame.data()) => break frame,
+                Ok(held) => {
+                    if let Err(e) = self.queues.get_mut().recycle(held) {
+                        self.stats.rx_errors.inc();
+                        log::error!("net: reposting a receive buffer: {e:?}");
+                    }
+                }
+                Err(e) => {
+                    self.stats.rx_errors.inc();
+                    log::warn!("net: receive: {e:?}");
+                }
+            }
+        };
+        self.stats.rx_frames.inc();
+        self.stats.rx_bytes.add(frame.data().len() as u64);
+        self.stats.rx_longest.raise_to(frame.data().len() as u64);
+        Some(frame)
     }
 
     /// Interrupts delivered so far (0 when polling).
@@ -256,24 +292,10 @@ impl phy::Device for Nic {
     type TxToken<'a> = TxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(RxToken<'_>, TxToken<'_>)> {
-        let frame = loop {
-            match self.queues.get_mut().receive()? {
-                Ok(frame) if self.syn_gate.admits(frame.data()) => break frame,
-                Ok(held) => {
-                    if let Err(e) = self.queues.get_mut().recycle(held) {
-                        self.stats.rx_errors.inc();
-                        log::error!("net: reposting a receive buffer: {e:?}");
-                    }
-                }
-                Err(e) => {
-                    self.stats.rx_errors.inc();
-                    log::warn!("net: receive: {e:?}");
-                }
-            }
+        let frame = match self.peeked.take() {
+            Some(frame) => frame,
+            None => self.next_frame()?,
         };
-        self.stats.rx_frames.inc();
-        self.stats.rx_bytes.add(frame.data().len() as u64);
-        self.stats.rx_longest.raise_to(frame.data().len() as u64);
         Some((RxToken { nic: self, frame }, TxToken { nic: self }))
     }
 

@@ -37,9 +37,9 @@ use core::future::{poll_fn, Future};
 use core::task::Poll;
 use core::time::Duration;
 
+use super::sockets::SockId;
 use ninep::conn::{CloseReason, Connection};
 use ninep::server::Server;
-use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
 use vfs::FileSystem;
 
@@ -144,7 +144,7 @@ impl<F: FileSystem + 'static> Service<F> {
     }
 
     /// A new socket listening on the port.
-    fn listener(&self) -> Option<SocketHandle> {
+    fn listener(&self) -> Option<SockId> {
         let mut s = tcp::Socket::new(
             tcp::SocketBuffer::new(vec![0u8; self.buffer]),
             tcp::SocketBuffer::new(vec![0u8; self.buffer]),
@@ -163,7 +163,7 @@ impl<F: FileSystem + 'static> Service<F> {
 
     /// The listener: runs until [`Service::stop_listening`].
     pub async fn run(self: Rc<Self>) {
-        let mut pool: Vec<SocketHandle> = Vec::new();
+        let mut pool: Vec<SockId> = Vec::new();
         loop {
             if self.stopping.get() {
                 self.close_pool(pool).await;
@@ -225,7 +225,7 @@ impl<F: FileSystem + 'static> Service<F> {
 
     /// Lets as many connection requests through as the pool has sockets listening;
     /// those past it are held back until the pool is refilled (`super::syn_gate`).
-    fn arm_syn_gate(&self, pool: &[SocketHandle]) {
+    fn arm_syn_gate(&self, pool: &[SockId]) {
         let sockets = self.stack.sockets.borrow();
         let listening = pool
             .iter()
@@ -235,7 +235,7 @@ impl<F: FileSystem + 'static> Service<F> {
     }
 
     /// Frees the pool's sockets, resetting those a client has reached.
-    async fn close_pool(&self, pool: Vec<SocketHandle>) {
+    async fn close_pool(&self, pool: Vec<SockId>) {
         // Nothing will listen again: clients are refused at once.
         self.stack.syn_gate.open();
         for h in pool {
@@ -274,7 +274,7 @@ impl<F: FileSystem + 'static> Service<F> {
     }
 
     /// Takes the pool sockets a client has connected to out of the pool.
-    fn accept(&self, pool: &mut Vec<SocketHandle>) -> Vec<SocketHandle> {
+    fn accept(&self, pool: &mut Vec<SockId>) -> Vec<SockId> {
         let mut sockets = self.stack.sockets.borrow_mut();
         let mut accepted = Vec::new();
         pool.retain(|&h| {
@@ -301,7 +301,7 @@ impl<F: FileSystem + 'static> Service<F> {
     /// Whether the client of a just-accepted socket may stay: some export allows its
     /// address (`ninep::server::Server::admit`, which counts refusals). If not, the
     /// connection is reset and the socket freed.
-    async fn admitted(&self, handle: SocketHandle) -> bool {
+    async fn admitted(&self, handle: SockId) -> bool {
         let peer = self
             .stack
             .sockets
@@ -318,7 +318,7 @@ impl<F: FileSystem + 'static> Service<F> {
 
     /// Resets a client that connected at the connection limit, when no slot could be
     /// reclaimed for it.
-    async fn refuse(&self, handle: SocketHandle) {
+    async fn refuse(&self, handle: SockId) {
         self.stats.refused.inc();
         let peer = self
             .stack
@@ -355,7 +355,7 @@ impl<F: FileSystem + 'static> Service<F> {
     /// Keeps [`LISTEN_POOL`] sockets listening, plus one per client of a burst still
     /// expected ([`Service::plan_burst`]), while fewer than the limit plus [`LISTEN_POOL`]
     /// connections exist (past the limit, a new client may still take a reclaimed slot).
-    fn resize_pool(&self, pool: &mut Vec<SocketHandle>) {
+    fn resize_pool(&self, pool: &mut Vec<SockId>) {
         let allowance = (self.max_conns + LISTEN_POOL)
             .saturating_sub(self.stats.active() as usize)
             .min(LISTEN_POOL + self.burst.get());
@@ -376,7 +376,7 @@ impl<F: FileSystem + 'static> Service<F> {
     }
 
     /// One client connection, from accept to the socket's release.
-    async fn connection(self: Rc<Self>, handle: SocketHandle) {
+    async fn connection(self: Rc<Self>, handle: SockId) {
         let mut io = TcpTransport::new(self.stack.clone(), handle, self.stats.clone());
         let peer = io.with(|s| s.remote_endpoint());
         let conn = match peer {

@@ -19,11 +19,12 @@ use core::pin::{pin, Pin};
 use core::task::Poll;
 use core::time::Duration;
 
-use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet};
+use smoltcp::iface::{Config as IfaceConfig, Interface, PollIngressSingleResult, PollResult};
 use smoltcp::socket::{dhcpv4, tcp};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Cidr};
 
 use super::nic::{Interrupts, Nic};
+use super::sockets::{SockId, Sockets};
 use super::syn_gate::SynGate;
 use crate::config::IpConfig;
 use crate::exec::IrqEvent;
@@ -44,14 +45,14 @@ pub fn now() -> smoltcp::time::Instant {
 
 /// The interface, its sockets and the NIC. See the module documentation.
 pub struct Stack {
-    /// The sockets; users borrow them briefly, by handle.
-    pub sockets: RefCell<SocketSet<'static>>,
+    /// The sockets; users borrow them briefly, by id.
+    pub sockets: RefCell<Sockets>,
     iface: RefCell<Interface>,
     nic: RefCell<Nic>,
     /// The NIC's gate for connection requests (the 9P listener arms it).
     pub syn_gate: Rc<SynGate>,
     kick: IrqEvent,
-    dhcp: Option<SocketHandle>,
+    dhcp: Option<SockId>,
     /// The address once configured.
     address: Cell<Option<Ipv4Cidr>>,
     /// Signalled when an address is (re)configured.
@@ -77,9 +78,13 @@ impl Stack {
         // this machine has.
         config.random_seed = crate::hal::cpu::rdtsc();
         let mut iface = Interface::new(config, &mut nic, now());
-        let mut sockets = SocketSet::new(alloc::vec::Vec::new());
+        let mut sockets = Sockets::new();
         let (dhcp, address) = match ip {
-            IpConfig::Dhcp => (Some(sockets.add(dhcpv4::Socket::new())), None),
+            IpConfig::Dhcp => {
+                let id = sockets.add(dhcpv4::Socket::new());
+                sockets.set_fallback(id);
+                (Some(id), None)
+            }
             IpConfig::Static { addr, prefix } => {
                 let cidr = Ipv4Cidr::new(addr, prefix);
                 iface.update_ip_addrs(|a| {
@@ -129,7 +134,7 @@ impl Stack {
     /// the socket is in the set (it then forgets its peer): a socket freed before that
     /// leaves its client believing the connection is open — one that has nothing to send
     /// never learns.
-    pub async fn reset(&self, h: SocketHandle) {
+    pub async fn reset(&self, h: SockId) {
         self.sockets.borrow_mut().get_mut::<tcp::Socket>(h).abort();
         self.kick();
         let sent = poll_fn(|cx| {
@@ -147,7 +152,7 @@ impl Stack {
     }
 
     /// Resets the connection on socket `h` ([`Stack::reset`]) and frees the socket.
-    pub async fn reset_and_remove(&self, h: SocketHandle) {
+    pub async fn reset_and_remove(&self, h: SockId) {
         self.reset(h).await;
         self.sockets.borrow_mut().remove(h);
     }
@@ -189,24 +194,29 @@ impl Stack {
         // the sockets want after every few frames keeps the ACKs (and window updates) of
         // a bulk transfer flowing, which is what clocks the client's sender.
         iface.poll_maintenance(now);
-        loop {
+        let next = loop {
             let mut ingress = 0;
             while ingress < ACK_EVERY_FRAMES {
-                match iface.poll_ingress_single(now, &mut *nic, &mut sockets) {
-                    smoltcp::iface::PollIngressSingleResult::None => break,
-                    _ => ingress += 1,
-                }
+                let Some(frame) = nic.peek() else {
+                    break;
+                };
+                let route = sockets.route(frame);
+                let taken = iface.poll_ingress_single(now, &mut *nic, sockets.set_for(route));
+                debug_assert!(taken != PollIngressSingleResult::None, "the peeked frame");
+                sockets.received(route);
+                ingress += 1;
             }
-            while iface.poll_egress(now, &mut *nic, &mut sockets)
-                != smoltcp::iface::PollResult::None
-            {}
+            let next = sockets.egress(now, |set| {
+                while iface.poll_egress(now, &mut *nic, set) != PollResult::None {}
+                iface.poll_at(now, set)
+            });
             if ingress < ACK_EVERY_FRAMES {
-                break;
+                break next;
             }
-        }
+        };
         self.polls.set(self.polls.get() + 1);
         if let Some(h) = self.dhcp {
-            let event = sockets.get_mut::<dhcpv4::Socket>(h).poll();
+            let event = sockets.get_mut_quiet::<dhcpv4::Socket>(h).poll();
             match event {
                 Some(dhcpv4::Event::Configured(c)) => {
                     iface.update_ip_addrs(|a| {
@@ -245,9 +255,12 @@ impl Stack {
                 None => {}
             }
         }
-        iface
-            .poll_delay(now, &sockets)
-            .map(|d| Duration::from_micros(d.total_micros()))
+        // smoltcp's `Instant - Instant` is the distance either way: a time already past
+        // (a socket that could not send everything) means at once.
+        next.map(|t| match t > now {
+            true => Duration::from_micros((t - now).total_micros()),
+            false => Duration::ZERO,
+        })
     }
 
     /// The poll task: runs for as long as the appliance does.

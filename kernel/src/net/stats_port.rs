@@ -16,8 +16,8 @@ use core::future::poll_fn;
 use core::task::Poll;
 use core::time::Duration;
 
+use super::sockets::SockId;
 use ninep::server::AllowList;
-use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
 
 use super::stack::Stack;
@@ -102,7 +102,7 @@ pub async fn run<S: Source + 'static>(
     }
 }
 
-fn listen(stack: &Stack, port: u16) -> Option<SocketHandle> {
+fn listen(stack: &Stack, port: u16) -> Option<SockId> {
     let mut s = tcp::Socket::new(
         tcp::SocketBuffer::new(vec![0u8; RX_BUFFER]),
         tcp::SocketBuffer::new(vec![0u8; TX_BUFFER]),
@@ -116,7 +116,7 @@ fn listen(stack: &Stack, port: u16) -> Option<SocketHandle> {
 }
 
 /// Reads the request line (briefly), answers, closes.
-async fn answer<S: Source>(stack: &Stack, h: SocketHandle, source: &S) {
+async fn answer<S: Source>(stack: &Stack, h: SockId, source: &S) {
     let with = |f: &mut dyn FnMut(&mut tcp::Socket<'static>)| {
         f(stack.sockets.borrow_mut().get_mut::<tcp::Socket>(h))
     };

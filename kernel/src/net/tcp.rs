@@ -9,8 +9,8 @@
 use alloc::rc::Rc;
 use core::task::{Context, Poll};
 
+use super::sockets::SockId;
 use ninep::conn::Transport;
-use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, State};
 
 use super::stack::Stack;
@@ -29,13 +29,13 @@ pub enum TcpError {
 #[derive(Debug)]
 pub struct TcpTransport {
     stack: Rc<Stack>,
-    handle: SocketHandle,
+    handle: SockId,
     stats: Rc<ServiceStats>,
 }
 
 impl TcpTransport {
     /// The socket `handle` of `stack`.
-    pub fn new(stack: Rc<Stack>, handle: SocketHandle, stats: Rc<ServiceStats>) -> Self {
+    pub fn new(stack: Rc<Stack>, handle: SockId, stats: Rc<ServiceStats>) -> Self {
         TcpTransport {
             stack,
             handle,
@@ -49,7 +49,7 @@ impl TcpTransport {
     }
 
     /// The socket's handle.
-    pub fn handle(&self) -> SocketHandle {
+    pub fn handle(&self) -> SockId {
         self.handle
     }
 }

@@ -1,0 +1,617 @@
+//! [`Sockets`]: the stack's socket table, every socket in a smoltcp `SocketSet` of its
+//! own, so that a poll visits only the sockets that have something to do.
+//!
+//! smoltcp's `Interface` walks the whole set it is given: every sending pass asks every
+//! socket whether it has a segment to send (one segment per socket per pass, so a reply
+//! of k segments costs k + 1 passes), every received segment is matched against every
+//! socket, and the next wake-up is the minimum over every socket. With one set holding
+//! all connections, a poll cost grew with the number of connections: at 64 the sending
+//! passes were a third of the appliance's CPU under load (docs/benchmarks.md, "One set
+//! per socket"). Here:
+//!
+//! - a received frame is routed by its TCP 4-tuple ([`Sockets::route`], a map kept in
+//!   step with the sockets' endpoints) to the one set whose socket takes it, or to a
+//!   listening socket on its port (a connection request), or else to an empty set, where
+//!   smoltcp answers it with a reset as it would have; frames other than TCP go to the
+//!   fallback set (the DHCP client's, if any) and make every socket due, because an ARP
+//!   reply may unblock a socket waiting for its neighbour;
+//! - a set is polled for sending ([`Sockets::egress`]) when it is *due*: it received a
+//!   frame, a user borrowed its socket mutably (data queued, window reopened, state
+//!   changed), or the time smoltcp last asked to be polled at has come;
+//! - the next wake-up is the earliest of the sets' own.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use smoltcp::iface::{SocketHandle, SocketSet};
+use smoltcp::socket::{tcp, AnySocket, Socket};
+use smoltcp::time::Instant;
+use smoltcp::wire::{
+    EthernetFrame, EthernetProtocol, IpAddress, IpEndpoint, IpProtocol, Ipv4Packet, TcpPacket,
+};
+
+/// A socket in [`Sockets`]. Like smoltcp's handles, an id is reused once its socket is
+/// removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SockId(usize);
+
+/// Where a received frame goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// The set of this socket.
+    Socket(SockId),
+    /// The set without sockets: smoltcp answers a TCP segment there with a reset.
+    Nowhere,
+}
+
+/// A connection's endpoints: (local, remote).
+type Tuple = (IpEndpoint, IpEndpoint);
+
+struct Slot {
+    set: SocketSet<'static>,
+    handle: SocketHandle,
+    /// The 4-tuple it is filed under in `by_tuple`, if any.
+    tuple: Option<Tuple>,
+    /// It may have something to send (see the module documentation).
+    dirty: bool,
+    /// When smoltcp last asked for this set to be polled again.
+    due: Option<Instant>,
+}
+
+/// The socket table. See the module documentation.
+pub struct Sockets {
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    by_tuple: BTreeMap<Tuple, SockId>,
+    /// Where frames other than TCP go.
+    fallback: Option<SockId>,
+    nowhere: SocketSet<'static>,
+}
+
+impl core::fmt::Debug for Sockets {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sockets")
+            .field("sockets", &self.len())
+            .field("connections", &self.by_tuple.len())
+            .finish()
+    }
+}
+
+impl Default for Sockets {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What routing needs of a TCP segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Segment {
+    tuple: Tuple,
+    /// It may open a connection (no ACK, no RST): smoltcp lets a listening socket take
+    /// only those.
+    opens: bool,
+}
+
+/// The TCP segment in an Ethernet frame, if it carries one (IPv4, not a fragment).
+fn segment(frame: &[u8]) -> Option<Segment> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    if ip.next_header() != IpProtocol::Tcp || ip.more_frags() || ip.frag_offset() != 0 {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let local = IpEndpoint::new(IpAddress::Ipv4(ip.dst_addr()), tcp.dst_port());
+    let remote = IpEndpoint::new(IpAddress::Ipv4(ip.src_addr()), tcp.src_port());
+    Some(Segment {
+        tuple: (local, remote),
+        opens: !tcp.ack() && !tcp.rst(),
+    })
+}
+
+impl Sockets {
+    /// An empty table.
+    pub fn new() -> Self {
+        Sockets {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_tuple: BTreeMap::new(),
+            fallback: None,
+            nowhere: SocketSet::new(Vec::new()),
+        }
+    }
+
+    /// Sockets in the table.
+    pub fn len(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// The table has no socket.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds `socket` (due at once).
+    pub fn add<T: AnySocket<'static>>(&mut self, socket: T) -> SockId {
+        let mut set = SocketSet::new(Vec::with_capacity(1));
+        let handle = set.add(socket);
+        let slot = Slot {
+            set,
+            handle,
+            tuple: None,
+            dirty: true,
+            due: None,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(slot);
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                self.slots.len() - 1
+            }
+        };
+        let id = SockId(i);
+        self.file(id);
+        id
+    }
+
+    /// Frames other than TCP go to `id`'s set (the DHCP client's).
+    pub fn set_fallback(&mut self, id: SockId) {
+        self.fallback = Some(id);
+    }
+
+    /// Removes socket `id`.
+    ///
+    /// # Panics
+    /// If there is no such socket.
+    pub fn remove(&mut self, id: SockId) {
+        let slot = self.slots[id.0].take().expect("removing a socket twice");
+        self.unfile(id, slot.tuple);
+        if self.fallback == Some(id) {
+            self.fallback = None;
+        }
+        self.free.push(id.0);
+    }
+
+    /// Socket `id`.
+    ///
+    /// # Panics
+    /// If there is no such socket or it is not a `T`.
+    pub fn get<T: AnySocket<'static>>(&self, id: SockId) -> &T {
+        let slot = self.slot(id);
+        slot.set.get(slot.handle)
+    }
+
+    /// Socket `id`, to change: it becomes due (whatever is done may give it something to
+    /// send).
+    ///
+    /// # Panics
+    /// As [`Sockets::get`].
+    pub fn get_mut<T: AnySocket<'static>>(&mut self, id: SockId) -> &mut T {
+        let slot = self.slot_mut(id);
+        slot.dirty = true;
+        slot.set.get_mut(slot.handle)
+    }
+
+    /// Socket `id`, for calls that cannot give it anything to send (taking a DHCP
+    /// client's events): it does not become due.
+    pub fn get_mut_quiet<T: AnySocket<'static>>(&mut self, id: SockId) -> &mut T {
+        let slot = self.slot_mut(id);
+        slot.set.get_mut(slot.handle)
+    }
+
+    /// Where the received `frame` goes (see the module documentation).
+    pub fn route(&mut self, frame: &[u8]) -> Route {
+        let Some(seg) = segment(frame) else {
+            for slot in self.slots.iter_mut().flatten() {
+                slot.dirty = true;
+            }
+            return self.fallback.map_or(Route::Nowhere, Route::Socket);
+        };
+        if let Some(&id) = self.by_tuple.get(&seg.tuple) {
+            // Filed when last polled; it may have been reset since. smoltcp's own test:
+            // a closed socket takes nothing (it keeps its tuple until its reset is sent).
+            if self.tuple_of(id) == Some(seg.tuple) && !self.is_closed(id) {
+                return Route::Socket(id);
+            }
+        }
+        if seg.opens {
+            let (local, _) = seg.tuple;
+            let listening = self.slots.iter().enumerate().find(|(_, slot)| {
+                slot.as_ref()
+                    .and_then(|s| tcp_of(s))
+                    .is_some_and(|s| listens_on(s, local))
+            });
+            if let Some((i, _)) = listening {
+                return Route::Socket(SockId(i));
+            }
+        }
+        Route::Nowhere
+    }
+
+    /// The set a frame routed to `route` is given to; [`Sockets::received`] after.
+    pub fn set_for(&mut self, route: Route) -> &mut SocketSet<'static> {
+        match route {
+            Route::Socket(id) => &mut self.slot_mut(id).set,
+            Route::Nowhere => &mut self.nowhere,
+        }
+    }
+
+    /// A frame routed to `route` was processed: its socket is due (an ACK to send, say),
+    /// and filed under its endpoints if it has just got them.
+    pub fn received(&mut self, route: Route) {
+        if let Route::Socket(id) = route {
+            if let Some(slot) = self.slots[id.0].as_mut() {
+                slot.dirty = true;
+            }
+            self.file(id);
+        }
+    }
+
+    /// Runs `send` on the set of every due socket (see the module documentation): it
+    /// sends what the set has to send and returns when smoltcp wants it polled again.
+    /// Returns the earliest such time over every set.
+    pub fn egress(
+        &mut self,
+        now: Instant,
+        mut send: impl FnMut(&mut SocketSet<'static>) -> Option<Instant>,
+    ) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for i in 0..self.slots.len() {
+            let Some(slot) = self.slots[i].as_mut() else {
+                continue;
+            };
+            if slot.dirty || slot.due.is_some_and(|t| t <= now) {
+                slot.dirty = false;
+                slot.due = send(&mut slot.set);
+                self.file(SockId(i));
+            }
+            let due = self.slots[i].as_ref().and_then(|s| s.due);
+            next = match (next, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        next
+    }
+
+    fn slot(&self, id: SockId) -> &Slot {
+        self.slots[id.0].as_ref().expect("no such socket")
+    }
+
+    fn slot_mut(&mut self, id: SockId) -> &mut Slot {
+        self.slots[id.0].as_mut().expect("no such socket")
+    }
+
+    /// Whether socket `id` is a closed TCP socket.
+    fn is_closed(&self, id: SockId) -> bool {
+        self.slots[id.0]
+            .as_ref()
+            .and_then(tcp_of)
+            .is_some_and(|s| s.state() == tcp::State::Closed)
+    }
+
+    /// The endpoints of socket `id`, if it is a TCP socket that has a peer.
+    fn tuple_of(&self, id: SockId) -> Option<Tuple> {
+        let s = tcp_of(self.slots[id.0].as_ref()?)?;
+        Some((s.local_endpoint()?, s.remote_endpoint()?))
+    }
+
+    /// Files socket `id` under its current endpoints (and no longer under old ones).
+    fn file(&mut self, id: SockId) {
+        let now = self.tuple_of(id);
+        let Some(slot) = self.slots[id.0].as_mut() else {
+            return;
+        };
+        let before = core::mem::replace(&mut slot.tuple, now);
+        if before != now {
+            self.unfile(id, before);
+            if let Some(t) = now {
+                self.by_tuple.insert(t, id);
+            }
+        }
+    }
+
+    fn unfile(&mut self, id: SockId, tuple: Option<Tuple>) {
+        if let Some(t) = tuple {
+            if self.by_tuple.get(&t) == Some(&id) {
+                self.by_tuple.remove(&t);
+            }
+        }
+    }
+}
+
+/// The slot's socket, if it is a TCP one.
+fn tcp_of(slot: &Slot) -> Option<&tcp::Socket<'static>> {
+    tcp::Socket::downcast(slot.set.iter().next().map(|(_, s): (_, &Socket)| s)?)
+}
+
+/// Whether listening socket `s` takes a connection request to `local` (smoltcp's own
+/// test: state, port, and address if it listens on one).
+fn listens_on(s: &tcp::Socket, local: IpEndpoint) -> bool {
+    let listen = s.listen_endpoint();
+    s.state() == tcp::State::Listen
+        && listen.port == local.port
+        && listen.addr.is_none_or(|a| a == local.addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smoltcp::wire::{
+        EthernetAddress, EthernetRepr, IpProtocol, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr,
+        TcpSeqNumber,
+    };
+
+    const LOCAL: Ipv4Address = Ipv4Address::new(10, 0, 2, 15);
+    const REMOTE: Ipv4Address = Ipv4Address::new(10, 0, 2, 2);
+
+    fn socket() -> tcp::Socket<'static> {
+        tcp::Socket::new(
+            tcp::SocketBuffer::new(alloc::vec![0; 1024]),
+            tcp::SocketBuffer::new(alloc::vec![0; 1024]),
+        )
+    }
+
+    /// An Ethernet frame with a TCP segment from REMOTE:`from` to LOCAL:`to`.
+    fn frame(from: u16, to: u16, control: TcpControl, ack: bool) -> Vec<u8> {
+        let tcp = TcpRepr {
+            src_port: from,
+            dst_port: to,
+            control,
+            seq_number: TcpSeqNumber(1),
+            ack_number: ack.then_some(TcpSeqNumber(1)),
+            window_len: 1024,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload: &[],
+        };
+        let ip = Ipv4Repr {
+            src_addr: REMOTE,
+            dst_addr: LOCAL,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+            ethertype: EthernetProtocol::Ipv4,
+        };
+        let mut buf = alloc::vec![0u8; eth.buffer_len() + ip.buffer_len() + tcp.buffer_len()];
+        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
+        eth.emit(&mut f);
+        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
+        ip.emit(&mut p, &smoltcp::phy::ChecksumCapabilities::default());
+        let mut t = TcpPacket::new_unchecked(p.payload_mut());
+        tcp.emit(
+            &mut t,
+            &IpAddress::Ipv4(REMOTE),
+            &IpAddress::Ipv4(LOCAL),
+            &smoltcp::phy::ChecksumCapabilities::default(),
+        );
+        buf
+    }
+
+    #[test]
+    fn a_segment_is_read_from_its_frame() {
+        let f = frame(40000, 564, TcpControl::Syn, false);
+        let seg = segment(&f).expect("a TCP segment");
+        assert_eq!(seg.tuple.0, IpEndpoint::new(LOCAL.into(), 564));
+        assert_eq!(seg.tuple.1, IpEndpoint::new(REMOTE.into(), 40000));
+        assert!(seg.opens);
+        assert!(
+            !segment(&frame(40000, 564, TcpControl::None, true))
+                .unwrap()
+                .opens
+        );
+        assert!(
+            !segment(&frame(40000, 564, TcpControl::Rst, false))
+                .unwrap()
+                .opens
+        );
+        assert_eq!(segment(&f[..20]), None, "a truncated frame");
+    }
+
+    #[test]
+    fn a_connection_request_goes_to_a_listening_socket_on_its_port() {
+        let mut t = Sockets::new();
+        let other = t.add(socket());
+        t.get_mut::<tcp::Socket>(other).listen(80).unwrap();
+        let listener = t.add(socket());
+        t.get_mut::<tcp::Socket>(listener).listen(564).unwrap();
+        let syn = frame(40000, 564, TcpControl::Syn, false);
+        assert_eq!(t.route(&syn), Route::Socket(listener));
+        // Not a request: no listening socket takes it, smoltcp resets it.
+        assert_eq!(
+            t.route(&frame(40000, 564, TcpControl::None, true)),
+            Route::Nowhere
+        );
+        assert_eq!(
+            t.route(&frame(40000, 81, TcpControl::Syn, false)),
+            Route::Nowhere
+        );
+    }
+
+    #[test]
+    fn non_tcp_frames_go_to_the_fallback_and_make_every_socket_due() {
+        let mut t = Sockets::new();
+        let a = t.add(socket());
+        let b = t.add(socket());
+        let mut arp = frame(1, 2, TcpControl::None, true);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(t.route(&arp), Route::Nowhere);
+        t.set_fallback(b);
+        assert_eq!(t.route(&arp), Route::Socket(b));
+        let mut polled = Vec::new();
+        let now = Instant::from_millis(0);
+        t.egress(now, |s| {
+            polled.push(s.iter().count());
+            None
+        });
+        assert_eq!(polled.len(), 2, "{a:?} and {b:?} were due");
+    }
+
+    #[test]
+    fn only_due_sockets_are_polled_and_the_earliest_wake_up_wins() {
+        let mut t = Sockets::new();
+        let ids: Vec<SockId> = (0..4).map(|_| t.add(socket())).collect();
+        let now = Instant::from_millis(100);
+        // Every new socket is due once; each asks for a later poll at 200 + its index.
+        let mut n = 0;
+        let next = t.egress(now, |_| {
+            n += 1;
+            Some(Instant::from_millis(200 + n))
+        });
+        assert_eq!((n, next), (4, Some(Instant::from_millis(201))));
+        // Nothing happened: nothing is polled.
+        let mut polled = 0;
+        t.egress(now, |s| {
+            polled += 1;
+            s.iter().count();
+            None
+        });
+        assert_eq!(polled, 0);
+        // A user touched one socket: only that one.
+        t.get_mut::<tcp::Socket>(ids[2]).set_nagle_enabled(false);
+        let mut polled = 0;
+        let next = t.egress(now, |_| {
+            polled += 1;
+            None
+        });
+        assert_eq!(polled, 1);
+        assert_eq!(
+            next,
+            Some(Instant::from_millis(201)),
+            "socket 2 no longer asks"
+        );
+        // Time passes: the due ones are polled.
+        let mut polled = 0;
+        t.egress(Instant::from_millis(202), |_| {
+            polled += 1;
+            None
+        });
+        assert_eq!(polled, 2, "the sockets due at 201 and 202");
+        // A quiet borrow does not make a socket due.
+        let _ = t.get_mut_quiet::<tcp::Socket>(ids[0]);
+        let mut polled = 0;
+        t.egress(Instant::from_millis(202), |_| {
+            polled += 1;
+            None
+        });
+        assert_eq!(polled, 0);
+    }
+
+    /// A device that receives the frames queued in it and drops what it sends.
+    struct Frames(alloc::collections::VecDeque<Vec<u8>>);
+
+    struct Rx(Vec<u8>);
+    struct Tx;
+
+    impl smoltcp::phy::RxToken for Rx {
+        fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+            f(&self.0)
+        }
+    }
+
+    impl smoltcp::phy::TxToken for Tx {
+        fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+            f(&mut alloc::vec![0; len])
+        }
+    }
+
+    impl smoltcp::phy::Device for Frames {
+        type RxToken<'a> = Rx;
+        type TxToken<'a> = Tx;
+
+        fn receive(&mut self, _: Instant) -> Option<(Rx, Tx)> {
+            Some((Rx(self.0.pop_front()?), Tx))
+        }
+
+        fn transmit(&mut self, _: Instant) -> Option<Tx> {
+            Some(Tx)
+        }
+
+        fn capabilities(&self) -> smoltcp::phy::DeviceCapabilities {
+            let mut caps = smoltcp::phy::DeviceCapabilities::default();
+            caps.medium = smoltcp::phy::Medium::Ethernet;
+            caps.max_transmission_unit = 1514;
+            caps
+        }
+    }
+
+    #[test]
+    fn a_connection_is_filed_under_its_tuple_once_its_socket_took_the_request() {
+        use smoltcp::iface::{Config, Interface};
+        use smoltcp::wire::{HardwareAddress, IpCidr};
+        let now = Instant::from_millis(0);
+        let mut dev = Frames(Default::default());
+        let mac = EthernetAddress([2, 0, 0, 0, 0, 1]);
+        let mut iface = Interface::new(Config::new(HardwareAddress::Ethernet(mac)), &mut dev, now);
+        iface.update_ip_addrs(|a| a.push(IpCidr::new(LOCAL.into(), 24)).unwrap());
+        let mut t = Sockets::new();
+        let first = t.add(socket());
+        let second = t.add(socket());
+        for id in [first, second] {
+            t.get_mut::<tcp::Socket>(id).listen(564).unwrap();
+        }
+        // A client's SYN: the first listening socket takes it and gets the client's tuple.
+        let syn = frame(40000, 564, TcpControl::Syn, false);
+        let route = t.route(&syn);
+        assert_eq!(route, Route::Socket(first));
+        dev.0.push_back(syn);
+        iface.poll_ingress_single(now, &mut dev, t.set_for(route));
+        t.received(route);
+        assert_eq!(t.get::<tcp::Socket>(first).state(), tcp::State::SynReceived);
+        // Its next segments go to it by the tuple; another client's SYN to the socket
+        // still listening; a segment of an unknown connection nowhere.
+        assert_eq!(
+            t.route(&frame(40000, 564, TcpControl::None, true)),
+            Route::Socket(first)
+        );
+        assert_eq!(
+            t.route(&frame(40001, 564, TcpControl::Syn, false)),
+            Route::Socket(second)
+        );
+        assert_eq!(
+            t.route(&frame(40002, 564, TcpControl::None, true)),
+            Route::Nowhere
+        );
+        // Reset, its reset not sent yet (no neighbour): it takes nothing more, and a new
+        // request from the same port goes to the socket still listening.
+        t.get_mut::<tcp::Socket>(first).abort();
+        assert_eq!(
+            t.route(&frame(40000, 564, TcpControl::None, true)),
+            Route::Nowhere
+        );
+        assert_eq!(
+            t.route(&frame(40000, 564, TcpControl::Syn, false)),
+            Route::Socket(second)
+        );
+        // Removed: unfiled.
+        t.remove(first);
+        assert!(t.by_tuple.is_empty());
+    }
+
+    #[test]
+    fn ids_are_reused_and_a_removed_socket_is_unfiled() {
+        let mut t = Sockets::new();
+        let a = t.add(socket());
+        let b = t.add(socket());
+        t.remove(a);
+        assert_eq!(t.len(), 1);
+        let c = t.add(socket());
+        assert_eq!(c, a, "the free slot is reused");
+        t.remove(b);
+        t.remove(c);
+        assert!(t.is_empty());
+        assert!(t.by_tuple.is_empty());
+    }
+}
