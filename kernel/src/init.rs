@@ -132,7 +132,7 @@ fn fallback_platform() -> &'static PlatformInfo {
 fn init_interrupts(platform: &PlatformInfo) {
     pic::disable();
     lapic::init(platform.lapic_addr).expect("mapping the local APIC");
-    irq::set_fixed_handler(irq::TIMER_VECTOR, || {});
+    irq::set_fixed_handler(irq::TIMER_VECTOR, task::timer_fired);
     irq::set_fixed_handler(irq::ERROR_VECTOR, || {});
     irq::set_fixed_handler(irq::WAKE_VECTOR, || {});
     let per_ms = lapic::calibrate_timer(clock::uptime);

@@ -3,7 +3,7 @@
 
 use core::cell::OnceCell;
 use core::future::Future;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::task::Context;
 use core::time::Duration;
 
@@ -36,9 +36,23 @@ impl Platform for KernelPlatform {
             cpu::enable_interrupts();
             return;
         }
+        let armed = &TIMER_AT[self.cpu];
         match deadline {
-            Some(d) => lapic::arm_oneshot(d - self.now()),
-            None => lapic::disarm(),
+            // Armed for this deadline or an earlier one: it wakes us in time (early at
+            // worst, and then the next halt arms it for `d`).
+            Some(d) if (1..=d.as_nanos()).contains(&armed.load(Ordering::Relaxed)) => {}
+            Some(d) => {
+                if !TIMER_ONESHOT[self.cpu].swap(true, Ordering::Relaxed) {
+                    lapic::unmask_oneshot();
+                }
+                lapic::arm(d - self.now());
+                armed.store(d.as_nanos().max(1), Ordering::Relaxed);
+            }
+            None => {
+                if armed.swap(0, Ordering::Relaxed) != 0 {
+                    lapic::disarm();
+                }
+            }
         }
         let halted = self.now();
         HALTED_AT[self.cpu].store(halted.as_nanos(), Ordering::Relaxed);
@@ -57,6 +71,20 @@ impl Platform for KernelPlatform {
             }
         }))
     }
+}
+
+/// The clock time (nanoseconds) each CPU's APIC timer is armed for; 0 when it is not
+/// (never armed, fired, or stopped). Halting re-arms the timer only for an earlier
+/// deadline: each arming is a trapped MMIO write under emulation, and the executor halts
+/// between most requests (it was 10-15% of the appliance's CPU with a few busy
+/// connections, docs/benchmarks.md).
+static TIMER_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// Whether each CPU's timer is in one-shot mode and unmasked (from its first arming on).
+static TIMER_ONESHOT: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+
+/// The local APIC timer's interrupt handler: the timer is no longer armed.
+pub fn timer_fired() {
+    TIMER_AT[percpu::index()].store(0, Ordering::Relaxed);
 }
 
 /// Nanoseconds each CPU spent halted, waiting for work (interrupt handlers that ran

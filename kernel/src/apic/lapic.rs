@@ -137,16 +137,21 @@ pub fn calibrate_timer(now: impl Fn() -> Duration) -> u64 {
     per_ms
 }
 
-/// Arms the timer to interrupt once, `after` from now (clamped to what the counter can
-/// hold; the executor re-arms as needed). Zero fires as soon as possible.
-pub fn arm_oneshot(after: Duration) {
+/// Sets this CPU's timer to one-shot mode and unmasks it, without starting it: then
+/// [`arm`] starts it.
+pub fn unmask_oneshot() {
+    regs().write32(LVT_TIMER, u32::from(TIMER_VECTOR));
+}
+
+/// Starts the timer to interrupt once, `after` from now (clamped to what the counter can
+/// hold; the executor re-arms as needed). Zero fires as soon as possible. Needs
+/// [`unmask_oneshot`] first on this CPU.
+pub fn arm(after: Duration) {
     let per_ms = TICKS_PER_MS.load(Ordering::Relaxed);
     assert!(per_ms != 0, "APIC timer not calibrated");
     let ticks = u128::from(per_ms) * after.as_nanos() / 1_000_000;
     let ticks = ticks.clamp(1, u128::from(u32::MAX)) as u32;
-    let regs = regs();
-    regs.write32(LVT_TIMER, u32::from(TIMER_VECTOR)); // one-shot, unmasked
-    regs.write32(TIMER_INITIAL, ticks);
+    regs().write32(TIMER_INITIAL, ticks);
 }
 
 /// Stops the timer.
