@@ -168,7 +168,8 @@ class Server:
 
     def load(self, workload, conns, seconds, check=True):
         cmd = [self.a.load, "--port", str(NINEP_PORT), "--workload", workload, "--conns", str(conns),
-               "--seconds", str(seconds), "--aname", self.aname, "--tag", f"{self.runs}"]  # fmt: skip
+               "--seconds", str(seconds), "--aname", self.aname, "--tag", f"{self.runs}",
+               "--idle", str(self.a.idle if check else 0)]  # fmt: skip
         self.runs += 1
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 600)
         try:
@@ -227,7 +228,8 @@ def markdown(report):
     out = [
         "# ninefold load benchmark (make bench-load)", "",
         f"{m['date']} on {m['host']} ({m['cpus']} CPUs, load {m['load']}); {m['seconds_per_point']} s per point; "
-        f"servers: {m['server']}; client: ninep-load on the host (one thread per connection).", "",
+        f"servers: {m['server']}; client: ninep-load on the host (one thread per connection"
+        + (f", and {m['idle']} more attached and quiet at every point" if m.get("idle") else "") + ").", "",
         "ops/s (p99 ms) per system; `x btrfs` = ninefold / linux-vm-btrfs-diod; flushes and KiB "
         "written per fsync are the server disk's; idle = the appliance's idle CPU share.", "",
     ]  # fmt: skip
@@ -256,7 +258,13 @@ def markdown(report):
             app, btrfs = val.get((w, c, "ninefold")), val.get((w, c, "linux-vm-btrfs-diod"))
             if app and btrfs and btrfs["ops_per_s"]:
                 r = app["ops_per_s"] / btrfs["ops_per_s"]
-                out.append(f"- {w} + fsync, {c} connections: >= 5x linux-vm-btrfs-diod: {r:.2f}x — {'met' if r >= 5 else 'NOT met'}")
+                line = f"- {w} + fsync, {c} connections: >= 5x linux-vm-btrfs-diod: {r:.2f}x — {'met' if r >= 5 else 'NOT met'}"
+                idle = app.get("idle_share")
+                if r < 5 and idle is not None and idle < 0.1:
+                    # What bounds it: the appliance's one emulated vCPU had no time left.
+                    line += (f" (the appliance's vCPU was busy {100 * (1 - idle):.0f}% of the time at "
+                             f"{app['ops_per_s']:.0f} ops/s; 5x would be {5 * btrfs['ops_per_s']:.0f})")
+                out.append(line)
     if report["failed"]:
         out += ["", "## Failed", ""] + [f"- {f['system']} {f['workload']} x{f['conns']}: {f['error']}" for f in report["failed"]]
     return "\n".join(out) + "\n"
@@ -278,6 +286,9 @@ def main():
     ap.add_argument("--port", type=int, default=NINEP_PORT,
                     help=f"host port of the 9P forward; the counters' is the next one (default {NINEP_PORT})")
     ap.add_argument("--appliance", help="the image to run (default build/appliance.elf)")
+    ap.add_argument("--idle", type=int, default=0,
+                    help="also keep this many connections attached and quiet at every point (mounted guests "
+                    "with nothing to do; default 0)")
     ap.add_argument("--profile", action="store_true",
                     help="sample the appliance with tests/bench/profile.py at every point (an image with frame "
                     "pointers: make image-profile, then --appliance build/appliance-profile.elf)")
@@ -300,7 +311,7 @@ def main():
     meta = {
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "host": os.uname().nodename,
         "cpus": os.cpu_count(), "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "seconds_per_point": seconds, "systems": systems, "workloads": workloads, "conns": conns,
+        "seconds_per_point": seconds, "idle": a.idle, "systems": systems, "workloads": workloads, "conns": conns,
         "server": f"{a.server_mem}, {a.server_cpus} vCPU, NVMe {a.disk_size >> 30} GiB, QEMU user net (TCG)",
     }  # fmt: skip
     results, failed = [], []

@@ -11,7 +11,9 @@
 //!   getattr   `Twalk` to a file + `Tgetattr` + `Tclunk`, as `stat` does
 //!
 //! Usage: ninep-load --port PORT --workload W --conns N [--seconds S] [--aname A]
-//!        [--uid U] [--tag T]
+//!        [--uid U] [--tag T] [--idle I]
+//! `--idle I` also opens I connections that attach and then stay quiet for the run, as
+//! mounted guests with nothing to do: what they cost the server's busy connections.
 //! The server is on 127.0.0.1:PORT (QEMU forwards reach the guests from there). Output:
 //! `{"workload","conns","seconds","ops","ops_per_s","fsyncs","bytes","p50_us","p99_us",
 //! "max_us","errors"}`; exit status 1 if any connection failed.
@@ -67,6 +69,8 @@ struct Args {
     uid: u32,
     /// Names this run's files apart from earlier runs' on the same server.
     tag: String,
+    /// Connections attached and kept quiet during the run.
+    idle: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
         aname: String::new(),
         uid: 0,
         tag: format!("{}", std::process::id()),
+        idle: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -93,6 +98,7 @@ fn parse_args() -> Result<Args, String> {
             "--aname" => a.aname = value()?,
             "--uid" => a.uid = value()?.parse().map_err(|e| format!("--uid: {e}"))?,
             "--tag" => a.tag = value()?,
+            "--idle" => a.idle = value()?.parse().map_err(|e| format!("--idle: {e}"))?,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -230,6 +236,36 @@ fn setup(a: &Args, index: usize) -> Result<Conn, String> {
     })
 }
 
+/// Connects, negotiates and attaches a connection that will stay quiet.
+fn idle(a: &Args, index: usize) -> Result<Client<Tcp>, String> {
+    let s = TcpStream::connect(("127.0.0.1", a.port)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(REPLY_TIMEOUT)).ok();
+    let mut c = Client::new(Tcp(s));
+    c.version(1 << 20, b"9P2000.L")
+        .map_err(|e| format!("idle connection {index}: version: {e:?}"))?;
+    c.attach(ROOT, a.uid, &a.aname)
+        .map_err(|e| format!("idle connection {index}: attach: {e:?}"))?;
+    Ok(c)
+}
+
+/// `open(0..n)`, one after the other; on the first failure, the error line and exit
+/// status 1.
+fn open_all<T>(n: usize, open: impl Fn(usize) -> Result<T, String>) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            // The test client panics when the server closes the connection.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(i)))
+                .unwrap_or_else(|_| {
+                    Err(format!("connection {i}: closed by the server during setup"))
+                })
+                .unwrap_or_else(|e| {
+                    println!("{}", serde_json::json!({ "errors": [e] }));
+                    std::process::exit(1);
+                })
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
@@ -248,19 +284,8 @@ fn main() {
     let run_for = Duration::from_secs_f64(a.seconds);
     // Connections are set up one after the other, as clients mounting at different
     // moments would be, and only then measured together.
-    let mut conns = Vec::with_capacity(a.conns);
-    for i in 0..a.conns {
-        // The test client panics when the server closes the connection.
-        let set_up = std::panic::catch_unwind(|| setup(&a, i))
-            .unwrap_or_else(|_| Err(format!("connection {i}: closed by the server during setup")));
-        match set_up {
-            Ok(c) => conns.push(c),
-            Err(e) => {
-                println!("{}", serde_json::json!({ "errors": [e] }));
-                std::process::exit(1);
-            }
-        }
-    }
+    let conns = open_all(a.conns, |i| setup(&a, i));
+    let quiet = open_all(a.idle, |i| idle(&a, i));
     let start = Arc::new(Barrier::new(a.conns + 1));
     let threads: Vec<_> = conns
         .into_iter()
@@ -282,6 +307,7 @@ fn main() {
         })
         .collect();
     let elapsed = began.elapsed().as_secs_f64();
+    drop(quiet);
     let mut all: Vec<u32> = tallies
         .iter()
         .flat_map(|t| t.latencies_us.iter().copied())
@@ -291,6 +317,7 @@ fn main() {
     let report = serde_json::json!({
         "workload": a.workload.name(),
         "conns": a.conns,
+        "idle": a.idle,
         "seconds": (elapsed * 1000.0).round() / 1000.0,
         "ops": all.len(),
         "ops_per_s": (all.len() as f64 / elapsed * 10.0).round() / 10.0,
