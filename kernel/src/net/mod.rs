@@ -84,11 +84,8 @@ mod serve_impl {
     ) -> Result<Rc<Service<AdminFs<F>>>, NetError> {
         let dev = Nic::find().ok_or(NetError::NoNic)?;
         let nic = Nic::new(dev, config.mtu).map_err(NetError::Nic)?;
-        let stack = Rc::new(Stack::new(nic, config.ip, config.gateway));
-        task::spawn({
-            let stack = stack.clone();
-            async move { stack.run().await }
-        });
+        let (stack, poller) = Stack::new(nic, config.ip, config.gateway);
+        task::spawn(poller.run());
         let address = stack.wait_configured().await;
         let limits = &config.ninep;
         let base = NinepConfig {

@@ -30,6 +30,7 @@
 //! filesystem.
 
 use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
@@ -63,12 +64,12 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The 9P service on one TCP port. See the module documentation.
 pub struct Service<F: FileSystem + 'static> {
-    stack: Rc<Stack>,
+    stack: Arc<Stack>,
     server: Rc<Server<F>>,
     port: u16,
     buffer: usize,
     max_conns: usize,
-    stats: Rc<ServiceStats>,
+    stats: Arc<ServiceStats>,
     /// Signalled when a connection task ends (the pool may grow again).
     ended: IrqEvent,
     /// Signalled when a connection task ends, for [`Service::drain`].
@@ -106,7 +107,7 @@ impl<F: FileSystem + 'static> Service<F> {
     /// A service for `server` on TCP `port`, with `buffer`-byte socket buffers each way,
     /// serving up to `max_conns` connections.
     pub fn new(
-        stack: Rc<Stack>,
+        stack: Arc<Stack>,
         server: Rc<Server<F>>,
         port: u16,
         buffer: usize,
@@ -118,7 +119,7 @@ impl<F: FileSystem + 'static> Service<F> {
             port,
             buffer,
             max_conns,
-            stats: Rc::new(ServiceStats::default()),
+            stats: Arc::default(),
             ended: IrqEvent::new(),
             drained: IrqEvent::new(),
             stopping: Cell::new(false),
@@ -139,7 +140,7 @@ impl<F: FileSystem + 'static> Service<F> {
     }
 
     /// The network stack it listens on.
-    pub fn stack(&self) -> &Rc<Stack> {
+    pub fn stack(&self) -> &Arc<Stack> {
         &self.stack
     }
 
@@ -158,7 +159,7 @@ impl<F: FileSystem + 'static> Service<F> {
             self.stats.listen_errors.inc();
             return None;
         }
-        Some(self.stack.sockets.borrow_mut().add(s))
+        Some(self.stack.add(s))
     }
 
     /// The listener: runs until [`Service::stop_listening`].
@@ -197,13 +198,11 @@ impl<F: FileSystem + 'static> Service<F> {
                     return Poll::Ready(());
                 }
                 registered = true;
-                let mut sockets = self.stack.sockets.borrow_mut();
                 for &h in &pool {
-                    sockets
-                        .get_mut::<tcp::Socket>(h)
-                        .register_recv_waker(cx.waker());
+                    self.stack
+                        .peek_tcp(h, |s| s.register_recv_waker(cx.waker()));
                 }
-                self.stack.syn_gate.register_listener(cx.waker());
+                self.stack.syn_gate().register_listener(cx.waker());
                 let ended = core::pin::pin!(self.ended.wait()).poll(cx);
                 let stop = core::pin::pin!(self.stop.wait()).poll(cx);
                 if ended.is_ready() || stop.is_ready() {
@@ -226,23 +225,17 @@ impl<F: FileSystem + 'static> Service<F> {
     /// Lets as many connection requests through as the pool has sockets listening;
     /// those past it are held back until the pool is refilled (`super::syn_gate`).
     fn arm_syn_gate(&self, pool: &[SockId]) {
-        let sockets = self.stack.sockets.borrow();
-        let listening = pool
-            .iter()
-            .filter(|&&h| sockets.get::<tcp::Socket>(h).state() == State::Listen)
-            .count();
-        self.stack.syn_gate.arm(self.port, listening);
+        let listening = pool.iter().filter(|&&h| self.listening(h)).count();
+        self.stack.syn_gate().arm(self.port, listening);
     }
 
     /// Frees the pool's sockets, resetting those a client has reached.
     async fn close_pool(&self, pool: Vec<SockId>) {
         // Nothing will listen again: clients are refused at once.
-        self.stack.syn_gate.open();
+        self.stack.syn_gate().open();
         for h in pool {
-            let listening =
-                self.stack.sockets.borrow().get::<tcp::Socket>(h).state() == State::Listen;
-            if listening {
-                self.stack.sockets.borrow_mut().remove(h);
+            if self.listening(h) {
+                self.stack.remove(h);
             } else {
                 self.stack.reset_and_remove(h).await;
             }
@@ -275,39 +268,35 @@ impl<F: FileSystem + 'static> Service<F> {
 
     /// Takes the pool sockets a client has connected to out of the pool.
     fn accept(&self, pool: &mut Vec<SockId>) -> Vec<SockId> {
-        let mut sockets = self.stack.sockets.borrow_mut();
         let mut accepted = Vec::new();
-        pool.retain(|&h| {
-            let s = sockets.get_mut::<tcp::Socket>(h);
-            match s.state() {
-                State::Listen | State::SynReceived => true,
-                State::Closed => {
-                    // A handshake that was reset or timed out: listen again.
-                    if s.listen(self.port).is_err() {
-                        sockets.remove(h);
-                        return false;
-                    }
-                    true
+        pool.retain(|&h| match self.stack.peek_tcp(h, |s| s.state()) {
+            State::Listen | State::SynReceived => true,
+            State::Closed => {
+                // A handshake that was reset or timed out: listen again.
+                if self.stack.with_tcp(h, |s| s.listen(self.port)).is_err() {
+                    self.stack.remove(h);
+                    return false;
                 }
-                _ => {
-                    accepted.push(h);
-                    false
-                }
+                true
+            }
+            _ => {
+                accepted.push(h);
+                false
             }
         });
         accepted
+    }
+
+    /// Whether pool socket `h` is still waiting for a client.
+    fn listening(&self, h: SockId) -> bool {
+        self.stack.peek_tcp(h, |s| s.state()) == State::Listen
     }
 
     /// Whether the client of a just-accepted socket may stay: some export allows its
     /// address (`ninep::server::Server::admit`, which counts refusals). If not, the
     /// connection is reset and the socket freed.
     async fn admitted(&self, handle: SockId) -> bool {
-        let peer = self
-            .stack
-            .sockets
-            .borrow()
-            .get::<tcp::Socket>(handle)
-            .remote_endpoint();
+        let peer = self.stack.peek_tcp(handle, |s| s.remote_endpoint());
         if self.server.admit(peer.map(|ep| ip_of(ep.addr))) {
             return true;
         }
@@ -320,12 +309,7 @@ impl<F: FileSystem + 'static> Service<F> {
     /// reclaimed for it.
     async fn refuse(&self, handle: SockId) {
         self.stats.refused.inc();
-        let peer = self
-            .stack
-            .sockets
-            .borrow()
-            .get::<tcp::Socket>(handle)
-            .remote_endpoint();
+        let peer = self.stack.peek_tcp(handle, |s| s.remote_endpoint());
         log::warn!(
             "9p: {peer:?}: refused: {} connections open, none idle",
             self.stats.active()
@@ -338,7 +322,7 @@ impl<F: FileSystem + 'static> Service<F> {
     /// without one held back. A retransmission held back again counts again, which only
     /// makes the pool larger for a while; the connection limit bounds it.
     fn plan_burst(&self) {
-        let held = self.stack.syn_gate.take_held();
+        let held = self.stack.syn_gate().take_held();
         let now = clock::uptime();
         if held > 0 {
             let expected = (self.burst.get() + held).min(self.max_conns);
@@ -366,12 +350,10 @@ impl<F: FileSystem + 'static> Service<F> {
             }
         }
         while pool.len() > allowance {
-            let mut sockets = self.stack.sockets.borrow_mut();
-            let idle = pool
-                .iter()
-                .position(|&h| sockets.get::<tcp::Socket>(h).state() == State::Listen);
-            let Some(i) = idle else { break };
-            sockets.remove(pool.swap_remove(i));
+            let Some(i) = pool.iter().position(|&h| self.listening(h)) else {
+                break;
+            };
+            self.stack.remove(pool.swap_remove(i));
         }
     }
 
@@ -385,7 +367,6 @@ impl<F: FileSystem + 'static> Service<F> {
         };
         let id = conn.session().id();
         log::debug!("9p: conn {id}: accepted from {peer:?}");
-        let (rx0, tx0) = (self.stats.rx_bytes.get(), self.stats.tx_bytes.get());
         let result = conn.run(&mut io).await;
         let state = io.with(|s| s.state());
         let mut shed = false;
@@ -427,12 +408,12 @@ impl<F: FileSystem + 'static> Service<F> {
         } else {
             self.close(&io).await;
         }
-        self.stack.sockets.borrow_mut().remove(handle);
+        self.stack.remove(handle);
         self.stats.closed.inc();
         log::info!(
-            "9p: conn {id}: {how} (this connection: rx ~{} B, tx ~{} B); {} active",
-            self.stats.rx_bytes.get() - rx0,
-            self.stats.tx_bytes.get() - tx0,
+            "9p: conn {id}: {how} (this connection: rx {} B, tx {} B); {} active",
+            io.rx_bytes(),
+            io.tx_bytes(),
             self.stats.active()
         );
         self.ended.signal();
@@ -483,12 +464,7 @@ impl<F: FileSystem + 'static> Service<F> {
         loop {
             task::sleep(STATS_INTERVAL).await;
             let s = &self.stats;
-            let now = (
-                s.accepted.get(),
-                s.closed.get(),
-                s.rx_bytes.get(),
-                s.tx_bytes.get(),
-            );
+            let now = (s.accepted.get(), s.closed.get(), s.rx_bytes(), s.tx_bytes());
             if now != last {
                 last = now;
                 self.log_stats();
