@@ -1,4 +1,5 @@
-//! The 9P service's limits and how they are sized from memory (pure; host-tested).
+//! The 9P service's limits, how they are sized from memory, and which CPU serves a new
+//! connection (pure; host-tested).
 
 /// Default most concurrent client connections (`max_conns=`). Past it a new client takes
 /// the slot of the quietest connection without fids, or is refused (reset).
@@ -47,6 +48,17 @@ pub fn client_memory(heap_bytes: u64) -> usize {
     (heap_bytes / CLIENT_MEMORY_SHARE).max(MIN_CLIENT_MEMORY) as usize
 }
 
+/// The CPU to serve a new connection: of the `candidates` (CPU index, connections it
+/// serves now), the one serving fewest. Ties go to a CPU other than 0, which also runs the
+/// network stack and the housekeeping, then to the lowest index. `None` without
+/// candidates.
+pub fn least_loaded_cpu(candidates: impl IntoIterator<Item = (usize, u64)>) -> Option<usize> {
+    candidates
+        .into_iter()
+        .min_by_key(|&(cpu, active)| (active, cpu == 0, cpu))
+        .map(|(cpu, _)| cpu)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +102,22 @@ mod tests {
         let sockets = (socket_buffer(heap, max_sockets(64)) * 2 * max_sockets(64)) as u64;
         let worst = heap * 2 / 5 + sockets + client_memory(heap) as u64;
         assert!(worst < heap * 17 / 20, "{worst} of {heap}");
+    }
+
+    #[test]
+    fn a_connection_goes_to_the_cpu_serving_fewest() {
+        assert_eq!(least_loaded_cpu([]), None);
+        assert_eq!(least_loaded_cpu([(0, 0)]), Some(0));
+        // Equal load: not CPU 0 (it runs the stack), then the lowest index.
+        assert_eq!(least_loaded_cpu([(0, 2), (1, 2), (2, 2)]), Some(1));
+        assert_eq!(least_loaded_cpu([(0, 1), (1, 2), (2, 3)]), Some(0));
+        assert_eq!(least_loaded_cpu([(0, 3), (1, 2), (3, 1)]), Some(3));
+        // Handing out one at a time spreads them evenly.
+        let mut load = [0u64; 4];
+        for _ in 0..10 {
+            let cpu = least_loaded_cpu(load.iter().copied().enumerate()).unwrap();
+            load[cpu] += 1;
+        }
+        assert_eq!(load, [2, 3, 3, 2]);
     }
 }
