@@ -38,6 +38,7 @@ pub use serve_impl::{serve, NetError};
 #[cfg(target_os = "none")]
 mod serve_impl {
     use alloc::rc::Rc;
+    use alloc::sync::Arc;
     use core::fmt;
 
     use ninep::admin::AdminFs;
@@ -115,7 +116,7 @@ mod serve_impl {
         config9p.memory = config9p.memory_for(client_mem);
         let memory = config9p.memory;
         // The administration tree is reachable only through its export (`admin_allow=`).
-        let server = Rc::new(Server::new(AdminFs::new(fs), config9p));
+        let server = Arc::new(Server::new(AdminFs::new(fs), config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets(limits.max_conns));
         let service = Service::new(stack, server, config.port, buffer, limits.max_conns);
         task::spawn(service.clone().run());

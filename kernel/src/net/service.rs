@@ -30,6 +30,7 @@
 //! filesystem.
 
 use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
@@ -64,7 +65,7 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// The 9P service on one TCP port. See the module documentation.
 pub struct Service<F: FileSystem + 'static> {
     stack: Rc<Stack>,
-    server: Rc<Server<F>>,
+    server: Arc<Server<F>>,
     port: u16,
     buffer: usize,
     max_conns: usize,
@@ -107,7 +108,7 @@ impl<F: FileSystem + 'static> Service<F> {
     /// serving up to `max_conns` connections.
     pub fn new(
         stack: Rc<Stack>,
-        server: Rc<Server<F>>,
+        server: Arc<Server<F>>,
         port: u16,
         buffer: usize,
         max_conns: usize,
@@ -134,7 +135,7 @@ impl<F: FileSystem + 'static> Service<F> {
     }
 
     /// The 9P server.
-    pub fn server(&self) -> &Rc<Server<F>> {
+    pub fn server(&self) -> &Arc<Server<F>> {
         &self.server
     }
 
