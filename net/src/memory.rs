@@ -294,6 +294,10 @@ impl Budget {
     /// Commits `extra` bytes if that keeps the budget within its limit.
     fn try_commit(&self, extra: usize) -> bool {
         let limit = self.config.limit;
+        if extra == 0 {
+            // Within the reservation (the common case): nothing to raise.
+            return self.committed() <= limit;
+        }
         let raised = self.committed.fetch_update(Relaxed, Relaxed, |now| {
             (now.saturating_add(extra) <= limit).then_some(now + extra)
         });
@@ -308,12 +312,18 @@ impl Budget {
 
     /// Commits `extra` bytes whatever the limit says.
     fn force_commit(&self, extra: usize) {
+        if extra == 0 {
+            return;
+        }
         let before = self.committed.fetch_add(extra, Relaxed);
         self.peak.fetch_max(before.saturating_add(extra), Relaxed);
     }
 
     /// Gives `bytes` of the committed back.
     fn uncommit(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
         let before = self.committed.fetch_sub(bytes, Relaxed);
         debug_assert!(before >= bytes, "uncommitted more than committed");
     }
