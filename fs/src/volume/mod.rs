@@ -220,7 +220,7 @@ pub struct NineFs<D: BlockDevice> {
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
     /// Inodes known to hold nothing past their end of file (see [`file::TrimmedInodes`]).
     trimmed: Mutex<file::TrimmedInodes>,
-    clock: Box<dyn Clock>,
+    clock: Box<dyn Clock + Send + Sync>,
     cache_limit: usize,
     max_groups: usize,
     policy: Box<dyn WritePolicy>,
@@ -231,6 +231,19 @@ pub struct NineFs<D: BlockDevice> {
     /// The running or last scrub pass.
     scrub: Mutex<scrub::ScrubState>,
 }
+
+/// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
+/// filesystem (and so a snapshot view, an `Arc<NineFs<D>>` of its own) is too. Checked
+/// here at compile time for every such device, so a field that is not (an `Rc`, a
+/// `RefCell`, a boxed trait object without the bounds) fails the build, not a CPU.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn every_device<D: BlockDevice + Send + Sync>() {
+        shared::<NineFs<D>>();
+        shared::<Arc<NineFs<D>>>();
+    }
+    every_device::<block::MemDisk>();
+};
 
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
@@ -267,7 +280,7 @@ impl<D: BlockDevice> NineFs<D> {
     pub async fn mount(
         dev: D,
         opts: MountOptions,
-        clock: Box<dyn Clock>,
+        clock: Box<dyn Clock + Send + Sync>,
     ) -> Result<NineFs<D>, MountError> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, _) = read_superblock(&dev).await?;
