@@ -345,6 +345,12 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("fs.grown_blocks")
             .named("fs_grown_blocks")
             .help("4 KiB blocks added by growth."),
+        Rule::counter("fs.core_lock.acquisitions")
+            .help("Times the filesystem's one metadata lock was taken (by any CPU)."),
+        Rule::counter("fs.core_lock.contended")
+            .help("Acquisitions of the metadata lock that found it held by another CPU and spun."),
+        Rule::counter("fs.core_lock.hold_ns").help("Time the metadata lock was held."),
+        Rule::gauge("fs.core_lock.max_hold_ns").help("Longest single hold of the metadata lock."),
         Rule::keys("fs.log.fallbacks", "reason")
             .named("fs_log_fallbacks")
             .help("Syncs served by a checkpoint instead of the fsync log, by reason."),

@@ -114,8 +114,9 @@ pub struct Pressure {
 }
 
 /// Decides when checkpoints run. Implementations must be cheap: this is asked after
-/// every operation.
-pub trait WritePolicy {
+/// every operation, on whichever CPU ran it (hence `Send + Sync`: the filesystem that
+/// holds the policy is shared by every CPU).
+pub trait WritePolicy: Send + Sync {
     /// Whether a checkpoint must run now, and why.
     fn checkpoint_due(&self, p: &Pressure) -> Option<CheckpointCause>;
 

@@ -35,6 +35,7 @@ mod dir;
 mod file;
 mod grow;
 mod inode;
+mod lock;
 mod mkfs;
 mod ops;
 pub mod scrub;
@@ -52,9 +53,10 @@ pub use grow::Growth;
 pub use mkfs::{format, FormatError, FormatOptions};
 
 pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
-pub use stats::FsStats;
+pub use stats::{FsStats, LockStats};
 
 use self::core::{Core, Step, Stop};
+use self::lock::CoreLock;
 use self::synclog::LogState;
 
 /// Largest file size (as Linux: `i64::MAX`).
@@ -87,6 +89,10 @@ pub struct MountOptions {
     /// committing it at most this long after the first of them was freed (a `Discard`
     /// checkpoint, started by [`NineFs::housekeeping`]); `None`: never discard.
     pub discard: Option<Duration>,
+    /// A monotonic clock in nanoseconds that times every hold of the core lock
+    /// ([`FsStats::core_lock`]: total and longest hold); `None`: holds are counted,
+    /// not timed. Read twice per hold, so it must be cheap (a TSC, `Instant`).
+    pub hold_clock: Option<fn() -> u64>,
 }
 
 /// Default of [`MountOptions::discard`]: freed blocks go back to the device within
@@ -107,6 +113,7 @@ impl Default for MountOptions {
             max_snapshots: snapshot::MAX_SNAPSHOTS,
             policy: Box::new(PressurePolicy),
             discard: Some(DEFAULT_DISCARD_DELAY),
+            hold_clock: None,
         }
     }
 }
@@ -209,7 +216,7 @@ pub struct NineFs<D: BlockDevice> {
     is_view: bool,
     /// Snapshot views opened so far, by snapshot id (see [`snapdir`]).
     views: Mutex<alloc::collections::BTreeMap<u64, Arc<NineFs<D>>>>,
-    core: Mutex<Core>,
+    core: CoreLock,
     /// The fsync log's ring and batches (taken after `core` when both are needed).
     log: Mutex<LogState>,
     checkpoint_lock: async_lock::Mutex<()>,
@@ -220,7 +227,7 @@ pub struct NineFs<D: BlockDevice> {
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
     /// Inodes known to hold nothing past their end of file (see [`file::TrimmedInodes`]).
     trimmed: Mutex<file::TrimmedInodes>,
-    clock: Box<dyn Clock>,
+    clock: Box<dyn Clock + Send + Sync>,
     cache_limit: usize,
     max_groups: usize,
     policy: Box<dyn WritePolicy>,
@@ -231,6 +238,19 @@ pub struct NineFs<D: BlockDevice> {
     /// The running or last scrub pass.
     scrub: Mutex<scrub::ScrubState>,
 }
+
+/// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
+/// filesystem (and so a snapshot view, an `Arc<NineFs<D>>` of its own) is too. Checked
+/// here at compile time for every such device, so a field that is not (an `Rc`, a
+/// `RefCell`, a boxed trait object without the bounds) fails the build, not a CPU.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn every_device<D: BlockDevice + Send + Sync>() {
+        shared::<NineFs<D>>();
+        shared::<Arc<NineFs<D>>>();
+    }
+    every_device::<block::MemDisk>();
+};
 
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
@@ -267,7 +287,7 @@ impl<D: BlockDevice> NineFs<D> {
     pub async fn mount(
         dev: D,
         opts: MountOptions,
-        clock: Box<dyn Clock>,
+        clock: Box<dyn Clock + Send + Sync>,
     ) -> Result<NineFs<D>, MountError> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, _) = read_superblock(&dev).await?;
@@ -287,7 +307,7 @@ impl<D: BlockDevice> NineFs<D> {
             dev: Arc::new(dev),
             is_view: false,
             views: Mutex::new(alloc::collections::BTreeMap::new()),
-            core: Mutex::new(Core::new(sb, read_only, opts.max_links)),
+            core: CoreLock::new(Core::new(sb, read_only, opts.max_links), opts.hold_clock),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             max_snapshots: opts.max_snapshots,
