@@ -466,6 +466,23 @@ impl Interrupts {
     }
 }
 
+/// How long opening a controller waits for the previous driver instance to be gone.
+const IN_USE_WAIT: Duration = Duration::from_secs(1);
+
+/// The controller's bus mastering, once no earlier driver instance holds it: after its
+/// handle is dropped, a reaper on another CPU may still be finishing a pass with the
+/// instance (which it then frees), for a moment.
+async fn take_over(pci: PciDevice) -> Result<DmaDevice, NvmeError> {
+    let give_up = task::now() + IN_USE_WAIT;
+    loop {
+        match DmaDevice::new(pci) {
+            Ok(dma) => return Ok(dma),
+            Err(_) if task::now() < give_up => task::sleep(Duration::from_millis(1)).await,
+            Err(_) => return Err(NvmeError::InUse),
+        }
+    }
+}
+
 /// Asks for `n` I/O queue pairs (Set Features / Number of Queues); the submission and
 /// completion queues the controller granted.
 async fn negotiate_queues(ctrl: &Controller, n: u16) -> Result<(u32, u32), NvmeError> {
@@ -525,7 +542,7 @@ impl NvmeDisk {
     /// CPUs are started): each pair's reaper is spawned on its CPU, and the supervisor
     /// on this one.
     pub async fn open(pci: PciDevice, options: Options) -> Result<NvmeDisk, NvmeError> {
-        let dma = DmaDevice::new(pci).map_err(|_| NvmeError::InUse)?;
+        let dma = take_over(pci).await?;
         let mut ctrl = Controller::new(pci, dma)?;
         let msix = pci.msix().ok();
         let mut interrupts = Interrupts::route(msix.as_ref(), &mut ctrl, options.mode)?;
