@@ -26,6 +26,7 @@ use crate::drivers::disk::{open_at, Disk, DiskOptions};
 use crate::drivers::nvme::{NvmeDisk, QueueStats};
 use crate::drivers::select::DiskKind;
 use crate::drivers::{join_all, CompletionMode};
+use crate::exec::WakeStats;
 use crate::exit::ExitCode;
 use crate::pci::device;
 use crate::{smp, task};
@@ -241,6 +242,9 @@ struct CpusEvent<'a> {
     check: &'a str,
     cpus: usize,
     pairs: Vec<PairOnCpus>,
+    /// How wakes from other CPUs reached each CPU meanwhile (IPIs sent, and skipped
+    /// because it was running).
+    wakes: Vec<WakeStats>,
 }
 
 /// Every CPU does I/O through the disk at once (each through the pair it is routed to):
@@ -256,6 +260,7 @@ async fn every_cpu(disk: &Arc<Disk>, name: &str, seed: u64, mode: CompletionMode
         return Verdict::Skip("one CPU");
     }
     let before = nvme.queue_stats();
+    let wakes_before: Vec<WakeStats> = (0..cpus).map(task::wake_stats_of).collect();
     let mut remotes = Vec::new();
     for cpu in 0..cpus {
         let disk = disk.clone();
@@ -288,10 +293,22 @@ async fn every_cpu(disk: &Arc<Disk>, name: &str, seed: u64, mode: CompletionMode
             }
         })
         .collect();
+    let wakes = wakes_before
+        .iter()
+        .enumerate()
+        .map(|(cpu, b)| {
+            let a = task::wake_stats_of(cpu);
+            WakeStats {
+                ipis: a.ipis - b.ipis,
+                ipis_skipped: a.ipis_skipped - b.ipis_skipped,
+            }
+        })
+        .collect();
     let event = CpusEvent {
         check: name,
         cpus,
         pairs,
+        wakes,
     };
     log::info!(
         "block-cpus: {}",
