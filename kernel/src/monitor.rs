@@ -148,6 +148,8 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                     apic_id: s.apic_id,
                     idle_ms: task::idle_time_of(cpu).as_millis() as u64,
                     remote_tasks: s.remote_tasks,
+                    tsc: s.tsc,
+                    wakes: s.wakes,
                 })
                 .collect(),
             nic: {

@@ -84,6 +84,11 @@ pub struct CpuReport {
     pub idle_ms: u64,
     /// Tasks other CPUs sent it (`smp::spawn_on`).
     pub remote_tasks: u64,
+    /// Its TSC against CPU 0's, checked when it came up (`clock::skew`).
+    pub tsc: crate::clock::skew::TscCheck,
+    /// How wakes from other CPUs reached it: IPIs sent, and not needed because it was
+    /// running (`exec::HaltGate`).
+    pub wakes: crate::exec::WakeStats,
 }
 
 /// The ACPI power button and the clean shutdown it starts (`kernel/src/power`,
@@ -287,6 +292,18 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("cpus.*.remote_tasks")
             .named("cpu_remote_tasks")
             .help("Tasks other CPUs sent this CPU to run."),
+        Rule::gauge("cpus.*.tsc.bound_ns")
+            .named("cpu_tsc_skew_bound_seconds")
+            .help("How far the CPU's clock may be from CPU 0's (the TSC check at its bring-up, after any correction)."),
+        Rule::gauge("cpus.*.tsc.corrected")
+            .named("cpu_tsc_corrected")
+            .help("1 if the CPU's TSC was found offset from CPU 0's and is corrected in the clock."),
+        Rule::counter("cpus.*.wakes.ipis")
+            .named("cpu_wake_ipis")
+            .help("Wake-up IPIs sent to the CPU (it was halted when another CPU gave it work)."),
+        Rule::counter("cpus.*.wakes.ipis_skipped")
+            .named("cpu_wake_ipis_skipped")
+            .help("Wakes from other CPUs that needed no IPI (the CPU was running)."),
         // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
         Rule::elements("devices", "device", "name").named("device"),
         Rule::rename("devices.*.counters", ""),
@@ -520,12 +537,22 @@ mod tests {
                     apic_id: 0,
                     idle_ms: 1000,
                     remote_tasks: 0,
+                    ..CpuReport::default()
                 },
                 CpuReport {
                     cpu: "1".to_string(),
                     apic_id: 2,
                     idle_ms: 2500,
                     remote_tasks: 1,
+                    tsc: crate::clock::skew::TscCheck {
+                        offset_ns: -40,
+                        bound_ns: 1500,
+                        corrected: false,
+                    },
+                    wakes: crate::exec::WakeStats {
+                        ipis: 3,
+                        ipis_skipped: 9,
+                    },
                 },
             ],
             devices: alloc::vec![DeviceReport {
@@ -629,6 +656,10 @@ mod tests {
             "ninefold_nic_notifications_suppressed_total 30".to_string(),
             "ninefold_cpu_apic_id{cpu=\"1\"} 2".to_string(),
             "ninefold_cpu_remote_tasks_total{cpu=\"1\"} 1".to_string(),
+            "ninefold_cpu_tsc_skew_bound_seconds{cpu=\"1\"} 0.0000015".to_string(),
+            "ninefold_cpu_tsc_corrected{cpu=\"1\"} 0".to_string(),
+            "ninefold_cpu_wake_ipis_total{cpu=\"1\"} 3".to_string(),
+            "ninefold_cpu_wake_ipis_skipped_total{cpu=\"1\"} 9".to_string(),
             format!("ninefold_device_written_bytes_total{{{dev}}} 40960"),
             format!("ninefold_device_write_seconds_total{{{dev}}} 0.005"),
             format!("ninefold_device_flushes_total{{{dev}}} 4"),

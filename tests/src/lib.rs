@@ -816,6 +816,20 @@ impl Boot {
         self
     }
 
+    /// The JSON documents the appliance logged as `prefix` lines (`block-cpus: {...}`),
+    /// in order: structured events, read by their fields rather than their wording.
+    pub fn events(&self, prefix: &str) -> Vec<serde_json::Value> {
+        let tag = format!("{prefix}: ");
+        self.serial
+            .lines()
+            .filter_map(|l| l.split_once(&tag).map(|(_, json)| json))
+            .map(|json| {
+                serde_json::from_str(json)
+                    .unwrap_or_else(|e| self.fail(&format!("bad {prefix} event {json:?}: {e}")))
+            })
+            .collect()
+    }
+
     /// The number right after `prefix` in the first line containing `prefix`.
     pub fn number_after(&self, prefix: &str) -> u64 {
         let line = self.expect_line(prefix);
