@@ -5,6 +5,7 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use super::{ensure, Verdict};
+use crate::clock;
 use crate::hal::{gdt, heap, memory, paging};
 use crate::mm::setup::MemorySummary;
 use crate::mm::PAGE_SIZE;
@@ -77,6 +78,7 @@ pub fn heap(mem: &MemorySummary) -> Verdict {
         impossible.try_reserve_exact(mem.heap as usize * 2).is_err(),
         "allocating twice the heap succeeded"
     );
+    let cost = Cost::measure();
     let after = heap::stats();
     ensure!(
         after.allocated == before.allocated && after.allocations == before.allocations,
@@ -87,11 +89,64 @@ pub fn heap(mem: &MemorySummary) -> Verdict {
         after.allocations
     );
     Verdict::Pass(format!(
-        "heap {} MiB, {} allocations made, largest {} MiB",
+        "heap {} MiB, {} allocations made, largest {} MiB; {cost}",
         mem.heap / MIB,
         after.total_allocations - before.total_allocations,
         large as u64 / MIB
     ))
+}
+
+/// What an allocation and its free cost on this CPU, timed (reported, never judged: the
+/// figures depend on the host and the accelerator).
+struct Cost {
+    /// Nanoseconds per allocation and free of a 64-byte block, one at a time.
+    small_ns: u64,
+    /// Nanoseconds per allocation and free of a 4 KiB block, one at a time.
+    page_ns: u64,
+    /// Nanoseconds per allocation and free when 64 blocks of 64 bytes to 4 KiB are
+    /// allocated and then freed together (a burst, like a batch of requests).
+    burst_ns: u64,
+}
+
+impl Cost {
+    const ROUNDS: usize = 200_000;
+    const BURST: usize = 64;
+
+    fn measure() -> Cost {
+        Cost {
+            small_ns: Self::per_block(|_| 64, 1),
+            page_ns: Self::per_block(|_| 4096, 1),
+            burst_ns: Self::per_block(|i| 64 << (i % 7), Self::BURST),
+        }
+    }
+
+    /// Nanoseconds per allocation and free over `ROUNDS` blocks, `depth` held at a time,
+    /// the `i`th of a round `size(i)` bytes.
+    fn per_block(size: impl Fn(usize) -> usize, depth: usize) -> u64 {
+        let mut held: Vec<Vec<u8>> = Vec::with_capacity(depth);
+        let start = clock::now();
+        for _ in 0..Self::ROUNDS / depth {
+            for i in 0..depth {
+                held.push(core::hint::black_box(Vec::with_capacity(size(i))));
+            }
+            held.clear();
+        }
+        let elapsed = clock::now().saturating_duration_since(start);
+        elapsed.as_nanos() as u64 / (Self::ROUNDS / depth * depth) as u64
+    }
+}
+
+impl core::fmt::Display for Cost {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "alloc+free {} ns (64 B), {} ns (4 KiB), {} ns (bursts of {})",
+            self.small_ns,
+            self.page_ns,
+            self.burst_ns,
+            Self::BURST
+        )
+    }
 }
 
 /// A run of frames from the allocator, returned when dropped.
