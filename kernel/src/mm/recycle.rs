@@ -54,12 +54,12 @@ impl Class {
     }
 
     /// The size of every block of the class.
-    pub fn size(self) -> usize {
+    pub const fn size(self) -> usize {
         (self.index() % CLASSES_PER_ALIGN + 1) * GRANULE
     }
 
-    fn index(self) -> usize {
-        usize::from(self.0)
+    const fn index(self) -> usize {
+        self.0 as usize
     }
 }
 
@@ -93,6 +93,14 @@ impl Limits {
     pub fn blocks_per_class(&self, class: Class) -> u16 {
         let fit = (self.class_bytes / class.size()).min(usize::from(u16::MAX)) as u16;
         fit.clamp(self.class_min, self.class_max)
+    }
+
+    /// Whether `count` blocks of `class` are fewer than [`Limits::blocks_per_class`]:
+    /// the same answer without its division, for every free.
+    fn below_class_limit(&self, class: Class, count: u16) -> bool {
+        count < self.class_max
+            && (count < self.class_min
+                || (usize::from(count) + 1) * class.size() <= self.class_bytes)
     }
 }
 
@@ -145,6 +153,7 @@ impl<const SLOTS: usize> Recycler<SLOTS> {
     }
 
     /// The block of `class` kept last, unlinked, if there is one.
+    #[inline]
     pub fn take(&mut self, class: Class) -> Option<usize> {
         let head = self.heads[class.index()]?;
         let s = slot(head);
@@ -160,12 +169,13 @@ impl<const SLOTS: usize> Recycler<SLOTS> {
     /// Whether one more block of `class` may be kept within `limits` (and a slot).
     pub fn has_room(&self, class: Class, limits: &Limits) -> bool {
         self.bytes + class.size() <= limits.bytes
-            && self.counts[class.index()] < limits.blocks_per_class(class)
+            && limits.below_class_limit(class, self.counts[class.index()])
             && (self.unused.is_some() || usize::from(self.fresh) < SLOTS)
     }
 
     /// Keeps the free block `addr` of `class`; false when that would break `limits` or
     /// no slot is left (then the caller keeps the block).
+    #[inline]
     pub fn keep(&mut self, addr: usize, class: Class, limits: &Limits) -> bool {
         if !self.has_room(class, limits) {
             return false;
@@ -302,6 +312,18 @@ mod tests {
             ..limits
         };
         assert_eq!(tiny.blocks_per_class(c(4096, 8)), 2, "at least class_min");
+        for limits in [limits, tiny, LIMITS] {
+            for size in (1..=MAX_CLASS_SIZE / GRANULE).map(|n| n * GRANULE) {
+                let class = c(size, 8);
+                for count in 0..40 {
+                    assert_eq!(
+                        limits.below_class_limit(class, count),
+                        count < limits.blocks_per_class(class),
+                        "{limits:?} {size} {count}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
