@@ -93,7 +93,8 @@ pub const DEPOT: Limits = Limits {
     class_max: 32,
 };
 
-/// Slots of one CPU's cache: more than [`CPU_CACHE`] lets it fill in practice.
+/// Slots of one CPU's cache: a third bound, in blocks (full lists of 32 small classes);
+/// a cache out of slots gives blocks back like a full one.
 const CPU_SLOTS: usize = 1024;
 /// Slots of the depot: 32 blocks of 128 classes.
 const DEPOT_SLOTS: usize = 4096;
