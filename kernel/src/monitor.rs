@@ -178,6 +178,10 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 bytes: heap.claimed,
                 allocated: heap.allocated,
                 recycled: heap.recycled,
+                cpu_cached: heap.cpu_cached,
+                cpu_refills: heap.cpu_refills,
+                cpu_flushes: heap.cpu_flushes,
+                drains: heap.drains,
             },
             access: AccessReport {
                 refused_stats: self.port_stats.refused.get(),

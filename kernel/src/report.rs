@@ -217,8 +217,19 @@ pub struct HeapReport {
     pub bytes: u64,
     /// Bytes in live allocations.
     pub allocated: u64,
-    /// Bytes of freed small blocks kept for reuse (`mm::recycle`); free for allocation.
+    /// Bytes of freed small blocks in the free lists all CPUs share (`mm::heap`'s
+    /// depot); free for allocation.
     pub recycled: u64,
+    /// Bytes of freed small blocks in the CPUs' own caches; free for allocation.
+    pub cpu_cached: u64,
+    /// Allocations that refilled their CPU's cache (each one take of the global heap lock).
+    pub cpu_refills: u64,
+    /// Frees that found their CPU's cache full and gave blocks back (each one take of
+    /// the global heap lock).
+    pub cpu_flushes: u64,
+    /// Times every cache went back to the allocator because an allocation would
+    /// otherwise have failed.
+    pub drains: u64,
 }
 
 impl Snapshot {
@@ -427,7 +438,19 @@ pub const METRICS: Schema<'static> = Schema {
             .help("Bytes in live kernel heap allocations."),
         Rule::gauge("heap.recycled")
             .named("heap_recycled_bytes")
-            .help("Bytes of freed small blocks the kernel heap keeps for reuse (free for allocation)."),
+            .help("Bytes of freed small blocks in the kernel heap's shared free lists (free for allocation)."),
+        Rule::gauge("heap.cpu_cached")
+            .named("heap_cpu_cached_bytes")
+            .help("Bytes of freed small blocks in the kernel heap's per-CPU caches (free for allocation)."),
+        Rule::counter("heap.cpu_refills")
+            .named("heap_cpu_refills")
+            .help("Allocations that refilled their CPU's heap cache: takes of the global heap lock."),
+        Rule::counter("heap.cpu_flushes")
+            .named("heap_cpu_flushes")
+            .help("Frees that found their CPU's heap cache full and gave blocks back: takes of the global heap lock."),
+        Rule::counter("heap.drains")
+            .named("heap_drains")
+            .help("Times every heap cache went back to the allocator because an allocation would have failed."),
         Rule::counter("access.refused_stats")
             .named("stats_connections_refused")
             .help("Counters-port connections reset: the client is not in stats_allow=."),
