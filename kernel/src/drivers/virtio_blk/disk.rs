@@ -557,7 +557,6 @@ impl Inner {
         let header = RequestHeader::new(kind, sector);
         let slot = req.slot();
         loop {
-            self.health.running().await?;
             let deadline = task::now() + self.options.timeout;
             let handed = req.submit(|q| {
                 // Checked under the queue's lock: a reset after this fails the request
@@ -574,7 +573,7 @@ impl Inner {
             match handed {
                 Ok(()) => break,
                 // The device is being reset: queue it once it is back.
-                Err(None) => continue,
+                Err(None) => self.health.running().await?,
                 Err(Some((stream, e))) => {
                     // Cannot happen: there are never more requests than the ring holds.
                     log::error!("virtio-blk: queueing failed: {e:?}");
