@@ -110,7 +110,7 @@ pub const DEFAULT_BOUNCE_POOL: usize = 2 << 20;
 /// How a driver learns that the device completed requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompletionMode {
-    /// MSI-X interrupts wake the reaper.
+    /// MSI-X interrupts wake the queues' reapers.
     Interrupt,
     /// The reaper polls the completion queue while requests are outstanding (the CPU
     /// spins; lowest latency under emulation, where interrupt delivery is slow).

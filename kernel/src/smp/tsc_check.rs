@@ -14,8 +14,9 @@ use crate::hal::cpu;
 /// a microsecond; under TCG on a busy host a vCPU may wait for a host core for
 /// milliseconds, so the check stays short.
 const EXCHANGES: u32 = 4;
-/// How long either side waits for the other's turn before giving up on the check.
-const TURN_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long either side waits for the other's turn before giving up on the check
+/// (generous, as for a CPU coming online: a vCPU may wait long for a busy host's core).
+const TURN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Whose turn it is: `2k + 1` the new CPU's in exchange `k`, `2k + 2` CPU 0's again,
 /// [`DONE`] when the check is over (its correction set). Zero before a check.
@@ -73,7 +74,8 @@ pub fn answer() {
             break;
         }
         ECHO.store(cpu::rdtsc_ordered(), Ordering::SeqCst);
-        TURN.store(2 * k + 2, Ordering::SeqCst);
+        // Unless CPU 0 gave up meanwhile (its DONE stays).
+        let _ = TURN.compare_exchange(2 * k + 1, 2 * k + 2, Ordering::SeqCst, Ordering::SeqCst);
     }
     wait_for(|| TURN.load(Ordering::SeqCst) == DONE);
 }

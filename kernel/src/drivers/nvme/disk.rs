@@ -73,8 +73,8 @@ const DSM_RANGES: usize = 256;
 struct SlotMeta {
     /// The data stream the command's PRPs point at, while the controller holds it.
     data: Option<LentStream>,
-    /// PRP list pages or Dataset Management ranges (allocated on first use, kept; a
-    /// request preparing its command takes them out meanwhile).
+    /// PRP list pages or Dataset Management ranges (allocated on first use, kept; the
+    /// request holding the slot takes them out while it fills them).
     scratch: Option<DmaCoherent>,
     /// When the command counts as late.
     deadline: Instant,
@@ -1126,33 +1126,28 @@ impl Inner {
         }
     }
 
-    /// Hands a prepared command (its data stream lent, its PRP list or ranges in
-    /// `scratch`, the slot's own pages) to the device through `q` once the controller
-    /// runs, and kicks the pair's reaper, which publishes it. The slot keeps the stream
-    /// until the command completes.
+    /// Hands a prepared command (and the data stream its PRPs point at, lent) to the
+    /// device through `q`, waiting first if the controller is being restarted, and kicks
+    /// the pair's reaper, which publishes it. The slot keeps the stream until the command
+    /// completes.
     async fn submit(
         &self,
         q: &IoQueue,
         req: &mut Request<'_, IoQueue>,
         mut cmd: Command,
         mut data: Option<LentStream>,
-        mut scratch: Option<DmaCoherent>,
     ) -> Result<(), IoError> {
         let slot = req.slot();
         cmd.set_cid(slot);
         loop {
-            self.health.running().await?;
             let deadline = task::now() + self.options.timeout;
             let handed = req.submit(|st| {
-                let m = &mut st.meta[usize::from(slot)];
-                if let Some(pages) = scratch.take() {
-                    m.scratch = Some(pages);
-                }
                 // Checked under the pair's lock: a reset that stops the controller after
                 // this fails the command with everything else in flight.
                 if self.health.get() != Health::Running {
                     return Err(());
                 }
+                let m = &mut st.meta[usize::from(slot)];
                 m.deadline = deadline;
                 m.aborted = false;
                 m.data = data.take();
@@ -1162,6 +1157,7 @@ impl Inner {
             if handed.is_ok() {
                 break;
             }
+            self.health.running().await?;
         }
         q.submitted_by_cpu.add_here();
         q.event.signal();
@@ -1171,23 +1167,34 @@ impl Inner {
     /// A command without data (Flush), through `q`.
     async fn command(&self, q: &IoQueue, cmd: Command) -> Result<u32, IoError> {
         let mut req = Request::acquire(q).await;
-        self.submit(q, &mut req, cmd, None, None).await?;
+        self.submit(q, &mut req, cmd, None).await?;
         req.wait().await.status
     }
 
-    /// Slot `slot`'s scratch pages of `q`, taken out of its memory while the request
-    /// that holds the slot prepares its command (allocated on first use); `submit` puts
-    /// them back.
-    fn take_scratch(&self, q: &IoQueue, slot: u16) -> Result<DmaCoherent, IoError> {
-        match q.state.lock(|st| st.meta[usize::from(slot)].scratch.take()) {
-            Some(pages) => Ok(pages),
+    /// Runs `fill` on slot `slot`'s scratch pages of `q` (allocated on first use),
+    /// outside the pair's lock: the request holding the slot takes them out meanwhile
+    /// (nothing else uses a slot's scratch pages), and puts them back before anything
+    /// could drop it. Returns their device address and what `fill` returned.
+    fn with_scratch<T>(
+        &self,
+        q: &IoQueue,
+        slot: u16,
+        fill: impl FnOnce(&DmaCoherent) -> T,
+    ) -> Result<(u64, T), IoError> {
+        let pages = match q.state.lock(|st| st.meta[usize::from(slot)].scratch.take()) {
+            Some(pages) => pages,
             None => DmaCoherent::alloc(&self.ctrl.dma, self.list_pages * PAGE)
-                .map_err(|_| IoError::NoMemory),
-        }
+                .map_err(|_| IoError::NoMemory)?,
+        };
+        let out = fill(&pages);
+        let addr = pages.device_addr();
+        q.state
+            .lock(|st| st.meta[usize::from(slot)].scratch = Some(pages));
+        Ok((addr, out))
     }
 
     /// Points `cmd` at `addr..addr + len` (a lent stream: page-aligned): PRP2, or a PRP
-    /// list in the slot's scratch pages, which it returns.
+    /// list in the slot's scratch pages.
     fn set_data_pointer(
         &self,
         q: &IoQueue,
@@ -1195,27 +1202,28 @@ impl Inner {
         cmd: &mut Command,
         addr: u64,
         len: usize,
-    ) -> Result<Option<DmaCoherent>, IoError> {
+    ) -> Result<(), IoError> {
         let plan = prp::plan(addr, len, PAGE).map_err(|_| IoError::BadLength)?;
-        let (prp2, scratch) = match plan.second {
-            Second::None => (0, None),
-            Second::Page(p) => (p, None),
+        let prp2 = match plan.second {
+            Second::None => 0,
+            Second::Page(p) => p,
             Second::List { list_pages, .. } => {
-                let scratch = self.take_scratch(q, slot)?;
-                let base = scratch.device_addr();
-                let mut lists = [0u64; MAX_LIST_PAGES];
-                for (i, l) in lists.iter_mut().enumerate().take(list_pages) {
-                    *l = base + (i * PAGE) as u64;
-                }
-                prp::fill_list(addr, len, PAGE, &lists[..list_pages], |l, e, v| {
-                    scratch.write::<u64>(l * PAGE + e * 8, v)
-                });
+                let (base, ()) = self.with_scratch(q, slot, |scratch| {
+                    let base = scratch.device_addr();
+                    let mut lists = [0u64; MAX_LIST_PAGES];
+                    for (i, l) in lists.iter_mut().enumerate().take(list_pages) {
+                        *l = base + (i * PAGE) as u64;
+                    }
+                    prp::fill_list(addr, len, PAGE, &lists[..list_pages], |l, e, v| {
+                        scratch.write::<u64>(l * PAGE + e * 8, v)
+                    });
+                })?;
                 add(&q.counters.prp_lists, 1);
-                (base, Some(scratch))
+                base
             }
         };
         cmd.set_prps(plan.prp1, prp2);
-        Ok(scratch)
+        Ok(())
     }
 
     /// Reads or writes through a DMA stream, on queue pair `q`; the length is already
@@ -1236,16 +1244,12 @@ impl Inner {
             ),
         };
         let stream = stream.lend();
-        let scratch =
-            match self.set_data_pointer(q, req.slot(), &mut cmd, stream.device_addr(), len) {
-                Ok(scratch) => scratch,
-                Err(e) => {
-                    // Never submitted: the controller has not seen the stream.
-                    self.bounce.give_back(stream.reclaim());
-                    return Err(e);
-                }
-            };
-        self.submit(q, &mut req, cmd, Some(stream), scratch).await?;
+        if let Err(e) = self.set_data_pointer(q, req.slot(), &mut cmd, stream.device_addr(), len) {
+            // Never submitted: the controller has not seen the stream.
+            self.bounce.give_back(stream.reclaim());
+            return Err(e);
+        }
+        self.submit(q, &mut req, cmd, Some(stream)).await?;
         let Outcome { status, data: back } = req.wait().await;
         status?;
         match (data, back) {
@@ -1265,21 +1269,23 @@ impl Inner {
         let mut next = lba;
         while next < end {
             let mut req = Request::acquire(q).await;
-            let scratch = self.take_scratch(q, req.slot())?;
-            let mut count = 0;
-            while next < end && count < DSM_RANGES {
-                let n = (end - next).min(u64::from(u32::MAX)) as u32;
-                let at = count * 16;
-                scratch.write::<u32>(at, 0);
-                scratch.write::<u32>(at + 4, n);
-                scratch.write::<u64>(at + 8, next);
-                next += u64::from(n);
-                count += 1;
-            }
+            let (ranges, count) = self.with_scratch(q, req.slot(), |scratch| {
+                let mut count = 0;
+                while next < end && count < DSM_RANGES {
+                    let n = (end - next).min(u64::from(u32::MAX)) as u32;
+                    let at = count * 16;
+                    scratch.write::<u32>(at, 0);
+                    scratch.write::<u32>(at + 4, n);
+                    scratch.write::<u64>(at + 8, next);
+                    next += u64::from(n);
+                    count += 1;
+                }
+                count
+            })?;
             let mut cmd = Command::deallocate(self.nsid, count);
-            cmd.set_prps(scratch.device_addr(), 0);
+            cmd.set_prps(ranges, 0);
             add(&q.counters.discards, 1);
-            self.submit(q, &mut req, cmd, None, Some(scratch)).await?;
+            self.submit(q, &mut req, cmd, None).await?;
             req.wait().await.status?;
         }
         Ok(())

@@ -8,9 +8,9 @@
 //!   [`queue_count`]`(requested, granted)` pairs, identifiers `1..=n`.
 //! - In interrupt mode MSI-X entry 0 is the admin queue's and I/O queue `qid` gets entry
 //!   `qid` while the table and the interrupt vectors last; past that the I/O queues share
-//!   the entries they have, round-robin ([`msix_entry`]): a shared entry wakes the same
-//!   reaper, which looks at every queue on each pass, so sharing costs nothing but the
-//!   per-queue interrupt counters (which then count the shared interrupts).
+//!   the entries they have, round-robin ([`msix_entry`]): a shared entry wakes the
+//!   reapers of every queue on it, so sharing costs a reaper pass that may find nothing,
+//!   and the per-queue interrupt counters then count the shared interrupts.
 //! - I/O queue `qid` belongs to CPU [`cpu_of`]`(qid, cpus)`: its MSI-X entry targets that
 //!   CPU and its reaper runs there. With one pair per CPU, pair `i + 1` is CPU `i`'s,
 //!   which is also the pair CPU `i`'s requests use.

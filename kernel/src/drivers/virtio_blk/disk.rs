@@ -4,12 +4,13 @@
 //!
 //! Up to 85 requests are in flight in one 256-descriptor queue. Each request's data is
 //! copied through a DMA stream it owns (see [`bounce`](crate::drivers::bounce)), which the
-//! virtqueue holds until the completion. The reaper task notifies the device once for
-//! every request queued since it last ran and consumes completions (woken by MSI-X, or
-//! polling), on the CPU that opened the device; requests may come from any CPU (the
-//! queue's state is under one [`IrqLock`]). virtio has no FUA: a FUA write is a write then a FLUSH. A request that times
-//! out resets the device and stops its bus mastering (which ends its DMA), fails
-//! everything in flight with [`IoError::Timeout`] and brings the device up again.
+//! virtqueue holds until the completion. The queue's reaper task notifies the device
+//! once for every request queued since it last ran and consumes completions (woken by
+//! MSI-X, or polling), on the CPU that opened the device; requests may come from any CPU
+//! (the queue's state is under one [`IrqLock`]). virtio has no FUA: a FUA write is a
+//! write then a FLUSH. A request that times out makes the supervisor task reset the
+//! device and stop its bus mastering (which ends its DMA), fail everything in flight
+//! with [`IoError::Timeout`] and bring the device up again.
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -557,7 +558,6 @@ impl Inner {
         let header = RequestHeader::new(kind, sector);
         let slot = req.slot();
         loop {
-            self.health.running().await?;
             let deadline = task::now() + self.options.timeout;
             let handed = req.submit(|q| {
                 // Checked under the queue's lock: a reset after this fails the request
@@ -574,7 +574,7 @@ impl Inner {
             match handed {
                 Ok(()) => break,
                 // The device is being reset: queue it once it is back.
-                Err(None) => continue,
+                Err(None) => self.health.running().await?,
                 Err(Some((stream, e))) => {
                     // Cannot happen: there are never more requests than the ring holds.
                     log::error!("virtio-blk: queueing failed: {e:?}");
