@@ -19,12 +19,6 @@ use vfs::Errno;
 
 type Fs = AdminFs<NineFs<MemDisk>>;
 
-// One thread here. When `NineFs` is `Send + Sync` (its own change of issue 25), the
-// lint stops firing and clippy reports this expectation unfulfilled: remove it then.
-#[expect(
-    clippy::arc_with_non_send_sync,
-    reason = "NineFs is not Sync yet; this test shares the server on one thread"
-)]
 fn server() -> Arc<Server<Fs>> {
     let disk = MemDisk::new(4096, 8192);
     pollster::block_on(format(&disk, &FormatOptions::default())).unwrap();

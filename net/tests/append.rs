@@ -22,12 +22,6 @@ const RECORDS: usize = 24;
 /// Record length: not a block multiple, so appends share blocks.
 const RECORD_LEN: usize = 1500;
 
-// One thread here. When `NineFs` is `Send + Sync` (its own change of issue 25), the
-// lint stops firing and clippy reports this expectation unfulfilled: remove it then.
-#[expect(
-    clippy::arc_with_non_send_sync,
-    reason = "NineFs is not Sync yet; this test shares the server on one thread"
-)]
 fn server() -> Arc<Server<Fs>> {
     let disk = MemDisk::new(4096, 16 * 1024);
     let opts = FormatOptions {

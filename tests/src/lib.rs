@@ -205,11 +205,12 @@ impl Qemu {
             image.display()
         );
         let accel = std::env::var("NINEFOLD_ACCEL").unwrap_or_else(|_| "tcg".into());
+        let cpus = std::env::var("NINEFOLD_SMP").unwrap_or_else(|_| "1".into());
         let args = [
             "-accel",
             &accel,
             "-smp",
-            "1",
+            &cpus,
             "-display",
             "none",
             "-vga",

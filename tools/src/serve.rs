@@ -243,12 +243,6 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
     log::info!("mounted {}", image.display());
-    // One thread serves here. When `NineFs` is `Send + Sync` (its own change of issue
-    // 25), clippy reports this expectation unfulfilled: remove it then.
-    #[expect(
-        clippy::arc_with_non_send_sync,
-        reason = "NineFs is not Sync yet; the server stays on this thread"
-    )]
     let server = Arc::new(Server::new(AdminFs::new(fs), config));
     log_exports(server.config());
     local.spawn_local(scrub_in_background(server.clone(), args.scrub_rate));

@@ -122,7 +122,7 @@ impl<F: FileSystem + 'static> core::fmt::Debug for Service<F> {
     }
 }
 
-impl<F: FileSystem + Send + Sync + 'static> Service<F> {
+impl<F: FileSystem + 'static> Service<F> {
     /// A service for `server` on TCP `port`, with `buffer`-byte socket buffers each way,
     /// serving up to `max_conns` connections on the CPUs of `serve_cpus` (`None`: every
     /// CPU online).
@@ -184,78 +184,6 @@ impl<F: FileSystem + Send + Sync + 'static> Service<F> {
             return None;
         }
         Some(self.conns.stack.add(s))
-    }
-
-    /// The listener: runs until [`Service::stop_listening`].
-    pub async fn run(self: Rc<Self>) {
-        let mut pool: Vec<SockId> = Vec::new();
-        loop {
-            if self.conns.stopping.load(Ordering::Acquire) {
-                self.close_pool(pool).await;
-                return;
-            }
-            self.conns.ended.take();
-            let accepted = self.accept(&mut pool);
-            for handle in accepted {
-                if !self.admitted(handle).await {
-                    continue;
-                }
-                if self.conns.stats.active() as usize >= self.max_conns && !self.conns.server.reclaim_slot() {
-                    self.refuse(handle).await;
-                    continue;
-                }
-                self.hand_off(handle);
-            }
-            self.plan_burst();
-            self.resize_pool(&mut pool);
-            self.arm_syn_gate(&pool);
-            if pool.is_empty() && self.conns.stats.active() == 0 {
-                // Cannot listen at all: nothing will wake us but a retry.
-                task::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-            // Sleep until a pool socket changes state or a connection ends.
-            let mut registered = false;
-            poll_fn(|cx| {
-                if registered {
-                    return Poll::Ready(());
-                }
-                registered = true;
-                for &h in &pool {
-                    self.conns.stack
-                        .peek_tcp(h, |s| s.register_recv_waker(cx.waker()));
-                }
-                self.conns.stack.syn_gate().register_listener(cx.waker());
-                let ended = core::pin::pin!(self.conns.ended.wait()).poll(cx);
-                let stop = core::pin::pin!(self.stop.wait()).poll(cx);
-                if ended.is_ready() || stop.is_ready() {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            })
-            .await;
-        }
-    }
-
-    /// Hands the accepted connection on socket `handle` to the CPU that serves fewest
-    /// connections (of `serve_cpus=`), where its task runs until the socket is freed.
-    fn hand_off(&self, handle: SockId) {
-        let cpu = self.serving_cpu();
-        self.conns.stats.accepted.inc();
-        self.conns.stats.cpu(cpu).accepted.inc();
-        let conns = self.conns.clone();
-        let serve = move || conns.serve(handle, cpu);
-        if cpu == percpu::index() {
-            task::spawn(serve());
-        } else if let Err(e) = smp::spawn_on(cpu, serve) {
-            // Chosen among the CPUs online, which never go offline: the client is reset.
-            log::error!("9p: a connection handed to CPU {}, which is offline", e.0);
-            self.conns.stats.cpu(cpu).closed.inc();
-            self.conns.stats.closed.inc();
-            let stack = self.conns.stack.clone();
-            task::spawn(async move { stack.reset_and_remove(handle).await });
-        }
     }
 
     /// The CPU to serve a new connection: of those `serve_cpus=` names and that are
@@ -327,7 +255,12 @@ impl<F: FileSystem + Send + Sync + 'static> Service<F> {
             State::Listen | State::SynReceived => true,
             State::Closed => {
                 // A handshake that was reset or timed out: listen again.
-                if self.conns.stack.with_tcp(h, |s| s.listen(self.port)).is_err() {
+                if self
+                    .conns
+                    .stack
+                    .with_tcp(h, |s| s.listen(self.port))
+                    .is_err()
+                {
                     self.conns.stack.remove(h);
                     return false;
                 }
@@ -455,6 +388,85 @@ impl<F: FileSystem + Send + Sync + 'static> Service<F> {
     }
 }
 
+/// What takes a connection to another CPU: there the filesystem and the server are
+/// shared, so they must be `Send + Sync`.
+impl<F: FileSystem + Send + Sync + 'static> Service<F> {
+    /// The listener: runs until [`Service::stop_listening`].
+    pub async fn run(self: Rc<Self>) {
+        let mut pool: Vec<SockId> = Vec::new();
+        loop {
+            if self.conns.stopping.load(Ordering::Acquire) {
+                self.close_pool(pool).await;
+                return;
+            }
+            self.conns.ended.take();
+            let accepted = self.accept(&mut pool);
+            for handle in accepted {
+                if !self.admitted(handle).await {
+                    continue;
+                }
+                if self.conns.stats.active() as usize >= self.max_conns
+                    && !self.conns.server.reclaim_slot()
+                {
+                    self.refuse(handle).await;
+                    continue;
+                }
+                self.hand_off(handle);
+            }
+            self.plan_burst();
+            self.resize_pool(&mut pool);
+            self.arm_syn_gate(&pool);
+            if pool.is_empty() && self.conns.stats.active() == 0 {
+                // Cannot listen at all: nothing will wake us but a retry.
+                task::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            // Sleep until a pool socket changes state or a connection ends.
+            let mut registered = false;
+            poll_fn(|cx| {
+                if registered {
+                    return Poll::Ready(());
+                }
+                registered = true;
+                for &h in &pool {
+                    self.conns
+                        .stack
+                        .peek_tcp(h, |s| s.register_recv_waker(cx.waker()));
+                }
+                self.conns.stack.syn_gate().register_listener(cx.waker());
+                let ended = core::pin::pin!(self.conns.ended.wait()).poll(cx);
+                let stop = core::pin::pin!(self.stop.wait()).poll(cx);
+                if ended.is_ready() || stop.is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Hands the accepted connection on socket `handle` to the CPU that serves fewest
+    /// connections (of `serve_cpus=`), where its task runs until the socket is freed.
+    fn hand_off(&self, handle: SockId) {
+        let cpu = self.serving_cpu();
+        self.conns.stats.accepted.inc();
+        self.conns.stats.cpu(cpu).accepted.inc();
+        let conns = self.conns.clone();
+        let serve = move || conns.serve(handle, cpu);
+        if cpu == percpu::index() {
+            task::spawn(serve());
+        } else if let Err(e) = smp::spawn_on(cpu, serve) {
+            // Chosen among the CPUs online, which never go offline: the client is reset.
+            log::error!("9p: a connection handed to CPU {}, which is offline", e.0);
+            self.conns.stats.cpu(cpu).closed.inc();
+            self.conns.stats.closed.inc();
+            let stack = self.conns.stack.clone();
+            task::spawn(async move { stack.reset_and_remove(handle).await });
+        }
+    }
+}
+
 impl<F: FileSystem + Send + Sync + 'static> Conns<F> {
     /// One client connection, from accept to the socket's release.
     async fn serve(self: Arc<Self>, handle: SockId, cpu: usize) {
@@ -511,7 +523,7 @@ impl<F: FileSystem + Send + Sync + 'static> Conns<F> {
         self.stats.cpu(cpu).closed.inc();
         self.stats.closed.inc();
         log::info!(
-            "9p: conn {id} (CPU {cpu}): {how} (this connection: rx {} B, tx {} B); {} active",
+            "9p: conn {id}: {how} (served on CPU {cpu}; rx {} B, tx {} B); {} active",
             io.rx_bytes(),
             io.tx_bytes(),
             self.stats.active()
