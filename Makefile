@@ -242,12 +242,17 @@ bench: image tool guest
 ## bench-load: the appliance, the Linux server VMs (diod on btrfs and ext4) and the in-memory
 ## ceiling driven from the host by the native 9P load generator (tests/src/bin/ninep-load.rs;
 ## 9P only, so not the NFS peers of `make bench`)
-## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. ~16 min;
-## BENCH_ARGS=--quick (~6 min) or --system/--workload/--conns/--seconds (--help)
+## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. The appliance runs
+## once per vCPU count of SMP= (default 1,2: systems ninefold-smp1, ninefold-smp2; the Linux
+## VMs keep 1 vCPU); every point reports ops/s, p99, each vCPU's busy share and the host's
+## own CPU use. ~20 min; BENCH_ARGS=--quick (~8 min) or
+## --system/--workload/--conns/--seconds (--help)
 .PHONY: bench-load
+# Its own default, whatever SMP means to other targets (make SMP=1,2,4 bench-load still wins).
+bench-load: SMP = 1,2
 bench-load: deps image guest
 	$(CARGO) build --locked --release -p ninefold-tools --bin ninefold -p ninefold-tests --bin ninep-load
-	tests/bench/load.py $(BENCH_ARGS)
+	tests/bench/load.py --smp $(SMP) $(BENCH_ARGS)
 
 ## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
 bench-devices: guest
