@@ -14,6 +14,8 @@ KERNEL_ELF := target/$(TARGET)/release/ninefold-kernel
 ## `make run` knobs (override on the command line: make run MEM=1G PORT=15640).
 # Guest memory.
 MEM ?= 512M
+# Virtual CPUs: every one serves 9P connections (default: as many as this host has cores).
+SMP ?= $(shell nproc)
 # Host TCP port (on 127.0.0.1) forwarded to the appliance's 9P port.
 PORT ?= 5640
 # The appliance's 9P port (passed as port= on its command line).
@@ -78,9 +80,9 @@ $(DISK): | tool
 run: deps image $(DISK)
 	@accel="$(ACCEL)"; [[ -n $$accel ]] || accel=$$(QEMU=$(QEMU) scripts/accel.sh $(IMAGE)); \
 	cpu=; [[ $$accel == kvm ]] && cpu="-cpu host"; \
-	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (stop: Ctrl-C, clean shutdown; quit at once: Ctrl-A X)"; \
+	echo "run: $(QEMU) with $$accel, $(SMP) vCPU(s), $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (stop: Ctrl-C, clean shutdown; quit at once: Ctrl-A X)"; \
 	QMP_PORT=$(QMP_PORT) STOP_TIMEOUT=$(STOP_TIMEOUT) exec scripts/run.sh \
-		$(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
+		$(QEMU) -accel $$accel $$cpu -m $(MEM) -smp $(SMP) -nodefaults -display none \
 		-no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
 		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) fs=$(FS) $(APPEND))" \

@@ -14,7 +14,7 @@ use crate::net::service::Service;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
     AccessReport, CpuReport, DeviceReport, FsReport, HeapReport, NicReport, NinepReport,
-    PowerReport, Snapshot,
+    PowerReport, ServingReport, Snapshot,
 };
 use crate::storage::{DeviceName, InjectedFaults, ServedFs};
 use crate::{clock, hal, smp, task};
@@ -150,6 +150,15 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                     remote_tasks: s.remote_tasks,
                     tsc: s.tsc,
                     wakes: s.wakes,
+                    serving: {
+                        let c = conns.cpu(cpu);
+                        ServingReport {
+                            connections: c.active(),
+                            accepted: c.accepted.get(),
+                            rx_bytes: c.rx_bytes.get(),
+                            tx_bytes: c.tx_bytes.get(),
+                        }
+                    },
                 })
                 .collect(),
             nic: {

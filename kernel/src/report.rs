@@ -89,6 +89,21 @@ pub struct CpuReport {
     /// How wakes from other CPUs reached it: IPIs sent, and not needed because it was
     /// running (`exec::HaltGate`).
     pub wakes: crate::exec::WakeStats,
+    /// The 9P connections it serves (`serve_cpus=`).
+    pub serving: ServingReport,
+}
+
+/// The 9P connections one CPU serves (`net::stats::CpuServing`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ServingReport {
+    /// Connections it serves now.
+    pub connections: u64,
+    /// Connections handed to it since boot.
+    pub accepted: u64,
+    /// Bytes its connections received from their clients.
+    pub rx_bytes: u64,
+    /// Bytes its connections sent to their clients.
+    pub tx_bytes: u64,
 }
 
 /// The ACPI power button and the clean shutdown it starts (`kernel/src/power`,
@@ -315,6 +330,18 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("cpus.*.wakes.ipis_skipped")
             .named("cpu_wake_ipis_skipped")
             .help("Wakes from other CPUs that needed no IPI (the CPU was running)."),
+        Rule::gauge("cpus.*.serving.connections")
+            .named("cpu_9p_connections")
+            .help("9P connections the CPU serves now."),
+        Rule::counter("cpus.*.serving.accepted")
+            .named("cpu_9p_accepted")
+            .help("9P connections handed to the CPU since boot."),
+        Rule::counter("cpus.*.serving.rx_bytes")
+            .named("cpu_9p_received_bytes")
+            .help("Bytes the CPU's 9P connections received from their clients."),
+        Rule::counter("cpus.*.serving.tx_bytes")
+            .named("cpu_9p_sent_bytes")
+            .help("Bytes the CPU's 9P connections sent to their clients."),
         // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
         Rule::elements("devices", "device", "name").named("device"),
         Rule::rename("devices.*.counters", ""),
@@ -575,6 +602,12 @@ mod tests {
                     wakes: crate::exec::WakeStats {
                         ipis: 3,
                         ipis_skipped: 9,
+                    },
+                    serving: ServingReport {
+                        connections: 2,
+                        accepted: 5,
+                        rx_bytes: 700,
+                        tx_bytes: 900,
                     },
                 },
             ],

@@ -194,6 +194,17 @@ pub struct Qemu {
     qmp: Option<PathBuf>,
 }
 
+/// vCPUs of the appliance in the tests that serve clients ([`Qemu::serving`]):
+/// `NINEFOLD_SMP` (`NINEFOLD_SMP=1 make test-qemu` serves from one), default 4 — QEMU's
+/// multi-threaded TCG runs them on the host's cores.
+pub fn serving_cpus() -> u32 {
+    std::env::var("NINEFOLD_SMP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| (1..=16).contains(&n))
+        .unwrap_or(4)
+}
+
 impl Qemu {
     /// The appliance with no devices: 128 MiB, one CPU, serial on stdout, the
     /// `isa-debug-exit` device for exit codes, no display, no reboot on triple fault.
@@ -205,12 +216,11 @@ impl Qemu {
             image.display()
         );
         let accel = std::env::var("NINEFOLD_ACCEL").unwrap_or_else(|_| "tcg".into());
-        let cpus = std::env::var("NINEFOLD_SMP").unwrap_or_else(|_| "1".into());
         let args = [
             "-accel",
             &accel,
             "-smp",
-            &cpus,
+            "1",
             "-display",
             "none",
             "-vga",
@@ -236,6 +246,12 @@ impl Qemu {
             next_id: 0,
             qmp: None,
         }
+    }
+
+    /// The appliance as the tests that serve clients boot it: [`Qemu::appliance`] with
+    /// [`serving_cpus`] vCPUs, every one of which serves connections.
+    pub fn serving() -> Qemu {
+        Qemu::appliance().cpus(serving_cpus())
     }
 
     fn id(&mut self, prefix: &str) -> String {

@@ -42,8 +42,9 @@ fn the_cpus_option_leaves_the_rest_halted() {
 }
 
 /// `-smp 2` serving 9P from an NVMe disk with one I/O queue pair per CPU: fsync'd writes
-/// read back, and the counters document lists both CPUs, the second having run the task CPU 0 sent it
-/// and its queue pair's reaper.
+/// read back, and the counters document lists both CPUs, the second having run the task
+/// CPU 0 sent it, its queue pair's reaper and the one connection (served by CPU 1: of two
+/// CPUs serving none, the one that does not also run the network stack).
 #[test]
 fn two_cpus_serve_9p_and_report_both() {
     let (port, stats_port) = (16450, 16451);
@@ -72,8 +73,28 @@ fn two_cpus_serve_9p_and_report_both() {
         vm.fail(&format!("expected 2 CPUs in the counters, got {cpus:?}"));
     }
     assert_eq!(stats::counter(&json, "/cpus/1/apic_id"), 1);
-    // The task CPU 0 sent it at boot, and the reaper of NVMe I/O queue pair 2 (its own).
-    assert_eq!(stats::counter(&json, "/cpus/1/remote_tasks"), 2);
+    // The task CPU 0 sent it at boot, the reaper of NVMe I/O queue pair 2 (its own), and
+    // the connection.
+    assert_eq!(stats::counter(&json, "/cpus/1/remote_tasks"), 3, "{json}");
+    assert_eq!(
+        stats::counter(&json, "/cpus/1/serving/accepted"),
+        1,
+        "{json}"
+    );
+    assert_eq!(
+        stats::counter(&json, "/cpus/1/serving/connections"),
+        1,
+        "{json}"
+    );
+    assert!(
+        stats::counter(&json, "/cpus/1/serving/rx_bytes") > 8 * 4096,
+        "{json}"
+    );
+    assert_eq!(
+        stats::counter(&json, "/cpus/0/serving/accepted"),
+        0,
+        "{json}"
+    );
     assert_eq!(
         json.pointer("/cpus/1/tsc/corrected")
             .and_then(|v| v.as_bool()),
@@ -83,8 +104,8 @@ fn two_cpus_serve_9p_and_report_both() {
     // The wake-up IPIs it got, and the wakes that needed none, are counted.
     stats::counter(&json, "/cpus/1/wakes/ipis");
     stats::counter(&json, "/cpus/1/wakes/ipis_skipped");
-    // The second CPU has little to do but its inbox: it idles nearly all the time it has
-    // been up (since about the end of the boot).
+    // The second CPU has little to do but one client's few requests: it idles most of
+    // the time it has been up (since about the end of the boot).
     let uptime = stats::counter(&json, "/uptime_ms");
     let booted: u64 = vm
         .wait_for_line("boot: complete in ")

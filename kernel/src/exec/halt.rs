@@ -64,10 +64,13 @@ impl HaltGate {
     }
 
     /// After a task was queued on this executor from another CPU: whether its CPU must
-    /// be interrupted. Counted either way.
+    /// be interrupted. Counted either way. Only the first waker of a halt interrupts it:
+    /// it takes the flag, and wakers after it find the CPU already being woken (it
+    /// looks at its queue after waking, and again before it halts next).
     pub fn must_interrupt(&self) -> bool {
         fence(Ordering::SeqCst);
-        let halting = self.halting.load(Ordering::Relaxed);
+        let halting =
+            self.halting.load(Ordering::Relaxed) && self.halting.swap(false, Ordering::Relaxed);
         let counter = if halting { &self.ipis } else { &self.skipped };
         counter.fetch_add(1, Ordering::Relaxed);
         halting
@@ -97,14 +100,16 @@ mod tests {
         assert!(!gate.must_interrupt());
         gate.halting();
         assert!(gate.must_interrupt());
-        assert!(gate.must_interrupt());
+        assert!(!gate.must_interrupt(), "one interrupt wakes it");
         gate.running();
         assert!(!gate.must_interrupt());
+        gate.halting();
+        assert!(gate.must_interrupt());
         assert_eq!(
             gate.stats(),
             WakeStats {
                 ipis: 2,
-                ipis_skipped: 2
+                ipis_skipped: 3
             }
         );
     }
