@@ -537,15 +537,15 @@ async fn compare_shared(fs: &Fs, outcomes: &[Outcome], s: &Setting) -> Result<()
     listed.sort();
     let names: Vec<Vec<u8>> = want.keys().cloned().collect();
     if listed != names {
-        let show = |v: &[Vec<u8>]| {
-            v.iter()
+        let show = |v: Vec<&Vec<u8>>| {
+            v.into_iter()
                 .map(|n| n.escape_ascii().to_string())
                 .collect::<Vec<_>>()
         };
+        let missing = show(names.iter().filter(|n| !listed.contains(n)).collect());
+        let unexpected = show(listed.iter().filter(|n| !names.contains(n)).collect());
         return Err(format!(
-            "the shared directory lists {:?}, the workers left {:?}",
-            show(&listed),
-            show(&names)
+            "the shared directory lacks {missing:?} and has {unexpected:?} it should not"
         ));
     }
     for (name, expect) in &want {
@@ -633,7 +633,30 @@ async fn compare_shared(fs: &Fs, outcomes: &[Outcome], s: &Setting) -> Result<()
 
 /// The whole test: the run, then the comparisons as the threads left it, after a
 /// clean unmount and mount, and after a crash.
+/// The filesystem's warnings and errors, on stderr: a failure then shows what the
+/// filesystem saw (corruption, inconsistent metadata) before a comparison did.
+#[derive(Debug)]
+struct Stderr;
+
+impl log::Log for Stderr {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Warn
+    }
+
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            eprintln!("{}: {}", r.level(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 fn run(s: Setting) {
+    // Set once per process (the tests share it); a second set fails and changes nothing.
+    if log::set_logger(&Stderr).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
     eprintln!("threads: {s:?}");
     let image = MemDisk::new(BS, BLOCKS);
     let format_options = FormatOptions {

@@ -233,6 +233,13 @@ impl Node {
         Cursor(AllCursor { node: self, pos })
     }
 
+    /// In an interior node, the entry whose child covers `key`: the greatest separator
+    /// `<= key`, or the first one (the leftmost child also takes keys below it).
+    pub fn child_entry(&self, key: &Key) -> Option<(Key, &[u8])> {
+        self.get_le(key)
+            .or_else(|| self.iter_from(&Key::MIN).next())
+    }
+
     /// The live entry with the greatest key `<= key`.
     pub fn get_le(&self, key: &Key) -> Option<(Key, &[u8])> {
         let mut ends: Positions = [0; MAX_SETS];

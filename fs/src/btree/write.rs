@@ -276,23 +276,27 @@ impl Trees {
     }
 
     /// Where the node at `addr` hangs: `Some(Some((parent, separator)))`, or
-    /// `Some(None)` for the root; `None` if its parent is not found among the cached
-    /// nodes.
+    /// `Some(None)` for the root; `None` if the path to it is not all cached (or it is
+    /// empty). Found from the root through current pointers only, by the node's first
+    /// key: the cache may also hold out-of-date copies of interior nodes, which point
+    /// where the node once was (see [`NodeCache::get`](super::NodeCache::get)).
     fn parent_entry(&self, tree: TreeId, addr: u64) -> Option<Option<(u64, Key)>> {
-        if self.roots[tree as usize].ptr.addr == addr {
+        let root = self.roots[tree as usize].ptr;
+        if root.addr == addr {
             return Some(None);
         }
-        self.cache
-            .nodes()
-            .filter(|n| n.id.tree == tree && n.level() > 0)
-            .find_map(|n| {
-                n.iter_from(&Key::MIN).find_map(|(k, v)| {
-                    NodePtr::from_bytes(v)
-                        .filter(|p| p.addr == addr)
-                        .map(|_| (n.addr, k))
-                })
-            })
-            .map(Some)
+        let node = self.cache.node(addr)?;
+        let (key, _) = node.iter_from(&Key::MIN).next()?;
+        let mut parent = self.cache.get(&root)?;
+        while parent.level() > node.level() {
+            let (sep, val) = parent.child_entry(&key)?;
+            let child = NodePtr::from_bytes(val)?;
+            if parent.level() == node.level() + 1 {
+                return (child.addr == addr).then_some(Some((parent.addr, sep)));
+            }
+            parent = self.cache.get(&child)?;
+        }
+        None
     }
 
     /// Writes every dirty node of every tree in checkpoint `seq`. New locations come

@@ -570,7 +570,8 @@ impl<D: BlockDevice> NineFs<D> {
                 let mut c = self.core.lock();
                 c.stats.node_loads += 1;
                 c.stats.node_load_bytes += buf.len() as u64;
-                c.trees.cache.insert(node);
+                let committed = c.committed_seq;
+                c.trees.cache.insert_loaded(node, committed);
                 Ok(())
             }
             Err(e) if last_try => {
