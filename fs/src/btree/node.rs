@@ -18,7 +18,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::mem::size_of;
 
-use crate::format::bset::{self, entry_len, NodeId, ParsedBset};
+use crate::format::bset::{entry_len, NodeId, ParsedBset, UnsealedBset};
 use crate::format::Key;
 
 /// Most sets a node holds in memory.
@@ -444,21 +444,23 @@ impl Node {
         out
     }
 
-    /// All live entries, in order.
-    pub fn live_entries(&self) -> Vec<(Key, Option<&[u8]>)> {
-        self.iter_from(&Key::MIN)
-            .map(|(k, v)| (k, Some(v)))
-            .collect()
+    /// The bset that appends this node's changes after its written blocks (sealed,
+    /// that is checksummed, later: see [`UnsealedBset`]).
+    pub fn encode_append(&self, seq: u64) -> UnsealedBset {
+        let entries = self.pending_entries();
+        UnsealedBset::new(
+            self.id,
+            seq,
+            self.written_blocks,
+            self.pending_bytes,
+            entries,
+        )
     }
 
-    /// Encodes the bset that appends this node's changes at block `offset_blocks`.
-    pub fn encode_append(&self, seq: u64) -> Vec<u8> {
-        bset::encode(self.id, seq, self.written_blocks, self.pending_entries())
-    }
-
-    /// Encodes a full rewrite (the first bset of a fresh location).
-    pub fn encode_full(&self, seq: u64) -> Vec<u8> {
-        bset::encode(self.id, seq, 0, self.live_entries())
+    /// The bset of a full rewrite (the first bset of a fresh location).
+    pub fn encode_full(&self, seq: u64) -> UnsealedBset {
+        let entries = self.iter_from(&Key::MIN).map(|(k, v)| (k, Some(v)));
+        UnsealedBset::new(self.id, seq, 0, self.live_bytes, entries)
     }
 
     /// Records that the node's content is now on disk (after `encode_append` or
@@ -694,7 +696,8 @@ mod tests {
             node.encode_full(seq)
         } else {
             node.encode_append(seq)
-        };
+        }
+        .seal();
         disk.extend_from_slice(&bytes);
         let blocks = (disk.len() / BLOCK_SIZE) as u32;
         node.mark_written(blocks, seq);

@@ -712,11 +712,17 @@ impl<D: BlockDevice> NineFs<D> {
                 Ok(plan)
             })
             .await?;
-        let Some(plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
+        let Some(mut plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
             return Ok(());
         };
         let written: Result<(), block::IoError> = async {
-            for (block, data) in &plan.writes {
+            // Sealed here, with no lock held: checksumming is most of encoding a node.
+            for (block, bset) in ::core::mem::take(&mut plan.nodes) {
+                self.dev
+                    .write(block, &bset.seal(), WriteFlags::NONE)
+                    .await?;
+            }
+            for (block, data) in &plan.groups {
                 self.dev.write(*block, data, WriteFlags::NONE).await?;
             }
             self.dev.flush().await?;
@@ -835,8 +841,12 @@ impl<D: BlockDevice> NineFs<D> {
             .await?;
         // Out of space for locations: the next checkpoint writes them.
         let writes = prepared.unwrap_or_default();
-        for w in &writes {
-            if let Err(e) = self.dev.write(w.block, &w.data, WriteFlags::NONE).await {
+        for w in writes {
+            if let Err(e) = self
+                .dev
+                .write(w.block, &w.bset.seal(), WriteFlags::NONE)
+                .await
+            {
                 log::error!(
                     "early write of a node at block {}: {e}; filesystem is now failed",
                     w.block
