@@ -378,6 +378,32 @@ impl Node {
     /// Merges `sets[from..]` into one set. Merging everything (`from == 0`) drops
     /// whiteouts, moving those that must be written to the separate list.
     fn merge_sets(&mut self, from: usize) {
+        // One set with entries has nothing to merge with: it is kept as it is (merging
+        // everything still drops its whiteouts) instead of rebuilt entry by entry. A
+        // checkpoint merges every node it writes, twice: this is most of them.
+        if self.sets[from..].iter().filter(|s| !s.is_empty()).count() <= 1 {
+            let mut set = self
+                .sets
+                .drain(from..)
+                .find(|s| !s.is_empty())
+                .unwrap_or_default();
+            if from == 0 {
+                let mut moved_whiteouts = Vec::new();
+                let mem = &mut self.mem_bytes;
+                set.retain(|e| {
+                    if e.val.is_none() {
+                        *mem -= e.mem();
+                        if e.needs_whiteout {
+                            moved_whiteouts.push(e.key);
+                        }
+                    }
+                    e.val.is_some()
+                });
+                self.keep_whiteouts(moved_whiteouts);
+            }
+            self.sets.push(set);
+            return;
+        }
         // Entries are moved, not cloned: the merged sets are consumed.
         let mut parts: Vec<core::iter::Peekable<alloc::vec::IntoIter<Entry>>> = self
             .sets
@@ -411,12 +437,18 @@ impl Node {
             }
             merged.push(winner);
         }
-        if !moved_whiteouts.is_empty() {
-            self.mem_bytes += moved_whiteouts.len() * size_of::<Key>();
-            let old = core::mem::take(&mut self.whiteouts);
-            self.whiteouts = merge_sorted_keys(old, moved_whiteouts);
-        }
+        self.keep_whiteouts(moved_whiteouts);
         self.sets.push(merged);
+    }
+
+    /// Adds whiteouts dropped from the sets that must still be written (sorted keys) to
+    /// the separate list.
+    fn keep_whiteouts(&mut self, moved: Vec<Key>) {
+        if !moved.is_empty() {
+            self.mem_bytes += moved.len() * size_of::<Key>();
+            let old = core::mem::take(&mut self.whiteouts);
+            self.whiteouts = merge_sorted_keys(old, moved);
+        }
     }
 
     /// Compacts into a single set (plus an empty newest one).
