@@ -1,12 +1,21 @@
 //! A mounted ninefold filesystem: [`NineFs`], which implements
 //! [`FileSystem`](vfs::FileSystem).
 //!
-//! Concurrency: all metadata lives in [`Core`] behind one lock that is only ever held by
-//! synchronous code — never across an `await`. Operations run as retry loops: try the
-//! operation on the cached state; if it needs a node or bitmap group that is not cached,
-//! release the lock, read it, and try again (see [`core`]). File data is read and written
-//! with no lock held; writers of one inode's data are serialised by a per-inode async
-//! mutex, which readers and other inodes never wait for.
+//! Concurrency: one handle serves every CPU — `NineFs<D>` is `Send + Sync` when `D` is
+//! (checked below); the futures of its operations are not `Send` (a request runs to
+//! completion on the CPU that issued it). All metadata lives in [`Core`] behind one lock
+//! that is only ever held by synchronous code — never across an `await`, never for I/O.
+//! Operations run as retry loops: try the operation on the cached state; if it needs a
+//! node or bitmap group that is not cached, release the lock, read it, and try again (see
+//! [`core`]). File data is read and written with no lock held; writers of one inode's
+//! data are serialised by a per-inode async mutex, which readers and other inodes never
+//! wait for.
+//!
+//! Lock order: per-inode async mutexes (ascending inode numbers), then the checkpoint
+//! lock; the log's commit lock is taken with neither. Of the spin locks, `core` comes
+//! before `log` and `discard`; every other one is taken alone. The core lock counts its
+//! use ([`FsStats::core_lock`]: takes, contended takes, and with
+//! [`MountOptions::hold_clock`] the time held; `volume/lock.rs`).
 
 use ::core::ops::Range;
 use ::core::time::Duration;
