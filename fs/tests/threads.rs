@@ -49,8 +49,12 @@ type Disk = CountingDisk<YieldDisk<MemDisk>>;
 type Fs = NineFs<Disk>;
 
 const BS: u32 = 4096;
-/// 64 MiB: the model never runs out of space, so neither may the filesystem.
-const BLOCKS: u64 = 16 * 1024;
+/// The device's size: at least 64 MiB, and 16 KiB per op of every worker (what a run
+/// keeps is far less). The model never runs out of space, so neither may the
+/// filesystem.
+fn device_blocks(s: &Setting) -> u64 {
+    (16 * 1024).max(4 * (s.threads * s.ops) as u64)
+}
 /// Bytes of one record appended to the shared log file.
 const RECORD: usize = 32;
 /// The shared directory and the two shared files in it.
@@ -658,7 +662,7 @@ fn run(s: Setting) {
         log::set_max_level(log::LevelFilter::Warn);
     }
     eprintln!("threads: {s:?}");
-    let image = MemDisk::new(BS, BLOCKS);
+    let image = MemDisk::new(BS, device_blocks(&s));
     let format_options = FormatOptions {
         node_size: 16 * 1024,
         uuid: [25; 16],
