@@ -6,6 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use ninep::conn::Connection;
@@ -15,15 +16,15 @@ use ninep::wire::{Rmsg, Tmsg};
 use testkit::model::ModelFs;
 use vfs::*;
 
-/// A clock that ticks one second per reading.
+/// A clock that ticks one second per reading (atomic: a mounted filesystem's clock is
+/// `Send + Sync`).
 #[derive(Debug, Default)]
-pub struct Ticks(Cell<i64>);
+pub struct Ticks(AtomicI64);
 
 impl Clock for Ticks {
     fn now(&self) -> Timespec {
-        self.0.set(self.0.get() + 1);
         Timespec {
-            sec: 1_700_000_000 + self.0.get(),
+            sec: 1_700_000_000 + self.0.fetch_add(1, Ordering::Relaxed) + 1,
             nsec: 0,
         }
     }
