@@ -18,7 +18,7 @@
 //! and after a "crash": the device's content taken without unmounting, mounted again
 //! by replaying the log, where nothing fsync'd may be missing.
 //!
-//! `cargo test` runs a short setting (a few seconds); `NINEFOLD_THREADS`,
+//! `cargo test` runs a short setting (about a second); `NINEFOLD_THREADS`,
 //! `NINEFOLD_THREAD_OPS` and `NINEFOLD_THREAD_SEED` change it, and the ignored
 //! `threads_long` runs a bigger one. The core lock's counters are printed (`--nocapture`).
 
@@ -49,12 +49,6 @@ type Disk = CountingDisk<YieldDisk<MemDisk>>;
 type Fs = NineFs<Disk>;
 
 const BS: u32 = 4096;
-/// The device's size: at least 64 MiB, and 16 KiB per op of every worker (what a run
-/// keeps is far less). The model never runs out of space, so neither may the
-/// filesystem.
-fn device_blocks(s: &Setting) -> u64 {
-    (16 * 1024).max(4 * (s.threads * s.ops) as u64)
-}
 /// Bytes of one record appended to the shared log file.
 const RECORD: usize = 32;
 /// The shared directory and the two shared files in it.
@@ -102,6 +96,13 @@ impl Setting {
             early_writes,
         }
     }
+}
+
+/// The device's size: at least 64 MiB, and 16 KiB per op of every worker (what a run
+/// keeps is far less). The model never runs out of space, so neither may the
+/// filesystem.
+fn device_blocks(s: &Setting) -> u64 {
+    (16 * 1024).max(4 * (s.threads * s.ops) as u64)
 }
 
 /// A monotonic clock in nanoseconds for the core lock's hold times.
@@ -767,13 +768,14 @@ fn threads_share_one_filesystem_with_early_writes_and_a_tiny_cache() {
     });
 }
 
-/// A long run: `cargo test -p ninefold-fs --test threads -- --ignored --nocapture`.
+/// A long run: `cargo test -p ninefold-fs --release --test threads -- --ignored
+/// --nocapture` (8 threads of 2000 ops unless the environment says otherwise).
 #[test]
 #[ignore]
 fn threads_long() {
     run(Setting {
-        threads: 8,
-        ops: 2000,
+        threads: env("NINEFOLD_THREADS", 8) as usize,
+        ops: env("NINEFOLD_THREAD_OPS", 2000) as usize,
         ..Setting::from_env(1 << 20, false)
     });
 }
