@@ -18,7 +18,7 @@
 //! and after a "crash": the device's content taken without unmounting, mounted again
 //! by replaying the log, where nothing fsync'd may be missing.
 //!
-//! `cargo test` runs a short setting (a few seconds); `NINEFOLD_THREADS`,
+//! `cargo test` runs a short setting (about a second); `NINEFOLD_THREADS`,
 //! `NINEFOLD_THREAD_OPS` and `NINEFOLD_THREAD_SEED` change it, and the ignored
 //! `threads_long` runs a bigger one. The core lock's counters are printed (`--nocapture`).
 
@@ -49,8 +49,6 @@ type Disk = CountingDisk<YieldDisk<MemDisk>>;
 type Fs = NineFs<Disk>;
 
 const BS: u32 = 4096;
-/// 64 MiB: the model never runs out of space, so neither may the filesystem.
-const BLOCKS: u64 = 16 * 1024;
 /// Bytes of one record appended to the shared log file.
 const RECORD: usize = 32;
 /// The shared directory and the two shared files in it.
@@ -98,6 +96,13 @@ impl Setting {
             early_writes,
         }
     }
+}
+
+/// The device's size: at least 64 MiB, and 16 KiB per op of every worker (what a run
+/// keeps is far less). The model never runs out of space, so neither may the
+/// filesystem.
+fn device_blocks(s: &Setting) -> u64 {
+    (16 * 1024).max(4 * (s.threads * s.ops) as u64)
 }
 
 /// A monotonic clock in nanoseconds for the core lock's hold times.
@@ -537,15 +542,15 @@ async fn compare_shared(fs: &Fs, outcomes: &[Outcome], s: &Setting) -> Result<()
     listed.sort();
     let names: Vec<Vec<u8>> = want.keys().cloned().collect();
     if listed != names {
-        let show = |v: &[Vec<u8>]| {
-            v.iter()
+        let show = |v: Vec<&Vec<u8>>| {
+            v.into_iter()
                 .map(|n| n.escape_ascii().to_string())
                 .collect::<Vec<_>>()
         };
+        let missing = show(names.iter().filter(|n| !listed.contains(n)).collect());
+        let unexpected = show(listed.iter().filter(|n| !names.contains(n)).collect());
         return Err(format!(
-            "the shared directory lists {:?}, the workers left {:?}",
-            show(&listed),
-            show(&names)
+            "the shared directory lacks {missing:?} and has {unexpected:?} it should not"
         ));
     }
     for (name, expect) in &want {
@@ -633,9 +638,32 @@ async fn compare_shared(fs: &Fs, outcomes: &[Outcome], s: &Setting) -> Result<()
 
 /// The whole test: the run, then the comparisons as the threads left it, after a
 /// clean unmount and mount, and after a crash.
+/// The filesystem's warnings and errors, on stderr: a failure then shows what the
+/// filesystem saw (corruption, inconsistent metadata) before a comparison did.
+#[derive(Debug)]
+struct Stderr;
+
+impl log::Log for Stderr {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Warn
+    }
+
+    fn log(&self, r: &log::Record) {
+        if self.enabled(r.metadata()) {
+            eprintln!("{}: {}", r.level(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 fn run(s: Setting) {
+    // Set once per process (the tests share it); a second set fails and changes nothing.
+    if log::set_logger(&Stderr).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
     eprintln!("threads: {s:?}");
-    let image = MemDisk::new(BS, BLOCKS);
+    let image = MemDisk::new(BS, device_blocks(&s));
     let format_options = FormatOptions {
         node_size: 16 * 1024,
         uuid: [25; 16],
@@ -740,13 +768,14 @@ fn threads_share_one_filesystem_with_early_writes_and_a_tiny_cache() {
     });
 }
 
-/// A long run: `cargo test -p ninefold-fs --test threads -- --ignored --nocapture`.
+/// A long run: `cargo test -p ninefold-fs --release --test threads -- --ignored
+/// --nocapture` (8 threads of 2000 ops unless the environment says otherwise).
 #[test]
 #[ignore]
 fn threads_long() {
     run(Setting {
-        threads: 8,
-        ops: 2000,
+        threads: env("NINEFOLD_THREADS", 8) as usize,
+        ops: env("NINEFOLD_THREAD_OPS", 2000) as usize,
         ..Setting::from_env(1 << 20, false)
     });
 }

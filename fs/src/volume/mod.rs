@@ -1,12 +1,21 @@
 //! A mounted ninefold filesystem: [`NineFs`], which implements
 //! [`FileSystem`](vfs::FileSystem).
 //!
-//! Concurrency: all metadata lives in [`Core`] behind one lock that is only ever held by
-//! synchronous code — never across an `await`. Operations run as retry loops: try the
-//! operation on the cached state; if it needs a node or bitmap group that is not cached,
-//! release the lock, read it, and try again (see [`core`]). File data is read and written
-//! with no lock held; writers of one inode's data are serialised by a per-inode async
-//! mutex, which readers and other inodes never wait for.
+//! Concurrency: one handle serves every CPU — `NineFs<D>` is `Send + Sync` when `D` is
+//! (checked below); the futures of its operations are not `Send` (a request runs to
+//! completion on the CPU that issued it). All metadata lives in [`Core`] behind one lock
+//! that is only ever held by synchronous code — never across an `await`, never for I/O.
+//! Operations run as retry loops: try the operation on the cached state; if it needs a
+//! node or bitmap group that is not cached, release the lock, read it, and try again (see
+//! [`core`]). File data is read and written with no lock held; writers of one inode's
+//! data are serialised by a per-inode async mutex, which readers and other inodes never
+//! wait for.
+//!
+//! Lock order: per-inode async mutexes (ascending inode numbers), then the checkpoint
+//! lock; the log's commit lock is taken with neither. Of the spin locks, `core` comes
+//! before `log` and `discard`; every other one is taken alone. The core lock counts its
+//! use ([`FsStats::core_lock`]: takes, contended takes, and with
+//! [`MountOptions::hold_clock`] the time held; `volume/lock.rs`).
 
 use ::core::ops::Range;
 use ::core::time::Duration;
@@ -570,7 +579,8 @@ impl<D: BlockDevice> NineFs<D> {
                 let mut c = self.core.lock();
                 c.stats.node_loads += 1;
                 c.stats.node_load_bytes += buf.len() as u64;
-                c.trees.cache.insert(node);
+                let committed = c.committed_seq;
+                c.trees.cache.insert_loaded(node, committed);
                 Ok(())
             }
             Err(e) if last_try => {
@@ -711,11 +721,17 @@ impl<D: BlockDevice> NineFs<D> {
                 Ok(plan)
             })
             .await?;
-        let Some(plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
+        let Some(mut plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
             return Ok(());
         };
         let written: Result<(), block::IoError> = async {
-            for (block, data) in &plan.writes {
+            // Sealed here, with no lock held: checksumming is most of encoding a node.
+            for (block, bset) in ::core::mem::take(&mut plan.nodes) {
+                self.dev
+                    .write(block, &bset.seal(), WriteFlags::NONE)
+                    .await?;
+            }
+            for (block, data) in &plan.groups {
                 self.dev.write(*block, data, WriteFlags::NONE).await?;
             }
             self.dev.flush().await?;
@@ -834,8 +850,12 @@ impl<D: BlockDevice> NineFs<D> {
             .await?;
         // Out of space for locations: the next checkpoint writes them.
         let writes = prepared.unwrap_or_default();
-        for w in &writes {
-            if let Err(e) = self.dev.write(w.block, &w.data, WriteFlags::NONE).await {
+        for w in writes {
+            if let Err(e) = self
+                .dev
+                .write(w.block, &w.bset.seal(), WriteFlags::NONE)
+                .await
+            {
                 log::error!(
                     "early write of a node at block {}: {e}; filesystem is now failed",
                     w.block
