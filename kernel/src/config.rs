@@ -30,7 +30,7 @@
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
 //! | `cpus=N` | most CPUs to run on (1..=16): the boot CPU and the first N-1 others the firmware lists; the rest stay halted | every CPU, up to 16 |
-//! | `serve_cpus=LIST` | the CPUs that serve 9P connections, by index (`0-3`, `1,2`, `1-3,5`); each new connection goes to the one serving fewest (CPUs not online are skipped; none online: CPU 0) | every CPU online |
+//! | `serve_cpus=LIST` | the CPUs that serve 9P connections, by index (`0-3`, `1,2`, `1-3,5`); each new connection goes to the one serving fewest, CPU 0's connections counting double (CPUs not online are skipped; none online: CPU 0) | every CPU online |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
 //! | `nvme_queues=N` | NVMe I/O queue pairs to ask the controller for (1..=64; it may grant fewer); a request goes to the pair of the CPU it is submitted on | one per CPU online |
 //! | `bench=dev` | run the device benchmark on the `disk=` device (all disks without `disk=`), print results, power off | off |

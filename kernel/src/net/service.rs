@@ -12,7 +12,8 @@
 //! given away whose old connection is still closing).
 //!
 //! Each accepted connection is handed whole to one CPU (`serve_cpus=`, default every CPU
-//! online): the one serving fewest connections (`super::limits::least_loaded_cpu`). Its
+//! online): the one serving fewest connections, CPU 0's counting double because it also
+//! runs the network stack (`super::limits::least_loaded_cpu`). Its
 //! task is spawned there (`smp::spawn_on`), and its fid table, request futures and
 //! replies live there for its whole life; it shares with the other CPUs only what every
 //! connection shares — the server ([`Server`]: locks, memory budget, sessions), the
@@ -447,7 +448,8 @@ impl<F: FileSystem + Send + Sync + 'static> Service<F> {
     }
 
     /// Hands the accepted connection on socket `handle` to the CPU that serves fewest
-    /// connections (of `serve_cpus=`), where its task runs until the socket is freed.
+    /// connections (of `serve_cpus=`; CPU 0's count double), where its task runs until
+    /// the socket is freed.
     fn hand_off(&self, handle: SockId) {
         let cpu = self.serving_cpu();
         self.conns.stats.accepted.inc();
