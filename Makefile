@@ -14,6 +14,8 @@ KERNEL_ELF := target/$(TARGET)/release/ninefold-kernel
 ## `make run` knobs (override on the command line: make run MEM=1G PORT=15640).
 # Guest memory.
 MEM ?= 512M
+# Virtual CPUs: every one serves 9P connections (default: as many as this host has cores).
+SMP ?= $(shell nproc)
 # Host TCP port (on 127.0.0.1) forwarded to the appliance's 9P port.
 PORT ?= 5640
 # The appliance's 9P port (passed as port= on its command line).
@@ -78,9 +80,9 @@ $(DISK): | tool
 run: deps image $(DISK)
 	@accel="$(ACCEL)"; [[ -n $$accel ]] || accel=$$(QEMU=$(QEMU) scripts/accel.sh $(IMAGE)); \
 	cpu=; [[ $$accel == kvm ]] && cpu="-cpu host"; \
-	echo "run: $(QEMU) with $$accel, $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (stop: Ctrl-C, clean shutdown; quit at once: Ctrl-A X)"; \
+	echo "run: $(QEMU) with $$accel, $(SMP) vCPU(s), $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (stop: Ctrl-C, clean shutdown; quit at once: Ctrl-A X)"; \
 	QMP_PORT=$(QMP_PORT) STOP_TIMEOUT=$(STOP_TIMEOUT) exec scripts/run.sh \
-		$(QEMU) -accel $$accel $$cpu -m $(MEM) -smp 1 -nodefaults -display none \
+		$(QEMU) -accel $$accel $$cpu -m $(MEM) -smp $(SMP) -nodefaults -display none \
 		-no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
 		-kernel $(IMAGE) -append "$(strip port=$(NINEP_PORT) fs=$(FS) $(APPEND))" \
@@ -154,10 +156,10 @@ bench-meta:
 
 ## bench-host: host-side measurements (release build; figures printed, nothing asserted):
 ## the filesystem on a RAM disk, crash-state enumeration and checking, 9P lock requests
-## with 40,000 locks held
+## with 40,000 locks held, the 9P server's CPU time per request
 .PHONY: bench-host
 bench-host:
-	$(CARGO) bench --locked -p ninefold-fs -p ninefold-ninep --bench fs_measure --bench crash_states --bench locks
+	$(CARGO) bench --locked -p ninefold-fs -p ninefold-ninep --bench fs_measure --bench crash_states --bench locks --bench requests
 
 ## crash-quick: the slice of the crash suite `make test` runs
 crash-quick:
@@ -242,12 +244,17 @@ bench: image tool guest
 ## bench-load: the appliance, the Linux server VMs (diod on btrfs and ext4) and the in-memory
 ## ceiling driven from the host by the native 9P load generator (tests/src/bin/ninep-load.rs;
 ## 9P only, so not the NFS peers of `make bench`)
-## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. ~16 min;
-## BENCH_ARGS=--quick (~6 min) or --system/--workload/--conns/--seconds (--help)
+## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. The appliance runs
+## once per vCPU count of SMP= (default 1,2: systems ninefold-smp1, ninefold-smp2; the Linux
+## VMs keep 1 vCPU); every point reports ops/s, p99, each vCPU's busy share and the host's
+## own CPU use. ~20 min; BENCH_ARGS=--quick (~8 min) or
+## --system/--workload/--conns/--seconds (--help)
 .PHONY: bench-load
+# Its own default, whatever SMP means to other targets (make SMP=1,2,4 bench-load still wins).
+bench-load: SMP = 1,2
 bench-load: deps image guest
 	$(CARGO) build --locked --release -p ninefold-tools --bin ninefold -p ninefold-tests --bin ninep-load
-	tests/bench/load.py $(BENCH_ARGS)
+	tests/bench/load.py --smp $(SMP) $(BENCH_ARGS)
 
 ## bench-devices: fio on raw emulated NVMe and virtio-blk disks inside the guest
 bench-devices: guest

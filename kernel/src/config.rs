@@ -30,6 +30,7 @@
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
 //! | `selftest=block` | run the block-device self-checks on every NVMe and virtio-blk device, then power off | off |
 //! | `cpus=N` | most CPUs to run on (1..=16): the boot CPU and the first N-1 others the firmware lists; the rest stay halted | every CPU, up to 16 |
+//! | `serve_cpus=LIST` | the CPUs that serve 9P connections, by index (`0-3`, `1,2`, `1-3,5`); each new connection goes to the one serving fewest, CPU 0's connections counting double (CPUs not online are skipped; none online: CPU 0) | every CPU online |
 //! | `nvme=irq\|poll` | NVMe I/O completions by MSI-X interrupt or by polling | `irq` |
 //! | `nvme_queues=N` | NVMe I/O queue pairs to ask the controller for (1..=64; it may grant fewer); a request goes to the pair of the CPU it is submitted on | one per CPU online |
 //! | `bench=dev` | run the device benchmark on the `disk=` device (all disks without `disk=`), print results, power off | off |
@@ -318,6 +319,65 @@ pub struct Config {
     pub max_snapshots: usize,
     /// Most CPUs to run on (`cpus=`); `None`: all, up to [`MAX_CPUS`].
     pub cpus: Option<usize>,
+    /// The CPUs that serve 9P connections (`serve_cpus=`); `None`: every CPU online.
+    pub serve_cpus: Option<CpuMask>,
+}
+
+/// A set of CPUs by index (below [`MAX_CPUS`]), as `serve_cpus=` writes it: indices and
+/// ranges separated by commas (`0-3`, `1,2`, `1-3,5`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuMask(u16);
+
+impl CpuMask {
+    /// Parses `0-3`, `1,2`, `1-3,5`: at least one CPU, each below [`MAX_CPUS`].
+    pub fn parse(v: &str) -> Result<CpuMask, &'static str> {
+        const WHY: &str = "expected CPU indices 0-15 and ranges, e.g. 1-3 or 0,2";
+        let index = |s: &str| s.parse::<usize>().ok().filter(|&i| i < MAX_CPUS).ok_or(WHY);
+        let mut mask = 0u16;
+        for part in v.split(',') {
+            let (first, last) = match part.split_once('-') {
+                Some((a, b)) => (index(a)?, index(b)?),
+                None => (index(part)?, index(part)?),
+            };
+            if first > last {
+                return Err(WHY);
+            }
+            for cpu in first..=last {
+                mask |= 1 << cpu;
+            }
+        }
+        Ok(CpuMask(mask))
+    }
+
+    /// Whether CPU `cpu` is in the set.
+    pub fn contains(&self, cpu: usize) -> bool {
+        cpu < MAX_CPUS && self.0 & (1 << cpu) != 0
+    }
+}
+
+impl fmt::Display for CpuMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut cpu = 0;
+        let mut first = true;
+        while cpu < MAX_CPUS {
+            if !self.contains(cpu) {
+                cpu += 1;
+                continue;
+            }
+            let start = cpu;
+            while cpu + 1 < MAX_CPUS && self.contains(cpu + 1) {
+                cpu += 1;
+            }
+            f.write_str(if first { "" } else { "," })?;
+            match cpu - start {
+                0 => write!(f, "{start}")?,
+                _ => write!(f, "{start}-{cpu}")?,
+            }
+            first = false;
+            cpu += 1;
+        }
+        Ok(())
+    }
 }
 
 /// `v` as a number within `range`, or `why` it is not.
@@ -371,6 +431,7 @@ impl Default for Config {
             scrub_interval_secs: None,
             max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
             cpus: None,
+            serve_cpus: None,
         }
     }
 }
@@ -548,6 +609,7 @@ impl Config {
                 }
             }
             "cpus" => self.cpus = Some(number(need(value)?, 1..=MAX_CPUS, "expected 1-16")?),
+            "serve_cpus" => self.serve_cpus = Some(CpuMask::parse(need(value)?).map_err(Some)?),
             "snapshots" => self.max_snapshots = number(need(value)?, 1..=1024, "expected 1-1024")?,
             "fault_seed" => {
                 self.fault_seed = need(value)?
@@ -736,6 +798,9 @@ impl fmt::Display for Config {
         if let Some(n) = self.cpus {
             write!(f, " cpus={n}")?;
         }
+        if let Some(m) = self.serve_cpus {
+            write!(f, " serve_cpus={m}")?;
+        }
         if self.max_snapshots != ninefs::volume::snapshot::MAX_SNAPSHOTS {
             write!(f, " snapshots={}", self.max_snapshots)?;
         }
@@ -808,6 +873,19 @@ mod tests {
         assert!(c.to_string().ends_with(" cpus=4"));
         let (c, ignored) = parse("cpus=0 cpus=17 cpus=x");
         assert_eq!((c.cpus, ignored.len()), (None, 3));
+    }
+
+    #[test]
+    fn serve_cpus_takes_indices_and_ranges() {
+        let (c, _) = parse("serve_cpus=1-3,5");
+        let m = c.serve_cpus.expect("parsed");
+        let cpus: Vec<usize> = (0..MAX_CPUS).filter(|&i| m.contains(i)).collect();
+        assert_eq!(cpus, [1, 2, 3, 5]);
+        assert!(c.to_string().ends_with(" serve_cpus=1-3,5"));
+        let (c, _) = parse("serve_cpus=0,1");
+        assert!(c.to_string().ends_with(" serve_cpus=0-1"));
+        let (c, ignored) = parse("serve_cpus=16 serve_cpus=3-1 serve_cpus= serve_cpus=a,1");
+        assert_eq!((c.serve_cpus, ignored.len()), (None, 4));
         let (c, _) = parse("snapshots=3");
         assert_eq!(c.max_snapshots, 3);
         assert!(c.to_string().ends_with(" snapshots=3"));

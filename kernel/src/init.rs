@@ -287,6 +287,8 @@ where
         + Housekeeping
         + CleanUnmount
         + Scrubbing
+        + Send
+        + Sync
         + 'static,
 {
     match net::serve(config, fs, mem.heap).await {

@@ -5,6 +5,12 @@
 //! Handlers run in interrupt context with interrupts disabled: they should do little more
 //! than acknowledge the device and [`IrqEvent::signal`](crate::exec::IrqEvent::signal) a
 //! task. The local APIC gets its end-of-interrupt after the handler returns.
+//!
+//! Vectors are the same on every CPU (one IDT): an interrupt runs its vector's handler on
+//! whichever CPU the device's message targets ([`IrqHandle::msi_message_to`]). Each
+//! vector's handler sits under its own lock, taken by the CPU the interrupt arrives on
+//! (and, rarely, to install or remove it), so CPUs taking interrupts on different vectors
+//! never meet on a shared lock.
 
 use alloc::sync::Arc;
 use core::fmt;
@@ -30,7 +36,7 @@ const DYNAMIC: core::ops::RangeInclusive<u8> = 0x30..=0xdf;
 
 type Handler = Arc<dyn Fn() + Send + Sync>;
 
-static HANDLERS: IrqLock<[Option<Handler>; 256]> = IrqLock::new([const { None }; 256]);
+static HANDLERS: [IrqLock<Option<Handler>>; 256] = [const { IrqLock::new(None) }; 256];
 static COUNTS: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
 static UNHANDLED: AtomicU64 = AtomicU64::new(0);
 
@@ -66,7 +72,12 @@ impl IrqHandle {
 
     /// The MSI message that raises this vector on this CPU.
     pub fn msi_message(&self) -> MsiMessage {
-        MsiMessage::fixed(lapic::id(), self.vector)
+        self.msi_message_to(lapic::id())
+    }
+
+    /// The MSI message that raises this vector on the CPU with local APIC id `apic_id`.
+    pub fn msi_message_to(&self, apic_id: u8) -> MsiMessage {
+        MsiMessage::fixed(apic_id, self.vector)
     }
 
     /// Interrupts delivered to this handle so far.
@@ -77,23 +88,28 @@ impl IrqHandle {
 
 impl Drop for IrqHandle {
     fn drop(&mut self) {
-        HANDLERS.lock(|h| h[usize::from(self.vector)] = None);
+        HANDLERS[usize::from(self.vector)].lock(|h| *h = None);
     }
 }
 
 /// Allocates a vector and installs `handler` for it.
 pub fn allocate(handler: impl Fn() + Send + Sync + 'static) -> Result<IrqHandle, NoFreeVector> {
-    let handler: Handler = Arc::new(handler);
-    HANDLERS.lock(|h| {
-        let vector = DYNAMIC
-            .clone()
-            .find(|v| h[usize::from(*v)].is_none())
-            .ok_or(NoFreeVector)?;
-        h[usize::from(vector)] = Some(handler);
-        Ok(IrqHandle {
-            vector,
-            base_count: count(vector),
+    let mut handler = Some(Arc::new(handler) as Handler);
+    let vector = DYNAMIC
+        .clone()
+        .find(|&v| {
+            // Claimed under the vector's own lock: two CPUs allocating never share one.
+            HANDLERS[usize::from(v)].lock(|h| {
+                if h.is_none() {
+                    *h = handler.take();
+                }
+                handler.is_none()
+            })
         })
+        .ok_or(NoFreeVector)?;
+    Ok(IrqHandle {
+        vector,
+        base_count: count(vector),
     })
 }
 
@@ -103,7 +119,7 @@ pub fn set_fixed_handler(vector: u8, handler: impl Fn() + Send + Sync + 'static)
         !DYNAMIC.contains(&vector),
         "vector {vector:#x} is dynamically allocated"
     );
-    HANDLERS.lock(|h| h[usize::from(vector)] = Some(Arc::new(handler)));
+    HANDLERS[usize::from(vector)].lock(|h| *h = Some(Arc::new(handler)));
 }
 
 /// Interrupts delivered on `vector` so far.
@@ -123,12 +139,11 @@ pub fn dispatch(vector: u8) {
     if vector == SPURIOUS_VECTOR || (PIC_BASE..PIC_BASE + 16).contains(&vector) {
         return; // spurious: no EOI
     }
-    let handler = HANDLERS.lock(|h| h[usize::from(vector)].clone());
-    match handler {
-        Some(h) => h(),
-        None => {
-            UNHANDLED.fetch_add(1, Ordering::Relaxed);
-        }
+    // Run under the vector's lock: only a handle being dropped (or the vector being
+    // claimed) waits for it.
+    let handled = HANDLERS[usize::from(vector)].lock(|h| h.as_ref().map(|h| h()).is_some());
+    if !handled {
+        UNHANDLED.fetch_add(1, Ordering::Relaxed);
     }
     lapic::eoi();
 }

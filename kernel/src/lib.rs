@@ -6,9 +6,10 @@
 //!   rules; the network stack and 9P service build only for the appliance), [`pci`] (decoding,
 //!   enumeration, capabilities), [`power`] (ACPI register bits, the `\_S5_` scan, SCI
 //!   wiring; the power button and soft-off themselves build only for the appliance),
-//!   [`report`] (counter snapshots and their formats), [`time`], [`sync`], [`exit`];
+//!   [`report`] (counter snapshots and their formats), [`time`], [`sync`], [`exit`],
+//!   [`clock::skew`] (the TSC check across CPUs);
 //! - hardware modules (only for `x86_64-unknown-none`): `hal` (all `unsafe` code),
-//!   `apic`, `clock`, `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`,
+//!   `apic`, `clock` (the rest of it), `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`,
 //!   `shutdown` (the clean shutdown after a power-button press), `smp` (starting the
 //!   other CPUs and sending them work), and
 //!   `init` (the boot sequence, [`kmain`]).
@@ -19,6 +20,7 @@
 
 extern crate alloc;
 
+pub mod clock;
 pub mod config;
 pub mod drivers;
 pub mod exec;
@@ -40,8 +42,6 @@ pub mod hal;
 pub mod apic;
 #[cfg(target_os = "none")]
 mod bench;
-#[cfg(target_os = "none")]
-pub mod clock;
 #[cfg(target_os = "none")]
 mod crash;
 #[cfg(target_os = "none")]

@@ -14,7 +14,7 @@ use crate::net::service::Service;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
     AccessReport, CpuReport, DeviceReport, FsReport, HeapReport, NicReport, NinepReport,
-    PowerReport, Snapshot,
+    PowerReport, ServingReport, Snapshot,
 };
 use crate::storage::{DeviceName, InjectedFaults, ServedFs};
 use crate::{clock, hal, smp, task};
@@ -148,6 +148,17 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                     apic_id: s.apic_id,
                     idle_ms: task::idle_time_of(cpu).as_millis() as u64,
                     remote_tasks: s.remote_tasks,
+                    tsc: s.tsc,
+                    wakes: s.wakes,
+                    serving: {
+                        let c = conns.cpu(cpu);
+                        ServingReport {
+                            connections: c.active(),
+                            accepted: c.accepted.get(),
+                            rx_bytes: c.rx_bytes.get(),
+                            tx_bytes: c.tx_bytes.get(),
+                        }
+                    },
                 })
                 .collect(),
             nic: {
@@ -164,9 +175,9 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 accepted: conns.accepted.get(),
                 shed: conns.shed.get(),
                 refused: conns.refused.get(),
-                syns_held: self.service.stack().syn_gate.held(),
-                rx_bytes: conns.rx_bytes.get(),
-                tx_bytes: conns.tx_bytes.get(),
+                syns_held: self.service.stack().syn_gate().held(),
+                rx_bytes: conns.rx_bytes(),
+                tx_bytes: conns.tx_bytes(),
                 server: self.service.server().stats(),
                 timings: self.service.server().timings(),
                 requests: self.service.server().request_stats(),
@@ -176,6 +187,10 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 bytes: heap.claimed,
                 allocated: heap.allocated,
                 recycled: heap.recycled,
+                cpu_cached: heap.cpu_cached,
+                cpu_refills: heap.cpu_refills,
+                cpu_flushes: heap.cpu_flushes,
+                drains: heap.drains,
             },
             access: AccessReport {
                 refused_stats: self.port_stats.refused.get(),

@@ -84,6 +84,26 @@ pub struct CpuReport {
     pub idle_ms: u64,
     /// Tasks other CPUs sent it (`smp::spawn_on`).
     pub remote_tasks: u64,
+    /// Its TSC against CPU 0's, checked when it came up (`clock::skew`).
+    pub tsc: crate::clock::skew::TscCheck,
+    /// How wakes from other CPUs reached it: IPIs sent, and not needed because it was
+    /// running (`exec::HaltGate`).
+    pub wakes: crate::exec::WakeStats,
+    /// The 9P connections it serves (`serve_cpus=`).
+    pub serving: ServingReport,
+}
+
+/// The 9P connections one CPU serves (`net::stats::CpuServing`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ServingReport {
+    /// Connections it serves now.
+    pub connections: u64,
+    /// Connections handed to it since boot.
+    pub accepted: u64,
+    /// Bytes its connections received from their clients.
+    pub rx_bytes: u64,
+    /// Bytes its connections sent to their clients.
+    pub tx_bytes: u64,
 }
 
 /// The ACPI power button and the clean shutdown it starts (`kernel/src/power`,
@@ -212,8 +232,19 @@ pub struct HeapReport {
     pub bytes: u64,
     /// Bytes in live allocations.
     pub allocated: u64,
-    /// Bytes of freed small blocks kept for reuse (`mm::recycle`); free for allocation.
+    /// Bytes of freed small blocks in the free lists all CPUs share (`mm::heap`'s
+    /// depot); free for allocation.
     pub recycled: u64,
+    /// Bytes of freed small blocks in the CPUs' own caches; free for allocation.
+    pub cpu_cached: u64,
+    /// Allocations that refilled their CPU's cache (each one take of the global heap lock).
+    pub cpu_refills: u64,
+    /// Frees that found their CPU's cache full and gave blocks back (each one take of
+    /// the global heap lock).
+    pub cpu_flushes: u64,
+    /// Times every cache went back to the allocator because an allocation would
+    /// otherwise have failed.
+    pub drains: u64,
 }
 
 impl Snapshot {
@@ -287,6 +318,30 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("cpus.*.remote_tasks")
             .named("cpu_remote_tasks")
             .help("Tasks other CPUs sent this CPU to run."),
+        Rule::gauge("cpus.*.tsc.bound_ns")
+            .named("cpu_tsc_skew_bound_seconds")
+            .help("How far the CPU's clock may be from CPU 0's (the TSC check at its bring-up, after any correction)."),
+        Rule::gauge("cpus.*.tsc.corrected")
+            .named("cpu_tsc_corrected")
+            .help("1 if the CPU's TSC was found offset from CPU 0's and is corrected in the clock."),
+        Rule::counter("cpus.*.wakes.ipis")
+            .named("cpu_wake_ipis")
+            .help("Wake-up IPIs sent to the CPU (it was halted when another CPU gave it work)."),
+        Rule::counter("cpus.*.wakes.ipis_skipped")
+            .named("cpu_wake_ipis_skipped")
+            .help("Wakes from other CPUs that needed no IPI (the CPU was running)."),
+        Rule::gauge("cpus.*.serving.connections")
+            .named("cpu_9p_connections")
+            .help("9P connections the CPU serves now."),
+        Rule::counter("cpus.*.serving.accepted")
+            .named("cpu_9p_accepted")
+            .help("9P connections handed to the CPU since boot."),
+        Rule::counter("cpus.*.serving.rx_bytes")
+            .named("cpu_9p_received_bytes")
+            .help("Bytes the CPU's 9P connections received from their clients."),
+        Rule::counter("cpus.*.serving.tx_bytes")
+            .named("cpu_9p_sent_bytes")
+            .help("Bytes the CPU's 9P connections sent to their clients."),
         // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
         Rule::elements("devices", "device", "name").named("device"),
         Rule::rename("devices.*.counters", ""),
@@ -345,6 +400,12 @@ pub const METRICS: Schema<'static> = Schema {
         Rule::counter("fs.grown_blocks")
             .named("fs_grown_blocks")
             .help("4 KiB blocks added by growth."),
+        Rule::counter("fs.core_lock.acquisitions")
+            .help("Times the filesystem's one metadata lock was taken (by any CPU)."),
+        Rule::counter("fs.core_lock.contended")
+            .help("Acquisitions of the metadata lock that found it held by another CPU and spun."),
+        Rule::counter("fs.core_lock.hold_ns").help("Time the metadata lock was held."),
+        Rule::gauge("fs.core_lock.max_hold_ns").help("Longest single hold of the metadata lock."),
         Rule::keys("fs.log.fallbacks", "reason")
             .named("fs_log_fallbacks")
             .help("Syncs served by a checkpoint instead of the fsync log, by reason."),
@@ -404,7 +465,19 @@ pub const METRICS: Schema<'static> = Schema {
             .help("Bytes in live kernel heap allocations."),
         Rule::gauge("heap.recycled")
             .named("heap_recycled_bytes")
-            .help("Bytes of freed small blocks the kernel heap keeps for reuse (free for allocation)."),
+            .help("Bytes of freed small blocks in the kernel heap's shared free lists (free for allocation)."),
+        Rule::gauge("heap.cpu_cached")
+            .named("heap_cpu_cached_bytes")
+            .help("Bytes of freed small blocks in the kernel heap's per-CPU caches (free for allocation)."),
+        Rule::counter("heap.cpu_refills")
+            .named("heap_cpu_refills")
+            .help("Allocations that refilled their CPU's heap cache: takes of the global heap lock."),
+        Rule::counter("heap.cpu_flushes")
+            .named("heap_cpu_flushes")
+            .help("Frees that found their CPU's heap cache full and gave blocks back: takes of the global heap lock."),
+        Rule::counter("heap.drains")
+            .named("heap_drains")
+            .help("Times every heap cache went back to the allocator because an allocation would have failed."),
         Rule::counter("access.refused_stats")
             .named("stats_connections_refused")
             .help("Counters-port connections reset: the client is not in stats_allow=."),
@@ -514,12 +587,28 @@ mod tests {
                     apic_id: 0,
                     idle_ms: 1000,
                     remote_tasks: 0,
+                    ..CpuReport::default()
                 },
                 CpuReport {
                     cpu: "1".to_string(),
                     apic_id: 2,
                     idle_ms: 2500,
                     remote_tasks: 1,
+                    tsc: crate::clock::skew::TscCheck {
+                        offset_ns: -40,
+                        bound_ns: 1500,
+                        corrected: false,
+                    },
+                    wakes: crate::exec::WakeStats {
+                        ipis: 3,
+                        ipis_skipped: 9,
+                    },
+                    serving: ServingReport {
+                        connections: 2,
+                        accepted: 5,
+                        rx_bytes: 700,
+                        tx_bytes: 900,
+                    },
                 },
             ],
             devices: alloc::vec![DeviceReport {
@@ -623,6 +712,10 @@ mod tests {
             "ninefold_nic_notifications_suppressed_total 30".to_string(),
             "ninefold_cpu_apic_id{cpu=\"1\"} 2".to_string(),
             "ninefold_cpu_remote_tasks_total{cpu=\"1\"} 1".to_string(),
+            "ninefold_cpu_tsc_skew_bound_seconds{cpu=\"1\"} 0.0000015".to_string(),
+            "ninefold_cpu_tsc_corrected{cpu=\"1\"} 0".to_string(),
+            "ninefold_cpu_wake_ipis_total{cpu=\"1\"} 3".to_string(),
+            "ninefold_cpu_wake_ipis_skipped_total{cpu=\"1\"} 9".to_string(),
             format!("ninefold_device_written_bytes_total{{{dev}}} 40960"),
             format!("ninefold_device_write_seconds_total{{{dev}}} 0.005"),
             format!("ninefold_device_flushes_total{{{dev}}} 4"),
@@ -638,6 +731,9 @@ mod tests {
             "ninefold_fs_log_commits_total 3".to_string(),
             "ninefold_fs_log_fallbacks_total{reason=\"too_many_inodes\"} 0".to_string(),
             "ninefold_fs_corruptions_total 0".to_string(),
+            "ninefold_fs_core_lock_acquisitions_total 0".to_string(),
+            "ninefold_fs_core_lock_hold_seconds_total 0".to_string(),
+            "# TYPE ninefold_fs_core_lock_max_hold_seconds gauge".to_string(),
             "ninefold_9p_memory_charged_bytes{use=\"fids\"} 0".to_string(),
             "ninefold_9p_memory_refused_total{use=\"locks\"} 0".to_string(),
             "ninefold_stats_connections_refused_total 2".to_string(),

@@ -345,6 +345,11 @@ mod mount_impl {
         let clean = sb.state & ninefs::format::superblock::state::CLEAN != 0;
         let cache_limit = opts.cache_limit;
         let started = crate::clock::now();
+        // Every hold of the filesystem's core lock is timed (two TSC reads per hold).
+        let opts = MountOptions {
+            hold_clock: Some(|| crate::clock::now().as_nanos()),
+            ..opts
+        };
         let fs = NineFs::mount(disk, opts, Box::new(WallClock::new()))
             .await
             .map_err(|e| StorageError::Mount(name.clone(), e))?;

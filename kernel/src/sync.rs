@@ -9,9 +9,12 @@
 //! Taking a lock the same CPU already holds is a bug (it would spin forever); the lock
 //! records its holder and panics instead, naming the lock's type.
 //!
-//! Lock order, outermost first, where locks nest: executor state, then a ready queue; the
-//! frame allocator and the page tables are leaves, as are the heap, the IRQ table and the
-//! console (nothing is taken while holding them). See docs/kernel.md, "CPUs".
+//! Lock order, outermost first, where locks nest: executor state, then a ready queue; an
+//! interrupt vector's handler, or a block device queue's state (its completions wake
+//! requests, its streams go back to their DMA device), then a ready queue or a DMA
+//! device's counters; the frame allocator and the page tables are leaves, as are the
+//! heap and the console (nothing is taken while holding them). See docs/kernel.md,
+//! "CPUs".
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 

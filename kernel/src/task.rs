@@ -10,7 +10,9 @@ use core::time::Duration;
 use crate::apic::lapic;
 use alloc::sync::Arc;
 
-use crate::exec::{Elapsed, Executor, JoinHandle, Kick, Platform, Sleep, Spawner};
+use crate::exec::{
+    Elapsed, Executor, HaltGate, Interrupter, JoinHandle, Kick, Platform, Sleep, Spawner, WakeStats,
+};
 use crate::hal::cpu;
 use crate::hal::cpu_local::CpuLocal;
 use crate::hal::percpu::{self, MAX_CPUS};
@@ -18,7 +20,8 @@ use crate::time::Instant;
 use crate::{irq, smp};
 
 /// Time from the TSC clock; idling arms the local APIC timer for the next deadline and
-/// halts with `sti; hlt`; a wake from another CPU sends the owner [`irq::WAKE_VECTOR`].
+/// halts with `sti; hlt`; a wake from another CPU sends the owner [`irq::WAKE_VECTOR`]
+/// if it is halted or about to halt (the executor's [`HaltGate`] decides).
 #[derive(Debug)]
 pub struct KernelPlatform {
     /// The CPU whose executor this is.
@@ -62,15 +65,38 @@ impl Platform for KernelPlatform {
     }
 
     fn kicker(&self) -> Option<Kick> {
-        let owner = self.cpu;
-        Some(Arc::new(move || {
-            if percpu::index() != owner {
-                if let Some(apic_id) = smp::apic_id(owner) {
-                    lapic::send_fixed(apic_id, irq::WAKE_VECTOR);
-                }
-            }
-        }))
+        Some(Arc::new(WakeIpi { owner: self.cpu }))
     }
+}
+
+/// Wakes the executor of CPU `owner` from other CPUs with [`irq::WAKE_VECTOR`].
+#[derive(Debug)]
+struct WakeIpi {
+    owner: usize,
+}
+
+impl Interrupter for WakeIpi {
+    fn is_remote(&self) -> bool {
+        percpu::index() != self.owner
+    }
+
+    fn interrupt(&self) {
+        if let Some(apic_id) = smp::apic_id(self.owner) {
+            lapic::send_fixed(apic_id, irq::WAKE_VECTOR);
+        }
+    }
+}
+
+/// Each CPU's executor's [`HaltGate`], for its counters.
+static HALT_GATES: [spin::Once<Arc<HaltGate>>; MAX_CPUS] = [const { spin::Once::new() }; MAX_CPUS];
+
+/// How wakes from other CPUs reached CPU `cpu`'s executor: IPIs sent, and skipped because
+/// it was running (zero before it has an executor).
+pub fn wake_stats_of(cpu: usize) -> WakeStats {
+    HALT_GATES
+        .get(cpu)
+        .and_then(spin::Once::get)
+        .map_or_else(WakeStats::default, |g| g.stats())
 }
 
 /// The clock time (nanoseconds) each CPU's APIC timer is armed for; 0 when it is not
@@ -121,9 +147,9 @@ static SPAWNER: CpuLocal<OnceCell<Spawner>> = CpuLocal::new([const { OnceCell::n
 /// # Panics
 /// If called twice on one CPU.
 pub fn init() -> Executor {
-    let ex = Executor::new(KernelPlatform {
-        cpu: percpu::index(),
-    });
+    let cpu = percpu::index();
+    let ex = Executor::new(KernelPlatform { cpu });
+    HALT_GATES[cpu].call_once(|| ex.halt_gate());
     assert!(
         SPAWNER.get().set(ex.spawner()).is_ok(),
         "executor initialised twice"

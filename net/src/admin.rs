@@ -16,12 +16,13 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::cell::RefCell;
 
 use vfs::{
     mode, Attr, Control, DirEntry, Errno, FileSystem, FileType, FsResult, Ino, Owner, SetAttr,
     StatFs, Timespec, XattrMode,
 };
+
+use crate::sync::Locked;
 
 /// The administration tree's root directory.
 pub const ADMIN_ROOT: Ino = u64::MAX - 15;
@@ -70,8 +71,9 @@ impl Node {
 #[derive(Debug)]
 pub struct AdminFs<F> {
     fs: F,
-    /// What `ctl` reads back: the last command's reply or error.
-    last_reply: RefCell<String>,
+    /// What `ctl` reads back: the last command's reply or error (from whichever CPU's
+    /// connection wrote it).
+    last_reply: Locked<String>,
 }
 
 impl<F> AdminFs<F> {
@@ -79,7 +81,7 @@ impl<F> AdminFs<F> {
     pub fn new(fs: F) -> AdminFs<F> {
         AdminFs {
             fs,
-            last_reply: RefCell::new(String::new()),
+            last_reply: Locked::new(String::new()),
         }
     }
 
@@ -102,7 +104,7 @@ impl<F: FileSystem + Control> AdminFs<F> {
     fn content(&self, node: Node) -> String {
         match node {
             Node::Root => String::new(),
-            Node::Ctl => self.last_reply.borrow().clone(),
+            Node::Ctl => self.last_reply.with(|r| r.clone()),
             Node::Status => self.fs.status(),
             Node::Scrub => self.fs.scrub_report(),
         }
@@ -201,7 +203,7 @@ impl<F: FileSystem + Control> AdminFs<F> {
         };
         let mut last = reply;
         last.push('\n');
-        *self.last_reply.borrow_mut() = last;
+        self.last_reply.with(|r| *r = last);
         if ok {
             Ok(data.len())
         } else {

@@ -43,7 +43,7 @@
 
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::future::{poll_fn, Future};
@@ -166,8 +166,8 @@ enum Version {
 
 /// One client connection's protocol state. See the module documentation.
 pub struct Connection<F: FileSystem + 'static> {
-    server: Rc<Server<F>>,
-    session: Rc<Session>,
+    server: Arc<Server<F>>,
+    session: Arc<Session>,
     /// The frame being assembled: `input[..filled]` has arrived.
     input: Vec<u8>,
     filled: usize,
@@ -245,17 +245,17 @@ const BUDGET: usize = 64;
 impl<F: FileSystem + 'static> Connection<F> {
     /// A new connection of `server` whose peer's address is unknown (an in-memory
     /// transport, a test): only exports that allow every address accept its attach.
-    pub fn new(server: Rc<Server<F>>) -> Self {
+    pub fn new(server: Arc<Server<F>>) -> Self {
         Self::with_session(server.clone(), server.new_session(None))
     }
 
     /// A new connection of `server` from a client at `peer` (its address decides which
     /// exports it may attach to).
-    pub fn from_peer(server: Rc<Server<F>>, peer: IpAddr) -> Self {
+    pub fn from_peer(server: Arc<Server<F>>, peer: IpAddr) -> Self {
         Self::with_session(server.clone(), server.new_session(Some(peer)))
     }
 
-    fn with_session(server: Rc<Server<F>>, session: Rc<Session>) -> Self {
+    fn with_session(server: Arc<Server<F>>, session: Arc<Session>) -> Self {
         Connection {
             server,
             session,
@@ -515,9 +515,15 @@ impl<F: FileSystem + 'static> Connection<F> {
         self.in_flight.len() + self.output.len()
     }
 
-    /// Retries the input parked for memory; registers `cx` to be woken when memory is
-    /// given back if it still does not fit.
+    /// Retries the input parked for memory; `cx` is woken when memory is given back if it
+    /// still does not fit.
     fn unpark(&mut self, cx: &mut Context<'_>) {
+        if self.parked.is_none() {
+            return;
+        }
+        // Registered before the retry, not after it fails: memory given back in between
+        // (by a connection on another CPU) then wakes this task (see `Budget::wait`).
+        self.session.account().budget().wait(cx.waker());
         match self.parked.take() {
             None => {}
             Some(Parked::Frame { size }) if !self.try_grow_input(size) => {
@@ -529,9 +535,6 @@ impl<F: FileSystem + 'static> Connection<F> {
                 charge,
                 received,
             }) => self.spawn_or_park(frame, charge, received),
-        }
-        if self.parked.is_some() {
-            self.session.account().budget().wait(cx.waker());
         }
     }
 

@@ -9,9 +9,10 @@
 //! - [`conn`]: the transport-agnostic connection driver (bytes in, replies out).
 //! - [`memory`]: the budget of what clients can make the server allocate.
 //!
-//! To serve: wrap a mounted filesystem in a [`server::Server`] (in an `Rc`), make a
-//! [`conn::Connection`] per accepted stream and either `run` it over a
-//! [`conn::Transport`] or feed it bytes and poll it yourself.
+//! To serve: wrap a mounted filesystem in a [`server::Server`] (in an `Arc`: connections
+//! on several CPUs share it, see [`server`]'s "Concurrency"), make a
+//! [`conn::Connection`] per accepted stream on the CPU that will run it, and either
+//! `run` it over a [`conn::Transport`] or feed it bytes and poll it yourself.
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod admin;
 pub mod conn;
 pub mod memory;
 pub mod server;
+mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod wire;

@@ -22,13 +22,20 @@
 //! accounts): then the server should reclaim memory from a connection that holds more
 //! than its share and is not using it (see `Server::reclaim`).
 //!
-//! Single-threaded, like the rest of the server: plain cells.
+//! Shared by connections on every CPU and kept exact: the budget's committed bytes rise
+//! only by compare-and-swap against the limit, so charges taken at once on several CPUs
+//! never pass it together; each account's books are checked and updated under the
+//! account's own short lock; waiters are woken from whichever CPU gives memory back
+//! (see [`Budget::wait`] for the order that keeps a wake from being lost).
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
 use core::fmt;
+use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicU64, AtomicUsize};
 use core::task::Waker;
+
+use crate::sync::Locked;
 
 /// Bytes by what they are used for: the causes the counters are kept by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -195,29 +202,32 @@ pub struct MemoryStats {
 #[derive(Debug)]
 pub struct Budget {
     config: MemoryConfig,
-    /// Σ over accounts of max(charged, reserved).
-    committed: Cell<usize>,
-    peak: Cell<usize>,
-    accounts: Cell<usize>,
-    charged: [Cell<usize>; 5],
-    refused: [Cell<u64>; 5],
-    unreserved: Cell<u64>,
+    /// Σ over accounts of max(charged, reserved). Raised against the limit only by
+    /// compare-and-swap ([`Budget::try_commit`]), so charges taken at once on several
+    /// CPUs never pass it together.
+    committed: AtomicUsize,
+    peak: AtomicUsize,
+    accounts: AtomicUsize,
+    /// Σ over accounts of their bytes by use.
+    charged: [AtomicUsize; 5],
+    refused: [AtomicU64; 5],
+    unreserved: AtomicU64,
     /// Tasks waiting for memory to be given back.
-    waiters: RefCell<Vec<Waker>>,
+    waiters: Locked<Vec<Waker>>,
 }
 
 impl Budget {
     /// A budget of `config`.
-    pub fn new(config: MemoryConfig) -> Rc<Budget> {
-        Rc::new(Budget {
+    pub fn new(config: MemoryConfig) -> Arc<Budget> {
+        Arc::new(Budget {
             config,
-            committed: Cell::new(0),
-            peak: Cell::new(0),
-            accounts: Cell::new(0),
+            committed: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            accounts: AtomicUsize::new(0),
             charged: Default::default(),
             refused: Default::default(),
-            unreserved: Cell::new(0),
-            waiters: RefCell::new(Vec::new()),
+            unreserved: AtomicU64::new(0),
+            waiters: Locked::new(Vec::new()),
         })
     }
 
@@ -228,99 +238,153 @@ impl Budget {
 
     /// Bytes committed now (see [`MemoryStats::committed`]).
     pub fn committed(&self) -> usize {
-        self.committed.get()
+        self.committed.load(Relaxed)
     }
 
     /// What one of `accounts` open accounts may fairly hold.
     pub fn fair_share(&self) -> usize {
-        self.config.limit / self.accounts.get().max(1)
+        self.config.limit / self.accounts.load(Relaxed).max(1)
     }
 
     /// The counters.
     pub fn stats(&self) -> MemoryStats {
         MemoryStats {
             limit: self.config.limit as u64,
-            committed: self.committed.get() as u64,
-            peak: self.peak.get() as u64,
-            charged: ByUse::from_fn(|i| self.charged[i].get() as u64),
-            refused: ByUse::from_fn(|i| self.refused[i].get()),
-            unreserved_accounts: self.unreserved.get(),
+            committed: self.committed() as u64,
+            peak: self.peak.load(Relaxed) as u64,
+            charged: ByUse::from_fn(|i| self.charged[i].load(Relaxed) as u64),
+            refused: ByUse::from_fn(|i| self.refused[i].load(Relaxed)),
+            unreserved_accounts: self.unreserved.load(Relaxed),
         }
     }
 
     /// Opens an account, reserving [`MemoryConfig::reserve`] bytes if the budget has
     /// them.
-    pub fn open(self: &Rc<Self>) -> Account {
+    pub fn open(self: &Arc<Self>) -> Account {
         let want = self.config.reserve;
-        let reserved = if self.committed.get() + want <= self.config.limit {
+        let reserved = if self.try_commit(want) {
             want
         } else {
-            self.unreserved.set(self.unreserved.get() + 1);
+            self.unreserved.fetch_add(1, Relaxed);
             0
         };
-        self.commit(reserved as isize);
-        self.accounts.set(self.accounts.get() + 1);
+        self.accounts.fetch_add(1, Relaxed);
         Account {
             budget: self.clone(),
             reserved,
-            charged: Cell::new(0),
-            by_use: Default::default(),
+            books: Locked::new(Books::default()),
         }
     }
 
     /// Registers `waker` to be woken the next time memory is given back.
+    ///
+    /// Register *before* the last attempt to charge, not after it fails: memory given
+    /// back between a refusal and the registration (on another CPU) would wake nobody.
+    /// Registered first, either the attempt sees that memory or its release sees the
+    /// waker (both sides go through the waiters' lock). A waker registered by an attempt
+    /// that then succeeds costs one spurious wake.
     pub fn wait(&self, waker: &Waker) {
-        let mut w = self.waiters.borrow_mut();
-        if !w.iter().any(|x| x.will_wake(waker)) {
-            w.push(waker.clone());
+        self.waiters.with(|w| {
+            if !w.iter().any(|x| x.will_wake(waker)) {
+                w.push(waker.clone());
+            }
+        });
+    }
+
+    /// Commits `extra` bytes if that keeps the budget within its limit.
+    fn try_commit(&self, extra: usize) -> bool {
+        let limit = self.config.limit;
+        if extra == 0 {
+            // Within the reservation (the common case): nothing to raise.
+            return self.committed() <= limit;
+        }
+        let raised = self.committed.fetch_update(Relaxed, Relaxed, |now| {
+            (now.saturating_add(extra) <= limit).then_some(now + extra)
+        });
+        match raised {
+            Ok(before) => {
+                self.peak.fetch_max(before + extra, Relaxed);
+                true
+            }
+            Err(_) => false,
         }
     }
 
-    fn commit(&self, delta: isize) {
-        let now = self.committed.get().saturating_add_signed(delta);
-        self.committed.set(now);
-        self.peak.set(self.peak.get().max(now));
+    /// Commits `extra` bytes whatever the limit says.
+    fn force_commit(&self, extra: usize) {
+        if extra == 0 {
+            return;
+        }
+        let before = self.committed.fetch_add(extra, Relaxed);
+        self.peak.fetch_max(before.saturating_add(extra), Relaxed);
+    }
+
+    /// Gives `bytes` of the committed back.
+    fn uncommit(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let before = self.committed.fetch_sub(bytes, Relaxed);
+        debug_assert!(before >= bytes, "uncommitted more than committed");
     }
 
     fn wake_waiters(&self) {
-        let waiters = core::mem::take(&mut *self.waiters.borrow_mut());
+        // Woken outside the lock: a waker may run arbitrary code.
+        let waiters = self.waiters.with(core::mem::take);
         waiters.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// An account's bytes: what its checks and updates read and write together.
+#[derive(Debug, Default)]
+struct Books {
+    charged: usize,
+    by_use: [usize; 5],
+}
+
+impl Books {
+    /// Bytes charged for state that outlives requests.
+    fn held(&self) -> usize {
+        Use::ALL
+            .iter()
+            .filter(|u| u.is_held())
+            .map(|&u| self.by_use[u.index()])
+            .sum()
     }
 }
 
 /// One connection's share of a [`Budget`]. Closing it (dropping) gives its reservation
 /// back; its charges must have been dropped first (they hold the account).
+///
+/// Its books are locked while a charge is checked and taken; the budget's own state is
+/// atomic, so nothing else is locked meanwhile (lock order: a session's fid table, then
+/// its account's books).
 #[derive(Debug)]
 pub struct Account {
-    budget: Rc<Budget>,
+    budget: Arc<Budget>,
     reserved: usize,
-    charged: Cell<usize>,
-    by_use: [Cell<usize>; 5],
+    books: Locked<Books>,
 }
 
 impl Account {
     /// The budget it draws on.
-    pub fn budget(&self) -> &Rc<Budget> {
+    pub fn budget(&self) -> &Arc<Budget> {
         &self.budget
     }
 
     /// Bytes charged now.
     pub fn charged(&self) -> usize {
-        self.charged.get()
+        self.books.with(|b| b.charged)
     }
 
     /// Bytes charged now for `what`.
     pub fn charged_for(&self, what: Use) -> usize {
-        self.by_use[what.index()].get()
+        self.books.with(|b| b.by_use[what.index()])
     }
 
     /// Bytes charged for state that outlives requests (fids, xattr values, locks).
     pub fn held(&self) -> usize {
-        Use::ALL
-            .iter()
-            .filter(|u| u.is_held())
-            .map(|&u| self.charged_for(u))
-            .sum()
+        self.books.with(|b| b.held())
     }
 
     /// Bytes set aside for this account.
@@ -328,76 +392,86 @@ impl Account {
         self.reserved
     }
 
+    /// A change of this account's charges from `before` to `after` as the budget sees
+    /// it: both raised to the reservation, so only what lies beyond it moves the
+    /// committed bytes.
+    fn beyond_reservation(&self, before: usize, after: usize) -> (usize, usize) {
+        (before.max(self.reserved), after.max(self.reserved))
+    }
+
     /// Takes `bytes` for `what`, or says why not (counted). Give them back with
     /// [`Account::release`]; [`Charge`] does both for memory that moves around.
     pub fn take(&self, what: Use, bytes: usize) -> Result<(), Refused> {
-        let b = &self.budget;
-        let before = self.charged.get();
-        let after = before.saturating_add(bytes);
-        // Only the part beyond the reservation draws on the shared budget.
-        let extra = after.max(self.reserved) - before.max(self.reserved);
-        let (used, cap) = if what.is_held() {
-            (self.held(), b.config.held_per_connection)
-        } else {
-            (before - self.held(), b.config.per_connection)
+        let b = &*self.budget;
+        let taken = self.books.with(|books| {
+            let before = books.charged;
+            let after = before.saturating_add(bytes);
+            let (from, to) = self.beyond_reservation(before, after);
+            let (used, cap) = if what.is_held() {
+                (books.held(), b.config.held_per_connection)
+            } else {
+                (before - books.held(), b.config.per_connection)
+            };
+            if used.saturating_add(bytes) > cap {
+                return Err(Refused::Connection);
+            }
+            if !b.try_commit(to - from) {
+                // Judged by what the connection holds before this charge: one that holds
+                // little may ask for a large reply.
+                return Err(Refused::Server {
+                    below_share: before < b.fair_share(),
+                });
+            }
+            books.charged = after;
+            books.by_use[what.index()] += bytes;
+            Ok(())
+        });
+        match taken {
+            Ok(()) => b.charged[what.index()].fetch_add(bytes, Relaxed),
+            Err(_) => {
+                b.refused[what.index()].fetch_add(1, Relaxed);
+                0
+            }
         };
-        let refusal = if used.saturating_add(bytes) > cap {
-            Some(Refused::Connection)
-        } else if b.committed.get() + extra > b.config.limit {
-            // Judged by what the connection holds before this charge: one that holds
-            // little may ask for a large reply.
-            Some(Refused::Server {
-                below_share: before < b.fair_share(),
-            })
-        } else {
-            None
-        };
-        if let Some(r) = refusal {
-            let n = &b.refused[what.index()];
-            n.set(n.get() + 1);
-            return Err(r);
-        }
-        self.force(what, bytes);
-        Ok(())
+        taken
     }
 
     /// Takes `bytes` for `what` whatever the limits say: for memory that exists already
     /// and must be accounted (an estimate charged in advance fell short).
     pub fn force(&self, what: Use, bytes: usize) {
-        let b = &self.budget;
-        let before = self.charged.get();
-        let after = before.saturating_add(bytes);
-        b.commit((after.max(self.reserved) - before.max(self.reserved)) as isize);
-        self.charged.set(after);
-        let u = &self.by_use[what.index()];
-        u.set(u.get() + bytes);
-        let g = &b.charged[what.index()];
-        g.set(g.get() + bytes);
+        let b = &*self.budget;
+        self.books.with(|books| {
+            let after = books.charged.saturating_add(bytes);
+            let (from, to) = self.beyond_reservation(books.charged, after);
+            b.force_commit(to - from);
+            books.charged = after;
+            books.by_use[what.index()] += bytes;
+        });
+        b.charged[what.index()].fetch_add(bytes, Relaxed);
     }
 
     /// Gives back `bytes` taken for `what`, waking the tasks waiting for memory.
     pub fn release(&self, what: Use, bytes: usize) {
-        let b = &self.budget;
-        let before = self.charged.get();
-        debug_assert!(
-            bytes <= self.by_use[what.index()].get(),
-            "released more than taken"
-        );
-        let after = before.saturating_sub(bytes);
-        let freed = before.max(self.reserved) - after.max(self.reserved);
-        b.commit(-(freed as isize));
-        self.charged.set(after);
-        let u = &self.by_use[what.index()];
-        u.set(u.get().saturating_sub(bytes));
-        let g = &b.charged[what.index()];
-        g.set(g.get().saturating_sub(bytes));
-        if bytes > 0 {
+        let b = &*self.budget;
+        let released = self.books.with(|books| {
+            let by_use = &mut books.by_use[what.index()];
+            debug_assert!(bytes <= *by_use, "released more than taken");
+            let bytes = bytes.min(*by_use);
+            *by_use -= bytes;
+            let after = books.charged - bytes;
+            let (from, to) = self.beyond_reservation(books.charged, after);
+            b.uncommit(from - to);
+            books.charged = after;
+            bytes
+        });
+        b.charged[what.index()].fetch_sub(released, Relaxed);
+        if released > 0 {
             b.wake_waiters();
         }
     }
 
     /// Takes `bytes` for `what` as a [`Charge`] that gives them back when dropped.
-    pub fn charge(self: &Rc<Self>, what: Use, bytes: usize) -> Result<Charge, Refused> {
+    pub fn charge(self: &Arc<Self>, what: Use, bytes: usize) -> Result<Charge, Refused> {
         self.take(what, bytes)?;
         Ok(Charge {
             account: self.clone(),
@@ -409,17 +483,18 @@ impl Account {
 
 impl Drop for Account {
     fn drop(&mut self) {
-        debug_assert_eq!(self.charged.get(), 0, "account closed with live charges");
+        let charged = self.books.get_mut().charged;
+        debug_assert_eq!(charged, 0, "account closed with live charges");
         let b = &self.budget;
-        b.commit(-(self.reserved.max(self.charged.get()) as isize));
-        b.accounts.set(b.accounts.get() - 1);
+        b.uncommit(self.reserved.max(charged));
+        b.accounts.fetch_sub(1, Relaxed);
         b.wake_waiters();
     }
 }
 
 /// Bytes taken from an [`Account`], given back when dropped.
 pub struct Charge {
-    account: Rc<Account>,
+    account: Arc<Account>,
     what: Use,
     bytes: usize,
 }
@@ -449,12 +524,14 @@ impl Charge {
     pub fn convert(mut self, what: Use) -> Charge {
         let account = self.account.clone();
         let bytes = core::mem::take(&mut self.bytes);
-        let by = &account.by_use;
-        by[self.what.index()].set(by[self.what.index()].get() - bytes);
-        by[what.index()].set(by[what.index()].get() + bytes);
+        let (from, to) = (self.what.index(), what.index());
+        account.books.with(|books| {
+            books.by_use[from] -= bytes;
+            books.by_use[to] += bytes;
+        });
         let g = &account.budget.charged;
-        g[self.what.index()].set(g[self.what.index()].get() - bytes);
-        g[what.index()].set(g[what.index()].get() + bytes);
+        g[from].fetch_sub(bytes, Relaxed);
+        g[to].fetch_add(bytes, Relaxed);
         Charge {
             account,
             what,
@@ -502,7 +579,7 @@ mod tests {
 
     const KIB: usize = 1024;
 
-    fn budget(limit: usize, per_connection: usize, reserve: usize) -> Rc<Budget> {
+    fn budget(limit: usize, per_connection: usize, reserve: usize) -> Arc<Budget> {
         Budget::new(MemoryConfig {
             limit,
             per_connection,
@@ -514,7 +591,7 @@ mod tests {
     #[test]
     fn charges_come_from_the_reservation_first() {
         let b = budget(100 * KIB, 50 * KIB, 10 * KIB);
-        let a = Rc::new(b.open());
+        let a = Arc::new(b.open());
         assert_eq!(b.committed(), 10 * KIB);
         let c = a.charge(Use::Frames, 8 * KIB).unwrap();
         assert_eq!(b.committed(), 10 * KIB, "within the reservation");
@@ -532,8 +609,8 @@ mod tests {
     #[test]
     fn per_connection_and_server_limits_refuse_and_count() {
         let b = budget(100 * KIB, 60 * KIB, 0);
-        let a = Rc::new(b.open());
-        let c = Rc::new(b.open());
+        let a = Arc::new(b.open());
+        let c = Arc::new(b.open());
         let _big = a.charge(Use::Xattrs, 60 * KIB).unwrap();
         assert_eq!(a.take(Use::Xattrs, 1), Err(Refused::Connection));
         let _more = c.charge(Use::Frames, 40 * KIB).unwrap();
@@ -556,7 +633,7 @@ mod tests {
             held_per_connection: 10 * KIB,
             reserve: 0,
         });
-        let a = Rc::new(b.open());
+        let a = Arc::new(b.open());
         let _fids = a.charge(Use::Fids, 10 * KIB).unwrap();
         assert_eq!(a.take(Use::Xattrs, 1), Err(Refused::Connection));
         // The client can still send requests (a Tclunk that frees its state).
@@ -567,8 +644,8 @@ mod tests {
     #[test]
     fn a_reservation_is_kept_whatever_others_hold() {
         let b = budget(100 * KIB, 100 * KIB, 10 * KIB);
-        let quiet = Rc::new(b.open());
-        let hog = Rc::new(b.open());
+        let quiet = Arc::new(b.open());
+        let hog = Arc::new(b.open());
         let _all = hog.charge(Use::Replies, 90 * KIB).unwrap();
         assert!(hog.take(Use::Replies, 1).is_err());
         // The quiet connection still has its 10 KiB.
@@ -590,7 +667,7 @@ mod tests {
     #[test]
     fn shrinking_and_converting_keep_the_sums() {
         let b = budget(100 * KIB, 100 * KIB, 0);
-        let a = Rc::new(b.open());
+        let a = Arc::new(b.open());
         let mut r = a.charge(Use::Frames, 30 * KIB).unwrap();
         r.shrink_to(10 * KIB);
         assert_eq!(a.charged(), 10 * KIB);
@@ -607,7 +684,6 @@ mod tests {
 
     #[test]
     fn releases_wake_waiters() {
-        use alloc::sync::Arc;
         use alloc::task::Wake;
         use core::sync::atomic::{AtomicUsize, Ordering};
         struct Count(AtomicUsize);
@@ -619,7 +695,7 @@ mod tests {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let b = budget(10 * KIB, 10 * KIB, 0);
-        let a = Rc::new(b.open());
+        let a = Arc::new(b.open());
         let c = a.charge(Use::Frames, 10 * KIB).unwrap();
         b.wait(&waker);
         b.wait(&waker);
@@ -629,5 +705,44 @@ mod tests {
             1,
             "woken once, then forgotten"
         );
+    }
+
+    #[test]
+    fn charges_on_several_threads_never_pass_the_limit_and_all_come_back() {
+        // Eight accounts on four threads race for a budget that holds a fraction of
+        // what they ask for: a check and an update that were not one step would let
+        // two charges pass the limit together (the peak would show it) or lose an
+        // update (the committed bytes would not return to zero).
+        let b = budget(64 * KIB, 64 * KIB, KIB);
+        let granted = std::sync::atomic::AtomicUsize::new(0);
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (b, granted, start) = (&b, &granted, &start);
+                scope.spawn(move || {
+                    let accounts = [Arc::new(b.open()), Arc::new(b.open())];
+                    start.wait();
+                    let mut held = Vec::new();
+                    for i in 0..1_000_000 {
+                        let a = &accounts[i % 2];
+                        let what = Use::ALL[(i + t) % Use::ALL.len()];
+                        if let Ok(c) = a.charge(what, 1 + (i * 7 + t) % (12 * KIB)) {
+                            granted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            held.push(c);
+                        }
+                        if held.len() >= 4 || i.is_multiple_of(3) {
+                            held.truncate(i % (held.len() + 1));
+                        }
+                    }
+                });
+            }
+        });
+        let s = b.stats();
+        assert!(s.peak <= 64 * KIB as u64, "peak {} past the limit", s.peak);
+        assert_eq!(s.committed, 0, "every charge and reservation came back");
+        assert_eq!(s.charged, ByUse::default());
+        assert!(granted.into_inner() > 1000, "the threads got memory");
+        let refused: u64 = Use::ALL.iter().map(|&u| s.refused.get(u)).sum();
+        assert!(refused > 1000, "and contended for it");
     }
 }

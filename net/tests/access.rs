@@ -5,7 +5,7 @@
 mod common;
 
 use std::net::IpAddr;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use common::*;
 use ninep::conn::Connection;
@@ -20,7 +20,7 @@ const RDWR: u32 = of::RDWR;
 type TestClient = Client<Local<Model>>;
 
 /// A versioned client on a connection from `peer`.
-fn client_from(server: &Rc<Server<Model>>, peer: &str) -> TestClient {
+fn client_from(server: &Arc<Server<Model>>, peer: &str) -> TestClient {
     let peer: IpAddr = peer.parse().unwrap();
     let mut c = Client::new(Local {
         conn: Connection::from_peer(server.clone(), peer),
@@ -30,7 +30,7 @@ fn client_from(server: &Rc<Server<Model>>, peer: &str) -> TestClient {
 }
 
 /// A server configured as the kernel command line `options` say.
-fn configured(options: &[(&str, &str)]) -> Rc<Server<Model>> {
+fn configured(options: &[(&str, &str)]) -> Arc<Server<Model>> {
     let mut access = AccessConfig::default();
     for (key, value) in options {
         match *key {
@@ -203,7 +203,7 @@ fn owner_of(c: &mut TestClient, dir: u32, path: &str) -> (u32, u32, u32) {
 
 /// A server with a world-writable directory `shared` owned `0:50`, uid 1001 in group
 /// 100, and a client for uid 1000 (in no group) and one for root attached at fid 0.
-fn shared_dir() -> (Rc<Server<Model>>, TestClient, TestClient) {
+fn shared_dir() -> (Arc<Server<Model>>, TestClient, TestClient) {
     let server = configured(&[("group", "1001:100")]);
     let mut root = client(&server);
     root.attach(0, 0, "").unwrap();

@@ -5,7 +5,7 @@
 mod common;
 
 use std::net::IpAddr;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use block::MemDisk;
 use common::*;
@@ -19,7 +19,7 @@ use vfs::Errno;
 
 type Fs = AdminFs<NineFs<MemDisk>>;
 
-fn server() -> Rc<Server<Fs>> {
+fn server() -> Arc<Server<Fs>> {
     let disk = MemDisk::new(4096, 8192);
     pollster::block_on(format(&disk, &FormatOptions::default())).unwrap();
     let fs = pollster::block_on(NineFs::mount(
@@ -31,10 +31,10 @@ fn server() -> Rc<Server<Fs>> {
     let mut access = AccessConfig::default();
     access.set_admin_allow("10.0.2.2").unwrap();
     let config = access.server_config(Export::root(""), Config::default());
-    Rc::new(Server::new(AdminFs::new(fs), config))
+    Arc::new(Server::new(AdminFs::new(fs), config))
 }
 
-fn client_from(server: &Rc<Server<Fs>>, peer: &str) -> Client<Local<Fs>> {
+fn client_from(server: &Arc<Server<Fs>>, peer: &str) -> Client<Local<Fs>> {
     let peer: IpAddr = peer.parse().unwrap();
     let mut c = Client::new(Local {
         conn: Connection::from_peer(server.clone(), peer),

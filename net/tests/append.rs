@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use block::MemDisk;
 use block::YieldDisk;
@@ -22,7 +22,7 @@ const RECORDS: usize = 24;
 /// Record length: not a block multiple, so appends share blocks.
 const RECORD_LEN: usize = 1500;
 
-fn server() -> Rc<Server<Fs>> {
+fn server() -> Arc<Server<Fs>> {
     let disk = MemDisk::new(4096, 16 * 1024);
     let opts = FormatOptions {
         secret: 7,
@@ -35,11 +35,11 @@ fn server() -> Rc<Server<Fs>> {
         Box::new(Ticks::default()),
     ))
     .unwrap();
-    Rc::new(Server::new(fs, Config::default()))
+    Arc::new(Server::new(fs, Config::default()))
 }
 
 /// A connection whose fid 1 is `/log` opened with `O_APPEND` (created if missing).
-fn appender(server: &Rc<Server<Fs>>) -> Connection<Fs> {
+fn appender(server: &Arc<Server<Fs>>) -> Connection<Fs> {
     let mut c = client(server);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();

@@ -7,7 +7,7 @@ mod common;
 
 use std::cell::Cell;
 use std::future::Future;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use common::{client, frame, model_server, poll, Local, Model};
@@ -35,7 +35,7 @@ fn advance(ns: u64) {
 }
 
 /// A server with a `limit`-byte client budget, the fake clock, msize 64 KiB.
-fn server_with(limit: usize) -> Rc<Server<Model>> {
+fn server_with(limit: usize) -> Arc<Server<Model>> {
     let mut config = Config {
         max_msize: 64 * KIB as u32,
         clock: Some(fake_now),
@@ -46,7 +46,7 @@ fn server_with(limit: usize) -> Rc<Server<Model>> {
 }
 
 /// A versioned connection, fed by hand.
-fn raw(server: &Rc<Server<Model>>) -> Connection<Model> {
+fn raw(server: &Arc<Server<Model>>) -> Connection<Model> {
     let mut conn = Connection::new(server.clone());
     conn.receive(&frame(
         0xffff,

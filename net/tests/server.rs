@@ -4,7 +4,7 @@
 mod common;
 
 use std::future::Future;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use common::*;
 use ninep::conn::{CloseReason, Connection};
@@ -666,17 +666,17 @@ fn permissions_follow_the_attaching_user() {
     n.lopen(3, of::RDONLY).unwrap();
 }
 
-fn gated_server(config: Config) -> (Rc<ninep::server::Server<GatedFs>>, Rc<Gate>) {
-    let gate = Rc::new(Gate::default());
+fn gated_server(config: Config) -> (Arc<ninep::server::Server<GatedFs>>, Arc<Gate>) {
+    let gate = Arc::new(Gate::default());
     let fs = GatedFs {
         inner: testkit::model::ModelFs::new(Ticks::default()),
         gate: gate.clone(),
     };
-    (Rc::new(ninep::server::Server::new(fs, config)), gate)
+    (Arc::new(ninep::server::Server::new(fs, config)), gate)
 }
 
 /// A connection with fid 1 = an open file "f" holding "abc".
-fn open_file(server: &Rc<ninep::server::Server<GatedFs>>) -> Connection<GatedFs> {
+fn open_file(server: &Arc<ninep::server::Server<GatedFs>>) -> Connection<GatedFs> {
     let mut c = client(server);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();
@@ -705,7 +705,7 @@ fn slow_fsync_does_not_hold_up_other_tags() {
         },
     ));
     poll(&mut conn);
-    assert_eq!(gate.arrivals.get(), 1, "fsync reached the filesystem");
+    assert_eq!(gate.arrivals(), 1, "fsync reached the filesystem");
     assert_eq!(
         replies(&mut conn),
         vec![(101, 117)],
@@ -1004,8 +1004,8 @@ fn run_reassembles_frames_from_any_chunking() {
 /// empty), collects what the connection writes.
 #[derive(Default)]
 struct Scripted {
-    input: Rc<std::cell::RefCell<Vec<u8>>>,
-    output: Rc<std::cell::RefCell<Vec<u8>>>,
+    input: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+    output: std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
 }
 
 impl ninep::conn::Transport for Scripted {
@@ -1064,7 +1064,7 @@ fn a_shutdown_answers_the_requests_in_flight_then_closes() {
     let mut run = std::pin::pin!(conn.run(&mut io));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     assert!(run.as_mut().poll(&mut cx).is_pending());
-    assert_eq!(gate.arrivals.get(), 1, "the fsync is in flight");
+    assert_eq!(gate.arrivals(), 1, "the fsync is in flight");
 
     assert_eq!(server.shut_down(), 1);
     // A request that arrives now is not read.

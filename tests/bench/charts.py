@@ -112,23 +112,36 @@ def main():
         fig.savefig(os.path.join(out, "device.png"), dpi=110)
 
 
+# The appliance's systems in `make bench-load` (ninefold-smp1, ninefold-smp2, ...): reds, in
+# the order the run lists them.
+APPLIANCE_REDS = ["#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22"]
+
+
+def load_colors(systems):
+    """A colour per system of a load report: the peers' own, a red for each appliance."""
+    apps = [s for s in systems if s.startswith(APPLIANCE)]
+    colors = {s: APPLIANCE_REDS[i % len(APPLIANCE_REDS)] for i, s in enumerate(apps)}
+    colors.update((s, COLORS[s]) for s in systems if s in COLORS and s != APPLIANCE)
+    return colors
+
+
 def load_charts(report, out):
     """`make bench-load`: load-WORKLOAD.png, ops/s and p99 latency by connections."""
-    colors = {"ninefold": "#d62728", "linux-vm-btrfs-diod": "#1f77b4", "linux-vm-ext4-diod": "#aec7e8",
-              "ceiling": "#7f7f7f"}  # fmt: skip
     rows = report["results"]
+    systems = [s for s in report["meta"]["systems"] if any(r["system"] == s for r in rows)]
+    colors = load_colors(systems)
     for w in report["meta"]["workloads"]:
         mine = [r for r in rows if r["workload"] == w]
         if not mine:
             continue
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-        for s in colors:
-            pts = sorted((r["conns"], r) for r in mine if r["system"] == s)
+        for s in systems:
+            pts = sorted(((r["conns"], r) for r in mine if r["system"] == s), key=lambda p: p[0])
             if not pts:
                 continue
             xs = [c for c, _ in pts]
-            a1.plot(xs, [r["ops_per_s"] for _, r in pts], marker="o", label=s, color=colors[s])
-            a2.plot(xs, [r["p99_us"] / 1000 for _, r in pts], marker="o", label=s, color=colors[s])
+            a1.plot(xs, [r["ops_per_s"] for _, r in pts], marker="o", label=s, color=colors.get(s))
+            a2.plot(xs, [r["p99_us"] / 1000 for _, r in pts], marker="o", label=s, color=colors.get(s))
         for a, label in ((a1, "ops/s"), (a2, "p99 latency, ms")):
             a.set_xscale("log", base=2)
             a.set_yscale("log")

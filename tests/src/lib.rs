@@ -194,6 +194,17 @@ pub struct Qemu {
     qmp: Option<PathBuf>,
 }
 
+/// vCPUs of the appliance in the tests that serve clients ([`Qemu::serving`]):
+/// `NINEFOLD_SMP` (`NINEFOLD_SMP=1 make test-qemu` serves from one), default 4 — QEMU's
+/// multi-threaded TCG runs them on the host's cores.
+pub fn serving_cpus() -> u32 {
+    std::env::var("NINEFOLD_SMP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| (1..=16).contains(&n))
+        .unwrap_or(4)
+}
+
 impl Qemu {
     /// The appliance with no devices: 128 MiB, one CPU, serial on stdout, the
     /// `isa-debug-exit` device for exit codes, no display, no reboot on triple fault.
@@ -235,6 +246,12 @@ impl Qemu {
             next_id: 0,
             qmp: None,
         }
+    }
+
+    /// The appliance as the tests that serve clients boot it: [`Qemu::appliance`] with
+    /// [`serving_cpus`] vCPUs, every one of which serves connections.
+    pub fn serving() -> Qemu {
+        Qemu::appliance().cpus(serving_cpus())
     }
 
     fn id(&mut self, prefix: &str) -> String {
@@ -814,6 +831,20 @@ impl Boot {
             self.fail(&format!("unexpected line {l:?}"));
         }
         self
+    }
+
+    /// The JSON documents the appliance logged as `prefix` lines (`block-cpus: {...}`),
+    /// in order: structured events, read by their fields rather than their wording.
+    pub fn events(&self, prefix: &str) -> Vec<serde_json::Value> {
+        let tag = format!("{prefix}: ");
+        self.serial
+            .lines()
+            .filter_map(|l| l.split_once(&tag).map(|(_, json)| json))
+            .map(|json| {
+                serde_json::from_str(json)
+                    .unwrap_or_else(|e| self.fail(&format!("bad {prefix} event {json:?}: {e}")))
+            })
+            .collect()
     }
 
     /// The number right after `prefix` in the first line containing `prefix`.

@@ -20,7 +20,7 @@ const UP: Duration = Duration::from_secs(60);
 /// forwarded from `port` and its counters service from `port + 10`; returns once it
 /// listens.
 fn appliance(port: u16, options: &str) -> Running {
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("128M")
         .virtio_net_forwards(&[(port, 564), (port + 10, 5641)])
         .append("fs=memory")

@@ -18,7 +18,7 @@ use vfs::Errno;
 const UP: Duration = Duration::from_secs(60);
 
 fn appliance(port: u16, options: &str) -> Running {
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("128M")
         .virtio_net_forwards(&[(port, 564)])
         .append("fs=memory")

@@ -45,7 +45,7 @@ fn version(start: &Barrier) -> Result<(), String> {
 
 #[test]
 fn a_burst_of_connections_is_served_not_reset() {
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("256M")
         .append(&format!("fs=memory max_conns_per_client={}", 2 * CLIENTS))
         .virtio_net_forward(PORT, 564)

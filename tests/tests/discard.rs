@@ -25,7 +25,7 @@ fn allocated(image: &FsImage) -> u64 {
 /// file in place and `wait` after the deletion.
 fn write_delete_wait(disk: &str, port: u16, append: &str, wait: Duration) -> (u64, u64) {
     let image = FsImage::formatted("256M");
-    let q = Qemu::appliance()
+    let q = Qemu::serving()
         .memory("128M")
         .virtio_net_forward(port, 564)
         .append(append)

@@ -53,7 +53,7 @@ impl Faults {
 }
 
 fn boot(image: &FsImage, disk: &str, port: u16, stats_port: u16, faults: &Faults) -> Running {
-    let mut q = Qemu::appliance()
+    let mut q = Qemu::serving()
         .memory("128M")
         .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])
         .timeout(Duration::from_secs(300));

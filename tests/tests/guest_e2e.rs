@@ -22,7 +22,7 @@ use ninep::wire::open_flags;
 
 /// Boots the appliance on `image`, 9P forwarded from `port`.
 fn boot(image: &FsImage, port: u16) -> Running {
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("128M")
         .nvme_image("nf-e2e", image)
         .virtio_net_forward(port, 564)
@@ -163,7 +163,7 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
 fn linux_guest_mounts_the_appliance_over_jumbo_frames() {
     let (appliance_port, guest_port) = (15832, 15833);
     let image = FsImage::formatted("512M");
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("128M")
         .nvme_image("nf-jumbo", &image)
         .virtio_net_dgram(appliance_port, guest_port)
@@ -213,7 +213,7 @@ fn linux_guest_mounts_the_appliance_over_jumbo_frames() {
 #[test]
 fn linux_guest_sees_posix_locks_across_mounts() {
     let port = 15834;
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("128M")
         .append("fs=memory")
         .virtio_net_forward(port, 564)

@@ -184,7 +184,7 @@ fn writer(
 
 /// Boots the appliance on `image`.
 fn boot(image: &FsImage, disk: &str, port: u16, append: &str) -> Running {
-    let q = Qemu::appliance()
+    let q = Qemu::serving()
         .memory("128M")
         .virtio_net_forward(port, 564)
         .append(append)

@@ -57,7 +57,7 @@ fn series<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
 fn metrics_pass_promtool_and_count_the_traffic() {
     let (port, stats_port) = (16100, 16101);
     let image = FsImage::formatted("128M");
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("128M")
         .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])
         .nvme_image("nf-metrics", &image)

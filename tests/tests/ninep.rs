@@ -1,7 +1,8 @@
 //! The appliance's 9P service over real TCP: QEMU user networking forwards a host port
 //! to the appliance's port 564; the net crate's test client talks to it from the host.
 //! The appliance serves its real filesystem from an NVMe disk (a virtio-blk one in one
-//! test) formatted by `ninefold mkfs`, in 128 MiB; after each test QEMU is killed and
+//! test) formatted by `ninefold mkfs`, in 128 MiB, on every vCPU
+//! ([`ninefold_tests::serving_cpus`]; the virtio-blk test on one); after each test QEMU is killed and
 //! `ninefold fsck` must find the image clean. One test keeps the in-memory development
 //! filesystem (`fs=memory`) working.
 //!
@@ -14,7 +15,7 @@ use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
 use ninefold_tests::ninep::{connect, read_frame, stream, Tcp};
-use ninefold_tests::{stats, FsImage, Qemu, Running};
+use ninefold_tests::{serving_cpus, stats, FsImage, Qemu, Running};
 use ninep::testing::Client;
 use ninep::wire::{open_flags, Tmsg};
 use vfs::Errno;
@@ -42,12 +43,18 @@ struct Appliance {
 }
 
 /// Boots the appliance serving `backing`, its 9P port forwarded from `port` and its
-/// counters service from `port + 10`.
+/// counters service from `port + 10`, on [`serving_cpus`] vCPUs (on one for virtio-blk:
+/// serving from one CPU stays tested).
 fn appliance(port: u16, backing: Backing) -> Appliance {
     let stats_port = port + 10;
     let image = (backing != Backing::Memory).then(|| FsImage::formatted("256M"));
+    let cpus = match backing {
+        Backing::VirtioBlk => 1,
+        _ => serving_cpus(),
+    };
     // Every client of a QEMU user-network forward is 10.0.2.2, and one test opens 64.
     let mut q = Qemu::appliance()
+        .cpus(cpus)
         .memory("128M")
         .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])
         .append("max_conns_per_client=64")
@@ -109,7 +116,7 @@ fn file_lifecycle_over_tcp() {
     file_lifecycle(15811, Backing::Nvme);
 }
 
-/// The same on a virtio-blk disk.
+/// The same on a virtio-blk disk, served from one CPU.
 #[test]
 fn file_lifecycle_on_virtio_blk() {
     file_lifecycle(15815, Backing::VirtioBlk);
@@ -233,6 +240,24 @@ fn sixty_four_concurrent_connections() {
         c.fsync(1, false).unwrap();
     }
     app.vm.wait_for_line("64 accepted, 64 active");
+    // They were spread over every CPU (CPU 0, which also runs the network stack, gets
+    // fewer), each of which served requests.
+    let doc = stats::json(app.stats_port);
+    let cpus = doc["cpus"].as_array().expect("cpus");
+    assert_eq!(cpus.len(), serving_cpus() as usize, "{doc}");
+    for cpu in cpus {
+        let serving = &cpu["serving"];
+        let (open, rx) = (
+            serving["connections"].as_u64(),
+            serving["rx_bytes"].as_u64(),
+        );
+        let fair = 64 / (2 * cpus.len() as u64);
+        assert!(
+            open.is_some_and(|n| n >= fair) && rx.is_some_and(|b| b >= fair * 20_000),
+            "CPU {} serves {open:?} connections, received {rx:?} bytes: {doc}",
+            cpu["cpu"]
+        );
+    }
     drop(clients);
     app.vm.wait_for_line("64 accepted, 0 active");
     // And the service takes new connections afterwards.

@@ -158,7 +158,7 @@ fn the_power_button_closes_clients_unmounts_cleanly_and_powers_off() {
     // Up to 16 MiB of replies per connection (a quarter of client_mem=), far more than
     // the host's socket buffers take in.
     let vm = boot(
-        Qemu::appliance()
+        Qemu::serving()
             .nvme_image("nf-shutdown", &image)
             .append("client_mem=64"),
         PORT,
@@ -226,7 +226,7 @@ fn the_power_button_works_on_q35_with_virtio_blk() {
     const PORT: u16 = 16152;
     let image = FsImage::formatted("128M");
     let vm = boot(
-        Qemu::appliance().machine("q35").virtio_blk_image(&image),
+        Qemu::serving().machine("q35").virtio_blk_image(&image),
         PORT,
     );
     let data = pattern(300_000);

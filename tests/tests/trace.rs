@@ -537,7 +537,7 @@ fn run_workload(workload: &str, port: u16, acks: &Arc<Acks>, ops: usize, seed: u
 
 /// Boots the appliance on `image` with its disk logged to `log`.
 fn boot_logged(image: &FsImage, log: &Path, disk: &str, port: u16) -> Running {
-    let q = Qemu::appliance()
+    let q = Qemu::serving()
         .memory("128M")
         .virtio_net_forward(port, 564)
         .timeout(Duration::from_secs(600));
@@ -717,7 +717,7 @@ fn power_cut(disk: &str, port: u16) {
         String::from_utf8_lossy(&out.stderr)
     );
     image.fsck();
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory("128M")
         .virtio_net_forward(port, 564)
         .timeout(Duration::from_secs(300))

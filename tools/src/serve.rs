@@ -1,17 +1,21 @@
 //! `ninefold serve`: the appliance's filesystem and 9P2000.L server as a Linux process,
 //! over std TCP, for development, debugging and comparisons.
 //!
-//! The request futures are `!Send` (the appliance has one CPU), so all connections run
-//! on one single-threaded tokio runtime (`current_thread` + `LocalSet`), each
-//! connection a local task driving a [`ninep::conn::Connection`] over its socket.
+//! It serves as the appliance does on its CPUs: one shared [`Server`] (`Arc`, `Send +
+//! Sync`) and filesystem, and connections spread over worker threads (`--threads`,
+//! default one per core), each handed whole to the worker serving fewest. A worker is a
+//! single-threaded tokio runtime whose connection tasks drive a
+//! [`ninep::conn::Connection`] over their socket: the request futures are not `Send`,
+//! so a connection stays on the thread that accepted it.
 
-use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
@@ -109,6 +113,10 @@ pub struct ServeArgs {
     /// Most snapshots the filesystem may hold (creating more fails with ENOSPC).
     #[arg(long, default_value_t = ninefs::volume::snapshot::MAX_SNAPSHOTS)]
     max_snapshots: usize,
+    /// Worker threads serving connections (each connection stays on one); default: one
+    /// per core.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log_level: log::LevelFilter,
@@ -225,10 +233,19 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     let local = tokio::task::LocalSet::new();
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
     if args.model {
-        let server = Rc::new(Server::new(ModelFs::new(SystemClock), config));
+        let server = Arc::new(Server::new(ModelFs::new(SystemClock), config));
         log_exports(server.config());
-        return local.block_on(&runtime, serve(server, args.listen, args.max_connections));
+        let mut workers = Workers::start(&server, threads)?;
+        let served = local.block_on(
+            &runtime,
+            serve(&server, &mut workers, args.listen, args.max_connections),
+        );
+        workers.stop();
+        return served;
     }
     let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
     let disk = crate::image::open(image, !args.read_only)?;
@@ -242,19 +259,22 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
     log::info!("mounted {}", image.display());
-    let server = Rc::new(Server::new(AdminFs::new(fs), config));
+    let server = Arc::new(Server::new(AdminFs::new(fs), config));
     log_exports(server.config());
     local.spawn_local(scrub_in_background(server.clone(), args.scrub_rate));
-    local.block_on(
+    let mut workers = Workers::start(&server, threads)?;
+    let served = local.block_on(
         &runtime,
-        serve(server.clone(), args.listen, args.max_connections),
-    )?;
-    // Stopped by a signal. Dropping the task set ends every connection (a request cut
-    // short was never answered, so nothing it did was acknowledged); then the image is
-    // unmounted cleanly: unlinked-but-open files freed, a final checkpoint marked clean,
-    // nothing left in the log for the next mount to replay.
-    let open = Rc::strong_count(&server) - 1;
+        serve(&server, &mut workers, args.listen, args.max_connections),
+    );
+    // Stopped by a signal (or the listener failed). Stopping the workers ends every
+    // connection (a request cut short was never answered, so nothing it did was
+    // acknowledged); then the image is unmounted cleanly: unlinked-but-open files freed,
+    // a final checkpoint marked clean, nothing left in the log for the next mount to
+    // replay.
+    let open = workers.stop();
     drop(local);
+    served?;
     runtime
         .block_on(server.fs().remount_read_only())
         .map_err(|e| format!("{}: unmount: {e}", image.display()))?;
@@ -267,7 +287,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
 
 /// Runs the scrub pass `ctl` starts, `rate_mib` MiB per second.
 async fn scrub_in_background<D: block::BlockDevice>(
-    server: Rc<Server<AdminFs<NineFs<D>>>>,
+    server: Arc<Server<AdminFs<NineFs<D>>>>,
     rate_mib: u32,
 ) {
     use ninefs::volume::scrub::SCRUB_TICK;
@@ -308,9 +328,148 @@ async fn stop_requested() {
     }
 }
 
-/// Accepts connections, each served by a local task, until a stop signal arrives.
-async fn serve<F: FileSystem + 'static>(
-    server: Rc<Server<F>>,
+/// A connection for a worker: the accepted socket and its peer.
+type Accepted = (std::net::TcpStream, SocketAddr);
+
+/// The threads that serve connections. See the module documentation.
+struct Workers {
+    workers: Vec<Worker>,
+}
+
+/// One worker thread: where its new connections go, and how many it serves.
+struct Worker {
+    inbox: tokio::sync::mpsc::UnboundedSender<Accepted>,
+    live: Arc<AtomicUsize>,
+    /// Connections handed to it so far.
+    served: usize,
+    thread: JoinHandle<()>,
+}
+
+impl Workers {
+    /// Starts `n` worker threads (at least one) serving connections to `server`.
+    fn start<F: FileSystem + Send + Sync + 'static>(
+        server: &Arc<Server<F>>,
+        n: usize,
+    ) -> Result<Workers, String> {
+        let workers = (0..n.max(1))
+            .map(|i| {
+                let (inbox, rx) = tokio::sync::mpsc::unbounded_channel();
+                let live = Arc::new(AtomicUsize::new(0));
+                let (server, counted) = (server.clone(), live.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("9p-worker-{i}"))
+                    .spawn(move || work(server, rx, counted))
+                    .map_err(|e| format!("worker thread: {e}"))?;
+                Ok(Worker {
+                    inbox,
+                    live,
+                    served: 0,
+                    thread,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        log::info!("9p: {} worker thread(s)", workers.len());
+        Ok(Workers { workers })
+    }
+
+    /// Connections served now, on every worker.
+    fn live(&self) -> usize {
+        self.workers
+            .iter()
+            .map(|w| w.live.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Hands a connection to the worker serving fewest.
+    fn hand_off(&mut self, accepted: Accepted) {
+        let worker = self
+            .workers
+            .iter_mut()
+            .min_by_key(|w| w.live.load(Ordering::Relaxed))
+            .expect("at least one worker");
+        // Counted here, so the next hand-off sees it; the worker uncounts it at the end.
+        worker.live.fetch_add(1, Ordering::Relaxed);
+        worker.served += 1;
+        if worker.inbox.send(accepted).is_err() {
+            // The worker's thread ended (it panicked): the socket is closed with it.
+            worker.live.fetch_sub(1, Ordering::Relaxed);
+            log::error!("9p: a worker thread is gone; connection dropped");
+        }
+    }
+
+    /// Ends every connection and every worker; returns how many connections there were.
+    fn stop(self) -> usize {
+        let open = self.live();
+        for (i, w) in self.workers.into_iter().enumerate() {
+            log::info!("9p: worker {i} served {} connection(s)", w.served);
+            drop(w.inbox);
+            if w.thread.join().is_err() {
+                log::error!("9p: a worker thread panicked");
+            }
+        }
+        open
+    }
+}
+
+/// A worker thread's life: serves each connection it is handed as a local task until its
+/// inbox closes, then drops them all.
+fn work<F: FileSystem + Send + Sync + 'static>(
+    server: Arc<Server<F>>,
+    mut inbox: tokio::sync::mpsc::UnboundedReceiver<Accepted>,
+    live: Arc<AtomicUsize>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            log::error!("9p: worker runtime: {e}");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        while let Some((stream, peer)) = inbox.recv().await {
+            let (server, live) = (server.clone(), live.clone());
+            tokio::task::spawn_local(async move {
+                serve_connection(server, stream, peer).await;
+                live.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+    });
+}
+
+/// One connection, on the worker that runs it.
+async fn serve_connection<F: FileSystem + 'static>(
+    server: Arc<Server<F>>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+) {
+    let stream = match stream
+        .set_nonblocking(true)
+        .and_then(|()| TcpStream::from_std(stream))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("9p: {peer}: {e}");
+            return;
+        }
+    };
+    log::info!("9p: {peer}: connected");
+    let conn = Connection::from_peer(server, peer.ip());
+    match conn.run(&mut Tcp(stream)).await {
+        Ok(None) => log::info!("9p: {peer}: disconnected"),
+        Ok(Some(reason)) => log::info!("9p: {peer}: closed by the server: {reason:?}"),
+        Err(e) => log::info!("9p: {peer}: disconnected: {e}"),
+    }
+}
+
+/// Accepts connections and hands each to a worker, until a stop signal arrives.
+async fn serve<F: FileSystem + Send + Sync + 'static>(
+    server: &Arc<Server<F>>,
+    workers: &mut Workers,
     listen: SocketAddr,
     max_connections: usize,
 ) -> Result<(), String> {
@@ -321,7 +480,6 @@ async fn serve<F: FileSystem + 'static>(
     // Tests and scripts read the bound address from the first line.
     println!("listening on {bound}");
     log::info!("9p: serving on {bound}");
-    let live = Rc::new(Cell::new(0usize));
     tokio::task::spawn_local({
         let server = server.clone();
         async move {
@@ -338,7 +496,7 @@ async fn serve<F: FileSystem + 'static>(
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut stop => {
-                log::info!("9p: stop requested; {} connection(s) open", live.get());
+                log::info!("9p: stop requested; {} connection(s) open", workers.live());
                 return Ok(());
             }
         };
@@ -354,25 +512,16 @@ async fn serve<F: FileSystem + 'static>(
             drop(stream);
             continue;
         }
-        if live.get() >= max_connections && !server.reclaim_slot() {
+        if workers.live() >= max_connections && !server.reclaim_slot() {
             log::warn!("9p: {peer}: refused, {max_connections} connections already");
             drop(stream);
             continue;
         }
         let _ = stream.set_nodelay(true);
-        live.set(live.get() + 1);
-        let (server, live) = (server.clone(), live.clone());
-        tokio::task::spawn_local(async move {
-            log::info!("9p: {peer}: connected");
-            let conn = Connection::from_peer(server, peer.ip());
-            let result = conn.run(&mut Tcp(stream)).await;
-            live.set(live.get() - 1);
-            match result {
-                Ok(None) => log::info!("9p: {peer}: disconnected"),
-                Ok(Some(reason)) => log::info!("9p: {peer}: closed by the server: {reason:?}"),
-                Err(e) => log::info!("9p: {peer}: disconnected: {e}"),
-            }
-        });
+        match stream.into_std() {
+            Ok(stream) => workers.hand_off((stream, peer)),
+            Err(e) => log::warn!("9p: {peer}: {e}"),
+        }
     }
 }
 

@@ -55,11 +55,17 @@ fn serve(extra: &[&str]) -> Served {
 
 /// `ninefold serve ARGS... --listen 127.0.0.1:0`, once it is listening.
 fn spawn_server(args: &[&str]) -> Served {
+    spawn_server_logging(args, "warn", Stdio::inherit())
+}
+
+/// [`spawn_server`] logging at `level` to `stderr`.
+fn spawn_server_logging(args: &[&str], level: &str, stderr: Stdio) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ninefold"))
         .arg("serve")
         .args(args)
-        .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
+        .args(["--listen", "127.0.0.1:0", "--log-level", level])
         .stdout(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -267,6 +273,61 @@ fn serves_an_image_and_keeps_what_was_written() {
     assert_eq!(&back[data.len()..], b"tail");
     assert!(c.walk(0, 2, "dir").is_ok());
     drop(served);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Connections are spread over the worker threads, each served whole by one, all at once
+/// on one filesystem: every client's fsync'd file reads back, the image is clean after.
+#[test]
+fn connections_are_spread_over_worker_threads() {
+    let dir = std::env::temp_dir().join(format!("ninefold-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("disk.img");
+    let image = image.to_str().unwrap();
+    assert!(ninefold(&["mkfs", image, "--size", "64M"]).status.success());
+    let served = spawn_server_logging(&[image, "--threads", "3"], "info", Stdio::piped());
+    let clients: Vec<_> = (0..6)
+        .map(|i| {
+            let mut c = connect(&served);
+            std::thread::spawn(move || {
+                c.attach(0, 0, "").unwrap();
+                c.walk(0, 1, "").unwrap();
+                let name = format!("client{i}");
+                c.lcreate(1, &name, open_flags::RDWR, 0o600).unwrap();
+                let data: Vec<u8> = (0..50_000u32).map(|b| (b * (i + 3) % 251) as u8).collect();
+                for round in 0..20u64 {
+                    c.write(1, round * 50_000, &data).unwrap();
+                    c.fsync(1, false).unwrap();
+                }
+                assert_eq!(c.getattr(1).unwrap().size, 20 * 50_000);
+                assert_eq!(c.read(1, 19 * 50_000, 50_000).unwrap(), data);
+                c
+            })
+        })
+        .collect();
+    // Every client is done (and still connected) before the server stops.
+    let connected: Vec<_> = clients.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut served = served;
+    let mut log = served.child.stderr.take().unwrap();
+    assert!(served.stop().success());
+    drop(connected);
+    let mut text = String::new();
+    log.read_to_string(&mut text).unwrap();
+    let per_worker: Vec<usize> = text
+        .lines()
+        .filter_map(|l| l.split(" served ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(
+        per_worker,
+        [2, 2, 2],
+        "six connections over three workers:\n{text}"
+    );
+    let fsck = ninefold(&["fsck", "-n", image]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -38,6 +38,20 @@
 //! returns (for instance by waiting for the completion, or by having transferred through
 //! a bounce buffer it owns). Callers need not align buffers; implementations that need
 //! alignment for DMA bounce internally.
+//!
+//! # Sharing between CPUs
+//! A device *handle* is shared by every CPU: the appliance serves one filesystem from all
+//! of them, and the filesystem holds its device, so an implementation the appliance
+//! serves from is expected to be `Send + Sync` (the filesystem states it where it is
+//! shared: `NineFs<D>` is `Send + Sync` when `D` is). Every middleware here is, over an
+//! inner device that is, which is checked at compile time below.
+//!
+//! The request *futures* need not be `Send`: a request is polled to completion on the
+//! CPU that issued it (the appliance runs one cooperative executor per CPU, and a task
+//! never moves between them), so a driver may keep per-CPU state, such as its queue pair,
+//! in a future. For the same reason the trait has no `Send + Sync` supertraits: a
+//! single-CPU device (a test double, a driver not yet shared) remains a device, and only
+//! the places that share one ask for the bounds.
 
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
 #![forbid(unsafe_code)]
@@ -140,10 +154,8 @@ impl fmt::Display for IoError {
     }
 }
 
-/// An asynchronous block device. See the module documentation for the contract.
-///
-/// The futures are not required to be `Send`: the appliance runs one cooperative executor
-/// per CPU.
+/// An asynchronous block device. See the module documentation for the contract, and
+/// "Sharing between CPUs" there for which parts must be `Send + Sync`.
 #[allow(async_fn_in_trait)]
 pub trait BlockDevice {
     /// The device's geometry.
@@ -187,6 +199,25 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &T {
         (**self).discard(lba, blocks).await
     }
 }
+
+/// Every middleware is `Send + Sync` over a device that is, and so are the devices of
+/// this crate (see "Sharing between CPUs" above): checked here, for every inner device.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn over<D: BlockDevice + Send + Sync>() {
+        shared::<CountingDisk<D>>();
+        shared::<RecordingDisk<D>>();
+        shared::<FaultDisk<D>>();
+        shared::<TraceDisk<D>>();
+        shared::<YieldDisk<D>>();
+        shared::<&D>();
+    }
+    shared::<CounterHandle>();
+    shared::<Recorder>();
+    over::<MemDisk>();
+    #[cfg(any(test, feature = "std"))]
+    over::<FileDisk>();
+};
 
 /// Checks a request against a geometry: the one validation every implementation shares.
 pub fn check_request(geometry: &Geometry, lba: u64, len: usize) -> Result<(), IoError> {

@@ -87,12 +87,15 @@ impl NodeCache {
         self.slots.is_empty()
     }
 
-    /// The node `ptr` points to, if cached (and really that node: nonces match).
+    /// The node `ptr` points to, if cached: really that node (nonces match) and that
+    /// version of it or a later one (it holds at least the blocks `ptr` commits). An
+    /// older version can be cached: a read that started before the node was appended to
+    /// and evicted ends after that (see [`NodeCache::insert_loaded`]).
     pub fn get(&self, ptr: &NodePtr) -> Option<&Node> {
         self.slots
             .get(&ptr.addr)
             .map(|s| &s.node)
-            .filter(|n| n.id.nonce == ptr.nonce)
+            .filter(|n| n.id.nonce == ptr.nonce && n.written_blocks >= ptr.blocks)
     }
 
     /// Whether the node `ptr` points to is cached.
@@ -123,17 +126,43 @@ impl NodeCache {
         Some(r)
     }
 
-    /// Adds a node. A node already at the same address is replaced only if it is a
-    /// stale clean copy (another nonce); returns false if `node` was not inserted.
-    pub fn insert(&mut self, node: Node) -> bool {
-        self.tick += 1;
-        if let Some(old) = self.slots.get(&node.addr) {
-            if old.node.id.nonce == node.id.nonce || old.node.is_dirty() {
+    /// Adds a node made in memory (split, new tree): it has a temporary address, where
+    /// nothing else can be.
+    pub fn insert(&mut self, node: Node) {
+        debug_assert!(is_temp_addr(node.addr) && !self.slots.contains_key(&node.addr));
+        self.put(node);
+    }
+
+    /// Adds a node just read from disk, unless what is cached at its address must stay;
+    /// returns whether it was added. The read may have started long ago (other CPUs
+    /// run meanwhile, checkpoints commit), so either may be out of date:
+    /// - a node with unwritten changes stays: it is live;
+    /// - the same node (nonce) stays if it holds as many blocks or more, else the read
+    ///   is a later version of it and replaces it;
+    /// - another node stays unless its last write is committed (`committed_seq`): a
+    ///   node written since may still be on its way to the disk, so it could not be
+    ///   read back if it were live; a committed one can, so a read that is current
+    ///   replaces a stale one and one that is stale costs at most a read again.
+    pub fn insert_loaded(&mut self, node: Node, committed_seq: u64) -> bool {
+        if let Some(old) = self.slots.get(&node.addr).map(|s| &s.node) {
+            let keep = old.is_dirty()
+                || if old.id.nonce == node.id.nonce {
+                    old.written_blocks >= node.written_blocks
+                } else {
+                    old.written_seq > committed_seq
+                };
+            if keep {
                 return false;
             }
             let old = self.slots.remove(&node.addr).expect("present");
             self.mem -= old.node.mem_bytes();
         }
+        self.put(node);
+        true
+    }
+
+    fn put(&mut self, node: Node) {
+        self.tick += 1;
         self.mem += node.mem_bytes();
         self.dirty += usize::from(node.is_dirty());
         self.slots.insert(
@@ -143,7 +172,6 @@ impl NodeCache {
                 last_used: self.tick,
             },
         );
-        true
     }
 
     /// Removes and returns the node at `addr`.
@@ -206,5 +234,60 @@ impl NodeCache {
             }
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::bset::NodeId;
+    use crate::format::{Key, TreeId};
+
+    const ID: NodeId = NodeId {
+        tree: TreeId::Fs,
+        level: 0,
+        nonce: 7,
+    };
+
+    /// A clean node at block 100 holding `blocks` blocks, last written in `seq`.
+    fn written(id: NodeId, blocks: u32, seq: u64) -> Node {
+        let mut n = Node::new(id, 100);
+        n.mark_written(blocks, seq);
+        n
+    }
+
+    #[test]
+    fn an_older_version_read_late_is_not_taken_for_the_node() {
+        // A read that started before the node's last append (and ended after the node
+        // was evicted) brings 2 blocks; its parent now commits 3.
+        let mut cache = NodeCache::new();
+        assert!(cache.insert_loaded(written(ID, 2, 4), 5));
+        let ptr = NodePtr {
+            addr: 100,
+            nonce: ID.nonce,
+            blocks: 3,
+        };
+        assert!(cache.get(&ptr).is_none());
+        // Read again, it replaces the old version; a late read of that one does not.
+        assert!(cache.insert_loaded(written(ID, 3, 5), 5));
+        assert!(!cache.insert_loaded(written(ID, 2, 4), 5));
+        assert_eq!(cache.get(&ptr).map(|n| n.written_blocks), Some(3));
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn another_node_at_the_address_stays_until_its_write_is_committed() {
+        let other = NodeId { nonce: 8, ..ID };
+        let mut cache = NodeCache::new();
+        assert!(cache.insert_loaded(written(ID, 3, 6), 5));
+        // Written in checkpoint 6, not committed: a read of what was there before
+        // does not replace it.
+        assert!(!cache.insert_loaded(written(other, 2, 3), 5));
+        // Once 6 is committed, it could be read back: a read of another node wins.
+        assert!(cache.insert_loaded(written(other, 2, 3), 6));
+        assert_eq!(cache.node(100).map(|n| n.id.nonce), Some(8));
+        // Nothing replaces changes not written yet.
+        cache.modify(100, |n| n.insert(Key::MIN, alloc::vec![1].into()));
+        assert!(!cache.insert_loaded(written(ID, 3, 6), 9));
     }
 }

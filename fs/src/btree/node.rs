@@ -18,7 +18,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::mem::size_of;
 
-use crate::format::bset::{self, entry_len, NodeId, ParsedBset};
+use crate::format::bset::{entry_len, NodeId, ParsedBset, UnsealedBset};
 use crate::format::Key;
 
 /// Most sets a node holds in memory.
@@ -233,6 +233,13 @@ impl Node {
         Cursor(AllCursor { node: self, pos })
     }
 
+    /// In an interior node, the entry whose child covers `key`: the greatest separator
+    /// `<= key`, or the first one (the leftmost child also takes keys below it).
+    pub fn child_entry(&self, key: &Key) -> Option<(Key, &[u8])> {
+        self.get_le(key)
+            .or_else(|| self.iter_from(&Key::MIN).next())
+    }
+
     /// The live entry with the greatest key `<= key`.
     pub fn get_le(&self, key: &Key) -> Option<(Key, &[u8])> {
         let mut ends: Positions = [0; MAX_SETS];
@@ -371,6 +378,32 @@ impl Node {
     /// Merges `sets[from..]` into one set. Merging everything (`from == 0`) drops
     /// whiteouts, moving those that must be written to the separate list.
     fn merge_sets(&mut self, from: usize) {
+        // One set with entries has nothing to merge with: it is kept as it is (merging
+        // everything still drops its whiteouts) instead of rebuilt entry by entry. A
+        // checkpoint merges every node it writes, twice: this is most of them.
+        if self.sets[from..].iter().filter(|s| !s.is_empty()).count() <= 1 {
+            let mut set = self
+                .sets
+                .drain(from..)
+                .find(|s| !s.is_empty())
+                .unwrap_or_default();
+            if from == 0 {
+                let mut moved_whiteouts = Vec::new();
+                let mem = &mut self.mem_bytes;
+                set.retain(|e| {
+                    if e.val.is_none() {
+                        *mem -= e.mem();
+                        if e.needs_whiteout {
+                            moved_whiteouts.push(e.key);
+                        }
+                    }
+                    e.val.is_some()
+                });
+                self.keep_whiteouts(moved_whiteouts);
+            }
+            self.sets.push(set);
+            return;
+        }
         // Entries are moved, not cloned: the merged sets are consumed.
         let mut parts: Vec<core::iter::Peekable<alloc::vec::IntoIter<Entry>>> = self
             .sets
@@ -404,12 +437,18 @@ impl Node {
             }
             merged.push(winner);
         }
-        if !moved_whiteouts.is_empty() {
-            self.mem_bytes += moved_whiteouts.len() * size_of::<Key>();
-            let old = core::mem::take(&mut self.whiteouts);
-            self.whiteouts = merge_sorted_keys(old, moved_whiteouts);
-        }
+        self.keep_whiteouts(moved_whiteouts);
         self.sets.push(merged);
+    }
+
+    /// Adds whiteouts dropped from the sets that must still be written (sorted keys) to
+    /// the separate list.
+    fn keep_whiteouts(&mut self, moved: Vec<Key>) {
+        if !moved.is_empty() {
+            self.mem_bytes += moved.len() * size_of::<Key>();
+            let old = core::mem::take(&mut self.whiteouts);
+            self.whiteouts = merge_sorted_keys(old, moved);
+        }
     }
 
     /// Compacts into a single set (plus an empty newest one).
@@ -437,21 +476,23 @@ impl Node {
         out
     }
 
-    /// All live entries, in order.
-    pub fn live_entries(&self) -> Vec<(Key, Option<&[u8]>)> {
-        self.iter_from(&Key::MIN)
-            .map(|(k, v)| (k, Some(v)))
-            .collect()
+    /// The bset that appends this node's changes after its written blocks (sealed,
+    /// that is checksummed, later: see [`UnsealedBset`]).
+    pub fn encode_append(&self, seq: u64) -> UnsealedBset {
+        let entries = self.pending_entries();
+        UnsealedBset::new(
+            self.id,
+            seq,
+            self.written_blocks,
+            self.pending_bytes,
+            entries,
+        )
     }
 
-    /// Encodes the bset that appends this node's changes at block `offset_blocks`.
-    pub fn encode_append(&self, seq: u64) -> Vec<u8> {
-        bset::encode(self.id, seq, self.written_blocks, self.pending_entries())
-    }
-
-    /// Encodes a full rewrite (the first bset of a fresh location).
-    pub fn encode_full(&self, seq: u64) -> Vec<u8> {
-        bset::encode(self.id, seq, 0, self.live_entries())
+    /// The bset of a full rewrite (the first bset of a fresh location).
+    pub fn encode_full(&self, seq: u64) -> UnsealedBset {
+        let entries = self.iter_from(&Key::MIN).map(|(k, v)| (k, Some(v)));
+        UnsealedBset::new(self.id, seq, 0, self.live_bytes, entries)
     }
 
     /// Records that the node's content is now on disk (after `encode_append` or
@@ -687,7 +728,8 @@ mod tests {
             node.encode_full(seq)
         } else {
             node.encode_append(seq)
-        };
+        }
+        .seal();
         disk.extend_from_slice(&bytes);
         let blocks = (disk.len() / BLOCK_SIZE) as u32;
         node.mark_written(blocks, seq);

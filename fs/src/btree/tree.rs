@@ -186,8 +186,7 @@ impl Trees {
         };
         while node.level() > 0 {
             let (sep, val) = node
-                .get_le(key)
-                .or_else(|| node.iter_from(&Key::MIN).next())
+                .child_entry(key)
                 .ok_or(Need::Corrupt("empty interior node"))?;
             let child = Self::child_ptr(val)?;
             if let Some(next) = sep.successor().and_then(|s| node.iter_from(&s).next()) {

@@ -6,13 +6,16 @@
 //! its pointer in the parent (or the tree's root) is updated to the new committed
 //! length, which dirties the parent, so every ancestor of a written node is written in
 //! the same checkpoint. Parents are written after their children.
+//!
+//! The walk runs under the filesystem's core lock, so it only copies each node's bset
+//! out ([`UnsealedBset`]); the writer seals (checksums) it with no lock held.
 
 use alloc::vec::Vec;
 
 use super::cache::is_temp_addr;
 use super::node::Node;
 use super::tree::Trees;
-use crate::format::bset::HEADER_LEN;
+use crate::format::bset::{UnsealedBset, HEADER_LEN};
 use crate::format::superblock::NodePtr;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 
@@ -119,7 +122,7 @@ impl NodeWriteCounters {
             .position(|&c| c == w.cause)
             .expect("listed");
         self.writes[i] += 1;
-        self.bytes[i] += w.data.len() as u64;
+        self.bytes[i] += w.bset.size() as u64;
         if w.relocated {
             self.rewrites += 1;
         } else {
@@ -143,8 +146,8 @@ impl NodeWriteCounters {
 pub struct NodeWrite {
     /// Destination block.
     pub block: u64,
-    /// The bset(s), whole blocks.
-    pub data: Vec<u8>,
+    /// The bset, whole blocks once sealed.
+    pub bset: UnsealedBset,
     /// Why.
     pub cause: WriteCause,
     /// Whether the node moved to a fresh location (else this is an append).
@@ -222,12 +225,12 @@ impl Trees {
             };
             let tree = node.id.tree;
             if can_append {
-                let data = node.encode_append(seq);
+                let bset = node.encode_append(seq);
                 let offset = node.written_blocks;
-                let written = offset + (data.len() / BLOCK_SIZE) as u32;
+                let written = offset + (bset.size() / BLOCK_SIZE) as u32;
                 out.writes.push(NodeWrite {
                     block: addr + u64::from(offset),
-                    data,
+                    bset,
                     cause,
                     relocated: false,
                     tree,
@@ -248,11 +251,11 @@ impl Trees {
             out.placed.push(new_addr);
             self.cache.rekey(addr, new_addr);
             self.cache.modify(new_addr, |n| n.relocate(id, new_addr));
-            let data = self.cache.node(new_addr).expect("cached").encode_full(seq);
-            let written = (data.len() / BLOCK_SIZE) as u32;
+            let bset = self.cache.node(new_addr).expect("cached").encode_full(seq);
+            let written = (bset.size() / BLOCK_SIZE) as u32;
             out.writes.push(NodeWrite {
                 block: new_addr,
-                data,
+                bset,
                 cause,
                 relocated: true,
                 tree,
@@ -276,23 +279,27 @@ impl Trees {
     }
 
     /// Where the node at `addr` hangs: `Some(Some((parent, separator)))`, or
-    /// `Some(None)` for the root; `None` if its parent is not found among the cached
-    /// nodes.
+    /// `Some(None)` for the root; `None` if the path to it is not all cached (or it is
+    /// empty). Found from the root through current pointers only, by the node's first
+    /// key: the cache may also hold out-of-date copies of interior nodes, which point
+    /// where the node once was (see [`NodeCache::get`](super::NodeCache::get)).
     fn parent_entry(&self, tree: TreeId, addr: u64) -> Option<Option<(u64, Key)>> {
-        if self.roots[tree as usize].ptr.addr == addr {
+        let root = self.roots[tree as usize].ptr;
+        if root.addr == addr {
             return Some(None);
         }
-        self.cache
-            .nodes()
-            .filter(|n| n.id.tree == tree && n.level() > 0)
-            .find_map(|n| {
-                n.iter_from(&Key::MIN).find_map(|(k, v)| {
-                    NodePtr::from_bytes(v)
-                        .filter(|p| p.addr == addr)
-                        .map(|_| (n.addr, k))
-                })
-            })
-            .map(Some)
+        let node = self.cache.node(addr)?;
+        let (key, _) = node.iter_from(&Key::MIN).next()?;
+        let mut parent = self.cache.get(&root)?;
+        while parent.level() > node.level() {
+            let (sep, val) = parent.child_entry(&key)?;
+            let child = NodePtr::from_bytes(val)?;
+            if parent.level() == node.level() + 1 {
+                return (child.addr == addr).then_some(Some((parent.addr, sep)));
+            }
+            parent = self.cache.get(&child)?;
+        }
+        None
     }
 
     /// Writes every dirty node of every tree in checkpoint `seq`. New locations come
@@ -357,7 +364,7 @@ impl Trees {
         let can_append = !is_temp_addr(addr)
             && node.written_blocks > 0
             && node.written_blocks + append_blocks <= node_blocks;
-        let (addr, data, relocated) = if can_append {
+        let (addr, bset, relocated) = if can_append {
             (addr, node.encode_append(seq), false)
         } else {
             let new_addr = pool.pop().expect("node pool sized by flush_bound");
@@ -368,16 +375,16 @@ impl Trees {
             out.placed.push(new_addr);
             self.cache.rekey(addr, new_addr);
             self.cache.modify(new_addr, |n| n.relocate(id, new_addr));
-            let data = self.cache.node(new_addr).expect("cached").encode_full(seq);
-            (new_addr, data, true)
+            let bset = self.cache.node(new_addr).expect("cached").encode_full(seq);
+            (new_addr, bset, true)
         };
         let node = self.cache.node(addr).expect("cached");
         let offset = if relocated { 0 } else { node.written_blocks };
-        let written = offset + (data.len() / BLOCK_SIZE) as u32;
+        let written = offset + (bset.size() / BLOCK_SIZE) as u32;
         debug_assert!(written <= node_blocks, "node overflows its extent");
         out.writes.push(NodeWrite {
             block: addr + u64::from(offset),
-            data,
+            bset,
             cause,
             relocated,
             tree,
@@ -403,9 +410,9 @@ mod tests {
     struct Disk(BTreeMap<u64, Vec<u8>>);
 
     impl Disk {
-        fn apply(&mut self, writes: &[NodeWrite]) {
+        fn apply(&mut self, writes: Vec<NodeWrite>) {
             for w in writes {
-                for (i, chunk) in w.data.chunks(BLOCK_SIZE).enumerate() {
+                for (i, chunk) in w.bset.seal().chunks(BLOCK_SIZE).enumerate() {
                     self.0.insert(w.block + i as u64, chunk.to_vec());
                 }
             }
@@ -471,7 +478,7 @@ mod tests {
             for w in &res.writes {
                 counters.count(w);
             }
-            disk.apply(&res.writes);
+            disk.apply(res.writes);
             assert!(!t.any_dirty());
             let root = t.roots[0];
             let mut back = Vec::new();

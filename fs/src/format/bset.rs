@@ -109,37 +109,104 @@ pub fn encode<'a>(
     offset_blocks: u32,
     entries: impl IntoIterator<Item = (Key, Option<&'a [u8]>)>,
 ) -> Vec<u8> {
-    let mut payload = Writer::new();
-    let mut nkeys = 0u32;
-    let mut last: Option<Key> = None;
-    for (key, val) in entries {
-        assert!(last.is_none_or(|l| l < key), "bset keys out of order");
-        last = Some(key);
-        key.encode(&mut payload);
-        let v = val.unwrap_or(&[]);
-        assert!(v.len() <= MAX_VALUE_LEN, "item value too large");
-        payload
-            .u8(if val.is_none() { FLAG_WHITEOUT } else { 0 })
-            .u16(v.len() as u16)
-            .bytes(v);
-        nkeys += 1;
+    UnsealedBset::new(id, seq, offset_blocks, 0, entries).seal()
+}
+
+/// A bset with its entries in place but its header not yet written: what a checkpoint
+/// copies out of a node while it holds the filesystem's core lock. The copy is one
+/// pass into a buffer of the final size; [`UnsealedBset::seal`] writes the header and
+/// both checksums — the rest of encoding — later, with no lock held, while the node may
+/// already be changing again.
+#[derive(Debug)]
+pub struct UnsealedBset {
+    /// Room for the header, the payload, zero padding to whole blocks.
+    buf: Vec<u8>,
+    id: NodeId,
+    seq: u64,
+    offset_blocks: u32,
+    payload_len: u32,
+    nkeys: u32,
+}
+
+impl UnsealedBset {
+    /// Copies `entries` (strictly increasing keys) into a new bset of node `id` for
+    /// checkpoint `seq`, starting `offset_blocks` into the node. `payload_len` is the
+    /// entries' encoded size if known (it sizes the buffer; 0: grow as needed).
+    pub fn new<'a>(
+        id: NodeId,
+        seq: u64,
+        offset_blocks: u32,
+        payload_len: usize,
+        entries: impl IntoIterator<Item = (Key, Option<&'a [u8]>)>,
+    ) -> UnsealedBset {
+        let mut buf = Vec::with_capacity(padded(payload_len));
+        buf.resize(HEADER_LEN, 0);
+        let mut nkeys = 0u32;
+        let mut last: Option<Key> = None;
+        for (key, val) in entries {
+            assert!(last.is_none_or(|l| l < key), "bset keys out of order");
+            last = Some(key);
+            let v = val.unwrap_or(&[]);
+            assert!(v.len() <= MAX_VALUE_LEN, "item value too large");
+            // The fixed part of the entry in one copy: this runs under the core lock.
+            let mut head = [0u8; ENTRY_OVERHEAD];
+            head[..Key::ENCODED_LEN].copy_from_slice(&key.to_bytes());
+            head[Key::ENCODED_LEN] = if val.is_none() { FLAG_WHITEOUT } else { 0 };
+            head[Key::ENCODED_LEN + 1..].copy_from_slice(&(v.len() as u16).to_le_bytes());
+            buf.extend_from_slice(&head);
+            buf.extend_from_slice(v);
+            nkeys += 1;
+        }
+        let written = buf.len() - HEADER_LEN;
+        debug_assert!(
+            payload_len == 0 || written == payload_len,
+            "bset payload of {written} bytes, {payload_len} expected"
+        );
+        buf.resize(padded(written), 0);
+        UnsealedBset {
+            buf,
+            id,
+            seq,
+            offset_blocks,
+            payload_len: written as u32,
+            nkeys,
+        }
     }
-    let payload = payload.finish();
-    let mut w = Writer::with_capacity(HEADER_LEN + payload.len() + BLOCK_SIZE);
-    w.bytes(&MAGIC).u32(0).u32(0).u16(0);
-    w.u8(id.tree as u8).u8(id.level).u64(id.nonce).u64(seq);
-    w.u32(payload.len() as u32).u32(nkeys).u32(offset_blocks);
-    w.zeros(HEADER_LEN - 44);
-    w.bytes(&payload);
-    let padded = w.buf.len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE;
-    w.buf.resize(padded, 0);
-    // The body checksum covers the padding too, so every byte of a committed bset is
-    // checked.
-    let body_crc = crc32c(&w.buf[HEADER_LEN..]);
-    w.buf[8..12].copy_from_slice(&body_crc.to_le_bytes());
-    let header_crc = crc32c(&w.buf[8..HEADER_LEN]);
-    w.buf[4..8].copy_from_slice(&header_crc.to_le_bytes());
-    w.finish()
+
+    /// Its size in bytes (whole blocks, as it will be written).
+    pub fn size(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The bset, ready to write: the header and both checksums filled in.
+    pub fn seal(self) -> Vec<u8> {
+        let UnsealedBset {
+            mut buf,
+            id,
+            seq,
+            offset_blocks,
+            payload_len,
+            nkeys,
+        } = self;
+        let mut w = Writer::with_capacity(HEADER_LEN);
+        w.bytes(&MAGIC).u32(0).u32(0).u16(0);
+        w.u8(id.tree as u8).u8(id.level).u64(id.nonce).u64(seq);
+        w.u32(payload_len).u32(nkeys).u32(offset_blocks);
+        w.zeros(HEADER_LEN - 44);
+        buf[..HEADER_LEN].copy_from_slice(&w.buf);
+        // The body checksum covers the padding too, so every byte of a committed bset is
+        // checked.
+        let body_crc = crc32c(&buf[HEADER_LEN..]);
+        buf[8..12].copy_from_slice(&body_crc.to_le_bytes());
+        let header_crc = crc32c(&buf[8..HEADER_LEN]);
+        buf[4..8].copy_from_slice(&header_crc.to_le_bytes());
+        buf
+    }
+}
+
+/// Bytes of header and `payload_len` bytes of payload take, padded to whole blocks.
+fn padded(payload_len: usize) -> usize {
+    (HEADER_LEN + payload_len).div_ceil(BLOCK_SIZE) * BLOCK_SIZE
 }
 
 /// Decodes a bset header from the start of `b`, checking magic and header checksum.

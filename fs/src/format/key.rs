@@ -58,7 +58,16 @@ impl Key {
 
     /// Encodes into 17 bytes.
     pub fn encode(&self, out: &mut crate::util::bytes::Writer) {
-        out.u64(self.objectid).u8(self.kind).u64(self.offset);
+        out.bytes(&self.to_bytes());
+    }
+
+    /// The 17 encoded bytes: objectid, kind, offset, little-endian.
+    pub fn to_bytes(&self) -> [u8; Key::ENCODED_LEN] {
+        let mut b = [0u8; Key::ENCODED_LEN];
+        b[..8].copy_from_slice(&self.objectid.to_le_bytes());
+        b[8] = self.kind;
+        b[9..].copy_from_slice(&self.offset.to_le_bytes());
+        b
     }
 
     /// Decodes 17 bytes.

@@ -1,12 +1,13 @@
 //! Checkpoints: the unit of btree durability.
 //!
 //! A checkpoint (1) under the core lock writes nothing yet but *prepares*: it walks the
-//! dirty nodes (leaves before parents) into bset write buffers, places relocated nodes,
-//! applies pending frees to the bitmap and encodes the changed bitmap groups and the new
-//! superblock; then (2) with no lock held it writes all of that, flushes the device, and
-//! writes the superblock with FUA; then (3) it records the commit, which releases the
-//! blocks the checkpoint freed. Operations keep running during (2): their changes belong
-//! to the next checkpoint.
+//! dirty nodes (leaves before parents), copying each one's new bset out (unsealed: no
+//! header, no checksums yet), places relocated nodes, applies pending frees to the bitmap
+//! and encodes the changed bitmap groups and the new superblock; then (2) with no lock
+//! held it seals the bsets, writes all of that, flushes the device, and writes the
+//! superblock with FUA; then (3) it records the commit, which releases the blocks the
+//! checkpoint freed. Operations keep running during (2): their changes belong to the
+//! next checkpoint.
 //!
 //! When a checkpoint runs is decided by a [`WritePolicy`].
 
@@ -14,6 +15,7 @@ use alloc::vec::Vec;
 
 use super::core::{node_blocks, Core, Step, Stop};
 use crate::btree::WriteCause;
+use crate::format::bset::UnsealedBset;
 use crate::format::superblock::{state, Superblock};
 use vfs::Errno;
 
@@ -114,8 +116,9 @@ pub struct Pressure {
 }
 
 /// Decides when checkpoints run. Implementations must be cheap: this is asked after
-/// every operation.
-pub trait WritePolicy {
+/// every operation, on whichever CPU ran it (hence `Send + Sync`: the filesystem that
+/// holds the policy is shared by every CPU).
+pub trait WritePolicy: Send + Sync {
     /// Whether a checkpoint must run now, and why.
     fn checkpoint_due(&self, p: &Pressure) -> Option<CheckpointCause>;
 
@@ -177,8 +180,10 @@ impl WritePolicy for DirtyThresholdPolicy {
 pub struct Plan {
     /// The sequence it commits.
     pub seq: u64,
-    /// Node and bitmap writes: `(block, data)`.
-    pub writes: Vec<(u64, Vec<u8>)>,
+    /// Node writes: `(block, bset)`, sealed as they are written.
+    pub nodes: Vec<(u64, UnsealedBset)>,
+    /// Bitmap group writes: `(block, data)`.
+    pub groups: Vec<(u64, Vec<u8>)>,
     /// The superblock to write last.
     pub sb: Superblock,
     /// The cause.
@@ -236,10 +241,10 @@ impl Core {
         {
             self.space.free(a..a + nb);
         }
-        let mut writes: Vec<(u64, Vec<u8>)> = Vec::with_capacity(res.writes.len());
+        let mut nodes = Vec::with_capacity(res.writes.len());
         for w in res.writes {
             self.stats.node_writes.count(&w);
-            writes.push((w.block, w.data));
+            nodes.push((w.block, w.bset));
         }
         let groups = match self.space.prepare(seq) {
             Ok(g) => g,
@@ -249,7 +254,7 @@ impl Core {
             }
         };
         self.stats.group_writes += groups.len() as u64;
-        writes.extend(groups.into_iter().map(|g| (g.block, g.data)));
+        let groups = groups.into_iter().map(|g| (g.block, g.data)).collect();
 
         let mut sb = self.sb.clone();
         sb.roots = self.trees.roots;
@@ -269,7 +274,8 @@ impl Core {
         self.changed = false;
         Ok(Some(Plan {
             seq,
-            writes,
+            nodes,
+            groups,
             sb,
             cause,
             log_absorbed: 0,

@@ -89,7 +89,7 @@ pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(),
     let used: Vec<_> = trees.placed.iter().map(|&a| a..a + node_blocks).collect();
     write(&dev, 0, &[0; BLOCK_SIZE]).await?;
     for w in trees.writes {
-        write(&dev, w.block, &w.data).await?;
+        write(&dev, w.block, &w.bset.seal()).await?;
     }
     let mut free = 0;
     for g in 0..layout.groups {

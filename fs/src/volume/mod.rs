@@ -1,12 +1,21 @@
 //! A mounted ninefold filesystem: [`NineFs`], which implements
 //! [`FileSystem`](vfs::FileSystem).
 //!
-//! Concurrency: all metadata lives in [`Core`] behind one lock that is only ever held by
-//! synchronous code — never across an `await`. Operations run as retry loops: try the
-//! operation on the cached state; if it needs a node or bitmap group that is not cached,
-//! release the lock, read it, and try again (see [`core`]). File data is read and written
-//! with no lock held; writers of one inode's data are serialised by a per-inode async
-//! mutex, which readers and other inodes never wait for.
+//! Concurrency: one handle serves every CPU — `NineFs<D>` is `Send + Sync` when `D` is
+//! (checked below); the futures of its operations are not `Send` (a request runs to
+//! completion on the CPU that issued it). All metadata lives in [`Core`] behind one lock
+//! that is only ever held by synchronous code — never across an `await`, never for I/O.
+//! Operations run as retry loops: try the operation on the cached state; if it needs a
+//! node or bitmap group that is not cached, release the lock, read it, and try again (see
+//! [`core`]). File data is read and written with no lock held; writers of one inode's
+//! data are serialised by a per-inode async mutex, which readers and other inodes never
+//! wait for.
+//!
+//! Lock order: per-inode async mutexes (ascending inode numbers), then the checkpoint
+//! lock; the log's commit lock is taken with neither. Of the spin locks, `core` comes
+//! before `log` and `discard`; every other one is taken alone. The core lock counts its
+//! use ([`FsStats::core_lock`]: takes, contended takes, and with
+//! [`MountOptions::hold_clock`] the time held; `volume/lock.rs`).
 
 use ::core::ops::Range;
 use ::core::time::Duration;
@@ -35,6 +44,7 @@ mod dir;
 mod file;
 mod grow;
 mod inode;
+mod lock;
 mod mkfs;
 mod ops;
 pub mod scrub;
@@ -52,9 +62,10 @@ pub use grow::Growth;
 pub use mkfs::{format, FormatError, FormatOptions};
 
 pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
-pub use stats::FsStats;
+pub use stats::{FsStats, LockStats};
 
 use self::core::{Core, Step, Stop};
+use self::lock::CoreLock;
 use self::synclog::LogState;
 
 /// Largest file size (as Linux: `i64::MAX`).
@@ -87,6 +98,10 @@ pub struct MountOptions {
     /// committing it at most this long after the first of them was freed (a `Discard`
     /// checkpoint, started by [`NineFs::housekeeping`]); `None`: never discard.
     pub discard: Option<Duration>,
+    /// A monotonic clock in nanoseconds that times every hold of the core lock
+    /// ([`FsStats::core_lock`]: total and longest hold); `None`: holds are counted,
+    /// not timed. Read twice per hold, so it must be cheap (a TSC, `Instant`).
+    pub hold_clock: Option<fn() -> u64>,
 }
 
 /// Default of [`MountOptions::discard`]: freed blocks go back to the device within
@@ -107,6 +122,7 @@ impl Default for MountOptions {
             max_snapshots: snapshot::MAX_SNAPSHOTS,
             policy: Box::new(PressurePolicy),
             discard: Some(DEFAULT_DISCARD_DELAY),
+            hold_clock: None,
         }
     }
 }
@@ -209,7 +225,7 @@ pub struct NineFs<D: BlockDevice> {
     is_view: bool,
     /// Snapshot views opened so far, by snapshot id (see [`snapdir`]).
     views: Mutex<alloc::collections::BTreeMap<u64, Arc<NineFs<D>>>>,
-    core: Mutex<Core>,
+    core: CoreLock,
     /// The fsync log's ring and batches (taken after `core` when both are needed).
     log: Mutex<LogState>,
     checkpoint_lock: async_lock::Mutex<()>,
@@ -220,7 +236,7 @@ pub struct NineFs<D: BlockDevice> {
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
     /// Inodes known to hold nothing past their end of file (see [`file::TrimmedInodes`]).
     trimmed: Mutex<file::TrimmedInodes>,
-    clock: Box<dyn Clock>,
+    clock: Box<dyn Clock + Send + Sync>,
     cache_limit: usize,
     max_groups: usize,
     policy: Box<dyn WritePolicy>,
@@ -231,6 +247,19 @@ pub struct NineFs<D: BlockDevice> {
     /// The running or last scrub pass.
     scrub: Mutex<scrub::ScrubState>,
 }
+
+/// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
+/// filesystem (and so a snapshot view, an `Arc<NineFs<D>>` of its own) is too. Checked
+/// here at compile time for every such device, so a field that is not (an `Rc`, a
+/// `RefCell`, a boxed trait object without the bounds) fails the build, not a CPU.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn every_device<D: BlockDevice + Send + Sync>() {
+        shared::<NineFs<D>>();
+        shared::<Arc<NineFs<D>>>();
+    }
+    every_device::<block::MemDisk>();
+};
 
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
@@ -267,7 +296,7 @@ impl<D: BlockDevice> NineFs<D> {
     pub async fn mount(
         dev: D,
         opts: MountOptions,
-        clock: Box<dyn Clock>,
+        clock: Box<dyn Clock + Send + Sync>,
     ) -> Result<NineFs<D>, MountError> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, _) = read_superblock(&dev).await?;
@@ -287,7 +316,7 @@ impl<D: BlockDevice> NineFs<D> {
             dev: Arc::new(dev),
             is_view: false,
             views: Mutex::new(alloc::collections::BTreeMap::new()),
-            core: Mutex::new(Core::new(sb, read_only, opts.max_links)),
+            core: CoreLock::new(Core::new(sb, read_only, opts.max_links), opts.hold_clock),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             max_snapshots: opts.max_snapshots,
@@ -550,7 +579,8 @@ impl<D: BlockDevice> NineFs<D> {
                 let mut c = self.core.lock();
                 c.stats.node_loads += 1;
                 c.stats.node_load_bytes += buf.len() as u64;
-                c.trees.cache.insert(node);
+                let committed = c.committed_seq;
+                c.trees.cache.insert_loaded(node, committed);
                 Ok(())
             }
             Err(e) if last_try => {
@@ -691,11 +721,17 @@ impl<D: BlockDevice> NineFs<D> {
                 Ok(plan)
             })
             .await?;
-        let Some(plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
+        let Some(mut plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
             return Ok(());
         };
         let written: Result<(), block::IoError> = async {
-            for (block, data) in &plan.writes {
+            // Sealed here, with no lock held: checksumming is most of encoding a node.
+            for (block, bset) in ::core::mem::take(&mut plan.nodes) {
+                self.dev
+                    .write(block, &bset.seal(), WriteFlags::NONE)
+                    .await?;
+            }
+            for (block, data) in &plan.groups {
                 self.dev.write(*block, data, WriteFlags::NONE).await?;
             }
             self.dev.flush().await?;
@@ -814,8 +850,12 @@ impl<D: BlockDevice> NineFs<D> {
             .await?;
         // Out of space for locations: the next checkpoint writes them.
         let writes = prepared.unwrap_or_default();
-        for w in &writes {
-            if let Err(e) = self.dev.write(w.block, &w.data, WriteFlags::NONE).await {
+        for w in writes {
+            if let Err(e) = self
+                .dev
+                .write(w.block, &w.bset.seal(), WriteFlags::NONE)
+                .await
+            {
                 log::error!(
                     "early write of a node at block {}: {e}; filesystem is now failed",
                     w.block

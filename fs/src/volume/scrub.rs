@@ -8,9 +8,11 @@
 //! disk block.
 //!
 //! Copy-on-write keeps everything the walk started from in place until a later
-//! checkpoint commits (freed blocks stay pinned until then). A failure seen after one has
-//! committed may be a block that was freed and reused, so it is counted as *skipped*
-//! (not an error); the next pass looks at the new tree.
+//! checkpoint frees it: freed blocks stay pinned until that checkpoint's superblock is
+//! written, and are then discarded and reused (the discard comes before the checkpoint
+//! counts as committed in memory). A failure seen once a newer checkpoint has been made
+//! may be such a block, so it is counted as *skipped* (not an error); the next pass looks
+//! at the new tree.
 
 use alloc::format;
 use alloc::string::String;
@@ -141,8 +143,8 @@ pub struct ScrubReport {
     pub error_count: u64,
     /// The errors, as found.
     pub errors: Vec<ScrubError>,
-    /// Failures not counted as errors: seen after a newer checkpoint committed, so the
-    /// block may have been freed and reused.
+    /// Failures not counted as errors: seen once a newer checkpoint was made, so the
+    /// block may have been freed and discarded or reused.
     pub skipped: u64,
     /// The pass finished (as opposed to running or stopped).
     pub complete: bool,
@@ -456,15 +458,16 @@ impl<D: BlockDevice> NineFs<D> {
         self.core.lock().stats.scrub_bytes += bytes;
     }
 
-    /// Records a failure: an error, or skipped when a newer checkpoint committed since
-    /// the pass started (the block may no longer belong to the trees).
+    /// Records a failure: an error, or skipped when a newer checkpoint has been made
+    /// since the pass started (the block may no longer belong to the trees). Made, not
+    /// committed: what a checkpoint frees is discarded before it counts as committed.
     fn scrub_failed(&self, err: ScrubError) {
-        let committed = self.core.lock().committed_seq;
+        let latest = self.core.lock().sb.checkpoint_seq;
         let mut s = self.scrub.lock();
         let Some(r) = s.report.as_mut() else {
             return;
         };
-        if committed != r.checkpoint_seq {
+        if latest != r.checkpoint_seq {
             r.skipped += 1;
             log::debug!("scrub: {err} (after a newer checkpoint: skipped)");
             return;

@@ -15,6 +15,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
+use super::lock::CoreLock;
 use super::{CheckpointCause, LogState, NineFs};
 use crate::btree::Node;
 use crate::format::bset::{parse_node, NodeId};
@@ -355,7 +356,7 @@ impl<D: BlockDevice> NineFs<D> {
             dev: self.dev.clone(),
             is_view: true,
             views: Mutex::new(alloc::collections::BTreeMap::new()),
-            core: Mutex::new(Core::new(sb, true, max_links)),
+            core: CoreLock::new(Core::new(sb, true, max_links), self.core.clock()),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             max_snapshots: 0,

@@ -74,8 +74,33 @@ pub struct FsStats {
     /// Blocks snapshots hold that the live filesystem no longer references, as far as
     /// this mount has seen (a gauge: the space snapshots pin).
     pub snapshot_held_blocks: u64,
+    /// Use of the one lock around the filesystem's state.
+    pub core_lock: LockStats,
     /// The fsync log.
     pub log: LogStats,
+}
+
+/// How the one lock around the filesystem's state (`Core`) is used: every operation
+/// takes it, so these say whether it is what limits the CPUs serving the filesystem.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LockStats {
+    /// Times the lock was taken.
+    pub acquisitions: u64,
+    /// Acquisitions that found it held (by another CPU) and had to spin.
+    pub contended: u64,
+    /// Nanoseconds it was held, in total; 0 unless holds are timed
+    /// ([`MountOptions::hold_clock`](super::MountOptions::hold_clock)).
+    pub hold_ns: u64,
+    /// The longest single hold so far, in nanoseconds (timed as `hold_ns`).
+    pub max_hold_ns: u64,
+}
+
+impl LockStats {
+    /// Mean hold in nanoseconds (0 before the first acquisition, or untimed).
+    pub fn mean_hold_ns(&self) -> u64 {
+        self.hold_ns.checked_div(self.acquisitions).unwrap_or(0)
+    }
 }
 
 impl FsStats {

@@ -129,6 +129,16 @@ pub struct ModelFs<C: Clock> {
     state: Mutex<State>,
 }
 
+/// The model is served like the filesystem (`ninefold serve --model`), so it is shared
+/// by several threads the same way: `Send + Sync` whenever its clock is.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn over<C: Clock + Send + Sync>() {
+        shared::<ModelFs<C>>();
+    }
+    over::<crate::testing::ManualClock>();
+};
+
 #[derive(Debug)]
 struct State {
     inodes: BTreeMap<Ino, Inode>,

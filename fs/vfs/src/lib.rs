@@ -12,6 +12,11 @@
 //! waits for the device. An implementation must never hold something another request
 //! needs (a lock, a node) across a wait for I/O unless that request needs the same I/O.
 //!
+//! The futures carry no `Send` bound: a request is polled to completion on the CPU that
+//! received it (one executor per CPU). What several CPUs share is the filesystem itself,
+//! so an implementation served from more than one is `Send + Sync` (the filesystem and
+//! the reference model are, checked at compile time in their crates).
+//!
 //! Implemented by the filesystem (`ninefold-fs`), the in-memory filesystem of the
 //! appliance's development mode and the test kit's reference model; consumed by the 9P
 //! server (`ninefold-ninep`). `no_std + alloc`.
@@ -196,6 +201,10 @@ pub struct Timespec {
 }
 
 /// Where the filesystem gets "now" for timestamps.
+///
+/// A filesystem shared by several CPUs reads its clock from all of them and holds it as
+/// `dyn Clock + Send + Sync` (as `NineFs::mount` takes it); the trait itself asks for
+/// neither, so a single-threaded test clock (a `Cell`) is still a clock.
 pub trait Clock {
     /// The current wall-clock time.
     fn now(&self) -> Timespec;

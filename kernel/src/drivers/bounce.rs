@@ -18,17 +18,22 @@
 //! copied out after the device reported success, and a successful read fills every byte.
 //! A new read stream is zeroed, so it never holds another owner's data.
 //!
+//! One pool serves every queue of a device and every CPU: the pool is under a short
+//! [`IrqLock`] (taken once to reuse and once to give back a stream), the counters are
+//! atomics.
+//!
 //! Streams come from the frame allocator. When it runs short, a request waits for the
 //! device to complete others (which frees their streams) instead of failing; with nothing
 //! lent to the device to wait for, it fails with [`IoError::NoMemory`].
 
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 
 use block::IoError;
 
 use crate::mm::{DmaDevice, DmaStream, PAGE_SIZE};
+use crate::sync::IrqLock;
 use crate::task;
 
 /// Streams a device keeps for reuse, at most.
@@ -56,12 +61,32 @@ pub struct BounceStats {
 #[derive(Debug)]
 pub struct Bounce {
     dma: DmaDevice,
-    /// Streams of finished requests, most recently returned last.
-    pool: RefCell<Vec<DmaStream>>,
-    /// Their capacity in bytes.
-    pooled: Cell<usize>,
+    pool: IrqLock<Pool>,
     limit: usize,
-    stats: Cell<BounceStats>,
+    counters: Counters,
+}
+
+/// Streams of finished requests.
+#[derive(Debug, Default)]
+struct Pool {
+    /// Most recently returned last.
+    streams: Vec<DmaStream>,
+    /// Their capacity in bytes.
+    bytes: usize,
+}
+
+/// [`BounceStats`], updated from any CPU.
+#[derive(Debug, Default)]
+struct Counters {
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    reused: AtomicU64,
+    allocated: AtomicU64,
+    memory_waits: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 impl Bounce {
@@ -69,22 +94,23 @@ impl Bounce {
     pub fn new(dma: &DmaDevice, limit: usize) -> Bounce {
         Bounce {
             dma: dma.clone(),
-            pool: RefCell::new(Vec::new()),
-            pooled: Cell::new(0),
+            pool: IrqLock::new(Pool::default()),
             limit,
-            stats: Cell::new(BounceStats::default()),
+            counters: Counters::default(),
         }
     }
 
     /// The counters.
     pub fn stats(&self) -> BounceStats {
-        self.stats.get()
-    }
-
-    fn bump(&self, f: impl FnOnce(&mut BounceStats)) {
-        let mut s = self.stats.get();
-        f(&mut s);
-        self.stats.set(s);
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        BounceStats {
+            bytes_in: get(&c.bytes_in),
+            bytes_out: get(&c.bytes_out),
+            reused: get(&c.reused),
+            allocated: get(&c.allocated),
+            memory_waits: get(&c.memory_waits),
+        }
     }
 
     /// A stream of `len` bytes for the device to read into.
@@ -104,39 +130,43 @@ impl Bounce {
             }
             None => self.alloc(|| DmaStream::copy_of(&self.dma, data)).await?,
         };
-        self.bump(|s| s.bytes_in += data.len() as u64);
+        add(&self.counters.bytes_in, data.len() as u64);
         Ok(stream)
     }
 
     /// Copies a finished read's data out of its stream, and keeps the stream.
     pub fn copy_out(&self, stream: DmaStream, dst: &mut [u8]) {
         dst.copy_from_slice(stream.as_slice());
-        self.bump(|s| s.bytes_out += dst.len() as u64);
+        add(&self.counters.bytes_out, dst.len() as u64);
         self.give_back(stream);
     }
 
     /// Keeps a finished request's stream for reuse (or frees it if the pool is full).
     pub fn give_back(&self, stream: DmaStream) {
-        let mut pool = self.pool.borrow_mut();
         let bytes = stream.capacity();
-        if pool.len() < POOL_STREAMS && self.pooled.get() + bytes <= self.limit {
-            self.pooled.set(self.pooled.get() + bytes);
-            pool.push(stream);
-        }
+        let unwanted = self.pool.lock(|pool| {
+            if pool.streams.len() < POOL_STREAMS && pool.bytes + bytes <= self.limit {
+                pool.bytes += bytes;
+                pool.streams.push(stream);
+                None
+            } else {
+                Some(stream)
+            }
+        });
+        // Freed outside the lock.
+        drop(unwanted);
     }
 
     /// The most recently returned stream of the right number of pages, sized to `len`.
     fn reuse(&self, len: usize) -> Option<DmaStream> {
-        let pages = len.max(1).div_ceil(PAGE_SIZE as usize);
-        let mut pool = self.pool.borrow_mut();
-        let at = pool
-            .iter()
-            .rposition(|s| s.capacity() == pages * PAGE_SIZE as usize)?;
-        let mut stream = pool.remove(at);
-        self.pooled.set(self.pooled.get() - stream.capacity());
+        let bytes = len.max(1).div_ceil(PAGE_SIZE as usize) * PAGE_SIZE as usize;
+        let mut stream = self.pool.lock(|pool| {
+            let at = pool.streams.iter().rposition(|s| s.capacity() == bytes)?;
+            pool.bytes -= bytes;
+            Some(pool.streams.remove(at))
+        })?;
         stream.set_len(len);
-        drop(pool);
-        self.bump(|s| s.reused += 1);
+        add(&self.counters.reused, 1);
         Some(stream)
     }
 
@@ -149,15 +179,15 @@ impl Bounce {
         loop {
             match alloc() {
                 Ok(stream) => {
-                    self.bump(|s| s.allocated += 1);
+                    add(&self.counters.allocated, 1);
                     return Ok(stream);
                 }
-                Err(_) if self.pooled.get() > 0 => {
-                    self.pool.borrow_mut().clear();
-                    self.pooled.set(0);
+                Err(_) if self.pool.lock(|p| p.bytes) > 0 => {
+                    let freed = self.pool.lock(core::mem::take);
+                    drop(freed);
                 }
                 Err(_) if self.dma.stats().lent > 0 => {
-                    self.bump(|s| s.memory_waits += 1);
+                    add(&self.counters.memory_waits, 1);
                     task::sleep(MEMORY_RETRY).await;
                 }
                 Err(_) => return Err(IoError::NoMemory),

@@ -58,7 +58,9 @@ impl fmt::Display for OpenError {
     }
 }
 
-/// An opened block device.
+/// An opened block device, usable from every CPU: `Send + Sync`, as is the stack the
+/// appliance serves from (`storage`: a `CountingDisk<FaultDisk<Disk>>` shared as a
+/// `&'static`).
 #[derive(Debug)]
 pub enum Disk {
     /// An NVMe namespace.
@@ -66,6 +68,12 @@ pub enum Disk {
     /// A virtio block device.
     VirtioBlk(VirtioBlk),
 }
+
+const _: () = {
+    const fn shared_by_cpus<T: Send + Sync>() {}
+    shared_by_cpus::<Disk>();
+    shared_by_cpus::<&'static block::CountingDisk<block::FaultDisk<Disk>>>();
+};
 
 /// Opens the device `selector` names (`None`: the first NVMe controller, else the first
 /// virtio-blk device), from the functions PCI enumeration found.

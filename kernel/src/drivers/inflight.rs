@@ -21,15 +21,20 @@
 //!   completes it, the result held there; nothing the device could still write is freed.
 //! - **Stray completions** (a slot that is not waiting) are reported, not trusted.
 //!
-//! The table knows no hardware; the drivers keep it in a `RefCell` next to their queue
-//! state and never hold the borrow across an `await`.
+//! The table knows no hardware; the drivers keep it under their queue's
+//! [`IrqLock`] next to the rest of the queue's state ([`SlotQueue::with_slots`]), so
+//! requests on several CPUs and the completion path share it, and the lock's closure
+//! cannot be held across an `await`. Wakers may belong to tasks of any CPU: they are
+//! woken under the lock (the lock order is a queue's lock, then an executor's ready
+//! queue), and a request registers its waker on every poll that leaves it waiting.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
-use core::cell::RefCell;
 use core::future::{poll_fn, Future};
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
+
+use crate::sync::IrqLock;
 
 /// A slot's life (see the module documentation).
 #[derive(Debug)]
@@ -343,15 +348,41 @@ impl<R> Slots<R> {
 }
 
 /// A device queue whose requests live in [`Slots`]: what [`Request`] needs from a
-/// driver. A device may have several (NVMe: one per I/O queue pair); its reaper
-/// (`drivers::reaper`) completes the slots of all of them.
+/// driver. A device may have several (NVMe: one per I/O queue pair), each under its own
+/// lock; the queue's reaper (`drivers::reaper`) completes its slots.
 pub trait SlotQueue {
     /// What a completed request yields (its status, and the DMA memory it lent the
     /// device, which the driver took back when it saw the completion).
     type Output;
+    /// Everything under the queue's lock: the slot table and what the driver keeps
+    /// with it (its ring, per-slot memory).
+    type State;
 
-    /// The queue's slot table.
-    fn slots(&self) -> &RefCell<Slots<Self::Output>>;
+    /// Runs `f` on the queue's state, under the queue's lock (short: interrupts are off
+    /// and other CPUs wait meanwhile).
+    fn with_state<T>(&self, f: impl FnOnce(&mut Self::State) -> T) -> T;
+
+    /// The slot table in the queue's state.
+    fn slots(state: &mut Self::State) -> &mut Slots<Self::Output>;
+
+    /// Runs `f` on the queue's slot table, under the queue's lock.
+    fn with_slots<T>(&self, f: impl FnOnce(&mut Slots<Self::Output>) -> T) -> T {
+        self.with_state(|s| f(Self::slots(s)))
+    }
+}
+
+/// A slot table alone under its lock (the NVMe admin queue's one-at-a-time turn).
+impl<R> SlotQueue for IrqLock<Slots<R>> {
+    type Output = R;
+    type State = Slots<R>;
+
+    fn with_state<T>(&self, f: impl FnOnce(&mut Slots<R>) -> T) -> T {
+        self.lock(f)
+    }
+
+    fn slots(state: &mut Slots<R>) -> &mut Slots<R> {
+        state
+    }
 }
 
 /// One request's hold on a slot, from acquisition to completion.
@@ -378,7 +409,7 @@ enum Phase {
 impl<'q, Q: SlotQueue> Request<'q, Q> {
     /// Waits (first come, first served) for a free slot of `queue`.
     pub async fn acquire(queue: &'q Q) -> Request<'q, Q> {
-        let slot = acquire(queue.slots()).await;
+        let slot = acquire(queue).await;
         Request {
             queue,
             slot,
@@ -393,9 +424,28 @@ impl<'q, Q: SlotQueue> Request<'q, Q> {
 
     /// Marks the request as handed to the device; call before the device can see it.
     pub fn submitted(&mut self) {
+        let ok: Result<(), ()> = self.submit(|_| Ok(()));
+        ok.expect("nothing to refuse");
+    }
+
+    /// Hands the request to the device: under the queue's lock, `hand_over` puts it
+    /// where the device will find it (a ring entry) and, if it did, the slot becomes the
+    /// device's in the same critical section, so whatever else takes the lock (the
+    /// completion path, a reset failing everything in flight) sees both or neither.
+    /// `hand_over` may refuse (the device is being reset): the request stays reserved.
+    pub fn submit<E>(
+        &mut self,
+        hand_over: impl FnOnce(&mut Q::State) -> Result<(), E>,
+    ) -> Result<(), E> {
         assert_eq!(self.phase, Phase::Reserved, "request submitted twice");
-        self.queue.slots().borrow_mut().submitted(self.slot);
+        let slot = self.slot;
+        self.queue.with_state(|state| {
+            hand_over(state)?;
+            Q::slots(state).submitted(slot);
+            Ok(())
+        })?;
         self.phase = Phase::Submitted;
+        Ok(())
     }
 
     /// Waits for the device to complete the request.
@@ -405,8 +455,8 @@ impl<'q, Q: SlotQueue> Request<'q, Q> {
             Phase::Submitted,
             "waiting for a request that was not submitted"
         );
-        let (slots, slot) = (self.queue.slots(), self.slot);
-        let out = poll_fn(|cx| slots.borrow_mut().poll_result(slot, cx)).await;
+        let (queue, slot) = (self.queue, self.slot);
+        let out = poll_fn(|cx| queue.with_slots(|s| s.poll_result(slot, cx))).await;
         self.phase = Phase::Finished;
         out
     }
@@ -414,45 +464,47 @@ impl<'q, Q: SlotQueue> Request<'q, Q> {
 
 impl<Q: SlotQueue> Drop for Request<'_, Q> {
     fn drop(&mut self) {
-        let mut slots = self.queue.slots().borrow_mut();
+        let slot = self.slot;
         match self.phase {
             Phase::Finished => {}
-            Phase::Reserved => slots.release(self.slot),
+            Phase::Reserved => self.queue.with_slots(|s| s.release(slot)),
             Phase::Submitted => {
-                slots.abandon(self.slot);
+                self.queue.with_slots(|s| s.abandon(slot));
             }
         }
     }
 }
 
-/// Waits (first come, first served) for a slot of `slots`. The caller owns the slot and
+/// Waits (first come, first served) for a slot of `queue`. The caller owns the slot and
 /// must release it.
-pub fn acquire<R>(slots: &RefCell<Slots<R>>) -> impl Future<Output = u16> + '_ {
+pub fn acquire<Q: SlotQueue>(queue: &Q) -> impl Future<Output = u16> + '_ {
     Acquire {
-        slots,
+        queue,
         ticket: Ticket::default(),
     }
 }
 
 /// The future of [`acquire`]: gives up its place in line when dropped.
-struct Acquire<'a, R> {
-    slots: &'a RefCell<Slots<R>>,
+struct Acquire<'a, Q: SlotQueue> {
+    queue: &'a Q,
     ticket: Ticket,
 }
 
-impl<R> Future for Acquire<'_, R> {
+impl<Q: SlotQueue> Future for Acquire<'_, Q> {
     type Output = u16;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u16> {
         let this = self.get_mut();
-        this.slots.borrow_mut().poll_acquire(&mut this.ticket, cx)
+        let ticket = &mut this.ticket;
+        this.queue.with_slots(|s| s.poll_acquire(ticket, cx))
     }
 }
 
-impl<R> Drop for Acquire<'_, R> {
+impl<Q: SlotQueue> Drop for Acquire<'_, Q> {
     fn drop(&mut self) {
         if self.ticket.0.is_some() {
-            self.slots.borrow_mut().cancel(&mut self.ticket);
+            let ticket = &mut self.ticket;
+            self.queue.with_slots(|s| s.cancel(ticket));
         }
     }
 }
@@ -463,7 +515,7 @@ mod tests {
     use alloc::rc::Rc;
     use alloc::sync::Arc;
     use alloc::task::Wake;
-    use core::cell::Cell;
+    use core::cell::{Cell, RefCell};
     use core::sync::atomic::{AtomicUsize, Ordering};
 
     #[derive(Default)]
@@ -632,7 +684,7 @@ mod tests {
 
     /// A fake device: completes requests when told to, counts reaps.
     struct FakeQueue {
-        slots: RefCell<Slots<Held>>,
+        slots: IrqLock<Slots<Held>>,
         /// Slots the "device" will complete on the next reap.
         ready: RefCell<Vec<u16>>,
         reaps: Cell<u64>,
@@ -643,7 +695,7 @@ mod tests {
     impl FakeQueue {
         fn new(n: usize) -> FakeQueue {
             FakeQueue {
-                slots: RefCell::new(Slots::new(n)),
+                slots: IrqLock::new(Slots::new(n)),
                 ready: RefCell::new(Vec::new()),
                 reaps: Cell::new(0),
                 freed: Rc::new(Cell::new(0)),
@@ -652,14 +704,20 @@ mod tests {
 
         fn complete(&self, slot: u16) -> Completed {
             let result = Held(self.freed.clone(), 100 + u32::from(slot));
-            self.slots.borrow_mut().complete(slot, result)
+            self.slots.lock(|s| s.complete(slot, result))
         }
     }
 
     impl SlotQueue for FakeQueue {
         type Output = Held;
-        fn slots(&self) -> &RefCell<Slots<Held>> {
-            &self.slots
+        type State = Slots<Held>;
+
+        fn with_state<T>(&self, f: impl FnOnce(&mut Slots<Held>) -> T) -> T {
+            self.slots.lock(f)
+        }
+
+        fn slots(state: &mut Slots<Held>) -> &mut Slots<Held> {
+            state
         }
     }
 
@@ -694,7 +752,7 @@ mod tests {
             assert_eq!(held.1, 100 + u32::from(slot));
         }
         drop(req);
-        assert_eq!(q.slots.borrow().busy(), 0);
+        assert_eq!(q.slots.lock(|s| s.busy()), 0);
         assert_eq!(
             q.freed.get(),
             1,
@@ -710,16 +768,20 @@ mod tests {
         req.submitted();
         drop(req);
         assert_eq!(q.reaps.get(), 0, "the drop did not wait for the device");
-        assert_eq!(q.slots.borrow().busy(), 1, "the device still owns the slot");
+        assert_eq!(
+            q.slots.lock(|s| s.busy()),
+            1,
+            "the device still owns the slot"
+        );
         assert_eq!(q.freed.get(), 0);
         // The completion frees the slot and drops its result (the request's memory).
         assert_eq!(q.complete(slot), Completed::Freed);
         assert_eq!(q.freed.get(), 1);
-        assert_eq!(q.slots.borrow().busy(), 0);
+        assert_eq!(q.slots.lock(|s| s.busy()), 0);
         // Unsubmitted requests just give their slot back.
         let req = pollster::block_on(Request::acquire(&q));
         drop(req);
-        assert_eq!(q.slots.borrow().busy(), 0);
+        assert_eq!(q.slots.lock(|s| s.busy()), 0);
     }
 
     #[test]
@@ -732,12 +794,12 @@ mod tests {
         assert_eq!(q.complete(slot), Completed::Delivered);
         // Nobody takes the result: it stays in the slot, never reused, never freed early.
         assert_eq!(q.freed.get(), 0);
-        assert_eq!(q.slots.borrow().busy(), 1);
+        assert_eq!(q.slots.lock(|s| s.busy()), 1);
         let other = pollster::block_on(Request::acquire(&q));
         assert_ne!(other.slot(), slot);
         drop(other);
         // Dropping the table (the driver) drops it.
-        drop(q.slots.replace(Slots::new(1)));
+        drop(q.slots.lock(|s| core::mem::replace(s, Slots::new(1))));
         assert_eq!(q.freed.get(), 1);
     }
 
@@ -753,5 +815,50 @@ mod tests {
         // `second` was first in line; it goes away without taking the slot.
         drop(second);
         assert!(matches!(poll_once(third.as_mut()), Poll::Ready(_)));
+    }
+
+    /// The completion path on another CPU (a thread here) completes the slot of a request
+    /// waiting on this one, and its wake reaches the waiting task; meanwhile requests from
+    /// several threads share the table.
+    #[test]
+    fn completions_from_another_cpu_wake_the_waiting_request() {
+        extern crate std;
+        use std::sync::mpsc;
+
+        let q: Arc<IrqLock<Slots<u64>>> = Arc::new(IrqLock::new(Slots::new(4)));
+        let (submitted, to_reaper) = mpsc::channel::<u16>();
+        let reaper = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                for slot in to_reaper {
+                    std::thread::sleep(core::time::Duration::from_micros(200));
+                    assert_eq!(
+                        q.lock(|s| s.complete(slot, u64::from(slot) + 1000)),
+                        Completed::Delivered
+                    );
+                }
+            })
+        };
+        let submitters: Vec<_> = (0..4)
+            .map(|_| {
+                let (q, submitted) = (q.clone(), submitted.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let mut req = pollster::block_on(Request::acquire(&*q));
+                        req.submitted();
+                        submitted.send(req.slot()).unwrap();
+                        let out = pollster::block_on(req.wait());
+                        assert_eq!(out, u64::from(req.slot()) + 1000);
+                    }
+                })
+            })
+            .collect();
+        drop(submitted);
+        for t in submitters {
+            t.join().unwrap();
+        }
+        reaper.join().unwrap();
+        let s = q.lock(|s| s.stats());
+        assert_eq!((s.acquired, q.lock(|s| s.busy())), (200, 0));
     }
 }

@@ -12,9 +12,13 @@
 //!   never as the caller's buffer; the slot (or the virtqueue) keeps the lent stream until
 //!   the completion hands it back, so a dropped or forgotten future cannot leave the
 //!   device writing into memory that something else owns;
-//! - a *reaper* task per device consumes completions (woken by MSI-X, or polling while
-//!   requests are outstanding), rings the submission doorbell once for all requests
-//!   queued since it last ran, and enforces request timeouts.
+//! - a *reaper* task per queue, on the CPU the queue belongs to, consumes completions
+//!   (woken by the queue's MSI-X vector, aimed at that CPU, or polling while requests
+//!   are outstanding) and rings the submission doorbell once for all requests queued
+//!   since it last ran; a *supervisor* per device enforces request timeouts and restarts
+//!   the device after one;
+//! - the block devices are `Send + Sync`: every CPU submits, each queue's state under its
+//!   own `IrqLock`, counters atomic.
 //!
 //! The wire formats and the slot table are pure and host-tested; the rest runs only on
 //! the appliance.
@@ -49,15 +53,9 @@ mod glue {
     /// An interrupt vector whose handler signals an event a driver task awaits.
     pub fn irq_event() -> Result<(IrqHandle, Arc<IrqEvent>), NoFreeVector> {
         let event = Arc::new(IrqEvent::new());
-        let handle = irq_signalling(&event)?;
-        Ok((handle, event))
-    }
-
-    /// An interrupt vector whose handler signals `event` (several vectors of a device
-    /// may wake the same task).
-    pub fn irq_signalling(event: &Arc<IrqEvent>) -> Result<IrqHandle, NoFreeVector> {
         let e = event.clone();
-        irq::allocate(move || e.signal())
+        let handle = irq::allocate(move || e.signal())?;
+        Ok((handle, event))
     }
 
     /// Runs `futures` concurrently on the current task; their outputs in order.
@@ -103,7 +101,7 @@ mod glue {
 }
 
 #[cfg(target_os = "none")]
-pub use glue::{irq_event, irq_signalling, join_all, yield_now};
+pub use glue::{irq_event, join_all, yield_now};
 
 /// Bytes of finished requests' DMA streams a block driver keeps for the next requests,
 /// by default (its `bounce_pool` option; see `bounce`).
@@ -112,7 +110,7 @@ pub const DEFAULT_BOUNCE_POOL: usize = 2 << 20;
 /// How a driver learns that the device completed requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompletionMode {
-    /// MSI-X interrupts wake the reaper.
+    /// MSI-X interrupts wake the queues' reapers.
     Interrupt,
     /// The reaper polls the completion queue while requests are outstanding (the CPU
     /// spins; lowest latency under emulation, where interrupt delivery is slow).

@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use core::task::{Context, Poll, Waker};
 use core::time::Duration;
 
+use super::halt::{HaltGate, WakeStats};
 use super::join::{self, JoinHandle};
 use super::timer::{Elapsed, Sleep, TimerQueue};
 use super::{Kick, Platform};
@@ -33,8 +34,11 @@ const POLL_BATCH: usize = 64;
 /// capacity for every task is reserved at spawn, so pushing never allocates.
 struct ReadyQueue {
     queue: IrqLock<VecDeque<TaskId>>,
-    /// Called after every push, outside the lock.
+    /// Interrupts the executor after a push from elsewhere, when `halt` says so (outside
+    /// the lock).
     kick: Option<Kick>,
+    /// Whether the executor is halted or about to halt.
+    halt: Arc<HaltGate>,
 }
 
 impl core::fmt::Debug for ReadyQueue {
@@ -42,6 +46,7 @@ impl core::fmt::Debug for ReadyQueue {
         f.debug_struct("ReadyQueue")
             .field("queue", &self.queue)
             .field("kick", &self.kick.is_some())
+            .field("wakes", &self.halt.stats())
             .finish()
     }
 }
@@ -53,8 +58,17 @@ impl ReadyQueue {
             q.push_back(id);
         });
         if let Some(kick) = &self.kick {
-            kick();
+            if kick.is_remote() && self.halt.must_interrupt() {
+                kick.interrupt();
+            }
         }
+    }
+
+    /// The run loop's last look before halting (interrupts off): tells the gate it is
+    /// about to halt, then whether anything is queued.
+    fn about_to_halt(&self) -> bool {
+        self.halt.halting();
+        !self.is_empty()
     }
 
     fn pop(&self) -> Option<TaskId> {
@@ -311,6 +325,11 @@ impl Spawner {
     pub fn stats(&self) -> Stats {
         self.inner.stats.get()
     }
+
+    /// How wakes from other CPUs reached the executor.
+    pub fn wake_stats(&self) -> WakeStats {
+        self.inner.ready.halt.stats()
+    }
 }
 
 /// Runs tasks on one CPU. See the [module documentation](super).
@@ -333,6 +352,7 @@ impl Executor {
                     ready: Arc::new(ReadyQueue {
                         queue: IrqLock::new(queue),
                         kick,
+                        halt: Arc::new(HaltGate::new()),
                     }),
                     background: BackgroundQueue::default(),
                     current: Cell::new(None),
@@ -347,6 +367,11 @@ impl Executor {
     /// A handle for spawning tasks and making timers.
     pub fn spawner(&self) -> Spawner {
         self.spawner.clone()
+    }
+
+    /// Its [`HaltGate`], whose counters other CPUs may read.
+    pub fn halt_gate(&self) -> Arc<HaltGate> {
+        self.spawner.inner.ready.halt.clone()
     }
 
     /// Runs all tasks until `main` completes, and returns its output. Tasks still running
@@ -384,7 +409,8 @@ impl Executor {
                 if deadline.is_none_or(|d| d > inner.now()) {
                     inner.bump(|s| s.idles += 1);
                     let ready = &inner.ready;
-                    inner.platform.idle(deadline, &|| !ready.is_empty());
+                    inner.platform.idle(deadline, &|| ready.about_to_halt());
+                    ready.halt.running();
                 }
             }
         }

@@ -7,10 +7,10 @@
 //!
 //! - Wakers are `Send + Sync` and interrupt-safe: waking only marks the task and queues its
 //!   id (under an [`IrqLock`](crate::sync::IrqLock), into a queue whose capacity is
-//!   reserved at spawn time, so an interrupt handler never allocates), then
-//!   [kicks](Platform::kicker) the executor's CPU, which may be halted, when the wake
-//!   comes from another CPU. Interrupt handlers usually signal an [`IrqEvent`], whose
-//!   `wait()` a driver task awaits.
+//!   reserved at spawn time, so an interrupt handler never allocates), then, when the
+//!   wake comes from another CPU and that CPU is halted or about to halt
+//!   ([`HaltGate`]), [kicks](Platform::kicker) it. Interrupt handlers usually signal an
+//!   [`IrqEvent`], whose `wait()` a driver task awaits.
 //! - Timers ([`Spawner::sleep`], [`Spawner::sleep_until`], [`Spawner::timeout`]) live in a
 //!   deadline-ordered queue that the executor checks between polls.
 //! - When nothing is ready, the executor hands the next timer deadline to
@@ -22,11 +22,13 @@
 
 mod event;
 mod executor;
+mod halt;
 mod join;
 mod timer;
 
 pub use event::{IrqEvent, Wait};
 pub use executor::{Executor, Spawner, Stats, TaskId};
+pub use halt::{HaltGate, WakeStats};
 pub use join::JoinHandle;
 pub use timer::{Elapsed, Sleep};
 
@@ -34,11 +36,20 @@ use alloc::sync::Arc;
 
 use crate::time::Instant;
 
-/// Gets an executor's attention after a task of it was queued: called by every wake, from
-/// any CPU and from interrupt handlers, after the task's id is in the ready queue. On the
-/// appliance it interrupts the executor's CPU (an IPI) when that is not the caller's, so a
-/// halted CPU notices the work.
-pub type Kick = Arc<dyn Fn() + Send + Sync>;
+/// Gets a halted executor's attention after a task of it was queued from elsewhere.
+pub trait Interrupter: Send + Sync {
+    /// Whether the caller runs somewhere other than the executor (another CPU): only
+    /// then may the executor be halted while the task is queued.
+    fn is_remote(&self) -> bool;
+
+    /// Interrupts the executor's CPU (the appliance's wake-up IPI), ending its halt.
+    /// Called after the task's id is in the ready queue, only when the executor's
+    /// [`HaltGate`] says it is halted or about to halt.
+    fn interrupt(&self);
+}
+
+/// An executor's [`Interrupter`], shared by its wakers.
+pub type Kick = Arc<dyn Interrupter>;
 
 /// What the executor needs from the machine.
 pub trait Platform {
@@ -49,7 +60,8 @@ pub trait Platform {
     /// or until `deadline`, if any; returning early is allowed. Implementations must call
     /// `work_pending` with interrupts disabled immediately before sleeping and not sleep if
     /// it returns true; otherwise a wake-up between the executor's check and the sleep would
-    /// be lost until the next interrupt.
+    /// be lost until the next interrupt. (`work_pending` also tells the executor's
+    /// [`HaltGate`] that it is about to halt, so wakes from other CPUs interrupt it.)
     fn idle(&self, deadline: Option<Instant>, work_pending: &dyn Fn() -> bool);
 
     /// How wakes get the executor's attention ([`Kick`]); `None` (the default) when a

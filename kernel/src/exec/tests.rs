@@ -178,51 +178,181 @@ fn irq_event_from_another_thread_wakes_the_task() {
     assert!(!event.take(), "the wait consumed the signal");
 }
 
-/// A platform whose kick counts, as an IPI to a halted CPU would wake it.
-#[derive(Clone, Default)]
-struct KickedClock {
-    clock: SimClock,
-    kicks: Arc<AtomicUsize>,
+/// The executor's thread, for [`Interrupter::is_remote`].
+fn this_thread() -> std::thread::ThreadId {
+    std::thread::current().id()
 }
 
-impl Platform for KickedClock {
+/// A CPU's interrupt line: an IPI sets it, a halt waits for it.
+#[derive(Default)]
+struct Line {
+    pending: std::sync::Mutex<bool>,
+    raised: std::sync::Condvar,
+    /// Interrupts sent.
+    sent: AtomicUsize,
+}
+
+/// Kicks from threads other than `owner` raise the line.
+struct LineKick {
+    owner: std::thread::ThreadId,
+    line: Arc<Line>,
+}
+
+impl Interrupter for LineKick {
+    fn is_remote(&self) -> bool {
+        this_thread() != self.owner
+    }
+
+    fn interrupt(&self) {
+        self.line.sent.fetch_add(1, Ordering::SeqCst);
+        *self.line.pending.lock().unwrap() = true;
+        self.line.raised.notify_one();
+    }
+}
+
+/// A platform that halts like a CPU: with nothing to do (and no deadline) it waits for
+/// its interrupt line, and a halt that nothing ends within 5 s is a lost wake.
+#[derive(Clone)]
+struct HaltingCpu {
+    clock: SimClock,
+    line: Arc<Line>,
+    owner: std::thread::ThreadId,
+}
+
+impl HaltingCpu {
+    fn new() -> HaltingCpu {
+        HaltingCpu {
+            clock: SimClock::default(),
+            line: Arc::default(),
+            owner: this_thread(),
+        }
+    }
+}
+
+impl Platform for HaltingCpu {
     fn now(&self) -> Instant {
         self.clock.now()
     }
 
     fn idle(&self, deadline: Option<Instant>, work_pending: &dyn Fn() -> bool) {
-        self.clock.idle(deadline, work_pending)
+        if deadline.is_some() {
+            return self.clock.idle(deadline, work_pending);
+        }
+        // "Interrupts off": the line's lock is held from the last look to the halt.
+        let mut pending = self.line.pending.lock().unwrap();
+        if work_pending() {
+            return;
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !*pending {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            assert!(!left.is_zero(), "halted with a task queued: a lost wake");
+            pending = self.line.raised.wait_timeout(pending, left).unwrap().0;
+        }
+        *pending = false;
     }
 
     fn kicker(&self) -> Option<Kick> {
-        let kicks = self.kicks.clone();
-        Some(Arc::new(move || {
-            kicks.fetch_add(1, Ordering::SeqCst);
+        Some(Arc::new(LineKick {
+            owner: self.owner,
+            line: self.line.clone(),
         }))
     }
 }
 
 #[test]
-fn a_wake_from_another_thread_kicks_the_executor() {
-    let platform = KickedClock::default();
-    let kicks = platform.kicks.clone();
+fn a_wake_from_another_thread_interrupts_the_halted_executor() {
+    let platform = HaltingCpu::new();
+    let line = platform.line.clone();
     let ex = Executor::new(platform);
     let event = Arc::new(IrqEvent::new());
     let remote = event.clone();
-    let kicks_before = Arc::new(AtomicUsize::new(usize::MAX));
-    let seen = kicks_before.clone();
-    let k = kicks.clone();
     let signaller = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
-        seen.store(k.load(Ordering::SeqCst), Ordering::SeqCst);
         remote.signal();
     });
     ex.block_on(event.wait());
     signaller.join().unwrap();
-    let before = kicks_before.load(Ordering::SeqCst);
+    assert_eq!(
+        line.sent.load(Ordering::SeqCst),
+        1,
+        "one IPI to the halted executor"
+    );
+    assert_eq!(ex.spawner().wake_stats().ipis, 1);
+}
+
+/// Wakes from another thread while the executor halts between them: each is seen (the
+/// halt that would lose one fails), each was either an IPI or found the executor
+/// running, and no IPI is sent that the gate did not ask for.
+#[test]
+fn remote_wakes_are_never_lost_and_interrupt_only_a_halting_executor() {
+    const WAKES: usize = 2_000;
+    let platform = HaltingCpu::new();
+    let line = platform.line.clone();
+    let ex = Executor::new(platform);
+    let event = Arc::new(IrqEvent::new());
+    let consumed = Arc::new(AtomicUsize::new(0));
+    let (remote, seen) = (event.clone(), consumed.clone());
+    let signaller = std::thread::spawn(move || {
+        for i in 0..WAKES {
+            remote.signal();
+            // Wait until the task took it, so signals do not coalesce.
+            while seen.load(Ordering::SeqCst) <= i {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    let (e, c) = (event.clone(), consumed.clone());
+    ex.block_on(async move {
+        for _ in 0..WAKES {
+            e.wait().await;
+            c.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    signaller.join().unwrap();
+    let s = ex.spawner().wake_stats();
+    assert_eq!(s.ipis as usize, line.sent.load(Ordering::SeqCst));
     assert!(
-        kicks.load(Ordering::SeqCst) > before,
-        "the remote wake queued the task without kicking the executor"
+        s.ipis + s.ipis_skipped >= 1 && s.ipis as usize <= WAKES,
+        "{s:?}"
+    );
+}
+
+/// An executor that never runs out of work is never interrupted: a remote wake while it
+/// polls a busy task is counted as skipped.
+#[test]
+fn a_running_executor_gets_no_ipi() {
+    let platform = HaltingCpu::new();
+    let line = platform.line.clone();
+    let ex = Executor::new(platform);
+    let sp = ex.spawner();
+    let event = Arc::new(IrqEvent::new());
+    let remote = event.clone();
+    let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = signalled.clone();
+    let signaller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        remote.signal();
+        done.store(true, Ordering::SeqCst);
+    });
+    // Busy until the wake has been sent: it wakes itself on every poll.
+    let busy = signalled.clone();
+    sp.spawn(core::future::poll_fn(move |cx| {
+        if busy.load(Ordering::SeqCst) {
+            return core::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        core::task::Poll::Pending
+    }));
+    ex.block_on(event.wait());
+    signaller.join().unwrap();
+    assert_eq!(line.sent.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        sp.wake_stats(),
+        WakeStats {
+            ipis: 0,
+            ipis_skipped: 1
+        }
     );
 }
 

@@ -66,6 +66,26 @@ pub fn rdtsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// The time-stamp counter, read in program order: no earlier instruction (a load that
+/// saw another CPU's store) completes after it, and no later one starts before it, as
+/// comparing readings across CPUs needs.
+pub fn rdtsc_ordered() -> u64 {
+    let (low, high): (u32, u32);
+    // SAFETY: LFENCE only orders execution; RDTSC only reads a counter. Neither touches
+    // memory or the stack.
+    unsafe {
+        core::arch::asm!(
+            "lfence",
+            "rdtsc",
+            "lfence",
+            out("eax") low,
+            out("edx") high,
+            options(nostack, preserves_flags)
+        );
+    }
+    u64::from(high) << 32 | u64::from(low)
+}
+
 /// CPUID leaf `leaf`, subleaf `sub`: `[eax, ebx, ecx, edx]`.
 pub fn cpuid(leaf: u32, sub: u32) -> [u32; 4] {
     let r = core::arch::x86_64::__cpuid_count(leaf, sub);

@@ -1,310 +1,383 @@
-//! Size-class free lists in front of the heap allocator.
+//! Size-class free lists: freed small heap blocks kept by exact size class.
 //!
 //! `talc` finds a free chunk by walking the list of a size bin, and a bin spans a range
 //! of sizes: a request just above the 4 KiB buffers the appliance frees all the time
 //! walks past every one of them. Under TCG every step of that walk is a load through
 //! the soft TLB, and it was the appliance's largest single cost (profile in
-//! docs/benchmarks.md, "The heap's free lists"). The [`Recycler`] keeps recently freed
-//! small blocks per exact size class and hands them back in O(1).
+//! docs/benchmarks.md, "The heap's free lists"). A [`Recycler`] keeps freed small blocks
+//! per exact size [`Class`] and hands them back in O(1). The heap (`mm::heap`) keeps one
+//! per CPU and one shared by all CPUs (its depot).
 //!
-//! It only holds addresses: the heap (`hal::heap`) does the allocating, and asks here
-//! first. Every small request is backed by a block of its class's size
-//! ([`Recycler::backing`]), so any block of a class can serve any request of that class.
-//! What it keeps is bounded ([`MAX_CACHED_BYTES`], [`SLOTS`]) and is given back to the
-//! allocator when an allocation fails ([`Recycler::drain`]), so it never turns a
-//! satisfiable request into an out-of-memory.
+//! It only holds addresses: the heap does the allocating. Every small request is backed
+//! by a block of its class's size ([`backing`]), so any block of a class can serve any
+//! request of that class. What a recycler keeps is bounded by the [`Limits`] its owner
+//! passes, and by its number of slots.
 
 use core::alloc::Layout;
+use core::num::NonZeroU16;
 
 /// Class sizes step by this much (and every heap block is at least this aligned).
 pub const GRANULE: usize = 16;
-/// Blocks larger than this are not kept.
+/// Blocks larger than this have no class: they are not kept.
 pub const MAX_CLASS_SIZE: usize = 16 << 10;
-/// At most this many bytes sit in the free lists.
-pub const MAX_CACHED_BYTES: usize = 2 << 20;
-/// At most this many blocks sit in the free lists (the table's size).
-pub const SLOTS: usize = 4096;
-/// At most this many blocks of one class: enough for the churn of requests in flight,
-/// and a burst of one size freed at once cannot fill the lists for every other size.
-pub const MAX_PER_CLASS: u16 = 32;
 
 /// The heap's natural alignment: every block is at least word-aligned.
 const MIN_ALIGN: usize = core::mem::align_of::<usize>();
 /// Per alignment (word, 16 bytes), one class per granule up to the largest.
 const CLASSES_PER_ALIGN: usize = MAX_CLASS_SIZE / GRANULE;
 const CLASSES: usize = 2 * CLASSES_PER_ALIGN;
-/// The end of a list.
-const NONE: u16 = u16::MAX;
 
-const _: () = assert!(SLOTS < NONE as usize);
+/// The size class of a small block: its size rounded up to a [`GRANULE`], and whether it
+/// must be 16-byte aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Class(u16);
 
-/// Recently freed small blocks by size class; see the module documentation.
-pub struct Recycler {
+impl Class {
+    /// The class of a request, or `None` for one too large or too aligned to be kept.
+    pub fn of(layout: Layout) -> Option<Class> {
+        if layout.size() > MAX_CLASS_SIZE || layout.align() > GRANULE {
+            return None;
+        }
+        let by_size = layout.size().max(1).div_ceil(GRANULE) - 1;
+        let aligned = usize::from(layout.align() > MIN_ALIGN);
+        Some(Class((aligned * CLASSES_PER_ALIGN + by_size) as u16))
+    }
+
+    /// The backing layout of every block of the class.
+    pub fn layout(self) -> Layout {
+        let align = if self.index() >= CLASSES_PER_ALIGN {
+            GRANULE
+        } else {
+            MIN_ALIGN
+        };
+        Layout::from_size_align(self.size(), align).expect("class layouts are valid")
+    }
+
+    /// The size of every block of the class.
+    pub const fn size(self) -> usize {
+        (self.index() % CLASSES_PER_ALIGN + 1) * GRANULE
+    }
+
+    const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The layout the allocator beneath backs `layout` with: at least word-aligned, and a
+/// small request rounded up to its class's size. Every allocation, free and resize must
+/// go through this, so a block's backing layout is a function of what the caller asked
+/// for.
+pub fn backing(layout: Layout) -> Layout {
+    match Class::of(layout) {
+        Some(class) => class.layout(),
+        None => Layout::from_size_align(layout.size(), layout.align().max(MIN_ALIGN))
+            .expect("a valid layout stays valid at a larger power-of-two alignment"),
+    }
+}
+
+/// What a [`Recycler`] may hold, besides its slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes in all.
+    pub bytes: usize,
+    /// Blocks of one class: as many as fit in this many bytes...
+    pub class_bytes: usize,
+    /// ... but at least this many ...
+    pub class_min: u16,
+    /// ... and at most this many.
+    pub class_max: u16,
+}
+
+impl Limits {
+    /// The most blocks of `class` the lists may hold.
+    pub fn blocks_per_class(&self, class: Class) -> u16 {
+        let fit = (self.class_bytes / class.size()).min(usize::from(u16::MAX)) as u16;
+        fit.clamp(self.class_min, self.class_max)
+    }
+
+    /// Whether `count` blocks of `class` are fewer than [`Limits::blocks_per_class`]:
+    /// the same answer without its division, for every free.
+    fn below_class_limit(&self, class: Class, count: u16) -> bool {
+        count < self.class_max
+            && (count < self.class_min
+                || (usize::from(count) + 1) * class.size() <= self.class_bytes)
+    }
+}
+
+/// A slot's number plus one; `None` ends a list. Empty lists are all zeroes, so a static
+/// recycler lives in `.bss`, not in the image.
+type Link = Option<NonZeroU16>;
+
+fn link(slot: usize) -> Link {
+    NonZeroU16::new(slot as u16 + 1)
+}
+
+fn slot(link: NonZeroU16) -> usize {
+    usize::from(link.get()) - 1
+}
+
+/// Freed small blocks by size class, in at most `SLOTS` slots; see the module
+/// documentation. Each class's list is last in, first out (the block freed last is the
+/// one most likely still in the CPU's cache).
+pub struct Recycler<const SLOTS: usize> {
     /// First slot of each class's list.
-    heads: [u16; CLASSES],
+    heads: [Link; CLASSES],
     /// Blocks in each class's list.
     counts: [u16; CLASSES],
     /// The slot after each slot in its list (a class's, or the unused slots').
-    next: [u16; SLOTS],
+    next: [Link; SLOTS],
     /// The block address each slot holds.
     addr: [usize; SLOTS],
     /// Slots given back, reused before fresh ones.
-    unused: u16,
+    unused: Link,
     /// Slots `fresh..` have never been used.
     fresh: u16,
     bytes: usize,
     blocks: usize,
-    hits: u64,
 }
 
-/// What the free lists hold and have served.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RecyclerStats {
-    /// Bytes in blocks kept for reuse (counted as allocated by the allocator beneath).
-    pub bytes: u64,
-    /// Blocks kept for reuse.
-    pub blocks: u64,
-    /// Allocations served from the lists.
-    pub hits: u64,
-}
-
-impl Recycler {
+impl<const SLOTS: usize> Recycler<SLOTS> {
     /// Empty lists.
     pub const fn new() -> Self {
+        const { assert!(SLOTS < u16::MAX as usize, "slot numbers plus one fit a u16") };
         Recycler {
-            heads: [NONE; CLASSES],
+            heads: [None; CLASSES],
             counts: [0; CLASSES],
-            next: [NONE; SLOTS],
+            next: [None; SLOTS],
             addr: [0; SLOTS],
-            unused: NONE,
+            unused: None,
             fresh: 0,
             bytes: 0,
             blocks: 0,
-            hits: 0,
         }
     }
 
-    /// The layout the allocator beneath backs `layout` with: at least word-aligned, and a
-    /// small request rounded up to its class's size. Every allocation, free and resize
-    /// must go through this, so a block's backing layout is a function of what the caller
-    /// asked for.
-    pub fn backing(layout: Layout) -> Layout {
-        let align = layout.align().max(MIN_ALIGN);
-        let size = match class_of(layout) {
-            Some(_) => layout.size().max(1).next_multiple_of(GRANULE),
-            None => layout.size(),
-        };
-        Layout::from_size_align(size, align).expect("a valid layout rounded up stays valid")
-    }
-
-    /// A kept block that can back `layout`, if there is one.
-    pub fn take(&mut self, layout: Layout) -> Option<usize> {
-        let addr = self.pop(class_of(layout)?)?;
-        self.hits += 1;
-        Some(addr)
-    }
-
-    /// The first block of `class`'s list, unlinked.
-    fn pop(&mut self, class: usize) -> Option<usize> {
-        let slot = self.heads[class];
-        if slot == NONE {
-            return None;
-        }
-        self.heads[class] = self.next[slot as usize];
-        self.counts[class] -= 1;
-        self.next[slot as usize] = self.unused;
-        self.unused = slot;
-        self.bytes -= class_layout(class).size();
+    /// The block of `class` kept last, unlinked, if there is one.
+    #[inline]
+    pub fn take(&mut self, class: Class) -> Option<usize> {
+        let head = self.heads[class.index()]?;
+        let s = slot(head);
+        self.heads[class.index()] = self.next[s];
+        self.counts[class.index()] -= 1;
+        self.next[s] = self.unused;
+        self.unused = Some(head);
+        self.bytes -= class.size();
         self.blocks -= 1;
-        Some(self.addr[slot as usize])
+        Some(self.addr[s])
     }
 
-    /// Keeps the freed block `addr`, allocated for `layout`, for reuse; false when it is
-    /// not small or the lists are full (then the caller frees it).
-    pub fn keep(&mut self, addr: usize, layout: Layout) -> bool {
-        let Some(class) = class_of(layout) else {
-            return false;
-        };
-        let size = class_layout(class).size();
-        if self.bytes + size > MAX_CACHED_BYTES || self.counts[class] == MAX_PER_CLASS {
+    /// Whether one more block of `class` may be kept within `limits` (and a slot).
+    pub fn has_room(&self, class: Class, limits: &Limits) -> bool {
+        self.bytes + class.size() <= limits.bytes
+            && limits.below_class_limit(class, self.counts[class.index()])
+            && (self.unused.is_some() || usize::from(self.fresh) < SLOTS)
+    }
+
+    /// Keeps the free block `addr` of `class`; false when that would break `limits` or
+    /// no slot is left (then the caller keeps the block).
+    #[inline]
+    pub fn keep(&mut self, addr: usize, class: Class, limits: &Limits) -> bool {
+        if !self.has_room(class, limits) {
             return false;
         }
-        let slot = if self.unused != NONE {
-            let s = self.unused;
-            self.unused = self.next[s as usize];
-            s
-        } else if (self.fresh as usize) < SLOTS {
-            self.fresh += 1;
-            self.fresh - 1
-        } else {
-            return false;
+        let s = match self.unused {
+            Some(unused) => {
+                self.unused = self.next[slot(unused)];
+                slot(unused)
+            }
+            None => {
+                self.fresh += 1;
+                usize::from(self.fresh) - 1
+            }
         };
-        self.addr[slot as usize] = addr;
-        self.next[slot as usize] = self.heads[class];
-        self.heads[class] = slot;
-        self.counts[class] += 1;
-        self.bytes += size;
+        self.addr[s] = addr;
+        self.next[s] = self.heads[class.index()];
+        self.heads[class.index()] = link(s);
+        self.counts[class.index()] += 1;
+        self.bytes += class.size();
         self.blocks += 1;
         true
     }
 
-    /// Empties every list, handing each block to `free` with its backing layout.
-    pub fn drain(&mut self, mut free: impl FnMut(usize, Layout)) {
-        for class in 0..CLASSES {
-            while let Some(addr) = self.pop(class) {
-                free(addr, class_layout(class));
+    /// Blocks of `class` kept.
+    pub fn count(&self, class: Class) -> u16 {
+        self.counts[class.index()]
+    }
+
+    /// Empties every list, handing each block to `free` with its class.
+    pub fn drain(&mut self, mut free: impl FnMut(usize, Class)) {
+        for class in (0..CLASSES).map(|i| Class(i as u16)) {
+            while let Some(addr) = self.take(class) {
+                free(addr, class);
             }
         }
         debug_assert!(self.bytes == 0 && self.blocks == 0);
     }
 
-    /// What the lists hold and have served.
-    pub fn stats(&self) -> RecyclerStats {
-        RecyclerStats {
-            bytes: self.bytes as u64,
-            blocks: self.blocks as u64,
-            hits: self.hits,
-        }
+    /// Bytes in blocks kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Blocks kept.
+    pub fn blocks(&self) -> usize {
+        self.blocks
     }
 }
 
-impl core::fmt::Debug for Recycler {
+impl<const SLOTS: usize> core::fmt::Debug for Recycler<SLOTS> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Recycler")
-            .field("stats", &self.stats())
+            .field("bytes", &self.bytes)
+            .field("blocks", &self.blocks)
             .finish()
     }
 }
 
-impl Default for Recycler {
+impl<const SLOTS: usize> Default for Recycler<SLOTS> {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The class of a request that is kept, or `None` for one too large or too aligned.
-fn class_of(layout: Layout) -> Option<usize> {
-    if layout.size() > MAX_CLASS_SIZE || layout.align() > GRANULE {
-        return None;
-    }
-    let by_size = layout.size().max(1).div_ceil(GRANULE) - 1;
-    let aligned = usize::from(layout.align() > MIN_ALIGN);
-    Some(aligned * CLASSES_PER_ALIGN + by_size)
-}
-
-/// The backing layout of every block of `class`.
-fn class_layout(class: usize) -> Layout {
-    let align = if class >= CLASSES_PER_ALIGN {
-        GRANULE
-    } else {
-        MIN_ALIGN
-    };
-    let size = (class % CLASSES_PER_ALIGN + 1) * GRANULE;
-    Layout::from_size_align(size, align).expect("class layouts are valid")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Like the heap's depot: 32 blocks per class, 2 MiB.
+    const LIMITS: Limits = Limits {
+        bytes: 2 << 20,
+        class_bytes: 0,
+        class_min: 32,
+        class_max: 32,
+    };
+    const SLOTS: usize = 4096;
+
     fn l(size: usize, align: usize) -> Layout {
         Layout::from_size_align(size, align).unwrap()
     }
 
+    fn c(size: usize, align: usize) -> Class {
+        Class::of(l(size, align)).unwrap()
+    }
+
+    fn recycler() -> Box<Recycler<SLOTS>> {
+        Box::default()
+    }
+
     #[test]
     fn a_kept_block_serves_its_class_only() {
-        let mut r = Recycler::new();
-        assert!(r.keep(0x1000, l(4368, 8)));
-        assert_eq!(r.take(l(4384, 8)), None, "next class up");
-        assert_eq!(r.take(l(4352, 8)), None, "next class down");
-        assert_eq!(r.take(l(4368, 16)), None, "more aligned");
-        assert_eq!(r.take(l(4353, 1)), Some(0x1000), "same class, less aligned");
-        assert_eq!(r.take(l(4368, 8)), None, "taken once");
-        assert_eq!(
-            r.stats(),
-            RecyclerStats {
-                bytes: 0,
-                blocks: 0,
-                hits: 1
-            }
-        );
+        let mut r = recycler();
+        assert!(r.keep(0x1000, c(4368, 8), &LIMITS));
+        assert_eq!(r.take(c(4384, 8)), None, "next class up");
+        assert_eq!(r.take(c(4352, 8)), None, "next class down");
+        assert_eq!(r.take(c(4368, 16)), None, "more aligned");
+        assert_eq!(r.take(c(4353, 1)), Some(0x1000), "same class, less aligned");
+        assert_eq!(r.take(c(4368, 8)), None, "taken once");
+        assert_eq!((r.bytes(), r.blocks()), (0, 0));
     }
 
     #[test]
     fn lists_are_last_in_first_out() {
-        let mut r = Recycler::new();
+        let mut r = recycler();
         for a in [0x10, 0x20, 0x30] {
-            assert!(r.keep(a, l(24, 8)));
+            assert!(r.keep(a, c(24, 8), &LIMITS));
         }
-        let got: Vec<_> = (0..4).map(|_| r.take(l(32, 8))).collect();
+        let got: Vec<_> = (0..4).map(|_| r.take(c(32, 8))).collect();
         assert_eq!(got, [Some(0x30), Some(0x20), Some(0x10), None]);
     }
 
     #[test]
-    fn large_and_overaligned_blocks_are_not_kept() {
-        let mut r = Recycler::new();
-        assert!(!r.keep(0x1000, l(MAX_CLASS_SIZE + 1, 8)));
-        assert!(!r.keep(0x1000, l(64, 32)));
-        assert!(r.keep(0x1000, l(MAX_CLASS_SIZE, 8)));
-        assert_eq!(
-            Recycler::backing(l(MAX_CLASS_SIZE + 1, 1)),
-            l(MAX_CLASS_SIZE + 1, 8)
-        );
+    fn large_and_overaligned_blocks_have_no_class() {
+        assert_eq!(Class::of(l(MAX_CLASS_SIZE + 1, 8)), None);
+        assert_eq!(Class::of(l(64, 32)), None);
+        assert!(Class::of(l(MAX_CLASS_SIZE, 16)).is_some());
+        assert_eq!(backing(l(MAX_CLASS_SIZE + 1, 1)), l(MAX_CLASS_SIZE + 1, 8));
+        assert_eq!(backing(l(64, 32)), l(64, 32));
+    }
+
+    #[test]
+    fn limits_scale_blocks_per_class_by_size() {
+        let limits = Limits {
+            bytes: 1 << 20,
+            class_bytes: 64 << 10,
+            class_min: 2,
+            class_max: 32,
+        };
+        assert_eq!(limits.blocks_per_class(c(16, 8)), 32, "at most class_max");
+        assert_eq!(limits.blocks_per_class(c(4096, 8)), 16, "64 KiB of them");
+        assert_eq!(limits.blocks_per_class(c(MAX_CLASS_SIZE, 8)), 4);
+        let tiny = Limits {
+            class_bytes: 1024,
+            ..limits
+        };
+        assert_eq!(tiny.blocks_per_class(c(4096, 8)), 2, "at least class_min");
+        for limits in [limits, tiny, LIMITS] {
+            for size in (1..=MAX_CLASS_SIZE / GRANULE).map(|n| n * GRANULE) {
+                let class = c(size, 8);
+                for count in 0..40 {
+                    assert_eq!(
+                        limits.below_class_limit(class, count),
+                        count < limits.blocks_per_class(class),
+                        "{limits:?} {size} {count}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
     fn bytes_and_slots_are_bounded() {
         // Per class.
-        let mut r = Recycler::new();
+        let mut r = recycler();
         let mut kept = 0;
-        while r.keep(kept * 16, l(16, 8)) {
+        while r.keep(kept * 16, c(16, 8), &LIMITS) {
             kept += 1;
         }
-        assert_eq!(kept, MAX_PER_CLASS as usize);
-        assert!(r.keep(0, l(32, 8)), "another class has room");
+        assert_eq!(kept, 32);
+        assert_eq!(r.count(c(16, 8)), 32);
+        assert!(!r.has_room(c(16, 8), &LIMITS));
+        assert!(r.keep(0, c(32, 8), &LIMITS), "another class has room");
         // A taken slot is reused.
-        assert!(r.take(l(16, 8)).is_some());
-        assert!(r.keep(1, l(16, 8)));
-        assert!(!r.keep(2, l(16, 8)));
+        assert!(r.take(c(16, 8)).is_some());
+        assert!(r.keep(1, c(16, 8), &LIMITS));
+        assert!(!r.keep(2, c(16, 8), &LIMITS));
         // In bytes, over the largest classes.
-        let mut r = Recycler::new();
+        let mut r = recycler();
         let mut bytes = 0;
-        'full: for class in (0..CLASSES_PER_ALIGN).rev() {
-            let layout = class_layout(class);
-            for _ in 0..MAX_PER_CLASS {
-                if !r.keep(bytes, layout) {
+        'full: for size in (1..=MAX_CLASS_SIZE / GRANULE).rev().map(|n| n * GRANULE) {
+            for _ in 0..32 {
+                if !r.keep(bytes, c(size, 8), &LIMITS) {
                     break 'full;
                 }
-                bytes += layout.size();
+                bytes += size;
             }
         }
         assert!(
-            bytes <= MAX_CACHED_BYTES && bytes + MAX_CLASS_SIZE > MAX_CACHED_BYTES,
+            bytes <= LIMITS.bytes && bytes + MAX_CLASS_SIZE > LIMITS.bytes,
             "{bytes}"
         );
-        assert_eq!(r.stats().bytes, bytes as u64);
+        assert_eq!(r.bytes(), bytes);
         // In slots, over the smallest classes of both alignments: the table never overflows.
-        let mut r = Recycler::new();
+        let mut r: Box<Recycler<100>> = Box::default();
         let mut kept = 0;
-        'slots: for class in 0..CLASSES_PER_ALIGN {
-            for layout in [class_layout(class), class_layout(class + CLASSES_PER_ALIGN)] {
-                for _ in 0..MAX_PER_CLASS {
-                    if !r.keep(kept, layout) {
+        'slots: for size in (1..=MAX_CLASS_SIZE / GRANULE).map(|n| n * GRANULE) {
+            for class in [c(size, 8), c(size, 16)] {
+                for _ in 0..32 {
+                    if !r.keep(kept, class, &LIMITS) {
                         break 'slots;
                     }
                     kept += 1;
                 }
             }
         }
-        assert!(
-            kept <= SLOTS && r.stats().bytes <= MAX_CACHED_BYTES as u64,
-            "{kept}"
-        );
+        assert_eq!((kept, r.blocks()), (100, 100));
+        assert!(!r.has_room(c(4096, 8), &LIMITS), "no slot left");
     }
 
     #[test]
-    fn drain_gives_back_every_block_with_its_backing_layout() {
-        let mut r = Recycler::new();
+    fn drain_gives_back_every_block_with_its_class() {
+        let mut r = recycler();
         let asked = [
             l(1, 1),
             l(100, 8),
@@ -313,18 +386,18 @@ mod tests {
             l(MAX_CLASS_SIZE, 16),
         ];
         for (i, &layout) in asked.iter().enumerate() {
-            assert!(r.keep(i, layout));
+            assert!(r.keep(i, Class::of(layout).unwrap(), &LIMITS));
         }
         let mut freed = Vec::new();
-        r.drain(|addr, layout| freed.push((addr, layout)));
+        r.drain(|addr, class| freed.push((addr, class.layout())));
         freed.sort_by_key(|&(addr, _)| addr);
         let want: Vec<_> = asked
             .iter()
             .enumerate()
-            .map(|(i, &layout)| (i, Recycler::backing(layout)))
+            .map(|(i, &layout)| (i, backing(layout)))
             .collect();
         assert_eq!(freed, want);
-        assert_eq!(r.stats(), RecyclerStats::default());
+        assert_eq!((r.bytes(), r.blocks()), (0, 0));
     }
 
     #[test]
@@ -332,10 +405,11 @@ mod tests {
         for align in [1, 2, 4, 8, 16, 32] {
             for size in (1..=MAX_CLASS_SIZE + 64).step_by(7) {
                 let asked = l(size, align);
-                let b = Recycler::backing(asked);
+                let b = backing(asked);
                 assert!(b.size() >= size && b.align() >= align && b.align() >= MIN_ALIGN);
-                if let Some(class) = class_of(asked) {
-                    assert_eq!(b, class_layout(class), "{asked:?}");
+                if let Some(class) = Class::of(asked) {
+                    assert_eq!(b, class.layout(), "{asked:?}");
+                    assert_eq!(class.size(), b.size());
                 }
             }
         }

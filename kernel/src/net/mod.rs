@@ -38,6 +38,7 @@ pub use serve_impl::{serve, NetError};
 #[cfg(target_os = "none")]
 mod serve_impl {
     use alloc::rc::Rc;
+    use alloc::sync::Arc;
     use core::fmt;
 
     use ninep::admin::AdminFs;
@@ -77,18 +78,15 @@ mod serve_impl {
     /// exports, allow-lists and groups of `config.access`: spawns
     /// the stack's poll task, the listener and the statistics reporter, and returns the
     /// service once the interface has an address.
-    pub async fn serve<F: FileSystem + vfs::Control + 'static>(
+    pub async fn serve<F: FileSystem + vfs::Control + Send + Sync + 'static>(
         config: &Config,
         fs: F,
         heap_bytes: u64,
     ) -> Result<Rc<Service<AdminFs<F>>>, NetError> {
         let dev = Nic::find().ok_or(NetError::NoNic)?;
         let nic = Nic::new(dev, config.mtu).map_err(NetError::Nic)?;
-        let stack = Rc::new(Stack::new(nic, config.ip, config.gateway));
-        task::spawn({
-            let stack = stack.clone();
-            async move { stack.run().await }
-        });
+        let (stack, poller) = Stack::new(nic, config.ip, config.gateway);
+        task::spawn(poller.run());
         let address = stack.wait_configured().await;
         let limits = &config.ninep;
         let base = NinepConfig {
@@ -115,9 +113,16 @@ mod serve_impl {
         config9p.memory = config9p.memory_for(client_mem);
         let memory = config9p.memory;
         // The administration tree is reachable only through its export (`admin_allow=`).
-        let server = Rc::new(Server::new(AdminFs::new(fs), config9p));
+        let server = Arc::new(Server::new(AdminFs::new(fs), config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets(limits.max_conns));
-        let service = Service::new(stack, server, config.port, buffer, limits.max_conns);
+        let service = Service::new(
+            stack,
+            server,
+            config.port,
+            buffer,
+            limits.max_conns,
+            config.serve_cpus,
+        );
         task::spawn(service.clone().run());
         task::spawn(service.clone().report());
         task::spawn(service.clone().housekeeping());

@@ -10,7 +10,6 @@
 //! [`NetQueues`] (`drivers::virtio_net`), which the `hal` keeps with the device while it
 //! holds them.
 
-use alloc::rc::Rc;
 use alloc::sync::Arc;
 use core::cell::RefCell;
 use core::fmt;
@@ -77,9 +76,10 @@ pub struct Nic {
     event: Arc<IrqEvent>,
     interrupts: Interrupts,
     pci: PciDevice,
-    stats: NicStats,
+    /// Shared with the stack's reports.
+    stats: Arc<NicStats>,
     /// Connection requests no listening socket could take are held back here.
-    syn_gate: Rc<SynGate>,
+    syn_gate: Arc<SynGate>,
     /// A received frame [`Nic::peek`] looked at, which `receive` hands out first.
     peeked: Option<RxFrame>,
     /// Kept for as long as the NIC lives: they own the vector and the table mapping.
@@ -132,8 +132,8 @@ impl Nic {
             event,
             interrupts,
             pci: dev,
-            stats: NicStats::default(),
-            syn_gate: Rc::new(SynGate::default()),
+            stats: Arc::default(),
+            syn_gate: Arc::default(),
             peeked: None,
             _irq: irq,
         })
@@ -141,7 +141,7 @@ impl Nic {
 
     /// The gate that holds back connection requests no listening socket could take
     /// ([`SynGate`]); the listener arms it.
-    pub fn syn_gate(&self) -> Rc<SynGate> {
+    pub fn syn_gate(&self) -> Arc<SynGate> {
         self.syn_gate.clone()
     }
 
@@ -166,8 +166,8 @@ impl Nic {
     }
 
     /// Frame and error counters.
-    pub fn stats(&self) -> &NicStats {
-        &self.stats
+    pub fn stats(&self) -> Arc<NicStats> {
+        self.stats.clone()
     }
 
     /// The next received frame, without taking it: smoltcp's next `receive` gets it. The
@@ -201,11 +201,6 @@ impl Nic {
         self.stats.rx_bytes.add(frame.data().len() as u64);
         self.stats.rx_longest.raise_to(frame.data().len() as u64);
         Some(frame)
-    }
-
-    /// Interrupts delivered so far (0 when polling).
-    pub fn interrupt_count(&self) -> u64 {
-        self._irq.as_ref().map_or(0, |(h, _)| h.count())
     }
 }
 

@@ -1,5 +1,7 @@
 //! [`Sockets`]: the stack's socket table, every socket in a smoltcp `SocketSet` of its
-//! own, so that a poll visits only the sockets that have something to do.
+//! own, so that a poll visits only the sockets that have something to do, and behind a
+//! lock of its own ([`SocketCell`]), so that a connection served on another CPU uses its
+//! socket while the stack polls the others.
 //!
 //! smoltcp's `Interface` walks the whole set it is given: every sending pass asks every
 //! socket whether it has a segment to send (one segment per socket per pass, so a reply
@@ -13,18 +15,30 @@
 //!   step with the sockets' endpoints) to the one set whose socket takes it, or to a
 //!   listening socket on its port (a connection request), or else to an empty set, where
 //!   smoltcp answers it with a reset as it would have; frames other than TCP go to the
-//!   fallback set (the DHCP client's, if any) and make every socket due, because an ARP
-//!   reply may unblock a socket waiting for its neighbour;
+//!   fallback set (the DHCP client's, if any), and ARP frames make every socket due,
+//!   because an ARP reply may unblock a socket waiting for its neighbour;
 //! - a set is polled for sending ([`Sockets::egress`]) when it is *due*: it received a
-//!   frame, a user borrowed its socket mutably (data queued, window reopened, state
-//!   changed), or the time smoltcp last asked to be polled at has come;
+//!   frame, a user changed its socket (data queued, window reopened, state changed), or
+//!   the time smoltcp last asked to be polled at has come;
 //! - the next wake-up is the earliest of the sets' own.
+//!
+//! **Sharing.** The table itself belongs to the stack's poll task (the stack keeps it
+//! behind a lock for the few changes others make: adding and removing sockets). Each
+//! socket lives in a [`SocketCell`]: its set under a spin lock, and a *dirty* flag. The
+//! socket's user — a connection task on any CPU — holds the cell ([`Sockets::cell`]) and
+//! works on the socket through [`SocketCell::with`], which raises the flag; the poll task
+//! locks the cell for each frame it hands the socket and for each sending pass. Both
+//! critical sections are short copies between buffers, never an `await`, and no other
+//! lock is taken inside one (lock order: the table, then a cell). Interrupt handlers
+//! never touch sockets, so the locks leave interrupts on.
 
 use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use smoltcp::iface::{SocketHandle, SocketSet};
-use smoltcp::socket::{tcp, AnySocket, Socket};
+use smoltcp::socket::{tcp, AnySocket};
 use smoltcp::time::Instant;
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpAddress, IpEndpoint, IpProtocol, Ipv4Packet, TcpPacket,
@@ -47,13 +61,90 @@ pub enum Route {
 /// A connection's endpoints: (local, remote).
 type Tuple = (IpEndpoint, IpEndpoint);
 
-struct Slot {
+/// One socket, in a set of its own, shared by the stack's poll task and the socket's user
+/// (see the module documentation).
+pub struct SocketCell {
+    owned: spin::Mutex<Owned>,
+    /// A user changed the socket since the poll task last polled it for sending: it may
+    /// have something to send.
+    dirty: AtomicBool,
+}
+
+/// What a [`SocketCell`]'s lock guards.
+struct Owned {
     set: SocketSet<'static>,
     handle: SocketHandle,
+}
+
+impl core::fmt::Debug for SocketCell {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SocketCell")
+            .field("dirty", &self.dirty.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SocketCell {
+    fn new<T: AnySocket<'static>>(socket: T) -> SocketCell {
+        let mut set = SocketSet::new(Vec::with_capacity(1));
+        let handle = set.add(socket);
+        SocketCell {
+            owned: spin::Mutex::new(Owned { set, handle }),
+            // New: due at once.
+            dirty: AtomicBool::new(true),
+        }
+    }
+
+    /// Runs `f` on the socket, which becomes due (whatever `f` does may give it
+    /// something to send).
+    ///
+    /// # Panics
+    /// If the socket is not a `T`.
+    pub fn with<T: AnySocket<'static>, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let r = self.with_quiet(f);
+        // Raised after the change, so a sending pass that clears it sees the change.
+        self.dirty.store(true, Ordering::Release);
+        r
+    }
+
+    /// Runs `f` on the socket for calls that cannot give it anything to send (taking a
+    /// DHCP client's events): it does not become due.
+    ///
+    /// # Panics
+    /// As [`SocketCell::with`].
+    pub fn with_quiet<T: AnySocket<'static>, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut owned = self.owned.lock();
+        let Owned { set, handle } = &mut *owned;
+        f(set.get_mut(*handle))
+    }
+
+    /// Runs `f` on the socket's set (the poll task hands it to smoltcp).
+    fn with_set<R>(&self, f: impl FnOnce(&mut SocketSet<'static>) -> R) -> R {
+        f(&mut self.owned.lock().set)
+    }
+
+    /// Makes the socket due.
+    fn mark_due(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Whether the socket was due, clearing it.
+    fn take_due(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
+    }
+
+    /// The socket, if it is a TCP one, given to `f`.
+    fn tcp<R>(&self, f: impl FnOnce(&tcp::Socket<'static>) -> R) -> Option<R> {
+        let owned = self.owned.lock();
+        let (_, socket) = owned.set.iter().next()?;
+        tcp::Socket::downcast(socket).map(f)
+    }
+}
+
+struct Slot {
+    cell: Arc<SocketCell>,
     /// The 4-tuple it is filed under in `by_tuple`, if any.
     tuple: Option<Tuple>,
-    /// It may have something to send (see the module documentation).
-    dirty: bool,
     /// When smoltcp last asked for this set to be polled again.
     due: Option<Instant>,
 }
@@ -111,6 +202,11 @@ fn segment(frame: &[u8]) -> Option<Segment> {
     })
 }
 
+/// Whether an Ethernet frame carries ARP.
+fn is_arp(frame: &[u8]) -> bool {
+    EthernetFrame::new_checked(frame).is_ok_and(|eth| eth.ethertype() == EthernetProtocol::Arp)
+}
+
 impl Sockets {
     /// An empty table.
     pub fn new() -> Self {
@@ -135,13 +231,9 @@ impl Sockets {
 
     /// Adds `socket` (due at once).
     pub fn add<T: AnySocket<'static>>(&mut self, socket: T) -> SockId {
-        let mut set = SocketSet::new(Vec::with_capacity(1));
-        let handle = set.add(socket);
         let slot = Slot {
-            set,
-            handle,
+            cell: Arc::new(SocketCell::new(socket)),
             tuple: None,
-            dirty: true,
             due: None,
         };
         let i = match self.free.pop() {
@@ -164,7 +256,8 @@ impl Sockets {
         self.fallback = Some(id);
     }
 
-    /// Removes socket `id`.
+    /// Removes socket `id`. Its cell lives on while a user still holds it, but the stack
+    /// no longer polls it.
     ///
     /// # Panics
     /// If there is no such socket.
@@ -177,45 +270,51 @@ impl Sockets {
         self.free.push(id.0);
     }
 
-    /// Socket `id`.
+    /// Socket `id`'s cell, for its user.
+    ///
+    /// # Panics
+    /// If there is no such socket.
+    pub fn cell(&self, id: SockId) -> &Arc<SocketCell> {
+        &self.slot(id).cell
+    }
+
+    /// Runs `f` on socket `id`, which becomes due ([`SocketCell::with`]).
     ///
     /// # Panics
     /// If there is no such socket or it is not a `T`.
-    pub fn get<T: AnySocket<'static>>(&self, id: SockId) -> &T {
-        let slot = self.slot(id);
-        slot.set.get(slot.handle)
+    pub fn with<T: AnySocket<'static>, R>(&self, id: SockId, f: impl FnOnce(&mut T) -> R) -> R {
+        self.cell(id).with(f)
     }
 
-    /// Socket `id`, to change: it becomes due (whatever is done may give it something to
-    /// send).
+    /// Runs `f` on socket `id` without making it due ([`SocketCell::with_quiet`]).
     ///
     /// # Panics
-    /// As [`Sockets::get`].
-    pub fn get_mut<T: AnySocket<'static>>(&mut self, id: SockId) -> &mut T {
-        let slot = self.slot_mut(id);
-        slot.dirty = true;
-        slot.set.get_mut(slot.handle)
-    }
-
-    /// Socket `id`, for calls that cannot give it anything to send (taking a DHCP
-    /// client's events): it does not become due.
-    pub fn get_mut_quiet<T: AnySocket<'static>>(&mut self, id: SockId) -> &mut T {
-        let slot = self.slot_mut(id);
-        slot.set.get_mut(slot.handle)
+    /// As [`Sockets::with`].
+    pub fn with_quiet<T: AnySocket<'static>, R>(
+        &self,
+        id: SockId,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> R {
+        self.cell(id).with_quiet(f)
     }
 
     /// Where the received `frame` goes (see the module documentation).
     pub fn route(&mut self, frame: &[u8]) -> Route {
         let Some(seg) = segment(frame) else {
-            for slot in self.slots.iter_mut().flatten() {
-                slot.dirty = true;
+            if is_arp(frame) {
+                for slot in self.slots.iter().flatten() {
+                    slot.cell.mark_due();
+                }
             }
             return self.fallback.map_or(Route::Nowhere, Route::Socket);
         };
         if let Some(&id) = self.by_tuple.get(&seg.tuple) {
             // Filed when last polled; it may have been reset since. smoltcp's own test:
             // a closed socket takes nothing (it keeps its tuple until its reset is sent).
-            if self.tuple_of(id) == Some(seg.tuple) && !self.is_closed(id) {
+            let live = self
+                .cell(id)
+                .tcp(|s| endpoints(s) == Some(seg.tuple) && s.state() != tcp::State::Closed);
+            if live == Some(true) {
                 return Route::Socket(id);
             }
         }
@@ -223,8 +322,8 @@ impl Sockets {
             let (local, _) = seg.tuple;
             let listening = self.slots.iter().enumerate().find(|(_, slot)| {
                 slot.as_ref()
-                    .and_then(|s| tcp_of(s))
-                    .is_some_and(|s| listens_on(s, local))
+                    .and_then(|s| s.cell.tcp(|s| listens_on(s, local)))
+                    .unwrap_or(false)
             });
             if let Some((i, _)) = listening {
                 return Route::Socket(SockId(i));
@@ -233,22 +332,20 @@ impl Sockets {
         Route::Nowhere
     }
 
-    /// The set a frame routed to `route` is given to; [`Sockets::received`] after.
-    pub fn set_for(&mut self, route: Route) -> &mut SocketSet<'static> {
+    /// Runs `f` (smoltcp's ingress) on the set a frame routed to `route` goes to; its
+    /// socket is then due (an ACK to send, say), and filed under its endpoints if it has
+    /// just got them.
+    pub fn ingress<R>(&mut self, route: Route, f: impl FnOnce(&mut SocketSet<'static>) -> R) -> R {
         match route {
-            Route::Socket(id) => &mut self.slot_mut(id).set,
-            Route::Nowhere => &mut self.nowhere,
-        }
-    }
-
-    /// A frame routed to `route` was processed: its socket is due (an ACK to send, say),
-    /// and filed under its endpoints if it has just got them.
-    pub fn received(&mut self, route: Route) {
-        if let Route::Socket(id) = route {
-            if let Some(slot) = self.slots[id.0].as_mut() {
-                slot.dirty = true;
+            Route::Socket(id) => {
+                let r = self.cell(id).with_set(f);
+                if let Some(slot) = self.slots[id.0].as_ref() {
+                    slot.cell.mark_due();
+                }
+                self.file(id);
+                r
             }
-            self.file(id);
+            Route::Nowhere => f(&mut self.nowhere),
         }
     }
 
@@ -265,9 +362,10 @@ impl Sockets {
             let Some(slot) = self.slots[i].as_mut() else {
                 continue;
             };
-            if slot.dirty || slot.due.is_some_and(|t| t <= now) {
-                slot.dirty = false;
-                slot.due = send(&mut slot.set);
+            // Cleared before the pass: a change made during it raises it again.
+            let changed = slot.cell.take_due();
+            if changed || slot.due.is_some_and(|t| t <= now) {
+                slot.due = slot.cell.with_set(&mut send);
                 self.file(SockId(i));
             }
             let due = self.slots[i].as_ref().and_then(|s| s.due);
@@ -283,22 +381,9 @@ impl Sockets {
         self.slots[id.0].as_ref().expect("no such socket")
     }
 
-    fn slot_mut(&mut self, id: SockId) -> &mut Slot {
-        self.slots[id.0].as_mut().expect("no such socket")
-    }
-
-    /// Whether socket `id` is a closed TCP socket.
-    fn is_closed(&self, id: SockId) -> bool {
-        self.slots[id.0]
-            .as_ref()
-            .and_then(tcp_of)
-            .is_some_and(|s| s.state() == tcp::State::Closed)
-    }
-
     /// The endpoints of socket `id`, if it is a TCP socket that has a peer.
     fn tuple_of(&self, id: SockId) -> Option<Tuple> {
-        let s = tcp_of(self.slots[id.0].as_ref()?)?;
-        Some((s.local_endpoint()?, s.remote_endpoint()?))
+        self.slots[id.0].as_ref()?.cell.tcp(endpoints)?
     }
 
     /// Files socket `id` under its current endpoints (and no longer under old ones).
@@ -325,9 +410,9 @@ impl Sockets {
     }
 }
 
-/// The slot's socket, if it is a TCP one.
-fn tcp_of(slot: &Slot) -> Option<&tcp::Socket<'static>> {
-    tcp::Socket::downcast(slot.set.iter().next().map(|(_, s): (_, &Socket)| s)?)
+/// A TCP socket's endpoints, once it has a peer.
+fn endpoints(s: &tcp::Socket) -> Option<Tuple> {
+    Some((s.local_endpoint()?, s.remote_endpoint()?))
 }
 
 /// Whether listening socket `s` takes a connection request to `local` (smoltcp's own
@@ -424,9 +509,10 @@ mod tests {
     fn a_connection_request_goes_to_a_listening_socket_on_its_port() {
         let mut t = Sockets::new();
         let other = t.add(socket());
-        t.get_mut::<tcp::Socket>(other).listen(80).unwrap();
+        t.with(other, |s: &mut tcp::Socket| s.listen(80)).unwrap();
         let listener = t.add(socket());
-        t.get_mut::<tcp::Socket>(listener).listen(564).unwrap();
+        t.with(listener, |s: &mut tcp::Socket| s.listen(564))
+            .unwrap();
         let syn = frame(40000, 564, TcpControl::Syn, false);
         assert_eq!(t.route(&syn), Route::Socket(listener));
         // Not a request: no listening socket takes it, smoltcp resets it.
@@ -441,7 +527,7 @@ mod tests {
     }
 
     #[test]
-    fn non_tcp_frames_go_to_the_fallback_and_make_every_socket_due() {
+    fn arp_frames_go_to_the_fallback_and_make_every_socket_due() {
         let mut t = Sockets::new();
         let a = t.add(socket());
         let b = t.add(socket());
@@ -457,6 +543,42 @@ mod tests {
             None
         });
         assert_eq!(polled.len(), 2, "{a:?} and {b:?} were due");
+    }
+
+    #[test]
+    fn other_frames_go_to_the_fallback_without_making_sockets_due() {
+        let mut t = Sockets::new();
+        let a = t.add(socket());
+        let b = t.add(socket());
+        t.set_fallback(b);
+        t.egress(Instant::from_millis(0), |_| None);
+        // An IPv4 datagram that is not TCP (UDP: a DHCP reply, say).
+        let mut udp = frame(1, 2, TcpControl::None, true);
+        udp[14 + 9] = 17;
+        assert_eq!(t.route(&udp), Route::Socket(b));
+        let mut polled = 0;
+        t.egress(Instant::from_millis(0), |_| {
+            polled += 1;
+            None
+        });
+        assert_eq!(polled, 0, "neither {a:?} nor {b:?} became due");
+    }
+
+    #[test]
+    fn a_change_made_on_another_thread_makes_the_socket_due() {
+        let mut t = Sockets::new();
+        let id = t.add(socket());
+        t.egress(Instant::from_millis(0), |_| None);
+        let cell = t.cell(id).clone();
+        std::thread::spawn(move || cell.with(|s: &mut tcp::Socket| s.set_nagle_enabled(false)))
+            .join()
+            .unwrap();
+        let mut polled = 0;
+        t.egress(Instant::from_millis(0), |_| {
+            polled += 1;
+            None
+        });
+        assert_eq!(polled, 1);
     }
 
     #[test]
@@ -480,7 +602,7 @@ mod tests {
         });
         assert_eq!(polled, 0);
         // A user touched one socket: only that one.
-        t.get_mut::<tcp::Socket>(ids[2]).set_nagle_enabled(false);
+        t.with(ids[2], |s: &mut tcp::Socket| s.set_nagle_enabled(false));
         let mut polled = 0;
         let next = t.egress(now, |_| {
             polled += 1;
@@ -500,7 +622,7 @@ mod tests {
         });
         assert_eq!(polled, 2, "the sockets due at 201 and 202");
         // A quiet borrow does not make a socket due.
-        let _ = t.get_mut_quiet::<tcp::Socket>(ids[0]);
+        t.with_quiet(ids[0], |s: &mut tcp::Socket| s.set_nagle_enabled(false));
         let mut polled = 0;
         t.egress(Instant::from_millis(202), |_| {
             polled += 1;
@@ -560,16 +682,18 @@ mod tests {
         let first = t.add(socket());
         let second = t.add(socket());
         for id in [first, second] {
-            t.get_mut::<tcp::Socket>(id).listen(564).unwrap();
+            t.with(id, |s: &mut tcp::Socket| s.listen(564)).unwrap();
         }
         // A client's SYN: the first listening socket takes it and gets the client's tuple.
         let syn = frame(40000, 564, TcpControl::Syn, false);
         let route = t.route(&syn);
         assert_eq!(route, Route::Socket(first));
         dev.0.push_back(syn);
-        iface.poll_ingress_single(now, &mut dev, t.set_for(route));
-        t.received(route);
-        assert_eq!(t.get::<tcp::Socket>(first).state(), tcp::State::SynReceived);
+        t.ingress(route, |set| iface.poll_ingress_single(now, &mut dev, set));
+        assert_eq!(
+            t.with(first, |s: &mut tcp::Socket| s.state()),
+            tcp::State::SynReceived
+        );
         // Its next segments go to it by the tuple; another client's SYN to the socket
         // still listening; a segment of an unknown connection nowhere.
         assert_eq!(
@@ -586,7 +710,7 @@ mod tests {
         );
         // Reset, its reset not sent yet (no neighbour): it takes nothing more, and a new
         // request from the same port goes to the socket still listening.
-        t.get_mut::<tcp::Socket>(first).abort();
+        t.with(first, |s: &mut tcp::Socket| s.abort());
         assert_eq!(
             t.route(&frame(40000, 564, TcpControl::None, true)),
             Route::Nowhere

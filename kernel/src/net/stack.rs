@@ -1,30 +1,36 @@
 //! The IPv4/TCP stack: one smoltcp [`Interface`] on the NIC, its sockets, DHCP, and the
 //! task that polls them.
 //!
-//! [`Stack`] is shared (`Rc`) by the poll task and the socket users (the 9P service's
-//! listener and connections). Everything runs on one CPU's executor, so a `RefCell`
-//! suffices; no borrow is ever held across an `await`.
+//! Two halves. The [`Poller`] — the interface, the NIC and the DHCP client — belongs to
+//! the poll task alone (on the CPU that takes the NIC's interrupt). The [`Stack`] is what
+//! everyone else shares, on any CPU (`Arc<Stack>`): the socket table, the kick that asks
+//! the poll task to run, the address, the counters. The table is behind a spin lock taken
+//! for a table change (add, remove) or a poll pass, each socket behind one of its own
+//! (`super::sockets::SocketCell`), so a connection served on another CPU copies its data
+//! while the stack polls other sockets. No lock is held across an `await`: every access
+//! is a closure.
 //!
-//! The poll task ([`Stack::run`]) sleeps until one of: the NIC's interrupt, a socket
+//! The poll task ([`Poller::run`]) sleeps until one of: the NIC's interrupt, a socket
 //! user's [`Stack::kick`] (data queued for sending, receive window reopened), or the
 //! deadline smoltcp asks for (retransmission, delayed ACK, DHCP renewal). Without MSI-X
 //! it also wakes every [`POLL_FALLBACK`].
 
-use alloc::rc::Rc;
-use core::cell::{Cell, RefCell};
+use alloc::sync::Arc;
 use core::future::poll_fn;
 use core::future::Future;
 use core::net::Ipv4Addr;
 use core::pin::{pin, Pin};
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::task::Poll;
 use core::time::Duration;
 
 use smoltcp::iface::{Config as IfaceConfig, Interface, PollIngressSingleResult, PollResult};
-use smoltcp::socket::{dhcpv4, tcp};
+use smoltcp::socket::{dhcpv4, tcp, AnySocket};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Cidr};
 
 use super::nic::{Interrupts, Nic};
-use super::sockets::{SockId, Sockets};
+use super::sockets::{SockId, SocketCell, Sockets};
+use super::stats::NicStats;
 use super::syn_gate::SynGate;
 use crate::config::IpConfig;
 use crate::exec::IrqEvent;
@@ -33,9 +39,9 @@ use crate::{clock, task};
 /// How often the stack polls a NIC without interrupts.
 pub const POLL_FALLBACK: Duration = Duration::from_millis(1);
 /// Frames taken in before the sockets may send (ACKs, window updates): see `poll`. Each
-/// sending pass visits every socket, so passes cost more with more connections: 16 gave
-/// 64 KiB write + fsync at 16 connections 1.6x the ops/s of 2, and 1 MiB writes 1.5x the
-/// MiB/s (docs/benchmarks.md, "Fewer sending passes").
+/// sending pass visits every due socket, so passes cost more with more connections: 16
+/// gave 64 KiB write + fsync at 16 connections 1.6x the ops/s of 2, and 1 MiB writes
+/// 1.5x the MiB/s (docs/benchmarks.md, "Fewer sending passes").
 pub const ACK_EVERY_FRAMES: usize = 16;
 
 /// The current time on smoltcp's clock (the kernel's monotonic clock).
@@ -43,35 +49,51 @@ pub fn now() -> smoltcp::time::Instant {
     smoltcp::time::Instant::from_micros((clock::now().as_nanos() / 1_000) as i64)
 }
 
-/// The interface, its sockets and the NIC. See the module documentation.
+/// The stack as every CPU shares it. See the module documentation.
 pub struct Stack {
-    /// The sockets; users borrow them briefly, by id.
-    pub sockets: RefCell<Sockets>,
-    iface: RefCell<Interface>,
-    nic: RefCell<Nic>,
+    /// The sockets; users work on them by id or through their cell, in closures.
+    sockets: spin::Mutex<Sockets>,
     /// The NIC's gate for connection requests (the 9P listener arms it).
-    pub syn_gate: Rc<SynGate>,
+    syn_gate: Arc<SynGate>,
     kick: IrqEvent,
-    dhcp: Option<SockId>,
     /// The address once configured.
-    address: Cell<Option<Ipv4Cidr>>,
+    address: spin::Mutex<Option<Ipv4Cidr>>,
     /// Signalled when an address is (re)configured.
     configured: IrqEvent,
-    polls: Cell<u64>,
+    polls: AtomicU64,
+    /// The NIC's counters, and the event its interrupt signals (counts interrupts).
+    nic_stats: Arc<NicStats>,
+    nic_event: Arc<IrqEvent>,
 }
 
 impl core::fmt::Debug for Stack {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Stack")
-            .field("address", &self.address.get())
-            .field("polls", &self.polls.get())
+            .field("address", &self.address())
+            .field("polls", &self.polls())
             .finish()
     }
 }
 
+/// The poll task's half of the stack: the interface, the NIC, the DHCP client.
+pub struct Poller {
+    stack: Arc<Stack>,
+    iface: Interface,
+    nic: Nic,
+    dhcp: Option<SockId>,
+}
+
+impl core::fmt::Debug for Poller {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Poller").field("nic", &self.nic).finish()
+    }
+}
+
 impl Stack {
-    /// An interface on `nic` with a static address (and gateway) or a DHCP client.
-    pub fn new(mut nic: Nic, ip: IpConfig, gateway: Option<Ipv4Addr>) -> Stack {
+    /// An interface on `nic` with a static address (and gateway) or a DHCP client: the
+    /// shared stack, and the poller to run ([`Poller::run`]) on the CPU of the NIC's
+    /// interrupt.
+    pub fn new(mut nic: Nic, ip: IpConfig, gateway: Option<Ipv4Addr>) -> (Arc<Stack>, Poller) {
         let mac = EthernetAddress(nic.mac());
         let mut config = IfaceConfig::new(HardwareAddress::Ethernet(mac));
         // Initial sequence numbers and DHCP transaction ids: the TSC is as good a seed as
@@ -111,22 +133,71 @@ impl Stack {
                 Interrupts::Polling => alloc::format!("polled every {POLL_FALLBACK:?}"),
             }
         );
-        Stack {
+        let stack = Arc::new(Stack {
+            sockets: spin::Mutex::new(sockets),
             syn_gate: nic.syn_gate(),
-            sockets: RefCell::new(sockets),
-            iface: RefCell::new(iface),
-            nic: RefCell::new(nic),
             kick: IrqEvent::new(),
-            dhcp,
-            address: Cell::new(address),
+            address: spin::Mutex::new(address),
             configured: IrqEvent::new(),
-            polls: Cell::new(0),
-        }
+            polls: AtomicU64::new(0),
+            nic_stats: nic.stats(),
+            nic_event: nic.event(),
+        });
+        let poller = Poller {
+            stack: stack.clone(),
+            iface,
+            nic,
+            dhcp,
+        };
+        (stack, poller)
     }
 
     /// Asks the poll task to run soon (a socket has data to send or room to receive).
     pub fn kick(&self) {
         self.kick.signal();
+    }
+
+    /// Adds `socket` to the stack.
+    pub fn add<T: AnySocket<'static>>(&self, socket: T) -> SockId {
+        self.sockets.lock().add(socket)
+    }
+
+    /// Removes socket `h` from the stack.
+    ///
+    /// # Panics
+    /// If there is no such socket.
+    pub fn remove(&self, h: SockId) {
+        self.sockets.lock().remove(h);
+    }
+
+    /// Socket `h`'s cell, for its user on any CPU.
+    ///
+    /// # Panics
+    /// If there is no such socket.
+    pub fn cell(&self, h: SockId) -> Arc<SocketCell> {
+        self.sockets.lock().cell(h).clone()
+    }
+
+    /// Runs `f` on TCP socket `h`, which becomes due for sending.
+    ///
+    /// # Panics
+    /// If there is no such socket or it is not a TCP one.
+    pub fn with_tcp<R>(&self, h: SockId, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> R {
+        self.sockets.lock().with(h, f)
+    }
+
+    /// Runs `f` on TCP socket `h` to look at it or register a waker: it does not become
+    /// due for sending, so `f` must not change what it has to send.
+    ///
+    /// # Panics
+    /// As [`Stack::with_tcp`].
+    pub fn peek_tcp<R>(&self, h: SockId, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> R {
+        self.sockets.lock().with_quiet(h, f)
+    }
+
+    /// The NIC's gate for connection requests.
+    pub fn syn_gate(&self) -> &SynGate {
+        &self.syn_gate
     }
 
     /// Resets the connection on socket `h` and waits (at most [`RESET_TIMEOUT`]) until
@@ -135,17 +206,18 @@ impl Stack {
     /// leaves its client believing the connection is open — one that has nothing to send
     /// never learns.
     pub async fn reset(&self, h: SockId) {
-        self.sockets.borrow_mut().get_mut::<tcp::Socket>(h).abort();
+        let cell = self.cell(h);
+        cell.with(|s: &mut tcp::Socket| s.abort());
         self.kick();
         let sent = poll_fn(|cx| {
-            let mut sockets = self.sockets.borrow_mut();
-            let s = sockets.get_mut::<tcp::Socket>(h);
-            if s.remote_endpoint().is_none() {
-                Poll::Ready(())
-            } else {
-                s.register_send_waker(cx.waker());
-                Poll::Pending
-            }
+            cell.with_quiet(|s: &mut tcp::Socket| {
+                if s.remote_endpoint().is_none() {
+                    Poll::Ready(())
+                } else {
+                    s.register_send_waker(cx.waker());
+                    Poll::Pending
+                }
+            })
         });
         // A NIC that cannot send must not keep the socket forever.
         let _ = task::timeout(RESET_TIMEOUT, sent).await;
@@ -154,18 +226,18 @@ impl Stack {
     /// Resets the connection on socket `h` ([`Stack::reset`]) and frees the socket.
     pub async fn reset_and_remove(&self, h: SockId) {
         self.reset(h).await;
-        self.sockets.borrow_mut().remove(h);
+        self.remove(h);
     }
 
     /// The interface's address, once configured.
     pub fn address(&self) -> Option<Ipv4Cidr> {
-        self.address.get()
+        *self.address.lock()
     }
 
     /// Waits until the interface has an address.
     pub async fn wait_configured(&self) -> Ipv4Cidr {
         loop {
-            if let Some(a) = self.address.get() {
+            if let Some(a) = self.address() {
                 return a;
             }
             self.configured.wait().await;
@@ -174,21 +246,31 @@ impl Stack {
 
     /// The NIC's counters, as a line.
     pub fn nic_stats(&self) -> alloc::string::String {
-        let nic = self.nic.borrow();
-        alloc::format!("{}, {} interrupts", nic.stats(), nic.interrupt_count())
+        alloc::format!(
+            "{}, {} interrupts",
+            self.nic_stats,
+            self.nic_event.signal_count()
+        )
     }
 
     /// Times the interface was polled.
     pub fn polls(&self) -> u64 {
-        self.polls.get()
+        self.polls.load(Ordering::Relaxed)
     }
 
+    fn set_address(&self, address: Option<Ipv4Cidr>) {
+        *self.address.lock() = address;
+    }
+}
+
+impl Poller {
     /// Polls the interface once; returns how long until it wants polling again.
-    fn poll(&self) -> Option<Duration> {
+    fn poll(&mut self) -> Option<Duration> {
         let now = now();
-        let mut iface = self.iface.borrow_mut();
-        let mut sockets = self.sockets.borrow_mut();
-        let mut nic = self.nic.borrow_mut();
+        let Poller {
+            stack, iface, nic, ..
+        } = self;
+        let mut sockets = stack.sockets.lock();
         // smoltcp's `poll` takes in every frame waiting before it sends anything, so a
         // burst of data segments gets one ACK at the end (a stretch ACK). Sending what
         // the sockets want after every few frames keeps the ACKs (and window updates) of
@@ -201,23 +283,23 @@ impl Stack {
                     break;
                 };
                 let route = sockets.route(frame);
-                let taken = iface.poll_ingress_single(now, &mut *nic, sockets.set_for(route));
+                let taken = sockets.ingress(route, |set| iface.poll_ingress_single(now, nic, set));
                 debug_assert!(taken != PollIngressSingleResult::None, "the peeked frame");
-                sockets.received(route);
                 ingress += 1;
             }
             let next = sockets.egress(now, |set| {
-                while iface.poll_egress(now, &mut *nic, set) != PollResult::None {}
+                while iface.poll_egress(now, nic, set) != PollResult::None {}
                 iface.poll_at(now, set)
             });
             if ingress < ACK_EVERY_FRAMES {
                 break next;
             }
         };
-        self.polls.set(self.polls.get() + 1);
+        stack.polls.fetch_add(1, Ordering::Relaxed);
         if let Some(h) = self.dhcp {
-            let event = sockets.get_mut_quiet::<dhcpv4::Socket>(h).poll();
-            match event {
+            // The event borrows the client: it is handled under its lock (rarely: a
+            // lease gained or lost).
+            sockets.with_quiet(h, |dhcp: &mut dhcpv4::Socket| match dhcp.poll() {
                 Some(dhcpv4::Event::Configured(c)) => {
                     iface.update_ip_addrs(|a| {
                         a.clear();
@@ -240,20 +322,20 @@ impl Stack {
                         c.router.map_or("none".into(), |g| alloc::format!("{g}")),
                         c.server.address
                     );
-                    self.address.set(Some(c.address));
-                    self.configured.signal();
+                    stack.set_address(Some(c.address));
+                    stack.configured.signal();
                 }
                 Some(dhcpv4::Event::Deconfigured) => {
                     // The client starts deconfigured; only a lost lease is news.
-                    if self.address.get().is_some() {
+                    if stack.address().is_some() {
                         log::warn!("net: dhcp: lease lost; no address");
                     }
                     iface.update_ip_addrs(|a| a.clear());
                     iface.routes_mut().remove_default_ipv4_route();
-                    self.address.set(None);
+                    stack.set_address(None);
                 }
                 None => {}
-            }
+            });
         }
         // smoltcp's `Instant - Instant` is the distance either way: a time already past
         // (a socket that could not send everything) means at once.
@@ -264,14 +346,15 @@ impl Stack {
     }
 
     /// The poll task: runs for as long as the appliance does.
-    pub async fn run(&self) {
-        let (nic_event, polling) = {
-            let nic = self.nic.borrow();
-            (nic.event(), nic.interrupts() == Interrupts::Polling)
-        };
+    pub async fn run(mut self) {
+        let (nic_event, polling) = (
+            self.nic.event(),
+            self.nic.interrupts() == Interrupts::Polling,
+        );
+        let stack = self.stack.clone();
         loop {
             // Consume pending wake-ups first: what they announce is handled by this poll.
-            self.kick.take();
+            stack.kick.take();
             nic_event.take();
             let mut delay = self.poll();
             if polling {
@@ -284,7 +367,7 @@ impl Stack {
                 continue;
             }
             let mut irq = pin!(nic_event.wait());
-            let mut kick = pin!(self.kick.wait());
+            let mut kick = pin!(stack.kick.wait());
             let mut sleep = delay.map(task::sleep);
             poll_fn(|cx| {
                 let woken = irq.as_mut().poll(cx).is_ready()

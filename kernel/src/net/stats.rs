@@ -1,14 +1,19 @@
 //! Per-cause counters of the network stack and the 9P service.
 //!
-//! Single CPU, task context only: plain cells. Interrupt handlers count in the kernel's
-//! own per-vector counters (`irq::count`), not here.
+//! Connections are served on every CPU, so the counters are atomics (relaxed: each is a
+//! count on its own, read for reports), and what every request touches — bytes moved,
+//! connections open — is kept per CPU ([`CpuServing`]) so CPUs do not share a cache line
+//! per request; the totals are summed once, here. Interrupt handlers count in the
+//! kernel's own per-vector counters (`irq::count`), not here.
 
-use core::cell::Cell;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::hal::percpu::{self, MAX_CPUS};
 
 /// A monotonically increasing count.
 #[derive(Debug, Default)]
-pub struct Counter(Cell<u64>);
+pub struct Counter(AtomicU64);
 
 impl Counter {
     /// Adds one.
@@ -18,17 +23,17 @@ impl Counter {
 
     /// Adds `n`.
     pub fn add(&self, n: u64) {
-        self.0.set(self.0.get() + n);
+        self.0.fetch_add(n, Relaxed);
     }
 
     /// Raises the count to `n` if it is lower (for a high-water mark).
     pub fn raise_to(&self, n: u64) {
-        self.0.set(self.0.get().max(n));
+        self.0.fetch_max(n, Relaxed);
     }
 
     /// The count.
     pub fn get(&self) -> u64 {
-        self.0.get()
+        self.0.load(Relaxed)
     }
 }
 
@@ -95,16 +100,56 @@ pub struct ServiceStats {
     /// Clients reset at once: the connection limit was reached and no slot could be
     /// reclaimed.
     pub refused: Counter,
-    /// Bytes received from clients.
-    pub rx_bytes: Counter,
-    /// Bytes sent to clients.
-    pub tx_bytes: Counter,
     /// Listening sockets that could not be created (memory) or bound.
     pub listen_errors: Counter,
+    /// What the connections of each CPU did, by CPU index.
+    per_cpu: [CpuServing; MAX_CPUS],
 }
 
 impl ServiceStats {
     /// Connections open now.
+    pub fn active(&self) -> u64 {
+        self.accepted.get() - self.closed.get()
+    }
+
+    /// The counters of the connections CPU `cpu` serves.
+    pub fn cpu(&self, cpu: usize) -> &CpuServing {
+        &self.per_cpu[cpu]
+    }
+
+    /// The counters of the connections served on the CPU we run on.
+    pub fn local(&self) -> &CpuServing {
+        self.cpu(percpu::index())
+    }
+
+    /// Bytes received from clients, on every CPU.
+    pub fn rx_bytes(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.rx_bytes.get()).sum()
+    }
+
+    /// Bytes sent to clients, on every CPU.
+    pub fn tx_bytes(&self) -> u64 {
+        self.per_cpu.iter().map(|c| c.tx_bytes.get()).sum()
+    }
+}
+
+/// What the connections served on one CPU did: bumped by every request, so each CPU
+/// has its own (on its own cache line).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct CpuServing {
+    /// Connections handed to this CPU.
+    pub accepted: Counter,
+    /// ... whose task has ended.
+    pub closed: Counter,
+    /// Bytes received from their clients.
+    pub rx_bytes: Counter,
+    /// Bytes sent to their clients.
+    pub tx_bytes: Counter,
+}
+
+impl CpuServing {
+    /// Connections this CPU serves now.
     pub fn active(&self) -> u64 {
         self.accepted.get() - self.closed.get()
     }
@@ -126,8 +171,8 @@ impl fmt::Display for ServiceStats {
             self.shutdown_closed.get(),
             self.shutdown_shed.get(),
             self.refused.get(),
-            self.rx_bytes.get(),
-            self.tx_bytes.get(),
+            self.rx_bytes(),
+            self.tx_bytes(),
             self.listen_errors.get()
         )
     }

@@ -9,6 +9,7 @@
 //! [`MAX_CLIENTS`] are answered at once (more are reset); each gets small buffers.
 
 use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::cell::Cell;
@@ -54,7 +55,7 @@ pub struct PortStats {
 /// Serves `source` on TCP `port` to the clients `allow` admits, for as long as the
 /// appliance runs.
 pub async fn run<S: Source + 'static>(
-    stack: Rc<Stack>,
+    stack: Arc<Stack>,
     port: u16,
     allow: AllowList,
     stats: Rc<PortStats>,
@@ -70,15 +71,13 @@ pub async fn run<S: Source + 'static>(
             continue;
         };
         let (state, peer) = poll_fn(|cx| {
-            let mut sockets = stack.sockets.borrow_mut();
-            let s = sockets.get_mut::<tcp::Socket>(h);
-            match s.state() {
+            stack.peek_tcp(h, |s| match s.state() {
                 State::Listen | State::SynReceived => {
                     s.register_recv_waker(cx.waker());
                     Poll::Pending
                 }
                 state => Poll::Ready((state, s.remote_endpoint())),
-            }
+            })
         })
         .await;
         let admitted = allow.admits(peer.map(|ep| ep.addr.into()));
@@ -96,7 +95,7 @@ pub async fn run<S: Source + 'static>(
         let (stack, source, busy) = (stack.clone(), source.clone(), busy.clone());
         task::spawn(async move {
             answer(&stack, h, &*source).await;
-            stack.sockets.borrow_mut().remove(h);
+            stack.remove(h);
             busy.set(busy.get() - 1);
         });
     }
@@ -112,14 +111,13 @@ fn listen(stack: &Stack, port: u16) -> Option<SockId> {
         log::error!("stats: listen on port {port}: {e:?}");
         return None;
     }
-    Some(stack.sockets.borrow_mut().add(s))
+    Some(stack.add(s))
 }
 
 /// Reads the request line (briefly), answers, closes.
 async fn answer<S: Source>(stack: &Stack, h: SockId, source: &S) {
-    let with = |f: &mut dyn FnMut(&mut tcp::Socket<'static>)| {
-        f(stack.sockets.borrow_mut().get_mut::<tcp::Socket>(h))
-    };
+    let socket = stack.cell(h);
+    let with = |f: &mut dyn FnMut(&mut tcp::Socket<'static>)| socket.with(f);
     let mut line: Vec<u8> = Vec::new();
     let read_line = poll_fn(|cx| {
         let mut done = false;

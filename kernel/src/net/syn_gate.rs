@@ -13,8 +13,10 @@
 //! When the listener has no socket at all (the hard connection cap, or shutting down) the
 //! gate is open, so clients are refused at once instead of retrying for minutes.
 
-use core::cell::{Cell, RefCell};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use core::task::Waker;
+
+use atomic_waker::AtomicWaker;
 
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 
@@ -22,65 +24,62 @@ use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, Tcp
 #[derive(Debug, Default)]
 pub struct SynGate {
     /// The gated port, with the SYNs it may still let through; `None`: open.
-    armed: Cell<Option<(u16, usize)>>,
+    armed: spin::Mutex<Option<(u16, usize)>>,
     /// SYNs held back (dropped) since boot.
-    held: Cell<u64>,
+    held: AtomicU64,
     /// SYNs held back since the listener last asked ([`SynGate::take_held`]).
-    held_unseen: Cell<usize>,
+    held_unseen: AtomicUsize,
     /// The listener, woken when a SYN is held back.
-    listener: RefCell<Option<Waker>>,
+    listener: AtomicWaker,
 }
 
 impl SynGate {
     /// Lets `listening` more SYNs for `port` through, holding back the rest; with no
     /// socket listening, opens the gate (every SYN through: smoltcp refuses them).
     pub fn arm(&self, port: u16, listening: usize) {
-        self.armed.set((listening > 0).then_some((port, listening)));
+        *self.armed.lock() = (listening > 0).then_some((port, listening));
     }
 
     /// Opens the gate: every SYN goes through.
     pub fn open(&self) {
-        self.armed.set(None);
+        *self.armed.lock() = None;
     }
 
     /// Whether the Ethernet `frame` may go on to the stack: anything but a connection
     /// request (SYN without ACK) to the gated port, or one a listening socket can still
     /// take. A held-back frame is counted.
     pub fn admits(&self, frame: &[u8]) -> bool {
-        let Some((port, left)) = self.armed.get() else {
+        let mut armed = self.armed.lock();
+        let Some((port, left)) = *armed else {
             return true;
         };
         if syn_to(frame) != Some(port) {
             return true;
         }
         if left == 0 {
-            self.held.set(self.held.get() + 1);
-            self.held_unseen.set(self.held_unseen.get() + 1);
-            if let Some(w) = self.listener.borrow().as_ref() {
-                w.wake_by_ref();
-            }
+            drop(armed);
+            self.held.fetch_add(1, Relaxed);
+            self.held_unseen.fetch_add(1, Relaxed);
+            self.listener.wake();
             return false;
         }
-        self.armed.set(Some((port, left - 1)));
+        *armed = Some((port, left - 1));
         true
     }
 
     /// SYNs held back since boot.
     pub fn held(&self) -> u64 {
-        self.held.get()
+        self.held.load(Relaxed)
     }
 
     /// SYNs held back since the last call: clients that will retransmit.
     pub fn take_held(&self) -> usize {
-        self.held_unseen.replace(0)
+        self.held_unseen.swap(0, Relaxed)
     }
 
     /// Wakes `waker` (the listener) whenever a SYN is held back.
     pub fn register_listener(&self, waker: &Waker) {
-        let mut l = self.listener.borrow_mut();
-        if !l.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            *l = Some(waker.clone());
-        }
+        self.listener.register(waker);
     }
 }
 

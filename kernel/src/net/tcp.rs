@@ -5,11 +5,15 @@
 //! connection's task sleeps until smoltcp has data or room (or the state changes: smoltcp
 //! wakes both wakers on every state change, so a reset is noticed too). Every transfer
 //! kicks the poll task, which sends the data, or the window update, out.
+//!
+//! The connection may be served on another CPU than the stack's poll task: it holds its
+//! socket's cell and works on it in short closures (`super::sockets`), and counts its
+//! bytes in its own CPU's counters.
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use core::task::{Context, Poll};
 
-use super::sockets::SockId;
+use super::sockets::{SockId, SocketCell};
 use ninep::conn::Transport;
 use smoltcp::socket::tcp::{self, State};
 
@@ -28,24 +32,41 @@ pub enum TcpError {
 /// One accepted connection's socket. See the module documentation.
 #[derive(Debug)]
 pub struct TcpTransport {
-    stack: Rc<Stack>,
+    stack: Arc<Stack>,
     handle: SockId,
-    stats: Rc<ServiceStats>,
+    socket: Arc<SocketCell>,
+    stats: Arc<ServiceStats>,
+    /// Bytes this connection received and sent.
+    rx: u64,
+    tx: u64,
 }
 
 impl TcpTransport {
     /// The socket `handle` of `stack`.
-    pub fn new(stack: Rc<Stack>, handle: SockId, stats: Rc<ServiceStats>) -> Self {
+    pub fn new(stack: Arc<Stack>, handle: SockId, stats: Arc<ServiceStats>) -> Self {
         TcpTransport {
+            socket: stack.cell(handle),
             stack,
             handle,
             stats,
+            rx: 0,
+            tx: 0,
         }
     }
 
-    /// Runs `f` on the socket.
+    /// Bytes received on this connection.
+    pub fn rx_bytes(&self) -> u64 {
+        self.rx
+    }
+
+    /// Bytes sent on this connection.
+    pub fn tx_bytes(&self) -> u64 {
+        self.tx
+    }
+
+    /// Runs `f` on the socket (it becomes due for sending).
     pub fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> R {
-        f(self.stack.sockets.borrow_mut().get_mut(self.handle))
+        self.socket.with(f)
     }
 
     /// The socket's handle.
@@ -72,7 +93,8 @@ impl Transport for TcpTransport {
         });
         if let Poll::Ready(Ok(n)) = r {
             if n > 0 {
-                self.stats.rx_bytes.add(n as u64);
+                self.rx += n as u64;
+                self.stats.local().rx_bytes.add(n as u64);
                 // The receive window grew: let the poll task advertise it.
                 self.stack.kick();
             }
@@ -93,7 +115,8 @@ impl Transport for TcpTransport {
         });
         if let Poll::Ready(Ok(n)) = r {
             if n > 0 {
-                self.stats.tx_bytes.add(n as u64);
+                self.tx += n as u64;
+                self.stats.local().tx_bytes.add(n as u64);
                 self.stack.kick();
             }
         }

@@ -21,7 +21,7 @@ use super::bar::{read_bar, Bar, BarError};
 use super::caps::{self, msix_ctl, MsixLayout, CAP_MSI, CAP_MSIX, MSIX_ENTRY_SIZE};
 use super::config::{regs, ConfigAccess};
 use super::port_io::PortIo;
-use super::{enumerate, PciAddress, PciFunction};
+use super::{enumerate, MsiMessage, PciAddress, PciFunction};
 use crate::hal::mmio::MmioRegion;
 use crate::hal::paging::{self, MapError};
 use crate::irq::IrqHandle;
@@ -215,16 +215,28 @@ impl MsixTable {
         false
     }
 
-    /// Points `entry` at `irq`'s vector and unmasks it.
+    /// Points `entry` at `irq`'s vector on this CPU and unmasks it.
     ///
     /// # Panics
     /// If `entry` is out of range.
     pub fn set(&self, entry: u16, irq: &IrqHandle) {
+        self.write(entry, irq.msi_message());
+    }
+
+    /// Points `entry` at `irq`'s vector on the CPU with local APIC id `apic_id` (where
+    /// the work the interrupt announces is done) and unmasks it.
+    ///
+    /// # Panics
+    /// If `entry` is out of range.
+    pub fn set_target(&self, entry: u16, irq: &IrqHandle, apic_id: u8) {
+        self.write(entry, irq.msi_message_to(apic_id));
+    }
+
+    fn write(&self, entry: u16, msg: MsiMessage) {
         assert!(
             entry < self.layout.entries,
             "MSI-X entry {entry} out of range"
         );
-        let msg = irq.msi_message();
         let base = usize::from(entry) * MSIX_ENTRY_SIZE as usize;
         self.mask(entry, true);
         self.table.write32(base, msg.address as u32);

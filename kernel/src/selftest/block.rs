@@ -3,12 +3,14 @@
 //! Every NVMe controller and virtio-blk device on the bus is opened twice, with interrupt
 //! and then with polled completions (and otherwise the command line's driver options,
 //! e.g. `nvme_queues=`), and put through the checks below; each logs
-//! `selftest: block KIND ADDR MODE: CHECK: ok (...)` (or `FAILED`). Data is patterned by
+//! `selftest: block KIND ADDR MODE: CHECK: ok (...)` (or `FAILED`); the per-CPU check
+//! also logs what it measured as one JSON line, `block-cpus: {...}`. Data is patterned by
 //! position and run, so a read-back proves this run's writes landed where they should.
 
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::future::{poll_fn, Future};
@@ -21,12 +23,13 @@ use block::{BlockDevice, IoError, WriteFlags};
 use super::{ensure, Tally, Verdict};
 use crate::config::Config;
 use crate::drivers::disk::{open_at, Disk, DiskOptions};
-use crate::drivers::nvme::NvmeDisk;
+use crate::drivers::nvme::{NvmeDisk, QueueStats};
 use crate::drivers::select::DiskKind;
 use crate::drivers::{join_all, CompletionMode};
+use crate::exec::WakeStats;
 use crate::exit::ExitCode;
 use crate::pci::device;
-use crate::task;
+use crate::{smp, task};
 
 /// Concurrent requests in the spread-pattern check.
 const SPREAD_REQUESTS: usize = 256;
@@ -34,6 +37,8 @@ const SPREAD_REQUESTS: usize = 256;
 const FLOOD_REQUESTS: usize = 320;
 /// The request timeout of the recovery check.
 const RECOVERY_TIMEOUT: Duration = Duration::from_millis(300);
+/// Writes (and reads back) each CPU issues at once in the per-CPU check.
+const PER_CPU_REQUESTS: u64 = 32;
 
 /// Runs the checks on every block device, opened with the driver options `config` asks
 /// for; returns the exit code for the result.
@@ -59,7 +64,7 @@ pub async fn run(config: &Config) -> ExitCode {
             options.virtio.mode = mode;
             let pci = device::at(addr).expect("enumerated");
             let disk = match open_at(pci, kind, options).await {
-                Ok(d) => d,
+                Ok(d) => Arc::new(d),
                 Err(e) => {
                     tally.record(&format!("{name}: open"), Verdict::Fail(format!("{e}")));
                     continue;
@@ -80,6 +85,7 @@ pub async fn run(config: &Config) -> ExitCode {
             );
             let mut record = |check: &str, v| tally.record(&format!("{name}: {check}"), v);
             record("queues", queues(&disk, seed, mode).await);
+            record("cpus", every_cpu(&disk, &name, seed, mode).await);
             record("spread", spread(&disk, seed).await);
             record("fua", fua(&disk, seed).await);
             record("large", large(&disk, seed).await);
@@ -216,6 +222,197 @@ async fn queues(disk: &Disk, seed: u64, mode: CompletionMode) -> Verdict {
             .map(|q| q.doorbells.submitted)
             .collect::<Vec<_>>()
     ))
+}
+
+/// What the per-CPU check measured on one queue pair: the changes of its per-CPU
+/// counters while every CPU did I/O (the `block-cpus:` line).
+#[derive(Debug, serde::Serialize)]
+struct PairOnCpus {
+    qid: u16,
+    /// The CPU the pair belongs to.
+    cpu: usize,
+    submitted_by_cpu: Vec<u64>,
+    completed_by_cpu: Vec<u64>,
+    interrupts_by_cpu: Vec<u64>,
+}
+
+/// The `block-cpus:` line.
+#[derive(Debug, serde::Serialize)]
+struct CpusEvent<'a> {
+    check: &'a str,
+    cpus: usize,
+    pairs: Vec<PairOnCpus>,
+    /// How wakes from other CPUs reached each CPU meanwhile (IPIs sent, and skipped
+    /// because it was running).
+    wakes: Vec<WakeStats>,
+}
+
+/// Every CPU does I/O through the disk at once (each through the pair it is routed to):
+/// every byte reads back, and each pair's commands were submitted only from the CPUs
+/// routed to it, completed on the CPU it belongs to, and (with interrupts, each pair on
+/// its own MSI-X entry) interrupted only that CPU. NVMe with several CPUs only.
+async fn every_cpu(disk: &Arc<Disk>, name: &str, seed: u64, mode: CompletionMode) -> Verdict {
+    let Some(nvme) = disk.as_nvme() else {
+        return Verdict::Skip("virtio-blk has one queue");
+    };
+    let cpus = smp::online();
+    if cpus < 2 {
+        return Verdict::Skip("one CPU");
+    }
+    let before = nvme.queue_stats();
+    let wakes_before: Vec<WakeStats> = (0..cpus).map(task::wake_stats_of).collect();
+    let mut remotes = Vec::new();
+    for cpu in 0..cpus {
+        let disk = disk.clone();
+        let base = disk.geometry().num_blocks / 8 + cpu as u64 * PER_CPU_REQUESTS * 16;
+        match smp::spawn_on(cpu, move || async move {
+            io_from_this_cpu(&disk, base, seed ^ cpu as u64).await
+        }) {
+            Ok(r) => remotes.push((cpu, r)),
+            Err(e) => return Verdict::Fail(format!("CPU {cpu}: {e:?}")),
+        }
+    }
+    for (cpu, remote) in remotes {
+        match task::timeout(Duration::from_secs(60), remote).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => return Verdict::Fail(format!("CPU {cpu}: {why}")),
+            Err(_) => return Verdict::Fail(format!("CPU {cpu}: its I/O did not finish in 60 s")),
+        }
+    }
+    let pairs: Vec<PairOnCpus> = before
+        .iter()
+        .zip(nvme.queue_stats())
+        .map(|(b, a)| {
+            let delta = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(x, y)| x - y).collect();
+            PairOnCpus {
+                qid: a.qid,
+                cpu: a.cpu,
+                submitted_by_cpu: delta(&a.submitted_by_cpu, &b.submitted_by_cpu),
+                completed_by_cpu: delta(&a.completed_by_cpu, &b.completed_by_cpu),
+                interrupts_by_cpu: delta(&a.interrupts_by_cpu, &b.interrupts_by_cpu),
+            }
+        })
+        .collect();
+    let wakes = wakes_before
+        .iter()
+        .enumerate()
+        .map(|(cpu, b)| {
+            let a = task::wake_stats_of(cpu);
+            WakeStats {
+                ipis: a.ipis - b.ipis,
+                ipis_skipped: a.ipis_skipped - b.ipis_skipped,
+            }
+        })
+        .collect();
+    let event = CpusEvent {
+        check: name,
+        cpus,
+        pairs,
+        wakes,
+    };
+    log::info!(
+        "block-cpus: {}",
+        serde_json::to_string(&event).unwrap_or_default()
+    );
+    let n = event.pairs.len();
+    let own_entries = shared_entries(&before) == 0;
+    for p in &event.pairs {
+        let pair = usize::from(p.qid) - 1;
+        for cpu in 0..cpus {
+            let routed_here = cpu % n == pair;
+            ensure!(
+                (p.submitted_by_cpu[cpu] > 0) == routed_here,
+                "queue {}: {} commands submitted from CPU {cpu}, which {} routed to it",
+                p.qid,
+                p.submitted_by_cpu[cpu],
+                if routed_here { "is" } else { "is not" }
+            );
+            let home = cpu == p.cpu;
+            let busy = (0..cpus).any(|c| c % n == pair);
+            ensure!(
+                p.completed_by_cpu[cpu] == 0 || home,
+                "queue {} (CPU {}'s): {} completions consumed on CPU {cpu}",
+                p.qid,
+                p.cpu,
+                p.completed_by_cpu[cpu]
+            );
+            ensure!(
+                !home || !busy || p.completed_by_cpu[cpu] > 0,
+                "queue {} (CPU {}'s): no completion consumed there",
+                p.qid,
+                p.cpu
+            );
+            if mode == CompletionMode::Interrupt && own_entries {
+                ensure!(
+                    p.interrupts_by_cpu[cpu] == 0 || home,
+                    "queue {} (CPU {}'s): {} interrupts delivered to CPU {cpu}",
+                    p.qid,
+                    p.cpu,
+                    p.interrupts_by_cpu[cpu]
+                );
+                ensure!(
+                    !home || !busy || p.interrupts_by_cpu[cpu] > 0,
+                    "queue {} (CPU {}'s): no interrupt delivered there",
+                    p.qid,
+                    p.cpu
+                );
+            }
+        }
+    }
+    Verdict::Pass(format!(
+        "{cpus} CPUs, {PER_CPU_REQUESTS} writes and reads each at once through {n} I/O queue pair{}: every byte read back, each pair's commands completed{} on the CPU it belongs to",
+        if n == 1 { "" } else { "s" },
+        if mode == CompletionMode::Interrupt && own_entries { " and interrupting" } else { "" }
+    ))
+}
+
+/// I/O queue pairs whose MSI-X entry another pair shares.
+fn shared_entries(stats: &[QueueStats]) -> usize {
+    stats
+        .iter()
+        .filter(|a| {
+            a.msix_entry.is_some()
+                && stats
+                    .iter()
+                    .any(|b| b.qid != a.qid && b.msix_entry == a.msix_entry)
+        })
+        .count()
+}
+
+/// From the CPU it runs on: [`PER_CPU_REQUESTS`] patterned writes at once from `base`,
+/// then as many reads at once, every byte compared.
+async fn io_from_this_cpu(disk: &Disk, base: u64, seed: u64) -> Result<(), String> {
+    let bs = disk.geometry().block_size as usize;
+    let per = (4096 / bs).max(1);
+    let lbas: Vec<u64> = (0..PER_CPU_REQUESTS)
+        .map(|i| base + i * per as u64)
+        .collect();
+    let data: Vec<Vec<u8>> = lbas.iter().map(|&l| pattern(l, per * bs, seed)).collect();
+    let writes = lbas
+        .iter()
+        .zip(&data)
+        .map(|(&l, d)| disk.write(l, d, WriteFlags::NONE))
+        .collect();
+    for r in join_all(writes).await {
+        r.map_err(|e| format!("write: {e}"))?;
+    }
+    let mut back: Vec<Vec<u8>> = lbas.iter().map(|_| vec![0u8; per * bs]).collect();
+    let reads = lbas
+        .iter()
+        .zip(back.iter_mut())
+        .map(|(&l, b)| disk.read(l, b))
+        .collect();
+    for r in join_all(reads).await {
+        r.map_err(|e| format!("read: {e}"))?;
+    }
+    for ((lba, got), want) in lbas.iter().zip(&back).zip(&data) {
+        if let Some((at, count)) = mismatch(got, want) {
+            return Err(format!(
+                "block {lba}: {count} bytes differ, first at offset {at}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Writes a block through each I/O queue pair of `nvme` (at `base`, 8 blocks apart) and

@@ -77,7 +77,7 @@ impl Tally {
 pub async fn run(mem: &MemorySummary) -> ExitCode {
     let mut tally = Tally::default();
     let mut record = |name: &str, v: Verdict| tally.record(name, v);
-    record("heap", memory::heap(mem));
+    record("heap", memory::heap(mem).await);
     record("frames", memory::frames());
     record("paging", memory::paging());
     record("clock", clock::clock().await);

@@ -8,12 +8,15 @@
 
 mod remote;
 mod start;
+mod tsc_check;
 
 pub use remote::{spawn_on, Remote};
 pub use start::{ap_main, start_application_processors, StartReport};
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+use crate::clock::skew::TscCheck;
+use crate::exec::WakeStats;
 pub use crate::hal::percpu::MAX_CPUS;
 
 /// What the kernel knows about one CPU slot.
@@ -25,6 +28,8 @@ struct CpuSlot {
     online: AtomicBool,
     /// Closures it ran from other CPUs ([`spawn_on`]).
     remote_tasks: AtomicU64,
+    /// Its TSC against CPU 0's, checked at its bring-up.
+    tsc: spin::Once<TscCheck>,
 }
 
 static CPUS: [CpuSlot; MAX_CPUS] = [const {
@@ -32,6 +37,7 @@ static CPUS: [CpuSlot; MAX_CPUS] = [const {
         apic_id: AtomicU32::new(0),
         online: AtomicBool::new(false),
         remote_tasks: AtomicU64::new(0),
+        tsc: spin::Once::new(),
     }
 }; MAX_CPUS];
 
@@ -65,6 +71,10 @@ pub struct CpuState {
     pub apic_id: u8,
     /// Closures it ran for other CPUs.
     pub remote_tasks: u64,
+    /// Its TSC against CPU 0's (CPU 0's own: zeros).
+    pub tsc: TscCheck,
+    /// How wakes from other CPUs reached its executor.
+    pub wakes: WakeStats,
 }
 
 /// Every online CPU, by index.
@@ -72,5 +82,7 @@ pub fn states() -> impl Iterator<Item = CpuState> {
     (0..online()).map(|c| CpuState {
         apic_id: CPUS[c].apic_id.load(Ordering::Relaxed) as u8,
         remote_tasks: CPUS[c].remote_tasks.load(Ordering::Relaxed),
+        tsc: CPUS[c].tsc.get().copied().unwrap_or_default(),
+        wakes: crate::task::wake_stats_of(c),
     })
 }

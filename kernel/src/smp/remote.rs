@@ -13,6 +13,7 @@ use core::task::{Context, Poll};
 use atomic_waker::AtomicWaker;
 
 use super::{is_online, CPUS, MAX_CPUS};
+use crate::hal::percpu;
 use crate::sync::IrqLock;
 use crate::task;
 
@@ -61,6 +62,7 @@ pub struct CpuOffline(pub usize);
 
 /// Runs `make()` on CPU `cpu` and spawns the future it returns there (the future itself
 /// need not be `Send`: it is made where it runs); the [`Remote`] resolves to its output.
+/// On the calling CPU itself that happens at once, without the inbox.
 pub fn spawn_on<M, F>(cpu: usize, make: M) -> Result<Remote<F::Output>, CpuOffline>
 where
     M: FnOnce() -> F + Send + 'static,
@@ -83,6 +85,10 @@ where
             done.waker.wake();
         });
     });
+    if cpu == percpu::index() {
+        job();
+        return Ok(Remote { shared });
+    }
     let inbox = &INBOXES[cpu];
     inbox.jobs.lock(|q| q.push_back(job));
     inbox.waker.wake();

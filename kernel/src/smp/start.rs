@@ -6,8 +6,9 @@ use core::time::Duration;
 
 use log::{info, warn};
 
-use super::{is_online, remote, set_online, MAX_CPUS};
+use super::{is_online, remote, set_online, tsc_check, CPUS, MAX_CPUS};
 use crate::apic::lapic;
+use crate::clock::skew::TscCheck;
 use crate::hal::{cpu, gdt, percpu, smp as hw, trap};
 use crate::{clock, task};
 
@@ -68,6 +69,7 @@ pub fn start_application_processors(apic_ids: &[u8], limit: usize) -> StartRepor
             continue;
         }
         hw::prepare_start(next);
+        tsc_check::prepare();
         lapic::send_init(apic_id);
         spin_for(INIT_DELAY);
         lapic::send_startup(apic_id, hw::STARTUP_PAGE);
@@ -80,6 +82,7 @@ pub fn start_application_processors(apic_ids: &[u8], limit: usize) -> StartRepor
             core::hint::spin_loop();
         }
         if is_online(next) {
+            check_tsc(next);
             next += 1;
         } else {
             // It may still wake up later on these parameters; a CPU index is never reused
@@ -93,6 +96,28 @@ pub fn start_application_processors(apic_ids: &[u8], limit: usize) -> StartRepor
     report
 }
 
+/// Measures CPU `cpu`'s TSC against this one's (it waits for that after reporting
+/// online), corrects its clock if they differ, and says so.
+fn check_tsc(cpu: usize) {
+    let Some(skew) = tsc_check::measure(cpu) else {
+        warn!("smp: CPU {cpu} did not answer the TSC check; its clock is not checked");
+        return;
+    };
+    let check = TscCheck::of(&skew, clock::ns_per_tick());
+    CPUS[cpu].tsc.call_once(|| check);
+    if check.corrected {
+        warn!(
+            "smp: CPU {cpu}: TSC offset {} ns from CPU 0's (+-{} ns now): corrected in the clock",
+            check.offset_ns, check.bound_ns
+        );
+    } else {
+        info!(
+            "smp: CPU {cpu}: TSC agrees with CPU 0's within {} ns",
+            check.bound_ns
+        );
+    }
+}
+
 /// An application processor's kernel entry (see `boot::ap_entry_point!`): sets up its
 /// per-CPU state, reports online and runs its executor, serving its inbox, forever.
 pub fn ap_main(cpu: usize) -> ! {
@@ -102,6 +127,8 @@ pub fn ap_main(cpu: usize) -> ! {
     lapic::init_this_cpu();
     let executor = task::init();
     set_online(cpu, lapic::id());
+    // CPU 0 checks this CPU's TSC against its own now, and corrects its clock if need be.
+    tsc_check::answer();
     info!("smp: CPU {cpu} online (local APIC id {})", lapic::id());
     cpu::enable_interrupts();
     executor.block_on(remote::serve_inbox(cpu));

@@ -5,6 +5,12 @@
 //! a cached 9P request takes), plus an overflow bucket. Fixed bounds keep a histogram a
 //! plain array, let histograms of different sources be added, and give every series of
 //! a family the same `le` labels (which `histogram_quantile` across them needs).
+//!
+//! [`SharedLatencyHistogram`] is the same histogram for recorders on several CPUs: its
+//! counts are atomics, read into a [`LatencyHistogram`] to be reported.
+
+use core::sync::atomic::AtomicU64;
+use core::sync::atomic::Ordering::Relaxed;
 
 /// Upper bounds of the buckets, in nanoseconds (the last bucket, past these, is `+Inf`).
 pub const BOUNDS_NS: [u64; 17] = [
@@ -50,12 +56,7 @@ pub struct LatencyHistogram {
 impl LatencyHistogram {
     /// Counts one duration of `ns` nanoseconds.
     pub fn record(&mut self, ns: u64) {
-        // At most 17 comparisons; a binary search would save little and read worse.
-        let i = BOUNDS_NS
-            .iter()
-            .position(|&bound| ns <= bound)
-            .unwrap_or(BOUNDS_NS.len());
-        self.buckets[i] += 1;
+        self.buckets[bucket_of(ns)] += 1;
         self.count += 1;
         self.sum_ns = self.sum_ns.saturating_add(ns);
     }
@@ -82,6 +83,46 @@ impl LatencyHistogram {
     /// Whether nothing was observed.
     pub fn is_empty(&self) -> bool {
         self.count == 0
+    }
+}
+
+/// The bucket a duration of `ns` nanoseconds is counted in.
+fn bucket_of(ns: u64) -> usize {
+    // At most 17 comparisons; a binary search would save little and read worse.
+    BOUNDS_NS
+        .iter()
+        .position(|&bound| ns <= bound)
+        .unwrap_or(BOUNDS_NS.len())
+}
+
+/// A [`LatencyHistogram`] several CPUs record into at once (each count an atomic,
+/// updated without ordering: a snapshot may see one observation's bucket before its
+/// sum, never lose one).
+#[derive(Debug, Default)]
+pub struct SharedLatencyHistogram {
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+    buckets: [AtomicU64; BUCKETS],
+}
+
+impl SharedLatencyHistogram {
+    /// Counts one duration of `ns` nanoseconds.
+    pub fn record(&self, ns: u64) {
+        self.buckets[bucket_of(ns)].fetch_add(1, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+        // Saturating, as `LatencyHistogram::record`: the closure never refuses.
+        let _ = self
+            .sum_ns
+            .fetch_update(Relaxed, Relaxed, |sum| Some(sum.saturating_add(ns)));
+    }
+
+    /// The observations so far.
+    pub fn snapshot(&self) -> LatencyHistogram {
+        LatencyHistogram {
+            count: self.count.load(Relaxed),
+            sum_ns: self.sum_ns.load(Relaxed),
+            buckets: core::array::from_fn(|i| self.buckets[i].load(Relaxed)),
+        }
     }
 }
 
@@ -113,6 +154,19 @@ mod tests {
         let c = h.cumulative();
         assert!(c.windows(2).all(|w| w[0] <= w[1]));
         assert_eq!(c[BUCKETS - 1], h.count);
+    }
+
+    #[test]
+    fn a_shared_histogram_records_as_a_plain_one() {
+        let (mut plain, shared) = (
+            LatencyHistogram::default(),
+            SharedLatencyHistogram::default(),
+        );
+        for ns in [0, 50_000, 50_001, 3_000_000, u64::MAX] {
+            plain.record(ns);
+            shared.record(ns);
+        }
+        assert_eq!(shared.snapshot(), plain);
     }
 
     #[test]

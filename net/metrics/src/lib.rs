@@ -1,5 +1,5 @@
 //! ninefold's metrics for monitoring systems: latency histograms with fixed buckets
-//! ([`histogram`]), the Prometheus text exposition format ([`text`]), and the walk that
+//! ([`histogram`], also one several CPUs record into), the Prometheus text exposition format ([`text`]), and the walk that
 //! turns a counters document — the JSON the appliance's counter sets serialise to —
 //! into that format ([`document`], feature `json`).
 //!
@@ -16,4 +16,4 @@ pub mod document;
 pub mod histogram;
 pub mod text;
 
-pub use histogram::LatencyHistogram;
+pub use histogram::{LatencyHistogram, SharedLatencyHistogram};

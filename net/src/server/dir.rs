@@ -1,7 +1,7 @@
 //! Directory requests: `Treaddir`, `Tmkdir`, `Tmknod`, `Tsymlink`, `Treadlink`, `Tlink`,
 //! `Trename`, `Trenameat`, `Tunlinkat`.
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use vfs::{Attr, Errno, FileSystem, FileType, FsResult};
@@ -250,7 +250,7 @@ impl<F: FileSystem> Server<F> {
         let mut moved = f;
         moved.parent = Some(Parent {
             dir: nd.ino,
-            name: Rc::from(name),
+            name: Arc::from(name),
         });
         let _ = s.replace(fid, moved);
         Ok(reply(tag, &Rmsg::Rename {}))

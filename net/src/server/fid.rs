@@ -1,14 +1,14 @@
 //! Fids: a connection's handles on files, and what state each is in.
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::cell::RefCell;
 
 use vfs::{FileType, Ino, XattrMode};
 
 use super::export::Export;
 use super::perm::User;
 use crate::memory::{Charge, Charged};
+use crate::sync::Locked;
 
 /// The export a fid lives in, resolved at attach.
 #[derive(Debug)]
@@ -61,9 +61,9 @@ pub enum FidState {
     Open(OpenMode),
     /// Reading an xattr value (or the name list) captured at `Txattrwalk`, charged to
     /// the connection.
-    XattrRead(Rc<Charged<Vec<u8>>>),
+    XattrRead(Arc<Charged<Vec<u8>>>),
     /// Collecting an xattr value until clunk.
-    XattrWrite(Rc<RefCell<XattrWrite>>),
+    XattrWrite(Arc<Locked<XattrWrite>>),
 }
 
 /// Where a fid's file was found: used by `Tremove` and `Trename`, which name a file by
@@ -73,7 +73,7 @@ pub struct Parent {
     /// The directory the last walk step looked in.
     pub dir: Ino,
     /// The name it looked up.
-    pub name: Rc<[u8]>,
+    pub name: Arc<[u8]>,
 }
 
 /// One fid's entry in a connection's table.
@@ -84,7 +84,7 @@ pub struct Fid {
     /// Its type (fixed for an inode's life).
     pub file_type: FileType,
     /// Export and user.
-    pub mount: Rc<Mount>,
+    pub mount: Arc<Mount>,
     /// State.
     pub state: FidState,
     /// How the fid was reached, if by name.

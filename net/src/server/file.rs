@@ -1,14 +1,14 @@
 //! Open files: `Tlopen`, `Tlcreate`, `Tread`, `Twrite`, `Tfsync`, `Tclunk`, `Tremove`,
 //! and the POSIX lock requests `Tlock`/`Tgetlock`.
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, SetAttr};
 
 use super::fid::{Fid, FidState, OpenMode, Parent};
 use super::locks::{
-    range_end, LockError, LockKind, LockOwner, CLIENT_ID_OVERHEAD, LOCK_RECORD_BYTES,
+    range_end, LockError, LockKind, LockOwner, LockTable, CLIENT_ID_OVERHEAD, LOCK_RECORD_BYTES,
 };
 use super::perm::{without_set_id, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::session::Session;
@@ -144,7 +144,7 @@ impl<F: FileSystem> Server<F> {
             state: FidState::Open(mode),
             parent: Some(Parent {
                 dir: dir.ino,
-                name: Rc::from(name),
+                name: Arc::from(name),
             }),
             mount: dir.mount,
         };
@@ -219,8 +219,7 @@ impl<F: FileSystem> Server<F> {
                 self.counters.writes();
                 n
             }
-            FidState::XattrWrite(w) => {
-                let mut w = w.borrow_mut();
+            FidState::XattrWrite(w) => w.with(|w| {
                 // The value arrives in order (Linux sends it in one or more writes).
                 if offset != w.value.len() as u64 {
                     return Err(Errno::EINVAL);
@@ -229,8 +228,8 @@ impl<F: FileSystem> Server<F> {
                     return Err(Errno::ERANGE);
                 }
                 w.value.extend_from_slice(data);
-                data.len()
-            }
+                Ok(data.len())
+            })?,
             _ => return Err(Errno::EBADF),
         };
         Ok(reply(
@@ -292,8 +291,11 @@ impl<F: FileSystem> Server<F> {
     /// What unbinding a fid does: its locks go, an open file is released, and (when
     /// `commit`) a collected xattr value is stored.
     async fn finish_fid(&self, s: &Session, fid: u32, f: &Fid, commit: bool) -> FsResult<()> {
-        self.locks.borrow_mut().release_fid(s.id(), fid);
-        self.settle_lock_memory(s);
+        let held = self.with_locks(|t| {
+            t.release_fid(s.id(), fid);
+            t.conn_bytes(s.id())
+        });
+        self.settle_lock_memory(s, held);
         match &f.state {
             FidState::Open(_) => {
                 self.counters.releases();
@@ -301,7 +303,7 @@ impl<F: FileSystem> Server<F> {
             }
             FidState::XattrWrite(w) if commit => {
                 // The fid is unbound: nothing else can reach the writer any more.
-                let w = w.take();
+                let w = w.with(core::mem::take);
                 if w.value.len() != w.size {
                     Err(Errno::EINVAL)
                 } else if w.remove {
@@ -363,9 +365,11 @@ impl<F: FileSystem> Server<F> {
             Errno::ENOLCK
         })?;
         let owner = req.owner(s);
-        let end = range_end(req.start, req.length);
-        let result = self.lock_or_unlock(f.ino, fid, mode, &owner, &req, end);
-        self.settle_lock_memory(s);
+        let (result, held) = self.with_locks(|t| {
+            let result = self.lock_or_unlock(t, f.ino, fid, mode, &owner, &req);
+            (result, t.conn_bytes(s.id()))
+        });
+        self.settle_lock_memory(s, held);
         let granted = result?;
         let status = if granted {
             lock::SUCCESS
@@ -378,33 +382,35 @@ impl<F: FileSystem> Server<F> {
     /// The lock table's part of `Tlock`: whether the lock was granted.
     fn lock_or_unlock(
         &self,
+        table: &mut LockTable,
         ino: Ino,
         fid: u32,
         mode: OpenMode,
         owner: &LockOwner<'_>,
         req: &LockReq<'_>,
-        end: u64,
     ) -> FsResult<bool> {
-        let mut locks = self.locks.borrow_mut();
+        let end = range_end(req.start, req.length);
         match req.lock_type {
-            lock::UNLCK => locks.unlock(ino, owner, req.start, end).map(|()| true),
+            lock::UNLCK => table.unlock(ino, owner, req.start, end).map(|()| true),
             lock::RDLCK | lock::WRLCK => {
                 let kind = match req.lock_type {
                     lock::RDLCK if mode.read => LockKind::Read,
                     lock::WRLCK if mode.write => LockKind::Write,
                     _ => return Err(Errno::EBADF),
                 };
-                locks.lock(ino, owner, fid, kind, req.start, end)
+                table.lock(ino, owner, fid, kind, req.start, end)
             }
             _ => return Err(Errno::EINVAL),
         }
         .map_err(|e| self.lock_refused(e))
     }
 
-    /// Brings the connection's memory charge for lock records in line with what the lock
-    /// table holds for it (after a lock request, or locks released with a fid).
-    pub(super) fn settle_lock_memory(&self, s: &Session) {
-        let held = self.locks.borrow().conn_bytes(s.id());
+    /// Brings the connection's memory charge for lock records in line with `held`, what
+    /// the lock table holds for it (read under the same lock hold as the lock request,
+    /// or the release of a fid's locks, that changed it).
+    pub(super) fn settle_lock_memory(&self, s: &Session, held: usize) {
+        // Read, then adjusted: only the session's own connection changes its lock
+        // records, on its one CPU, and nothing awaits in between.
         let account = s.account();
         let charged = account.charged_for(Use::Locks);
         if held < charged {
@@ -439,9 +445,7 @@ impl<F: FileSystem> Server<F> {
         };
         let end = range_end(req.start, req.length);
         let held = self
-            .locks
-            .borrow()
-            .conflict(f.ino, &req.owner(s), kind, req.start, end)
+            .with_locks(|t| t.conflict(f.ino, &req.owner(s), kind, req.start, end))
             .map_err(|e| self.lock_refused(e))?;
         let msg = match &held {
             Some(held) => Rmsg::Getlock {

@@ -22,8 +22,10 @@
 //!   [`Timeouts::stall_ns`] — is closed, and its memory comes back when its teardown
 //!   ends. Work in progress is never reclaimed: it gives its memory back by itself.
 
-use alloc::rc::Rc;
+use alloc::collections::BTreeMap;
+use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
+use core::sync::atomic::Ordering::Relaxed;
 
 use vfs::FileSystem;
 
@@ -61,16 +63,11 @@ impl Default for Timeouts {
 
 impl<F: FileSystem> Server<F> {
     /// The open sessions (pruning those already gone).
-    pub(super) fn live_sessions(&self) -> Vec<Rc<Session>> {
-        let mut live = Vec::new();
-        self.sessions.borrow_mut().retain(|_, w| match w.upgrade() {
-            Some(s) => {
-                live.push(s);
-                true
-            }
-            None => false,
-        });
-        live
+    ///
+    /// The caller holds them outside the registry's lock: a session whose connection
+    /// ended meanwhile is dropped by the caller, not under the lock.
+    pub(super) fn live_sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions.with(live_in)
     }
 
     /// Closes the connections past their deadlines; returns how many. Call it every
@@ -112,8 +109,7 @@ impl<F: FileSystem> Server<F> {
     /// owner stops accepting, waits for the connections to end, and may shed those that
     /// take too long with [`Server::shut_down_now`].
     pub fn shut_down(&self) -> usize {
-        self.shutting_down.set(true);
-        let open = self.live_sessions();
+        let open = self.close_registration();
         for s in &open {
             s.request_close(CloseReason::Shutdown);
         }
@@ -122,7 +118,17 @@ impl<F: FileSystem> Server<F> {
 
     /// Whether [`Server::shut_down`] was called.
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.get()
+        self.shutting_down.load(Relaxed)
+    }
+
+    /// Marks the server as shutting down and returns the sessions open now: under the
+    /// registry's lock, so a session registered at the same time is in the list or sees
+    /// the mark ([`Server::new_session`]).
+    fn close_registration(&self) -> Vec<Arc<Session>> {
+        self.sessions.with(|registry| {
+            self.shutting_down.store(true, Relaxed);
+            live_in(registry)
+        })
     }
 
     /// Sheds every connection still open during a shutdown
@@ -130,8 +136,7 @@ impl<F: FileSystem> Server<F> {
     /// still finish at teardown, so the filesystem is left with no operation running).
     /// Returns how many.
     pub fn shut_down_now(&self) -> usize {
-        self.shutting_down.set(true);
-        let open = self.live_sessions();
+        let open = self.close_registration();
         for s in &open {
             log::warn!("9p: conn {}: closing: shutdown grace time over", s.id());
             s.request_close(CloseReason::ShutdownNow);
@@ -177,7 +182,7 @@ impl<F: FileSystem> Server<F> {
         let now = self.now();
         let stall = self.config.timeouts.stall_ns;
         let share = self.budget.fair_share();
-        let mut victim: Option<(usize, Rc<Session>)> = None;
+        let mut victim: Option<(usize, Arc<Session>)> = None;
         for s in self.live_sessions() {
             if s.id() == requester.id() {
                 continue;
@@ -217,4 +222,17 @@ impl<F: FileSystem> Server<F> {
         victim.request_close(CloseReason::MemoryReclaimed);
         true
     }
+}
+
+/// The sessions of `registry` still open, pruning those already gone.
+fn live_in(registry: &mut BTreeMap<u64, Weak<Session>>) -> Vec<Arc<Session>> {
+    let mut live = Vec::with_capacity(registry.len());
+    registry.retain(|_, w| match w.upgrade() {
+        Some(s) => {
+            live.push(s);
+            true
+        }
+        None => false,
+    });
+    live
 }

@@ -6,9 +6,32 @@
 //! locks, the memory budget, counters) and a registry of their sessions for housekeeping
 //! ([`housekeeping`]: handshake and idle deadlines, reclaiming memory and connection
 //! slots from clients that hold them without using them). A connection's [`Session`]
-//! holds its fid table and memory account. Everything is single-threaded (`Rc`, `Cell`):
-//! the appliance has one CPU and the host runs one executor thread; concurrency comes
-//! from many request futures polled together.
+//! holds its fid table and memory account.
+//!
+//! # Concurrency
+//!
+//! A server is shared (`Arc<Server>`) by connections running on several CPUs: each
+//! [`crate::conn::Connection`] lives on the CPU that runs it, with its request futures
+//! (polled together, so a slow request does not hold up the others), and reaches what
+//! it shares with the others — this server, its [`Session`] (which housekeeping reads
+//! from any CPU) — through `Sync` types: `Server<F>` is `Send + Sync` when `F` is.
+//!
+//! - Counters, timings and latency histograms are atomics ([`Stats`]).
+//! - The memory budget is exact and global: compare-and-swap against the limit, each
+//!   account's books under its own lock ([`crate::memory`]).
+//! - The POSIX lock table, the session registry, a session's fid table, activity record
+//!   and close signal, an xattr writer's value and the administration tree's last reply
+//!   are behind short spin locks (`sync::Locked`), reached only through closures, so
+//!   none is held across an `.await`; a critical section does a few map operations and
+//!   wakes no task (wakers and charges that may wake are let go after it).
+//! - Wakers (a connection waiting for memory or for a close) may be registered on one
+//!   CPU and woken from another: each is registered before the last check of what it
+//!   waits for, and the check and the wake meet under one lock, so no wake is lost in
+//!   between.
+//!
+//! Lock order, where two nest: a session's fid table, then its account's books (binding
+//! a fid checks and charges it in one step). No other lock of the server is taken while
+//! one is held (the heap's, in the appliance, is a leaf below them all).
 
 pub mod access;
 mod attr;
@@ -25,16 +48,18 @@ mod walk;
 mod xattr;
 
 use alloc::collections::BTreeMap;
-use alloc::rc::{Rc, Weak};
+use alloc::sync::{Arc, Weak};
 use alloc::vec;
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
 use core::net::IpAddr;
+use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicBool, AtomicU64};
 
 use vfs::{Attr, Errno, FileSystem, FileType};
 
 use crate::conn::CloseReason;
 use crate::memory::{Budget, MemoryConfig, MemoryStats, Refused};
+use crate::sync::Locked;
 use crate::wire::{self, qid_type, DecodeError, Qid, Rmsg, RmsgType, Tmsg};
 pub use access::{AccessConfig, AllowList, Cidr};
 pub use export::{Export, Squash};
@@ -145,21 +170,35 @@ impl Config {
     }
 }
 
-/// A 9P2000.L server over filesystem `F`.
+/// A 9P2000.L server over filesystem `F`, shared by connections on any number of CPUs
+/// (see the module documentation).
 #[derive(Debug)]
 pub struct Server<F> {
     fs: F,
     config: Config,
-    locks: RefCell<locks::LockTable>,
+    locks: Locked<locks::LockTable>,
     counters: Counters,
     timings: TimingCells,
     requests: RequestCells,
-    next_conn: Cell<u64>,
-    budget: Rc<Budget>,
+    next_conn: AtomicU64,
+    budget: Arc<Budget>,
     /// Open sessions, for housekeeping.
-    sessions: RefCell<BTreeMap<u64, Weak<Session>>>,
+    sessions: Locked<BTreeMap<u64, Weak<Session>>>,
     /// [`Server::shut_down`] was called: every connection, new ones too, is closing.
-    shutting_down: Cell<bool>,
+    /// Set under the registry's lock and read there by [`Server::new_session`], so a
+    /// session registered at the same time is asked to close by the shutdown or sees it.
+    shutting_down: AtomicBool,
+}
+
+/// `Server`, `Session`, the budget and the administration tree are `Send + Sync` for
+/// any filesystem that is: checked here, at compile time.
+fn _shared_between_cpus<F: FileSystem + Send + Sync>() {
+    fn is<T: Send + Sync>() {}
+    is::<Server<F>>();
+    is::<Session>();
+    is::<Budget>();
+    is::<crate::memory::Account>();
+    is::<crate::admin::AdminFs<F>>();
 }
 
 impl<F: FileSystem> Server<F> {
@@ -172,14 +211,14 @@ impl<F: FileSystem> Server<F> {
         };
         Server {
             fs,
-            locks: RefCell::new(locks::LockTable::new(limits)),
+            locks: Locked::new(locks::LockTable::new(limits)),
             counters: Counters::default(),
             timings: TimingCells::default(),
             requests: RequestCells::default(),
-            next_conn: Cell::new(1),
+            next_conn: AtomicU64::new(1),
             budget: Budget::new(config.memory),
-            sessions: RefCell::new(BTreeMap::new()),
-            shutting_down: Cell::new(false),
+            sessions: Locked::new(BTreeMap::new()),
+            shutting_down: AtomicBool::new(false),
             config,
         }
     }
@@ -224,13 +263,18 @@ impl<F: FileSystem> Server<F> {
 
     /// Number of POSIX locks held by all connections.
     pub fn lock_count(&self) -> usize {
-        self.locks.borrow().len()
+        self.with_locks(|t| t.len())
     }
 
     /// Bytes of lock records `session`'s connection holds (its locks and their interned
     /// client ids; see [`locks::LockTable::conn_bytes`]).
     pub fn lock_bytes(&self, session: &Session) -> usize {
-        self.locks.borrow().conn_bytes(session.id())
+        self.with_locks(|t| t.conn_bytes(session.id()))
+    }
+
+    /// Runs `f` on the lock table, locked.
+    fn with_locks<R>(&self, f: impl FnOnce(&mut locks::LockTable) -> R) -> R {
+        self.locks.with(f)
     }
 
     pub(crate) fn counters(&self) -> &Counters {
@@ -271,7 +315,7 @@ impl<F: FileSystem> Server<F> {
 
     /// Connections open now.
     pub fn connection_count(&self) -> usize {
-        self.sessions.borrow().len()
+        self.sessions.with(|s| s.len())
     }
 
     /// Now on the server's clock (0 without one).
@@ -281,21 +325,21 @@ impl<F: FileSystem> Server<F> {
 
     /// A new session with a fresh connection id and memory account, for a client at
     /// `peer` (`None`: not known, as for in-memory transports).
-    pub fn new_session(&self, peer: Option<IpAddr>) -> Rc<Session> {
-        let id = self.next_conn.get();
-        self.next_conn.set(id + 1);
+    pub fn new_session(&self, peer: Option<IpAddr>) -> Arc<Session> {
+        let id = self.next_conn.fetch_add(1, Relaxed);
         self.counters.connections_opened();
-        let session = Rc::new(Session::new(
+        let session = Arc::new(Session::new(
             id,
             peer,
             self.config.max_msize.max(MIN_MSIZE),
             self.budget.open(),
             self.now(),
         ));
-        self.sessions
-            .borrow_mut()
-            .insert(id, Rc::downgrade(&session));
-        if self.shutting_down.get() {
+        let shutting_down = self.sessions.with(|registry| {
+            registry.insert(id, Arc::downgrade(&session));
+            self.shutting_down.load(Relaxed)
+        });
+        if shutting_down {
             // Accepted while the server shuts down: closed before it reads anything.
             session.request_close(CloseReason::Shutdown);
         }
@@ -341,14 +385,17 @@ impl<F: FileSystem> Server<F> {
 
     /// Drops every POSIX lock of `session`, and their memory.
     pub(crate) fn drop_locks(&self, session: &Session) {
-        self.locks.borrow_mut().release_conn(session.id());
-        self.settle_lock_memory(session);
+        let held = self.with_locks(|t| {
+            t.release_conn(session.id());
+            t.conn_bytes(session.id())
+        });
+        self.settle_lock_memory(session, held);
     }
 
     /// Tears a session down at disconnect: as [`Server::reset`], and counted.
     pub async fn close(&self, session: &Session) {
         self.reset(session).await;
-        self.sessions.borrow_mut().remove(&session.id());
+        self.sessions.with(|r| r.remove(&session.id()));
         self.counters.connections_closed();
     }
 

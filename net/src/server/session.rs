@@ -1,12 +1,18 @@
 //! A connection's session: negotiated msize, the fid table, the memory account it is
 //! charged to, and what the server's housekeeping needs to know about it (activity,
 //! stalled output) and to tell it (close).
+//!
+//! A session is shared (`Arc`) between its connection, which runs on one CPU, and the
+//! server's housekeeping, which may run on another: its fields are atomics or behind
+//! short locks ([`Locked`]), and a close asked for from any CPU wakes the connection's
+//! task.
 
 use alloc::collections::BTreeMap;
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
 use core::net::IpAddr;
+use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicBool, AtomicU32};
 use core::task::Waker;
 
 use vfs::{Errno, FsResult, NAME_MAX};
@@ -14,6 +20,7 @@ use vfs::{Errno, FsResult, NAME_MAX};
 use super::fid::{Fid, FidState};
 use crate::conn::CloseReason;
 use crate::memory::{Account, Refused, Use};
+use crate::sync::Locked;
 
 /// Memory charged for one fid table entry, an upper bound: the entry, the map's share of
 /// it, and the longest name of a last walk step (which [`Fid::parent`] keeps).
@@ -47,19 +54,28 @@ impl Activity {
     }
 }
 
-/// Per-connection state the request handlers share. Borrows of the fid table never live
-/// across an `await`: handlers copy a fid's entry out, work, and write back.
+/// Per-connection state the request handlers share. The fid table is locked only inside
+/// a method (never across an `await`): handlers copy a fid's entry out, work, and write
+/// back.
 #[derive(Debug)]
 pub struct Session {
     id: u64,
     peer: Option<IpAddr>,
-    msize: Cell<u32>,
-    versioned: Cell<bool>,
-    fids: RefCell<BTreeMap<u32, Fid>>,
-    account: Rc<Account>,
-    activity: Cell<Activity>,
-    close: Cell<Option<CloseReason>>,
-    waker: RefCell<Option<Waker>>,
+    msize: AtomicU32,
+    versioned: AtomicBool,
+    /// Locked before the account's books when a new entry is charged.
+    fids: Locked<BTreeMap<u32, Fid>>,
+    account: Arc<Account>,
+    activity: Locked<Activity>,
+    close: Locked<CloseSignal>,
+}
+
+/// A close asked for, and the task to wake for it: one lock, so that a close asked for
+/// on another CPU either finds the task's waker or is seen by the task when it registers.
+#[derive(Debug, Default)]
+struct CloseSignal {
+    reason: Option<CloseReason>,
+    waker: Option<Waker>,
 }
 
 impl Session {
@@ -73,19 +89,18 @@ impl Session {
         Session {
             id,
             peer,
-            msize: Cell::new(msize),
-            versioned: Cell::new(false),
-            fids: RefCell::new(BTreeMap::new()),
-            account: Rc::new(account),
-            activity: Cell::new(Activity {
+            msize: AtomicU32::new(msize),
+            versioned: AtomicBool::new(false),
+            fids: Locked::new(BTreeMap::new()),
+            account: Arc::new(account),
+            activity: Locked::new(Activity {
                 opened: now,
                 last: now,
                 outstanding: 0,
                 output_stalled_since: None,
                 input_stalled_since: None,
             }),
-            close: Cell::new(None),
-            waker: RefCell::new(None),
+            close: Locked::default(),
         }
     }
 
@@ -101,145 +116,159 @@ impl Session {
 
     /// The negotiated msize (before `Tversion`: the server's maximum).
     pub fn msize(&self) -> u32 {
-        self.msize.get()
+        self.msize.load(Relaxed)
     }
 
     pub(crate) fn set_msize(&self, msize: u32) {
-        self.msize.set(msize);
+        self.msize.store(msize, Relaxed);
     }
 
     /// Whether a `Tversion` for 9P2000.L succeeded.
     pub fn versioned(&self) -> bool {
-        self.versioned.get()
+        self.versioned.load(Relaxed)
     }
 
     pub(crate) fn set_versioned(&self, v: bool) {
-        self.versioned.set(v);
+        self.versioned.store(v, Relaxed);
     }
 
     /// The memory account everything this connection makes the server hold is charged
     /// to.
-    pub fn account(&self) -> &Rc<Account> {
+    pub fn account(&self) -> &Arc<Account> {
         &self.account
     }
 
     /// Number of fids in use.
     pub fn fid_count(&self) -> usize {
-        self.fids.borrow().len()
+        self.fids.with(|f| f.len())
     }
 
     /// What housekeeping knows of the connection now.
     pub fn activity(&self) -> Activity {
-        self.activity.get()
+        self.activity.with(|a| *a)
     }
 
     /// Updates the activity record (the connection driver does, as things happen).
     pub(crate) fn note(&self, f: impl FnOnce(&mut Activity)) {
-        let mut a = self.activity.get();
-        f(&mut a);
-        self.activity.set(a);
+        self.activity.with(f);
     }
 
-    /// Asks the connection to close and wakes its task. The first reason given stands,
-    /// unless a later one sheds a connection the first would have let send its replies
-    /// ([`CloseReason::overridden_by`]).
+    /// Asks the connection to close and wakes its task (from any CPU). The first reason
+    /// given stands, unless a later one sheds a connection the first would have let send
+    /// its replies ([`CloseReason::overridden_by`]).
     pub fn request_close(&self, reason: CloseReason) {
-        if self
-            .close
-            .get()
-            .is_none_or(|first| first.overridden_by(reason))
-        {
-            self.close.set(Some(reason));
-        }
-        if let Some(w) = self.waker.borrow_mut().take() {
+        let waker = self.close.with(|c| {
+            if c.reason.is_none_or(|first| first.overridden_by(reason)) {
+                c.reason = Some(reason);
+            }
+            c.waker.take()
+        });
+        if let Some(w) = waker {
             w.wake();
         }
     }
 
     /// Why the connection was asked to close, if it was.
     pub fn close_requested(&self) -> Option<CloseReason> {
-        self.close.get()
+        self.close.with(|c| c.reason)
     }
 
-    /// Remembers the task to wake for [`Session::request_close`].
+    /// Remembers the task to wake for [`Session::request_close`]. Call it before
+    /// checking [`Session::close_requested`], so that a close asked for in between is
+    /// seen or wakes the task.
     pub(crate) fn register_waker(&self, waker: &Waker) {
-        let mut w = self.waker.borrow_mut();
-        if !w.as_ref().is_some_and(|old| old.will_wake(waker)) {
-            *w = Some(waker.clone());
-        }
+        self.close.with(|c| {
+            if !c.waker.as_ref().is_some_and(|old| old.will_wake(waker)) {
+                c.waker = Some(waker.clone());
+            }
+        });
     }
 
     /// A copy of `fid`'s entry: `EBADF` if unknown.
     pub(crate) fn get(&self, fid: u32) -> FsResult<Fid> {
-        self.fids.borrow().get(&fid).cloned().ok_or(Errno::EBADF)
+        self.fids.with(|f| f.get(&fid).cloned()).ok_or(Errno::EBADF)
     }
 
     /// Binds a new fid: `EBADF` if `fid` is in use, `EMFILE` at `max` fids, and the
     /// refusal if the entry's memory cannot be charged.
     pub(crate) fn insert(&self, fid: u32, entry: Fid, max: usize) -> Result<(), BindError> {
-        let mut fids = self.fids.borrow_mut();
-        if fids.contains_key(&fid) {
-            return Err(BindError::Errno(Errno::EBADF));
+        // The check and the charge under the table's lock: two binds of one fid cannot
+        // both pass it.
+        let refused = self.fids.with(|fids| {
+            if let Err(e) = free_slot(fids, fid, max) {
+                return Some((BindError::Errno(e), entry));
+            }
+            if let Err(r) = self.account.take(Use::Fids, FID_ENTRY_BYTES) {
+                return Some((BindError::Memory(r), entry));
+            }
+            fids.insert(fid, entry);
+            None
+        });
+        // A refused entry is dropped outside the lock (see `Session::replace`).
+        match refused {
+            None => Ok(()),
+            Some((e, _entry)) => Err(e),
         }
-        if fids.len() >= max {
-            return Err(BindError::Errno(Errno::EMFILE));
-        }
-        self.account
-            .take(Use::Fids, FID_ENTRY_BYTES)
-            .map_err(BindError::Memory)?;
-        fids.insert(fid, entry);
-        Ok(())
     }
 
     /// Checks that `fid` could be bound now (as [`Session::insert`] would, memory
     /// aside).
     pub(crate) fn check_free(&self, fid: u32, max: usize) -> FsResult<()> {
-        let fids = self.fids.borrow();
-        if fids.contains_key(&fid) {
-            Err(Errno::EBADF)
-        } else if fids.len() >= max {
-            Err(Errno::EMFILE)
-        } else {
-            Ok(())
-        }
+        self.fids.with(|fids| free_slot(fids, fid, max))
     }
 
     /// Replaces an existing fid's entry (after a walk onto itself, open, create, ...).
     /// `EBADF` if the fid was clunked meanwhile.
     pub(crate) fn replace(&self, fid: u32, entry: Fid) -> FsResult<()> {
-        match self.fids.borrow_mut().get_mut(&fid) {
-            Some(slot) => {
-                *slot = entry;
-                Ok(())
-            }
-            None => Err(Errno::EBADF),
-        }
+        let displaced = self.fids.with(|fids| match fids.get_mut(&fid) {
+            Some(slot) => Ok(core::mem::replace(slot, entry)),
+            None => Err(entry),
+        });
+        // Whichever entry is left over is dropped here, outside the lock: its charge (an
+        // xattr value) goes back to the account, which may wake tasks.
+        displaced.map(drop).map_err(|_| Errno::EBADF)
     }
 
     /// Moves `fid` from `Path` to `state` if it is still in `Path`; `EBADF` otherwise
     /// (clunked, or opened by a concurrent request).
     pub(crate) fn transition(&self, fid: u32, state: FidState) -> FsResult<()> {
-        match self.fids.borrow_mut().get_mut(&fid) {
+        let refused = self.fids.with(|fids| match fids.get_mut(&fid) {
             Some(slot) if matches!(slot.state, FidState::Path) => {
                 slot.state = state;
-                Ok(())
+                None
             }
-            _ => Err(Errno::EBADF),
+            _ => Some(state),
+        });
+        // A refused state is dropped outside the lock (see `Session::replace`).
+        match refused {
+            None => Ok(()),
+            Some(_state) => Err(Errno::EBADF),
         }
     }
 
     /// Unbinds `fid`.
     pub(crate) fn remove(&self, fid: u32) -> FsResult<Fid> {
-        let f = self.fids.borrow_mut().remove(&fid).ok_or(Errno::EBADF)?;
+        let f = self.fids.with(|f| f.remove(&fid)).ok_or(Errno::EBADF)?;
         self.account.release(Use::Fids, FID_ENTRY_BYTES);
         Ok(f)
     }
 
     /// Unbinds every fid.
     pub(crate) fn take_all(&self) -> Vec<(u32, Fid)> {
-        let all = core::mem::take(&mut *self.fids.borrow_mut());
+        let all = self.fids.with(core::mem::take);
         self.account.release(Use::Fids, all.len() * FID_ENTRY_BYTES);
         all.into_iter().collect()
+    }
+}
+
+/// Whether `fid` can be bound in `fids`: `EBADF` if in use, `EMFILE` at `max` fids.
+fn free_slot(fids: &BTreeMap<u32, Fid>, fid: u32, max: usize) -> FsResult<()> {
+    if fids.contains_key(&fid) {
+        Err(Errno::EBADF)
+    } else if fids.len() >= max {
+        Err(Errno::EMFILE)
+    } else {
+        Ok(())
     }
 }
 

@@ -1,13 +1,18 @@
 //! Per-cause counters of a server, readable at any time, and its requests' latencies by
 //! type.
+//!
+//! Connections on every CPU update them: each is an atomic added to without ordering
+//! (`Relaxed`: a count needs no order with anything else, only to lose no update), read
+//! once per snapshot.
 
 use alloc::format;
 use alloc::string::String;
 #[cfg(test)]
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
+use core::sync::atomic::AtomicU64;
+use core::sync::atomic::Ordering::Relaxed;
 
-use metrics::LatencyHistogram;
+use metrics::{LatencyHistogram, SharedLatencyHistogram};
 
 use crate::wire::{Tmsg, TmsgType};
 
@@ -20,21 +25,21 @@ macro_rules! counters {
             $($(#[$doc])* pub $name: u64,)*
         }
 
-        /// The live counters (single-threaded: plain cells).
+        /// The live counters, shared by every CPU.
         #[derive(Debug, Default)]
         pub(crate) struct Counters {
-            $($name: Cell<u64>,)*
+            $($name: AtomicU64,)*
         }
 
         impl Counters {
             $(
                 pub(crate) fn $name(&self) {
-                    self.$name.set(self.$name.get() + 1);
+                    self.$name.fetch_add(1, Relaxed);
                 }
             )*
 
             pub(crate) fn snapshot(&self) -> Stats {
-                Stats { $($name: self.$name.get(),)* }
+                Stats { $($name: self.$name.load(Relaxed),)* }
             }
         }
     };
@@ -124,10 +129,10 @@ pub struct Timings {
 /// The live [`Timings`].
 #[derive(Debug, Default)]
 pub(crate) struct TimingCells {
-    write_ns: Cell<u64>,
-    fsync_ns: Cell<u64>,
-    read_ns: Cell<u64>,
-    other_ns: Cell<u64>,
+    write_ns: AtomicU64,
+    fsync_ns: AtomicU64,
+    read_ns: AtomicU64,
+    other_ns: AtomicU64,
 }
 
 impl TimingCells {
@@ -139,15 +144,15 @@ impl TimingCells {
             Some(TmsgType::Read) => &self.read_ns,
             _ => &self.other_ns,
         };
-        cell.set(cell.get() + ns);
+        cell.fetch_add(ns, Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> Timings {
         Timings {
-            write_ns: self.write_ns.get(),
-            fsync_ns: self.fsync_ns.get(),
-            read_ns: self.read_ns.get(),
-            other_ns: self.other_ns.get(),
+            write_ns: self.write_ns.load(Relaxed),
+            fsync_ns: self.fsync_ns.load(Relaxed),
+            read_ns: self.read_ns.load(Relaxed),
+            other_ns: self.other_ns.load(Relaxed),
         }
     }
 }
@@ -252,15 +257,15 @@ impl serde::Serialize for RequestStats {
 /// The live [`RequestStats`]: a fixed array per type, so counting allocates nothing.
 #[derive(Debug)]
 pub(crate) struct RequestCells {
-    received: [Cell<u64>; TYPE_SLOTS],
-    latency: RefCell<[LatencyHistogram; TYPE_SLOTS]>,
+    received: [AtomicU64; TYPE_SLOTS],
+    latency: [SharedLatencyHistogram; TYPE_SLOTS],
 }
 
 impl Default for RequestCells {
     fn default() -> Self {
         RequestCells {
-            received: core::array::from_fn(|_| Cell::new(0)),
-            latency: RefCell::new([LatencyHistogram::default(); TYPE_SLOTS]),
+            received: core::array::from_fn(|_| AtomicU64::new(0)),
+            latency: core::array::from_fn(|_| SharedLatencyHistogram::default()),
         }
     }
 }
@@ -269,20 +274,19 @@ impl RequestCells {
     /// Counts a request with type byte `ty` received at `now`.
     pub(crate) fn receive(&self, ty: u8, now: u64) -> Received {
         let slot = SLOT_OF_TYPE[usize::from(ty)];
-        let cell = &self.received[usize::from(slot)];
-        cell.set(cell.get() + 1);
+        self.received[usize::from(slot)].fetch_add(1, Relaxed);
         Received { slot, at: now }
     }
 
     /// Records the latency of `request`, answered at `now`.
     pub(crate) fn answer(&self, request: Received, now: u64) {
-        self.latency.borrow_mut()[usize::from(request.slot)].record(now.saturating_sub(request.at));
+        self.latency[usize::from(request.slot)].record(now.saturating_sub(request.at));
     }
 
     pub(crate) fn snapshot(&self) -> RequestStats {
         RequestStats {
-            received: core::array::from_fn(|i| self.received[i].get()),
-            latency: *self.latency.borrow(),
+            received: core::array::from_fn(|i| self.received[i].load(Relaxed)),
+            latency: core::array::from_fn(|i| self.latency[i].snapshot()),
         }
     }
 }

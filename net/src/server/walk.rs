@@ -1,7 +1,7 @@
 //! `Tattach` and `Twalk`: binding fids to an export's root and walking names, never
 //! leaving the export (`..` at its root stays there).
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use vfs::{Attr, Errno, FileSystem, FileType, FsResult, ROOT_INO};
@@ -100,7 +100,7 @@ impl<F: FileSystem> Server<F> {
         if attr.file_type() != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        let mount = Rc::new(Mount {
+        let mount = Arc::new(Mount {
             export: export.clone(),
             root: attr.ino,
             user,
@@ -141,7 +141,7 @@ impl<F: FileSystem> Server<F> {
                     let is_dot = *name == b"." || *name == b"..";
                     cur.parent = (!is_dot).then(|| Parent {
                         dir: cur.ino,
-                        name: Rc::from(*name),
+                        name: Arc::from(*name),
                     });
                     cur.ino = attr.ino;
                     cur.file_type = attr.file_type();

@@ -7,9 +7,8 @@
 //! `system.*` (POSIX ACLs) is readable by all and writable by the owner; `security.*`
 //! is readable by all and writable by root. Other prefixes are `EOPNOTSUPP`.
 
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::cell::RefCell;
 
 use vfs::{Attr, Errno, FileSystem, FileType, FsResult, XattrMode, XATTR_VALUE_MAX};
 
@@ -18,6 +17,7 @@ use super::perm::{User, MAY_READ, MAY_WRITE};
 use super::session::Session;
 use super::{reply, Server};
 use crate::memory::{Charged, Use};
+use crate::sync::Locked;
 use crate::wire::{Rmsg, XATTR_CREATE, XATTR_REPLACE};
 
 /// `E2BIG`: a value larger than the filesystem's xattr limit, or a name list longer
@@ -118,7 +118,7 @@ impl<F: FileSystem> Server<F> {
         charge.shrink_to(value.capacity());
         let size = value.len() as u64;
         let entry = Fid {
-            state: FidState::XattrRead(Rc::new(Charged::new(value, charge))),
+            state: FidState::XattrRead(Arc::new(Charged::new(value, charge))),
             parent: None,
             ..f
         };
@@ -172,7 +172,7 @@ impl<F: FileSystem> Server<F> {
             remove: size == 0 && mode == XattrMode::Replace,
             _charge: Some(charge),
         };
-        s.transition(fid, FidState::XattrWrite(Rc::new(RefCell::new(writer))))?;
+        s.transition(fid, FidState::XattrWrite(Arc::new(Locked::new(writer))))?;
         Ok(reply(tag, &Rmsg::Xattrcreate {}))
     }
 }

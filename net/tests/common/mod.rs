@@ -3,9 +3,10 @@
 
 #![allow(dead_code)]
 
-use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
-use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use ninep::conn::Connection;
@@ -15,15 +16,14 @@ use ninep::wire::{Rmsg, Tmsg};
 use testkit::model::ModelFs;
 use vfs::*;
 
-/// A clock that ticks one second per reading.
+/// A clock that ticks one second per reading (from any thread).
 #[derive(Debug, Default)]
-pub struct Ticks(Cell<i64>);
+pub struct Ticks(AtomicI64);
 
 impl Clock for Ticks {
     fn now(&self) -> Timespec {
-        self.0.set(self.0.get() + 1);
         Timespec {
-            sec: 1_700_000_000 + self.0.get(),
+            sec: 1_700_000_000 + self.0.fetch_add(1, Relaxed) + 1,
             nsec: 0,
         }
     }
@@ -32,8 +32,8 @@ impl Clock for Ticks {
 pub type Model = ModelFs<Ticks>;
 
 /// A server over a fresh model filesystem.
-pub fn model_server(config: Config) -> Rc<Server<Model>> {
-    Rc::new(Server::new(ModelFs::new(Ticks::default()), config))
+pub fn model_server(config: Config) -> Arc<Server<Model>> {
+    Arc::new(Server::new(ModelFs::new(Ticks::default()), config))
 }
 
 /// Polls a connection's requests once with a no-op waker.
@@ -57,7 +57,7 @@ impl<F: FileSystem + 'static> Exchange for Local<F> {
 }
 
 /// A versioned client on a new connection of `server`.
-pub fn client<F: FileSystem + 'static>(server: &Rc<Server<F>>) -> Client<Local<F>> {
+pub fn client<F: FileSystem + 'static>(server: &Arc<Server<F>>) -> Client<Local<F>> {
     let mut c = Client::new(Local {
         conn: Connection::new(server.clone()),
     });
@@ -85,26 +85,33 @@ pub fn replies<F: FileSystem + 'static>(conn: &mut Connection<F>) -> Vec<(u16, u
 /// A gate tests open by hand.
 #[derive(Debug, Default)]
 pub struct Gate {
-    open: Cell<bool>,
-    waiting: RefCell<Vec<Waker>>,
-    pub arrivals: Cell<u32>,
+    open: AtomicBool,
+    waiting: Mutex<Vec<Waker>>,
+    arrivals: AtomicU32,
 }
 
 impl Gate {
     pub fn open(&self) {
-        self.open.set(true);
-        for w in self.waiting.borrow_mut().drain(..) {
+        self.open.store(true, Relaxed);
+        for w in self.waiting.lock().unwrap().drain(..) {
             w.wake();
         }
     }
 
+    /// Times `fsync` arrived at the gate.
+    pub fn arrivals(&self) -> u32 {
+        self.arrivals.load(Relaxed)
+    }
+
     async fn pass(&self) {
-        self.arrivals.set(self.arrivals.get() + 1);
+        self.arrivals.fetch_add(1, Relaxed);
         poll_fn(|cx| {
-            if self.open.get() {
+            // Checked under the lock `open` drains the waiters with: not lost in between.
+            let mut waiting = self.waiting.lock().unwrap();
+            if self.open.load(Relaxed) {
                 Poll::Ready(())
             } else {
-                self.waiting.borrow_mut().push(cx.waker().clone());
+                waiting.push(cx.waker().clone());
                 Poll::Pending
             }
         })
@@ -115,7 +122,7 @@ impl Gate {
 /// The model filesystem with an `fsync` that waits for [`Gate::open`].
 pub struct GatedFs {
     pub inner: Model,
-    pub gate: Rc<Gate>,
+    pub gate: Arc<Gate>,
 }
 
 impl FileSystem for GatedFs {

@@ -16,7 +16,9 @@
 //! mounted guests with nothing to do: what they cost the server's busy connections.
 //! The server is on 127.0.0.1:PORT (QEMU forwards reach the guests from there). Output:
 //! `{"workload","conns","seconds","ops","ops_per_s","fsyncs","bytes","p50_us","p99_us",
-//! "max_us","errors"}`; exit status 1 if any connection failed.
+//! "max_us","errors"}`; exit status 1 if any connection failed. The line
+//! `ninep-load: measuring` on stderr marks the end of the set-up, for a caller that samples
+//! CPU use over the measured time only.
 #![forbid(unsafe_code)]
 
 use std::net::TcpStream;
@@ -297,6 +299,7 @@ fn main() {
         .collect();
     start.wait();
     let began = Instant::now();
+    eprintln!("ninep-load: measuring");
     let tallies: Vec<Tally> = threads
         .into_iter()
         .map(|t| {

@@ -193,7 +193,7 @@ pub fn run(memory: &str, scale: &Scale, port: u16, stats_port: u16) -> Run {
     let limits = Limits::for_scale(scale);
     // Room for every step's window, its waits (a minute at most each) and the boot.
     let boot_time = Duration::from_secs(600) + (scale.window + Duration::from_secs(120)) * 20;
-    let mut vm = Qemu::appliance()
+    let mut vm = Qemu::serving()
         .memory(memory)
         .nvme_image("nf-hostile", &image)
         .virtio_net_forwards(&[(port, 564), (stats_port, 5641)])

@@ -7,6 +7,8 @@
 //! - [`VisibleState`]: the canonical tree a client can observe, and its diff.
 //! - [`run_against_model`] / [`DualRunner`]: the model and a filesystem under test in
 //!   lockstep, comparing outcomes op by op and visible states.
+//! - [`Subtree`]: one directory of a filesystem as a filesystem of its own, so several
+//!   sequences (threads) share one filesystem, each compared with its own model.
 //!
 //! The futures are not `Send`; everything runs on `pollster`.
 //!
@@ -17,6 +19,7 @@ mod harness;
 mod op;
 mod state;
 pub mod strategy;
+mod subtree;
 
 use alloc::sync::Arc;
 
@@ -24,6 +27,7 @@ pub use apply::{apply, apply_blocking, resolve, Applied, AttrView, Handles, OpOu
 pub use harness::{op_time, run_against_model, CompareOptions, DualRunner, Mismatch, StepRecord};
 pub use op::{format_ops, pattern, Name, Op, Path, Target, XName, NAMES, TEST_OWNER, XATTR_NAMES};
 pub use state::{show_path, Content, Node, VisibleState, DIGEST_BLOCK};
+pub use subtree::Subtree;
 
 use vfs::{Clock, Timespec};
 

@@ -8,19 +8,20 @@
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
-use core::cell::{Cell, RefCell};
+use core::sync::atomic::{AtomicU16, Ordering};
 use core::time::Duration;
 
 use super::cmd::{Command, Completion, Status};
 use super::queue::QueuePair;
 use super::regs::{self, Capabilities};
 use super::NvmeError;
-use crate::drivers::inflight::{acquire, Slots};
+use crate::drivers::inflight::{acquire, SlotQueue, Slots};
 use crate::drivers::yield_now;
 use crate::exec::IrqEvent;
 use crate::hal::mmio::MmioRegion;
 use crate::mm::{DmaCoherent, DmaDevice};
 use crate::pci::device::PciDevice;
+use crate::sync::IrqLock;
 use crate::task;
 
 /// Entries in each admin ring.
@@ -50,15 +51,15 @@ pub struct Controller {
     pub cap: Capabilities,
     /// The controller's bus mastering and DMA memory.
     pub dma: DmaDevice,
-    admin: RefCell<QueuePair>,
+    admin: IrqLock<QueuePair>,
     /// One admin command at a time: a single slot used as an async lock.
-    turn: RefCell<Slots<()>>,
+    turn: IrqLock<Slots<()>>,
     /// The data page of admin commands (Identify), shared with the controller for its
     /// whole life, so an abandoned command can only ever write here.
     data: DmaCoherent,
     /// Signalled by MSI-X entry 0; `None` when admin completions are polled.
     event: Option<Arc<IrqEvent>>,
-    next_cid: Cell<u16>,
+    next_cid: AtomicU16,
 }
 
 impl Controller {
@@ -77,14 +78,14 @@ impl Controller {
         let admin = QueuePair::new(0, ADMIN_ENTRIES, regs.clone(), &cap, &dma).map_err(oom)?;
         Ok(Controller {
             pci,
-            admin: RefCell::new(admin),
+            admin: IrqLock::new(admin),
             regs,
             cap,
-            turn: RefCell::new(Slots::new(1)),
+            turn: IrqLock::new(Slots::new(1)),
             data: DmaCoherent::alloc(&dma, ADMIN_DATA).map_err(oom)?,
             dma,
             event: None,
-            next_cid: Cell::new(0),
+            next_cid: AtomicU16::new(0),
         })
     }
 
@@ -142,13 +143,12 @@ impl Controller {
         // given before: only then may it reach memory again.
         self.wait_ready(false, "reset").await?;
         self.dma.start();
-        {
-            let mut admin = self.admin.borrow_mut();
+        self.admin.lock(|admin| {
             admin.reset();
             self.regs.write32(regs::AQA, regs::aqa(ADMIN_ENTRIES));
             self.regs.write64(regs::ASQ, admin.sq_addr());
             self.regs.write64(regs::ACQ, admin.cq_addr());
-        }
+        });
         self.regs.write32(regs::CC, regs::cc_enable());
         self.wait_ready(true, "enable").await
     }
@@ -166,18 +166,15 @@ impl Controller {
     pub async fn admin(&self, mut cmd: Command) -> Result<Completion, AdminError> {
         let turn = acquire(&self.turn).await;
         let _release = Release(&self.turn, turn);
-        let cid = self.next_cid.get();
-        self.next_cid.set(cid.wrapping_add(1));
+        let cid = self.next_cid.fetch_add(1, Ordering::Relaxed);
         cmd.set_cid(cid);
-        {
-            let mut q = self.admin.borrow_mut();
+        self.admin.lock(|q| {
             q.push(&cmd);
             q.ring_sq(None);
-        }
+        });
         let end = task::now() + ADMIN_TIMEOUT;
         loop {
-            {
-                let mut q = self.admin.borrow_mut();
+            let found = self.admin.lock(|q| {
                 let mut found = None;
                 while let Some(c) = q.pop() {
                     if c.cid() == cid {
@@ -187,13 +184,14 @@ impl Controller {
                     log::warn!("nvme: stray admin completion {c:?}");
                 }
                 q.ring_cq(None);
-                if let Some(c) = found {
-                    return if c.status().is_success() {
-                        Ok(c)
-                    } else {
-                        Err(AdminError::Status(c.status()))
-                    };
-                }
+                found
+            });
+            if let Some(c) = found {
+                return if c.status().is_success() {
+                    Ok(c)
+                } else {
+                    Err(AdminError::Status(c.status()))
+                };
             }
             let now = task::now();
             if now > end {
@@ -219,10 +217,11 @@ impl Drop for Controller {
 }
 
 /// Gives the admin turn back when the command is done (or its future dropped).
-struct Release<'a>(&'a RefCell<Slots<()>>, u16);
+struct Release<'a>(&'a IrqLock<Slots<()>>, u16);
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        self.0.borrow_mut().release(self.1);
+        let turn = self.1;
+        self.0.with_slots(|s| s.release(turn));
     }
 }

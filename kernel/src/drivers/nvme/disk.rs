@@ -1,24 +1,34 @@
-//! [`NvmeDisk`]: the block device over an NVMe namespace.
+//! [`NvmeDisk`]: the block device over an NVMe namespace, shared by every CPU.
 //!
 //! The controller gets up to [`MAX_IO_QUEUES`](super::MAX_IO_QUEUES) I/O queue pairs
 //! ([`IoQueue`], identifiers `1..=n`, see [`queues`](super::queues)), one per CPU: a
-//! request goes to the pair of the CPU it is submitted on (`Options::current_cpu`). It
-//! takes a slot of that pair (= command identifier), copies its data into a DMA stream
-//! (see [`bounce`](crate::drivers::bounce)), lends the stream to the controller with the
-//! slot (PRP1, PRP2 or a PRP list in the slot's list pages), pushes the command to the
-//! pair's submission ring and waits for its slot to be completed. The *reaper* task
-//! serves every pair: it publishes each submission tail once for all commands queued
-//! since it last ran, consumes completions (woken by any I/O queue's MSI-X entry, or
-//! polling while commands are outstanding) and takes each command's stream back with its
-//! completion, and enforces timeouts: a late command is aborted; if the abort does not
-//! resolve it, the controller is halted (which ends its DMA), everything in flight on
-//! every pair fails with [`IoError::Timeout`], and the controller is brought up again
-//! with all its pairs.
+//! request goes to the pair of the CPU it is submitted on (`Options::current_cpu`), and
+//! pair `qid` *belongs* to CPU `(qid - 1) % cpus`: its MSI-X entry targets that CPU's
+//! local APIC and its reaper task runs there, so a request's submission, interrupt and
+//! completion happen on the CPU that made it (with fewer pairs than CPUs, some CPUs use
+//! a pair another CPU owns; its lock makes that correct).
+//!
+//! A request takes a slot of its pair (= command identifier), copies its data into a DMA
+//! stream (see [`bounce`](crate::drivers::bounce)), lends the stream to the controller
+//! with the slot (PRP1, PRP2 or a PRP list in the slot's list pages), pushes the command
+//! to the pair's submission ring and waits for its slot to be completed. Each pair's
+//! state (ring, slot table, slot memory) is under its own [`IrqLock`], taken briefly by
+//! submitters and by the pair's reaper, never across an `await`. The pair's reaper
+//! publishes the submission tail once for all commands queued since it last ran,
+//! consumes completions (woken by the pair's MSI-X entry, or polling while commands are
+//! outstanding) and takes each command's stream back with its completion.
+//!
+//! The *supervisor* task, on the CPU that opened the disk, owns the controller: the
+//! admin queue, the timeout scan and recovery. A late command is aborted; if the abort
+//! does not resolve it, the controller is halted (which ends its DMA), everything in
+//! flight on every pair fails with [`IoError::Timeout`], and the controller is brought up
+//! again with all its pairs; meanwhile the health is `Restarting` and neither reapers
+//! nor submitters touch the rings (each checks it under the pair's lock).
 
-use alloc::rc::Rc;
-use alloc::sync::Arc;
+use alloc::string::String;
+use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::time::Duration;
 
 use block::{check_request, BlockDevice, Geometry, IoError, WriteFlags};
@@ -32,15 +42,17 @@ use super::queues;
 use super::{NvmeError, Options};
 use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
-use crate::drivers::reaper::{self, Health, Reaped};
-use crate::drivers::{irq_event, irq_signalling, CompletionMode};
+use crate::drivers::reaper::{self, Health, Reaped, SharedHealth};
+use crate::drivers::{irq_event, CompletionMode};
 use crate::exec::IrqEvent;
 use crate::hal::dma::DmaStats;
-use crate::irq::IrqHandle;
+use crate::hal::percpu::{self, MAX_CPUS};
+use crate::irq::{self, IrqHandle};
 use crate::mm::{DmaCoherent, DmaDevice, DmaStream, LentStream};
 use crate::pci::device::{MsixTable, PciDevice};
-use crate::task;
+use crate::sync::IrqLock;
 use crate::time::Instant;
+use crate::{smp, task};
 
 /// The controller page size we configure (CC.MPS = 0).
 const PAGE: usize = 4096;
@@ -61,7 +73,8 @@ const DSM_RANGES: usize = 256;
 struct SlotMeta {
     /// The data stream the command's PRPs point at, while the controller holds it.
     data: Option<LentStream>,
-    /// PRP list pages or Dataset Management ranges (allocated on first use, kept).
+    /// PRP list pages or Dataset Management ranges (allocated on first use, kept; the
+    /// request holding the slot takes them out while it fills them).
     scratch: Option<DmaCoherent>,
     /// When the command counts as late.
     deadline: Instant,
@@ -94,7 +107,7 @@ pub struct NvmeStats {
     pub aborts: u64,
     /// Controller resets after timeouts.
     pub resets: u64,
-    /// Reaper passes.
+    /// Reaper passes, over every pair.
     pub reaps: u64,
     /// I/O queue pairs in use.
     pub io_queues: usize,
@@ -109,11 +122,13 @@ pub struct NvmeStats {
 }
 
 /// One I/O queue pair's counters ([`NvmeDisk::queue_stats`]); [`NvmeStats`] holds their
-/// totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// totals. The `_by_cpu` lists have one entry per CPU online, by index.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueStats {
     /// The queue identifier (1-based).
     pub qid: u16,
+    /// The CPU it belongs to: its reaper runs there and its interrupt targets it.
+    pub cpu: usize,
     /// Its completion queue's MSI-X entry (interrupt mode).
     pub msix_entry: Option<u16>,
     /// Commands submitted and completed, doorbell writes.
@@ -123,6 +138,12 @@ pub struct QueueStats {
     /// Interrupts on its MSI-X entry's vector (a shared entry's count for each queue
     /// sharing it).
     pub interrupts: u64,
+    /// Those interrupts by the CPU they were delivered to.
+    pub interrupts_by_cpu: Vec<u64>,
+    /// Commands submitted, by the CPU they were submitted on.
+    pub submitted_by_cpu: Vec<u64>,
+    /// Completions consumed, by the CPU that consumed them.
+    pub completed_by_cpu: Vec<u64>,
 }
 
 /// How a command ended: its status (dword 0 of the completion, or why it failed), and
@@ -131,6 +152,15 @@ pub struct QueueStats {
 struct Outcome {
     status: Result<u32, IoError>,
     data: Option<DmaStream>,
+}
+
+impl Outcome {
+    fn failed(e: IoError) -> Outcome {
+        Outcome {
+            status: Err(e),
+            data: None,
+        }
+    }
 }
 
 /// What a transfer moves.
@@ -148,27 +178,89 @@ impl Data<'_> {
     }
 }
 
-/// One I/O queue pair and its requests: the rings, the slot table (command identifiers
-/// belong to a submission queue) and the slots' driver memory.
+/// A count kept per CPU (by index), updated from any CPU.
+#[derive(Debug)]
+struct PerCpuCount([AtomicU64; MAX_CPUS]);
+
+impl PerCpuCount {
+    const fn new() -> PerCpuCount {
+        PerCpuCount([const { AtomicU64::new(0) }; MAX_CPUS])
+    }
+
+    /// Counts one on the running CPU.
+    fn add_here(&self) {
+        self.add(percpu::index(), 1);
+    }
+
+    fn add(&self, cpu: usize, n: u64) {
+        self.0[cpu].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The counts of CPUs `0..cpus`.
+    fn first(&self, cpus: usize) -> Vec<u64> {
+        self.0[..cpus.min(MAX_CPUS)]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// One I/O queue pair's state: the rings, the slot table (command identifiers belong to
+/// a submission queue) and the slots' driver memory, under the pair's lock.
+#[derive(Debug)]
+struct PairState {
+    ring: QueuePair,
+    slots: Slots<Outcome>,
+    meta: Vec<SlotMeta>,
+}
+
+/// Counters of one pair that the CPUs using it update.
+#[derive(Debug, Default)]
+struct PairCounters {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    fua_writes: AtomicU64,
+    flushes: AtomicU64,
+    discards: AtomicU64,
+    prp_lists: AtomicU64,
+    errors: AtomicU64,
+    reaps: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// One I/O queue pair and its requests.
 #[derive(Debug)]
 struct IoQueue {
     /// The queue identifier (1-based; the admin queue is 0).
     qid: u16,
     /// Its completion queue's MSI-X entry; `None` when completions are polled.
     msix_entry: Option<u16>,
-    ring: RefCell<QueuePair>,
-    slots: RefCell<Slots<Outcome>>,
-    meta: RefCell<Vec<SlotMeta>>,
+    /// The CPU it belongs to: its reaper runs there, its interrupt is delivered there.
+    cpu: usize,
+    state: IrqLock<PairState>,
+    /// Wakes the pair's reaper: a submission to publish, an interrupt, a health change.
+    event: Arc<IrqEvent>,
+    counters: PairCounters,
+    submitted_by_cpu: PerCpuCount,
+    completed_by_cpu: PerCpuCount,
 }
 
 impl IoQueue {
     /// Queue pair `qid` of `entries` entries per ring (`entries - 1` slots), its
-    /// completions on `msix_entry`.
+    /// completions on `msix_entry`, belonging to CPU `cpu`.
     fn new(
         ctrl: &Controller,
         qid: u16,
         entries: u16,
         msix_entry: Option<u16>,
+        cpu: usize,
     ) -> Result<IoQueue, NvmeError> {
         let ring = QueuePair::new(qid, entries, ctrl.regs.clone(), &ctrl.cap, &ctrl.dma)
             .map_err(|_| NvmeError::NoMemory)?;
@@ -176,22 +268,35 @@ impl IoQueue {
         Ok(IoQueue {
             qid,
             msix_entry,
-            ring: RefCell::new(ring),
-            slots: RefCell::new(Slots::new(slots)),
-            meta: RefCell::new((0..slots).map(|_| SlotMeta::default()).collect()),
+            cpu,
+            state: IrqLock::new(PairState {
+                ring,
+                slots: Slots::new(slots),
+                meta: (0..slots).map(|_| SlotMeta::default()).collect(),
+            }),
+            event: Arc::new(IrqEvent::new()),
+            counters: PairCounters::default(),
+            submitted_by_cpu: PerCpuCount::new(),
+            completed_by_cpu: PerCpuCount::new(),
         })
     }
 }
 
 impl SlotQueue for IoQueue {
     type Output = Outcome;
+    type State = PairState;
 
-    fn slots(&self) -> &RefCell<Slots<Outcome>> {
-        &self.slots
+    fn with_state<T>(&self, f: impl FnOnce(&mut PairState) -> T) -> T {
+        self.state.lock(f)
+    }
+
+    fn slots(state: &mut PairState) -> &mut Slots<Outcome> {
+        &mut state.slots
     }
 }
 
-/// The driver state shared by the disk handle, the reaper and request futures.
+/// The driver state shared by the disk handle, the reapers and request futures, on
+/// every CPU.
 #[derive(Debug)]
 struct Inner {
     ctrl: Controller,
@@ -210,25 +315,30 @@ struct Inner {
     granted_queues: (u32, u32),
     bounce: Bounce,
     shadow: Option<ShadowPages>,
-    shadow_on: Cell<bool>,
-    /// Kicks the reaper: submissions to publish, or a health change.
+    shadow_on: AtomicBool,
+    /// Kicks the supervisor: a health change, or the handle's drop.
     work: Arc<IrqEvent>,
-    /// Signalled by every I/O queue's MSI-X entry.
-    io_event: Option<Arc<IrqEvent>>,
-    health: Cell<Health>,
-    stats: Cell<NvmeStats>,
+    health: SharedHealth,
+    timeouts: AtomicU64,
+    aborts: AtomicU64,
+    resets: AtomicU64,
     msix: Option<MsixTable>,
-    /// The vectors of MSI-X entry 0 (admin), then of entries 1, 2, ... (I/O queues).
-    irqs: Vec<IrqHandle>,
+    interrupts: Interrupts,
     /// Fault injection: ignore the next completion, as if the controller lost it.
-    lose_next: Cell<bool>,
+    lose_next: AtomicBool,
 }
 
-/// An NVMe namespace as a [`BlockDevice`]. See the module documentation.
+/// An NVMe namespace as a [`BlockDevice`], usable from every CPU (`Send + Sync`). See
+/// the module documentation.
 #[derive(Debug)]
 pub struct NvmeDisk {
-    inner: Rc<Inner>,
+    inner: Arc<Inner>,
 }
+
+const _: () = {
+    const fn shared_by_cpus<T: Send + Sync>() {}
+    shared_by_cpus::<NvmeDisk>();
+};
 
 fn admin_error(what: &'static str) -> impl Fn(AdminError) -> NvmeError {
     move |e| NvmeError::Admin {
@@ -240,26 +350,37 @@ fn admin_error(what: &'static str) -> impl Fn(AdminError) -> NvmeError {
     }
 }
 
-/// The controller's MSI-X routing: entry 0 serves the admin queue, entries 1.. the I/O
-/// queues (see [`queues::msix_entry`]). In polling mode MSI-X is enabled with every entry
-/// masked, so the controller raises nothing.
+/// What one I/O MSI-X entry's interrupt does: wakes the reapers of the pairs completing
+/// on it, counting the CPU it was delivered to.
+#[derive(Debug)]
+struct EntryWake {
+    /// The events of the pairs on the entry (set once the pairs exist; the entry is
+    /// unmasked only then).
+    reapers: spin::Once<Vec<Arc<IrqEvent>>>,
+    by_cpu: PerCpuCount,
+}
+
+/// The controller's MSI-X routing: entry 0 serves the admin queue (on the CPU that opened
+/// the disk), entries 1.. the I/O queues (see [`queues::msix_entry`]), each aimed at the
+/// CPU its pairs belong to. In polling mode MSI-X is enabled with every entry masked, so
+/// the controller raises nothing.
+#[derive(Debug)]
 struct Interrupts {
-    msix: Option<MsixTable>,
     /// Entry 0's vector, then entry 1's, 2's, ...
     irqs: Vec<IrqHandle>,
-    io_event: Option<Arc<IrqEvent>>,
+    /// What entries 1, 2, ... do.
+    io: Vec<Arc<EntryWake>>,
 }
 
 impl Interrupts {
     /// Routes the admin vector of `pci` (in interrupt mode) and enables MSI-X.
     fn route(
-        pci: PciDevice,
+        msix: Option<&MsixTable>,
         ctrl: &mut Controller,
         mode: CompletionMode,
     ) -> Result<Interrupts, NvmeError> {
-        let msix = pci.msix().ok();
         let mut irqs = Vec::new();
-        match (&msix, mode) {
+        match (msix, mode) {
             (Some(m), CompletionMode::Interrupt) if m.len() >= 2 => {
                 let (admin_irq, admin_event) = irq_event().map_err(|_| NvmeError::NoVector)?;
                 m.set(0, &admin_irq);
@@ -269,29 +390,39 @@ impl Interrupts {
             (_, CompletionMode::Interrupt) => return Err(NvmeError::NoMsix),
             _ => {}
         }
-        if let Some(m) = &msix {
+        if let Some(m) = msix {
             m.enable();
         }
         Ok(Interrupts {
-            msix,
             irqs,
-            io_event: None,
+            io: Vec::new(),
         })
     }
 
-    /// In interrupt mode, routes MSI-X entries `1..` for `queues` I/O queues, one each
-    /// while the table and the free vectors last, every one signalling the reaper's
-    /// event. Returns how many entries were routed (0 when polling).
-    fn route_io(&mut self, queues: u16) -> Result<u16, NvmeError> {
-        let Some(m) = self.msix.as_ref().filter(|_| !self.irqs.is_empty()) else {
+    /// In interrupt mode, allocates the vectors of MSI-X entries `1..` for `queues` I/O
+    /// queues, one each while the table (of `table_len` entries) and the free vectors
+    /// last. Returns how many entries there are (0 when polling); [`Interrupts::aim`]
+    /// points them at their CPUs once the pairs exist.
+    fn allocate_io(&mut self, queues: u16, table_len: u16) -> Result<u16, NvmeError> {
+        if self.irqs.is_empty() {
             return Ok(0);
-        };
-        let event = Arc::new(IrqEvent::new());
-        for entry in 1..=queues::io_entries(queues, m.len()) {
-            match irq_signalling(&event) {
+        }
+        for entry in 1..=queues::io_entries(queues, table_len) {
+            let wake = Arc::new(EntryWake {
+                reapers: spin::Once::new(),
+                by_cpu: PerCpuCount::new(),
+            });
+            let w = wake.clone();
+            let handler = move || {
+                w.by_cpu.add_here();
+                for reaper in w.reapers.get().into_iter().flatten() {
+                    reaper.signal();
+                }
+            };
+            match irq::allocate(handler) {
                 Ok(irq) => {
-                    m.set(entry, &irq);
                     self.irqs.push(irq);
+                    self.io.push(wake);
                 }
                 Err(_) if entry == 1 => return Err(NvmeError::NoVector),
                 Err(_) => {
@@ -303,8 +434,52 @@ impl Interrupts {
                 }
             }
         }
-        self.io_event = Some(event);
-        Ok(self.irqs.len() as u16 - 1)
+        Ok(self.io.len() as u16)
+    }
+
+    /// Points each I/O entry at the local APIC of the CPU its first pair belongs to,
+    /// waking the reapers of all its pairs, and unmasks it.
+    fn aim(&self, msix: &MsixTable, pairs: &[IoQueue]) {
+        for (i, (irq, wake)) in self.irqs.iter().skip(1).zip(&self.io).enumerate() {
+            let entry = i as u16 + 1;
+            let on_entry: Vec<&IoQueue> = pairs
+                .iter()
+                .filter(|q| q.msix_entry == Some(entry))
+                .collect();
+            wake.reapers
+                .call_once(|| on_entry.iter().map(|q| q.event.clone()).collect());
+            let cpu = on_entry.first().map_or(0, |q| q.cpu);
+            match smp::apic_id(cpu) {
+                Some(apic_id) => msix.set_target(entry, irq, apic_id),
+                None => msix.set(entry, irq),
+            }
+        }
+    }
+
+    /// The interrupts of I/O entry `entry` so far, and by CPU (`cpus` of them).
+    fn io_counts(&self, entry: u16, cpus: usize) -> (u64, Vec<u64>) {
+        let i = usize::from(entry);
+        match (self.irqs.get(i), self.io.get(i - 1)) {
+            (Some(irq), Some(wake)) => (irq.count(), wake.by_cpu.first(cpus)),
+            _ => (0, alloc::vec![0; cpus]),
+        }
+    }
+}
+
+/// How long opening a controller waits for the previous driver instance to be gone.
+const IN_USE_WAIT: Duration = Duration::from_secs(1);
+
+/// The controller's bus mastering, once no earlier driver instance holds it: after its
+/// handle is dropped, a reaper on another CPU may still be finishing a pass with the
+/// instance (which it then frees), for a moment.
+async fn take_over(pci: PciDevice) -> Result<DmaDevice, NvmeError> {
+    let give_up = task::now() + IN_USE_WAIT;
+    loop {
+        match DmaDevice::new(pci) {
+            Ok(dma) => return Ok(dma),
+            Err(_) if task::now() < give_up => task::sleep(Duration::from_millis(1)).await,
+            Err(_) => return Err(NvmeError::InUse),
+        }
     }
 }
 
@@ -363,10 +538,14 @@ fn namespace_geometry(info: &ControllerInfo, ns: &NamespaceInfo) -> Geometry {
 
 impl NvmeDisk {
     /// Resets and brings up the controller at `pci` and opens its first active namespace.
+    /// Its I/O queue pairs are spread over the CPUs online now (open it after the other
+    /// CPUs are started): each pair's reaper is spawned on its CPU, and the supervisor
+    /// on this one.
     pub async fn open(pci: PciDevice, options: Options) -> Result<NvmeDisk, NvmeError> {
-        let dma = DmaDevice::new(pci).map_err(|_| NvmeError::InUse)?;
+        let dma = take_over(pci).await?;
         let mut ctrl = Controller::new(pci, dma)?;
-        let mut interrupts = Interrupts::route(pci, &mut ctrl, options.mode)?;
+        let msix = pci.msix().ok();
+        let mut interrupts = Interrupts::route(msix.as_ref(), &mut ctrl, options.mode)?;
         ctrl.disable().await?;
         ctrl.enable().await?;
         let (info, nsid, ns) = identify_namespace(&ctrl).await?;
@@ -377,13 +556,17 @@ impl NvmeDisk {
         let requested = queues::requested(options.io_queues);
         let granted = negotiate_queues(&ctrl, requested).await?;
         let count = queues::queue_count(requested, granted);
-        let io_entries = interrupts.route_io(count)?;
+        let io_entries = interrupts.allocate_io(count, msix.as_ref().map_or(0, MsixTable::len))?;
+        let cpus = smp::online().max(1);
         let queues = (1..=count)
             .map(|qid| {
                 let entry = (io_entries > 0).then(|| queues::msix_entry(qid, io_entries));
-                IoQueue::new(&ctrl, qid, entries, entry)
+                IoQueue::new(&ctrl, qid, entries, entry, queues::cpu_of(qid, cpus))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(m) = &msix {
+            interrupts.aim(m, &queues);
+        }
         let mut shadow = options.shadow_doorbells && info.oacs & oacs::DOORBELL_BUFFER_CONFIG != 0;
         if shadow && !queues::shadow_page_covers(count, ctrl.cap.doorbell_stride, PAGE) {
             log::warn!(
@@ -396,7 +579,7 @@ impl NvmeDisk {
             true => Some(ShadowPages::new(&ctrl.dma).map_err(|_| NvmeError::NoMemory)?),
             false => None,
         };
-        let inner = Rc::new(Inner {
+        let inner = Arc::new(Inner {
             list_pages: prp::list_pages_for(geometry.max_transfer as usize / PAGE, PAGE),
             info,
             nsid,
@@ -408,24 +591,20 @@ impl NvmeDisk {
             granted_queues: granted,
             bounce: Bounce::new(&ctrl.dma, options.bounce_pool),
             shadow,
-            shadow_on: Cell::new(false),
+            shadow_on: AtomicBool::new(false),
             work: Arc::new(IrqEvent::new()),
-            io_event: interrupts.io_event,
-            health: Cell::new(Health::Running),
-            stats: Cell::new(NvmeStats::default()),
-            msix: interrupts.msix,
-            irqs: interrupts.irqs,
-            lose_next: Cell::new(false),
+            health: SharedHealth::new(),
+            timeouts: AtomicU64::new(0),
+            aborts: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            msix,
+            interrupts,
+            lose_next: AtomicBool::new(false),
             ctrl,
         });
         assert!(inner.list_pages <= MAX_LIST_PAGES);
         inner.create_queues().await?;
-        task::spawn(reaper::run(
-            Rc::downgrade(&inner),
-            inner.work.clone(),
-            inner.io_event.clone(),
-            options.mode == CompletionMode::Poll,
-        ));
+        inner.spawn_reapers();
         inner.log_bring_up(entries);
         Ok(NvmeDisk { inner })
     }
@@ -443,24 +622,38 @@ impl NvmeDisk {
     /// The admin queue's interrupt vector and how many interrupts it has delivered, in
     /// interrupt mode.
     pub fn admin_interrupts(&self) -> Option<(u8, u64)> {
-        self.inner.irqs.first().map(|h| (h.vector(), h.count()))
+        let irqs = &self.inner.interrupts.irqs;
+        irqs.first().map(|h| (h.vector(), h.count()))
     }
 
     /// The counters, totals over every I/O queue pair.
     pub fn stats(&self) -> NvmeStats {
         let i = &self.inner;
-        let mut s = i.stats.get();
-        s.io_queues = i.queues.len();
-        s.doorbells = DoorbellStats::default();
-        s.slots = SlotStats::default();
-        for q in self.queue_stats() {
-            s.doorbells.merge(&q.doorbells);
-            s.slots.merge(&q.slots);
+        let mut s = NvmeStats {
+            timeouts: get(&i.timeouts),
+            aborts: get(&i.aborts),
+            resets: get(&i.resets),
+            io_queues: i.queues.len(),
+            // Every I/O vector once, however many queues share it.
+            interrupts: i.interrupts.irqs.iter().skip(1).map(IrqHandle::count).sum(),
+            dma: i.ctrl.dma.stats(),
+            bounce: i.bounce.stats(),
+            ..NvmeStats::default()
+        };
+        for q in &i.queues {
+            let c = &q.counters;
+            s.reads += get(&c.reads);
+            s.writes += get(&c.writes);
+            s.fua_writes += get(&c.fua_writes);
+            s.flushes += get(&c.flushes);
+            s.discards += get(&c.discards);
+            s.prp_lists += get(&c.prp_lists);
+            s.errors += get(&c.errors);
+            s.reaps += get(&c.reaps);
+            let (doorbells, slots) = q.state.lock(|st| (st.ring.stats(), st.slots.stats()));
+            s.doorbells.merge(&doorbells);
+            s.slots.merge(&slots);
         }
-        // Every I/O vector once, however many queues share it.
-        s.interrupts = i.irqs.iter().skip(1).map(IrqHandle::count).sum();
-        s.dma = i.ctrl.dma.stats();
-        s.bounce = i.bounce.stats();
         s
     }
 
@@ -471,18 +664,27 @@ impl NvmeDisk {
 
     /// Each I/O queue pair's counters, by queue (identifier 1 first).
     pub fn queue_stats(&self) -> Vec<QueueStats> {
-        let i = &self.inner;
-        i.queues
+        let cpus = smp::online().max(1);
+        self.inner
+            .queues
             .iter()
-            .map(|q| QueueStats {
-                qid: q.qid,
-                msix_entry: q.msix_entry,
-                doorbells: q.ring.borrow().stats(),
-                slots: q.slots.borrow().stats(),
-                interrupts: q
-                    .msix_entry
-                    .and_then(|e| i.irqs.get(usize::from(e)))
-                    .map_or(0, IrqHandle::count),
+            .map(|q| {
+                let (doorbells, slots) = q.state.lock(|st| (st.ring.stats(), st.slots.stats()));
+                let (interrupts, interrupts_by_cpu) = match q.msix_entry {
+                    Some(e) => self.inner.interrupts.io_counts(e, cpus),
+                    None => (0, alloc::vec![0; cpus]),
+                };
+                QueueStats {
+                    qid: q.qid,
+                    cpu: q.cpu,
+                    msix_entry: q.msix_entry,
+                    doorbells,
+                    slots,
+                    interrupts,
+                    interrupts_by_cpu,
+                    submitted_by_cpu: q.submitted_by_cpu.first(cpus),
+                    completed_by_cpu: q.completed_by_cpu.first(cpus),
+                }
             })
             .collect()
     }
@@ -524,7 +726,7 @@ impl NvmeDisk {
     /// Fault injection for self-tests: the next completion is ignored, as if the
     /// controller had lost it, so its request runs into the timeout and recovery path.
     pub fn inject_lost_completion(&self) {
-        self.inner.lose_next.set(true);
+        self.inner.lose_next.store(true, Ordering::SeqCst);
     }
 
     /// Reads without checking the range against the namespace size, so the controller
@@ -532,16 +734,16 @@ impl NvmeDisk {
     /// error statuses). The length must still be a valid transfer length.
     pub async fn read_unchecked(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
         check_request(&self.inner.geometry, 0, buf.len())?;
-        self.inner.bump(|s| s.reads += 1);
         let q = self.inner.route();
+        add(&q.counters.reads, 1);
         self.inner.transfer(q, lba, Data::Read(buf)).await
     }
 }
 
 impl Drop for NvmeDisk {
     fn drop(&mut self) {
-        // The reaper holds only a weak reference; wake it so it notices and ends.
-        self.inner.work.signal();
+        // The reapers hold only weak references; wake them so they notice and end.
+        self.inner.wake_all();
     }
 }
 
@@ -563,10 +765,11 @@ impl BlockDevice for NvmeDisk {
             // Every completed write is already on stable media.
             return Ok(());
         }
-        self.inner.bump(|s| s.flushes += 1);
         // A Flush covers every write completed before it, on whichever queue.
+        let q = self.inner.route();
+        add(&q.counters.flushes, 1);
         self.inner
-            .command(self.inner.route(), Command::flush(self.inner.nsid))
+            .command(q, Command::flush(self.inner.nsid))
             .await
             .map(|_| ())
     }
@@ -589,14 +792,14 @@ impl Reaped for Inner {
         self.health.get()
     }
 
-    fn reap(&self) {
-        Inner::reap(self);
+    fn reap(&self, queue: usize) -> usize {
+        self.reap_pair(&self.queues[queue])
     }
 
     fn in_device(&self) -> usize {
         self.queues
             .iter()
-            .map(|q| q.slots.borrow().in_device())
+            .map(|q| q.state.lock(|st| st.slots.in_device()))
             .sum()
     }
 
@@ -609,31 +812,40 @@ impl Reaped for Inner {
     }
 }
 
-impl Outcome {
-    fn failed(e: IoError) -> Outcome {
-        Outcome {
-            status: Err(e),
-            data: None,
-        }
-    }
-}
-
 impl Inner {
-    fn bump(&self, f: impl FnOnce(&mut NvmeStats)) {
-        let mut s = self.stats.get();
-        f(&mut s);
-        self.stats.set(s);
-    }
-
     /// The I/O queue pair of the CPU we run on.
     fn route(&self) -> &IoQueue {
         &self.queues[(self.options.current_cpu)() % self.queues.len()]
     }
 
+    /// Starts each pair's reaper on the CPU the pair belongs to, and the supervisor here.
+    fn spawn_reapers(self: &Arc<Self>) {
+        let poll = self.options.mode == CompletionMode::Poll;
+        for (i, q) in self.queues.iter().enumerate() {
+            let (device, event) = (Arc::downgrade(self), q.event.clone());
+            let make = move || reaper::serve_queue(device, i, event, poll);
+            if smp::spawn_on(q.cpu, make).is_err() {
+                // Not online (cannot happen: pairs go to CPUs online): serve it here.
+                let event = q.event.clone();
+                task::spawn(reaper::serve_queue(Arc::downgrade(self), i, event, poll));
+            }
+        }
+        let device: Weak<Inner> = Arc::downgrade(self);
+        task::spawn(reaper::supervise(device, self.work.clone()));
+    }
+
+    /// Signals the supervisor and every pair's reaper (a health change, or the end).
+    fn wake_all(&self) {
+        self.work.signal();
+        for q in &self.queues {
+            q.event.signal();
+        }
+    }
+
     /// A checked read through `q`.
     async fn read(&self, q: &IoQueue, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
         check_request(&self.geometry, lba, buf.len())?;
-        self.bump(|s| s.reads += 1);
+        add(&q.counters.reads, 1);
         self.transfer(q, lba, Data::Read(buf)).await
     }
 
@@ -646,10 +858,8 @@ impl Inner {
         flags: WriteFlags,
     ) -> Result<(), IoError> {
         check_request(&self.geometry, lba, buf.len())?;
-        self.bump(|s| {
-            s.writes += 1;
-            s.fua_writes += u64::from(flags.fua);
-        });
+        add(&q.counters.writes, 1);
+        add(&q.counters.fua_writes, u64::from(flags.fua));
         self.transfer(q, lba, Data::Write(buf, flags.fua)).await
     }
 
@@ -671,13 +881,13 @@ impl Inner {
             entries,
             on_off(g.volatile_cache),
             if g.discard { "yes" } else { "no" },
-            on_off(self.shadow_on.get()),
+            on_off(self.shadow_on.load(Ordering::SeqCst)),
             self.options.mode,
         );
         let n = self.queues.len();
         let entries: Vec<u16> = self.queues.iter().filter_map(|q| q.msix_entry).collect();
         let vectors = match entries.iter().max() {
-            None => alloc::string::String::from("polled"),
+            None => String::from("polled"),
             Some(&last) if usize::from(last) < n => {
                 alloc::format!("MSI-X entries 1-{last}, shared")
             }
@@ -690,6 +900,11 @@ impl Inner {
             self.requested_queues,
             self.granted_queues.0.min(self.granted_queues.1),
         );
+        let cpus: Vec<usize> = self.queues.iter().map(|q| q.cpu).collect();
+        log::info!(
+            "nvme: {}: I/O queue pairs 1-{n} served on CPUs {cpus:?} (their reapers, and their interrupts unless polled)",
+            self.ctrl.pci.address(),
+        );
     }
 
     fn abort_grace(&self) -> Duration {
@@ -697,17 +912,20 @@ impl Inner {
     }
 
     fn shadow(&self) -> Option<&ShadowPages> {
-        self.shadow.as_ref().filter(|_| self.shadow_on.get())
+        self.shadow
+            .as_ref()
+            .filter(|_| self.shadow_on.load(Ordering::SeqCst))
     }
 
     /// Turns on shadow doorbells if we have them and creates every I/O queue pair (after
-    /// the queue count was negotiated: at bring-up, and again after every reset).
+    /// the queue count was negotiated: at bring-up, and again after every reset, while
+    /// nothing else touches the rings).
     async fn create_queues(&self) -> Result<(), NvmeError> {
         let ctrl = &self.ctrl;
         for q in &self.queues {
-            q.ring.borrow_mut().reset();
+            q.state.lock(|st| st.ring.reset());
         }
-        self.shadow_on.set(false);
+        self.shadow_on.store(false, Ordering::SeqCst);
         if let Some(pages) = &self.shadow {
             // One page holds the doorbells of every queue (checked at bring-up).
             pages.doorbells.zero(0, PAGE);
@@ -717,15 +935,14 @@ impl Inner {
                 pages.event_idx.device_addr(),
             );
             match ctrl.admin(cmd).await {
-                Ok(_) => self.shadow_on.set(true),
+                Ok(_) => self.shadow_on.store(true, Ordering::SeqCst),
                 Err(e) => log::warn!("nvme: shadow doorbells refused ({e:?}); using MMIO"),
             }
         }
         for q in &self.queues {
-            let (entries, sq, cq) = {
-                let ring = q.ring.borrow();
-                (ring.entries(), ring.sq_addr(), ring.cq_addr())
-            };
+            let (entries, sq, cq) = q
+                .state
+                .lock(|st| (st.ring.entries(), st.ring.sq_addr(), st.ring.cq_addr()));
             let mut create_cq = Command::create_io_cq(q.qid, entries, q.msix_entry);
             create_cq.set_prps(cq, 0);
             ctrl.admin(create_cq)
@@ -737,110 +954,103 @@ impl Inner {
                 .await
                 .map_err(admin_error("create I/O submission queue"))?;
             if let Some(pages) = self.shadow() {
-                q.ring.borrow_mut().use_shadow(pages);
+                q.state.lock(|st| st.ring.use_shadow(pages));
             }
         }
         Ok(())
     }
 
-    /// Consumes every posted completion of every queue pair; publishes the completion
-    /// heads and any queued submissions. Returns how many completions there were.
-    fn reap(&self) -> usize {
-        if self.health.get() != Health::Running {
-            return 0;
-        }
-        let (mut n, mut errors) = (0, 0);
-        for q in &self.queues {
-            let (completions, failed) = self.reap_queue(q);
-            n += completions;
-            errors += failed;
-        }
-        self.bump(|s| {
-            s.reaps += 1;
-            s.errors += errors;
-        });
-        n
-    }
-
-    /// [`Inner::reap`] for one queue pair: its completions, and those with an error
-    /// status.
-    fn reap_queue(&self, q: &IoQueue) -> (usize, u64) {
+    /// Consumes every posted completion of pair `q` and publishes its completion head and
+    /// queued submissions, unless the controller is stopped; returns how many commands
+    /// the pair still has in the controller.
+    fn reap_pair(&self, q: &IoQueue) -> usize {
         let shadow = self.shadow();
-        let mut ring = q.ring.borrow_mut();
-        let mut slots = q.slots.borrow_mut();
-        let mut meta = q.meta.borrow_mut();
-        let (mut n, mut errors) = (0, 0);
-        while let Some(c) = ring.pop() {
-            n += 1;
-            if self.lose_next.replace(false) {
-                log::warn!(
-                    "nvme: fault injection: ignoring the completion of command {} on queue {}",
-                    c.cid(),
-                    q.qid
-                );
-                continue;
+        let (completions, errors, in_device) = q.state.lock(|st| {
+            if self.health.get() != Health::Running {
+                return (0, 0, st.slots.in_device());
             }
-            if !slots.is_in_device(c.cid()) {
-                // Not a command the controller holds: counted as stray, trusted for nothing.
-                let stray = slots.complete(c.cid(), Outcome::failed(IoError::Timeout));
-                debug_assert_eq!(stray, Completed::Stray);
-                log::warn!("nvme: stray completion on queue {}: {c:?}", q.qid);
-                continue;
+            let (mut n, mut errors) = (0, 0);
+            while let Some(c) = st.ring.pop() {
+                n += 1;
+                if self.lose_next.load(Ordering::Relaxed)
+                    && self.lose_next.swap(false, Ordering::SeqCst)
+                {
+                    log::warn!(
+                        "nvme: fault injection: ignoring the completion of command {} on queue {}",
+                        c.cid(),
+                        q.qid
+                    );
+                    continue;
+                }
+                if !st.slots.is_in_device(c.cid()) {
+                    // Not a command the controller holds: counted as stray, trusted for nothing.
+                    let stray = st
+                        .slots
+                        .complete(c.cid(), Outcome::failed(IoError::Timeout));
+                    debug_assert_eq!(stray, Completed::Stray);
+                    log::warn!("nvme: stray completion on queue {}: {c:?}", q.qid);
+                    continue;
+                }
+                let m = &mut st.meta[usize::from(c.cid())];
+                let status = if c.status().is_success() {
+                    Ok(c.result())
+                } else if m.aborted {
+                    Err(IoError::Timeout)
+                } else {
+                    errors += 1;
+                    log::warn!(
+                        "nvme: command {} on queue {} failed: {:?}",
+                        c.cid(),
+                        q.qid,
+                        c.status()
+                    );
+                    Err(IoError::Device(c.status().code()))
+                };
+                // The controller completed the command: it is done with the data stream.
+                // An abandoned command's outcome (and stream) is dropped by the slot table.
+                let data = m.data.take().map(LentStream::reclaim);
+                st.slots.complete(c.cid(), Outcome { status, data });
             }
-            let m = &mut meta[usize::from(c.cid())];
-            let status = if c.status().is_success() {
-                Ok(c.result())
-            } else if m.aborted {
-                Err(IoError::Timeout)
-            } else {
-                errors += 1;
-                log::warn!(
-                    "nvme: command {} on queue {} failed: {:?}",
-                    c.cid(),
-                    q.qid,
-                    c.status()
-                );
-                Err(IoError::Device(c.status().code()))
-            };
-            // The controller completed the command: it is done with the data stream.
-            // An abandoned command's outcome (and stream) is dropped by the slot table.
-            let data = m.data.take().map(LentStream::reclaim);
-            slots.complete(c.cid(), Outcome { status, data });
+            st.ring.ring_cq(shadow);
+            st.ring.ring_sq(shadow);
+            (n, errors, st.slots.in_device())
+        });
+        add(&q.counters.reaps, 1);
+        add(&q.counters.errors, errors);
+        if completions > 0 {
+            q.completed_by_cpu.add(percpu::index(), completions);
         }
-        ring.ring_cq(shadow);
-        ring.ring_sq(shadow);
-        (n, errors)
+        in_device
     }
 
     /// Halts the controller (which ends its DMA at once) and fails everything in flight
-    /// with [`IoError::Timeout`]; the reaper then brings it up again.
+    /// with [`IoError::Timeout`]; the supervisor then brings it up again. The health
+    /// changes first, so from here on no reaper or submitter touches a ring; the pairs
+    /// are then emptied one at a time.
     fn stop_device(&self) {
+        self.health.stop();
         self.ctrl.halt();
         let mut failed = 0;
         for q in &self.queues {
-            let busy: Vec<u16> = q.slots.borrow().in_device_slots().collect();
-            let mut slots = q.slots.borrow_mut();
-            let mut meta = q.meta.borrow_mut();
-            for &cid in &busy {
-                // Bus mastering is off: the controller can no longer touch the streams.
-                let data = meta[usize::from(cid)].data.take().map(LentStream::reclaim);
-                slots.complete(
-                    cid,
-                    Outcome {
+            failed += q.state.lock(|st| {
+                let busy: Vec<u16> = st.slots.in_device_slots().collect();
+                for &cid in &busy {
+                    // Bus mastering is off: the controller can no longer touch the streams.
+                    let data = st.meta[usize::from(cid)]
+                        .data
+                        .take()
+                        .map(LentStream::reclaim);
+                    let outcome = Outcome {
                         status: Err(IoError::Timeout),
                         data,
-                    },
-                );
-            }
-            failed += busy.len() as u64;
+                    };
+                    st.slots.complete(cid, outcome);
+                }
+                busy.len() as u64
+            });
         }
-        self.bump(|s| {
-            s.resets += 1;
-            s.timeouts += failed;
-        });
-        if self.health.get() == Health::Running {
-            self.health.set(Health::Restarting);
-        }
+        add(&self.resets, 1);
+        add(&self.timeouts, failed);
         self.work.signal();
     }
 
@@ -874,43 +1084,40 @@ impl Inner {
                 self.health.set(Health::Dead);
             }
         }
+        // The reapers look at their pairs again (or end).
+        self.wake_all();
     }
 
     /// Aborts commands past their deadline; resets if an aborted one is still late.
     async fn abort_late(&self, now: Instant) {
-        let mut late: Vec<(&IoQueue, u16, bool)> = Vec::new();
-        for q in &self.queues {
-            let slots = q.slots.borrow();
-            let meta = q.meta.borrow();
-            late.extend(
-                slots
-                    .in_device_slots()
-                    .filter(|&s| meta[usize::from(s)].deadline <= now)
-                    .map(|s| (q, s, meta[usize::from(s)].aborted)),
-            );
-        }
+        let grace = now + self.abort_grace();
+        let mut late: Vec<(u16, u16)> = Vec::new();
         let mut reset = false;
-        for (q, cid, aborted) in late {
-            if aborted {
-                reset = true;
-                continue;
-            }
+        for q in &self.queues {
+            q.state.lock(|st| {
+                for cid in st.slots.in_device_slots() {
+                    let m = &mut st.meta[usize::from(cid)];
+                    if m.deadline > now {
+                        continue;
+                    }
+                    if m.aborted {
+                        reset = true;
+                    } else {
+                        m.aborted = true;
+                        m.deadline = grace;
+                        late.push((q.qid, cid));
+                    }
+                }
+            });
+        }
+        for (qid, cid) in late {
             log::warn!(
-                "nvme: command {cid} on queue {} not completed within {:?}; aborting it",
-                q.qid,
+                "nvme: command {cid} on queue {qid} not completed within {:?}; aborting it",
                 self.options.timeout
             );
-            {
-                let mut meta = q.meta.borrow_mut();
-                meta[usize::from(cid)].aborted = true;
-                meta[usize::from(cid)].deadline = now + self.abort_grace();
-            }
-            self.bump(|s| s.aborts += 1);
-            if let Err(e) = self.ctrl.admin(Command::abort(q.qid, cid)).await {
-                log::warn!(
-                    "nvme: abort of command {cid} on queue {} failed: {e:?}",
-                    q.qid
-                );
+            add(&self.aborts, 1);
+            if let Err(e) = self.ctrl.admin(Command::abort(qid, cid)).await {
+                log::warn!("nvme: abort of command {cid} on queue {qid} failed: {e:?}");
                 reset |= e == AdminError::Timeout;
             }
         }
@@ -919,48 +1126,74 @@ impl Inner {
         }
     }
 
-    /// Hands a prepared command, and the stream its PRPs point at, to the device (the
-    /// reaper publishes it). The slot keeps the stream until the command completes.
-    fn submit(
+    /// Hands a prepared command (and the data stream its PRPs point at, lent) to the
+    /// device through `q`, waiting first if the controller is being restarted, and kicks
+    /// the pair's reaper, which publishes it. The slot keeps the stream until the command
+    /// completes.
+    async fn submit(
         &self,
         q: &IoQueue,
         req: &mut Request<'_, IoQueue>,
         mut cmd: Command,
-        data: Option<LentStream>,
-    ) {
+        mut data: Option<LentStream>,
+    ) -> Result<(), IoError> {
         let slot = req.slot();
         cmd.set_cid(slot);
-        {
-            let mut meta = q.meta.borrow_mut();
-            let m = &mut meta[usize::from(slot)];
-            m.deadline = task::now() + self.options.timeout;
-            m.aborted = false;
-            m.data = data;
+        loop {
+            let deadline = task::now() + self.options.timeout;
+            let handed = req.submit(|st| {
+                // Checked under the pair's lock: a reset that stops the controller after
+                // this fails the command with everything else in flight.
+                if self.health.get() != Health::Running {
+                    return Err(());
+                }
+                let m = &mut st.meta[usize::from(slot)];
+                m.deadline = deadline;
+                m.aborted = false;
+                m.data = data.take();
+                st.ring.push(&cmd);
+                Ok(())
+            });
+            if handed.is_ok() {
+                break;
+            }
+            self.health.running().await?;
         }
-        req.submitted();
-        q.ring.borrow_mut().push(&cmd);
-        self.work.signal();
+        q.submitted_by_cpu.add_here();
+        q.event.signal();
+        Ok(())
     }
 
     /// A command without data (Flush), through `q`.
     async fn command(&self, q: &IoQueue, cmd: Command) -> Result<u32, IoError> {
         let mut req = Request::acquire(q).await;
-        reaper::running(&self.health).await?;
-        self.submit(q, &mut req, cmd, None);
+        self.submit(q, &mut req, cmd, None).await?;
         req.wait().await.status
     }
 
-    /// The slot's scratch pages, allocated on first use.
-    fn scratch<'m>(&self, m: &'m mut SlotMeta) -> Result<&'m DmaCoherent, IoError> {
-        if m.scratch.is_none() {
-            let pages = DmaCoherent::alloc(&self.ctrl.dma, self.list_pages * PAGE)
-                .map_err(|_| IoError::NoMemory)?;
-            m.scratch = Some(pages);
-        }
-        Ok(m.scratch.as_ref().expect("just allocated"))
+    /// Runs `fill` on slot `slot`'s scratch pages of `q` (allocated on first use),
+    /// outside the pair's lock: the request holding the slot takes them out meanwhile
+    /// (nothing else uses a slot's scratch pages), and puts them back before anything
+    /// could drop it. Returns their device address and what `fill` returned.
+    fn with_scratch<T>(
+        &self,
+        q: &IoQueue,
+        slot: u16,
+        fill: impl FnOnce(&DmaCoherent) -> T,
+    ) -> Result<(u64, T), IoError> {
+        let pages = match q.state.lock(|st| st.meta[usize::from(slot)].scratch.take()) {
+            Some(pages) => pages,
+            None => DmaCoherent::alloc(&self.ctrl.dma, self.list_pages * PAGE)
+                .map_err(|_| IoError::NoMemory)?,
+        };
+        let out = fill(&pages);
+        let addr = pages.device_addr();
+        q.state
+            .lock(|st| st.meta[usize::from(slot)].scratch = Some(pages));
+        Ok((addr, out))
     }
 
-    /// Points `cmd` at `addr..addr + len` (a lent stream: page-aligned): PRP2 or a PRP
+    /// Points `cmd` at `addr..addr + len` (a lent stream: page-aligned): PRP2, or a PRP
     /// list in the slot's scratch pages.
     fn set_data_pointer(
         &self,
@@ -975,18 +1208,17 @@ impl Inner {
             Second::None => 0,
             Second::Page(p) => p,
             Second::List { list_pages, .. } => {
-                let mut meta = q.meta.borrow_mut();
-                let scratch = self.scratch(&mut meta[usize::from(slot)])?;
-                let base = scratch.device_addr();
-                let mut lists = [0u64; MAX_LIST_PAGES];
-                for (i, l) in lists.iter_mut().enumerate().take(list_pages) {
-                    *l = base + (i * PAGE) as u64;
-                }
-                prp::fill_list(addr, len, PAGE, &lists[..list_pages], |l, e, v| {
-                    scratch.write::<u64>(l * PAGE + e * 8, v)
-                });
-                drop(meta);
-                self.bump(|s| s.prp_lists += 1);
+                let (base, ()) = self.with_scratch(q, slot, |scratch| {
+                    let base = scratch.device_addr();
+                    let mut lists = [0u64; MAX_LIST_PAGES];
+                    for (i, l) in lists.iter_mut().enumerate().take(list_pages) {
+                        *l = base + (i * PAGE) as u64;
+                    }
+                    prp::fill_list(addr, len, PAGE, &lists[..list_pages], |l, e, v| {
+                        scratch.write::<u64>(l * PAGE + e * 8, v)
+                    });
+                })?;
+                add(&q.counters.prp_lists, 1);
                 base
             }
         };
@@ -1000,7 +1232,7 @@ impl Inner {
         let len = data.len();
         let blocks = (len >> self.block_shift) as u32;
         let mut req = Request::acquire(q).await;
-        reaper::running(&self.health).await?;
+        self.health.running().await?;
         let (stream, mut cmd) = match &data {
             Data::Read(_) => (
                 self.bounce.for_read(len).await?,
@@ -1017,7 +1249,7 @@ impl Inner {
             self.bounce.give_back(stream.reclaim());
             return Err(e);
         }
-        self.submit(q, &mut req, cmd, Some(stream));
+        self.submit(q, &mut req, cmd, Some(stream)).await?;
         let Outcome { status, data: back } = req.wait().await;
         status?;
         match (data, back) {
@@ -1037,11 +1269,7 @@ impl Inner {
         let mut next = lba;
         while next < end {
             let mut req = Request::acquire(q).await;
-            reaper::running(&self.health).await?;
-            let slot = req.slot();
-            let (count, addr) = {
-                let mut meta = q.meta.borrow_mut();
-                let scratch = self.scratch(&mut meta[usize::from(slot)])?;
+            let (ranges, count) = self.with_scratch(q, req.slot(), |scratch| {
                 let mut count = 0;
                 while next < end && count < DSM_RANGES {
                     let n = (end - next).min(u64::from(u32::MAX)) as u32;
@@ -1052,12 +1280,12 @@ impl Inner {
                     next += u64::from(n);
                     count += 1;
                 }
-                (count, scratch.device_addr())
-            };
+                count
+            })?;
             let mut cmd = Command::deallocate(self.nsid, count);
-            cmd.set_prps(addr, 0);
-            self.bump(|s| s.discards += 1);
-            self.submit(q, &mut req, cmd, None);
+            cmd.set_prps(ranges, 0);
+            add(&q.counters.discards, 1);
+            self.submit(q, &mut req, cmd, None).await?;
             req.wait().await.status?;
         }
         Ok(())

@@ -9,9 +9,10 @@
 //!   controller offers them, shadow) doorbells;
 //! - `controller`: reset/enable with CAP.TO timeouts, the admin queue;
 //! - `disk`: [`NvmeDisk`], the [`block::BlockDevice`] over the first active
-//!   namespace: up to [`MAX_IO_QUEUES`] I/O queue pairs (a request goes to the pair of the
-//!   CPU it is submitted on), data bounced through DMA streams the requests own, a reaper
-//!   task serving every pair, timeouts with abort and reset.
+//!   namespace, shared by every CPU: up to [`MAX_IO_QUEUES`] I/O queue pairs (a request
+//!   goes to the pair of the CPU it is submitted on; each pair's interrupt and reaper are
+//!   on the CPU it belongs to), data bounced through DMA streams the requests own, a
+//!   supervisor for timeouts with abort and reset.
 
 pub mod cmd;
 pub mod identify;

@@ -8,9 +8,12 @@
 //!   [`queue_count`]`(requested, granted)` pairs, identifiers `1..=n`.
 //! - In interrupt mode MSI-X entry 0 is the admin queue's and I/O queue `qid` gets entry
 //!   `qid` while the table and the interrupt vectors last; past that the I/O queues share
-//!   the entries they have, round-robin ([`msix_entry`]): a shared entry wakes the same
-//!   reaper, which looks at every queue on each pass, so sharing costs nothing but the
-//!   per-queue interrupt counters (which then count the shared interrupts).
+//!   the entries they have, round-robin ([`msix_entry`]): a shared entry wakes the
+//!   reapers of every queue on it, so sharing costs a reaper pass that may find nothing,
+//!   and the per-queue interrupt counters then count the shared interrupts.
+//! - I/O queue `qid` belongs to CPU [`cpu_of`]`(qid, cpus)`: its MSI-X entry targets that
+//!   CPU and its reaper runs there. With one pair per CPU, pair `i + 1` is CPU `i`'s,
+//!   which is also the pair CPU `i`'s requests use.
 
 /// The most I/O queue pairs a controller is given (QEMU's controller offers 64 by
 /// default; the appliance will have no more CPUs than that).
@@ -47,6 +50,17 @@ pub fn msix_entry(qid: u16, io_entries: u16) -> u16 {
         "I/O queues start at 1 and need an entry"
     );
     1 + (qid - 1) % io_entries
+}
+
+/// The CPU (index, of `cpus` online) that I/O queue `qid` (1-based) belongs to: the
+/// queues go round the CPUs in order, so the queue CPU `c` submits to
+/// (`c % queues`) is its own whenever there are at least as many queues as CPUs.
+///
+/// # Panics
+/// If `qid` or `cpus` is 0.
+pub fn cpu_of(qid: u16, cpus: usize) -> usize {
+    assert!(qid > 0 && cpus > 0, "I/O queues start at 1, CPUs at one");
+    usize::from(qid - 1) % cpus
 }
 
 /// How many MSI-X entries to route for `queues` I/O queues on a table of `table_len`
@@ -99,6 +113,20 @@ mod tests {
         assert_eq!(io_entries(64, 65), 64);
         assert_eq!(io_entries(64, 9), 8);
         assert_eq!(io_entries(4, 1), 0);
+    }
+
+    #[test]
+    fn queues_go_round_the_cpus() {
+        // One per CPU: the pair a CPU submits to (cpu % 4, 0-based) is its own.
+        assert_eq!([1, 2, 3, 4].map(|q| cpu_of(q, 4)), [0, 1, 2, 3]);
+        for cpu in 0..4 {
+            assert_eq!(cpu_of((cpu % 4) as u16 + 1, 4), cpu);
+        }
+        // Fewer pairs than CPUs: CPUs 2 and 3 use pairs 1 and 2, which CPUs 0 and 1 own.
+        assert_eq!([1, 2].map(|q| cpu_of(q, 4)), [0, 1]);
+        // More pairs than CPUs, and one CPU.
+        assert_eq!([1, 2, 3, 4, 5].map(|q| cpu_of(q, 2)), [0, 1, 0, 1, 0]);
+        assert_eq!(cpu_of(64, 1), 0);
     }
 
     #[test]

@@ -4,17 +4,18 @@
 //!
 //! Up to 85 requests are in flight in one 256-descriptor queue. Each request's data is
 //! copied through a DMA stream it owns (see [`bounce`](crate::drivers::bounce)), which the
-//! virtqueue holds until the completion. The reaper task notifies the device once for
-//! every request queued since it last ran and consumes completions (woken by MSI-X, or
-//! polling). virtio has no FUA: a FUA write is a write then a FLUSH. A request that times
-//! out resets the device and stops its bus mastering (which ends its DMA), fails
-//! everything in flight with [`IoError::Timeout`] and brings the device up again.
+//! virtqueue holds until the completion. The queue's reaper task notifies the device
+//! once for every request queued since it last ran and consumes completions (woken by
+//! MSI-X, or polling), on the CPU that opened the device; requests may come from any CPU
+//! (the queue's state is under one [`IrqLock`]). virtio has no FUA: a FUA write is a
+//! write then a FLUSH. A request that times out makes the supervisor task reset the
+//! device and stop its bus mastering (which ends its DMA), fail everything in flight
+//! with [`IoError::Timeout`] and bring the device up again.
 
-use alloc::rc::Rc;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::cell::{Cell, RefCell};
 use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::time::Duration;
 
 use block::{check_request, BlockDevice, Geometry, IoError, WriteFlags};
@@ -27,7 +28,7 @@ use super::wire::{
 };
 use crate::drivers::bounce::{Bounce, BounceStats};
 use crate::drivers::inflight::{Completed, Request, SlotQueue, SlotStats, Slots};
-use crate::drivers::reaper::{self, Health, Reaped};
+use crate::drivers::reaper::{self, Health, Reaped, SharedHealth};
 use crate::drivers::{irq_event, CompletionMode, DEFAULT_BOUNCE_POOL};
 use crate::exec::IrqEvent;
 use crate::hal::dma::DmaStats;
@@ -35,6 +36,7 @@ use crate::hal::virtio::{self, MsixRouteError};
 use crate::irq::IrqHandle;
 use crate::mm::{DmaDevice, DmaStream};
 use crate::pci::device::{MsixTable, PciDevice};
+use crate::sync::IrqLock;
 use crate::task;
 use crate::time::Instant;
 
@@ -152,36 +154,71 @@ enum Payload<'a> {
     Discard(DiscardSegment),
 }
 
+/// The request queue's state, under its lock: the ring, the slot table and each slot's
+/// deadline.
+#[derive(Debug)]
+struct QueueState {
+    ring: BlkRing<QUEUE_SIZE>,
+    slots: Slots<Outcome>,
+    deadlines: Vec<Instant>,
+    /// Requests queued since the last notification.
+    unnotified: bool,
+}
+
+/// [`VirtioBlkStats`]' own counters, updated from any CPU.
+#[derive(Debug, Default)]
+struct Counters {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    fua_writes: AtomicU64,
+    flushes: AtomicU64,
+    discards: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    resets: AtomicU64,
+    notifies: AtomicU64,
+    reaps: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
 #[derive(Debug)]
 struct Inner {
     pci: PciDevice,
     dma: DmaDevice,
     bounce: Bounce,
-    transport: RefCell<PciTransport>,
-    ring: RefCell<BlkRing<QUEUE_SIZE>>,
-    slots: RefCell<Slots<Outcome>>,
-    deadlines: RefCell<Vec<Instant>>,
+    transport: IrqLock<PciTransport>,
+    queue: IrqLock<QueueState>,
     geometry: Geometry,
     features: Features,
     max_discard_sectors: u32,
     options: Options,
-    /// Requests queued since the last notification.
-    unnotified: Cell<bool>,
-    kick: Arc<IrqEvent>,
-    event: Option<Arc<IrqEvent>>,
-    health: Cell<Health>,
-    stats: Cell<VirtioBlkStats>,
+    /// Wakes the queue's reaper: submissions to notify, the queue's interrupt (its
+    /// vector signals it), a health change.
+    event: Arc<IrqEvent>,
+    /// Kicks the supervisor: a health change, or the handle's drop.
+    work: Arc<IrqEvent>,
+    health: SharedHealth,
+    counters: Counters,
     msix: Option<MsixTable>,
     irq: Option<IrqHandle>,
     /// Fault injection: drop the next completion, as if the device lost it.
-    lose_next: Cell<bool>,
+    lose_next: AtomicBool,
 }
 
-/// A virtio block device. See the module documentation.
+/// A virtio block device, usable from every CPU (`Send + Sync`); its one queue's reaper
+/// and its supervisor run on the CPU that opened it. See the module documentation.
 #[derive(Debug)]
 pub struct VirtioBlk {
-    inner: Rc<Inner>,
+    inner: Arc<Inner>,
 }
+
+const _: () = {
+    const fn shared_by_cpus<T: Send + Sync>() {}
+    shared_by_cpus::<VirtioBlk>();
+};
 
 /// Negotiates features, reads the configuration and sets up the request queue in DMA
 /// memory of `dma` (the device is left before DRIVER_OK, without bus mastering).
@@ -252,32 +289,39 @@ impl VirtioBlk {
         };
         dma.start();
         t.finish_init();
-        let inner = Rc::new(Inner {
+        let inner = Arc::new(Inner {
             pci,
             bounce: Bounce::new(&dma, options.bounce_pool),
             dma,
-            transport: RefCell::new(t),
-            ring: RefCell::new(ring),
-            slots: RefCell::new(Slots::new(SLOTS)),
-            deadlines: RefCell::new(alloc::vec![Instant::ZERO; SLOTS]),
+            transport: IrqLock::new(t),
+            queue: IrqLock::new(QueueState {
+                ring,
+                slots: Slots::new(SLOTS),
+                deadlines: alloc::vec![Instant::ZERO; SLOTS],
+                unnotified: false,
+            }),
             geometry,
             features,
             max_discard_sectors: cfg.max_discard_sectors,
             options,
-            unnotified: Cell::new(false),
-            kick: Arc::new(IrqEvent::new()),
-            event,
-            health: Cell::new(Health::Running),
-            stats: Cell::new(VirtioBlkStats::default()),
+            event: event.unwrap_or_default(),
+            work: Arc::new(IrqEvent::new()),
+            health: SharedHealth::new(),
+            counters: Counters::default(),
             msix,
             irq,
-            lose_next: Cell::new(false),
+            lose_next: AtomicBool::new(false),
         });
-        task::spawn(reaper::run(
-            Rc::downgrade(&inner),
-            inner.kick.clone(),
+        let poll = options.mode == CompletionMode::Poll;
+        task::spawn(reaper::serve_queue(
+            Arc::downgrade(&inner),
+            0,
             inner.event.clone(),
-            options.mode == CompletionMode::Poll,
+            poll,
+        ));
+        task::spawn(reaper::supervise(
+            Arc::downgrade(&inner),
+            inner.work.clone(),
         ));
         log::info!(
             "virtio-blk: {}: {} x {} B ({} MiB), max transfer {} KiB, {SLOTS} requests in flight, flush {}, discard {}{}, {:?} completions",
@@ -302,18 +346,30 @@ impl VirtioBlk {
     /// The counters.
     pub fn stats(&self) -> VirtioBlkStats {
         let i = &self.inner;
-        let mut s = i.stats.get();
-        s.slots = i.slots.borrow().stats();
-        s.interrupts = i.irq.as_ref().map_or(0, |h| h.count());
-        s.dma = i.dma.stats();
-        s.bounce = i.bounce.stats();
-        s
+        let c = &i.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        VirtioBlkStats {
+            reads: get(&c.reads),
+            writes: get(&c.writes),
+            fua_writes: get(&c.fua_writes),
+            flushes: get(&c.flushes),
+            discards: get(&c.discards),
+            errors: get(&c.errors),
+            timeouts: get(&c.timeouts),
+            resets: get(&c.resets),
+            notifies: get(&c.notifies),
+            reaps: get(&c.reaps),
+            interrupts: i.irq.as_ref().map_or(0, |h| h.count()),
+            bounce: i.bounce.stats(),
+            slots: i.queue.lock(|q| q.slots.stats()),
+            dma: i.dma.stats(),
+        }
     }
 
     /// Fault injection for self-tests: the next completion is dropped, as if the device
     /// had lost it, so its request runs into the timeout and recovery path.
     pub fn inject_lost_completion(&self) {
-        self.inner.lose_next.set(true);
+        self.inner.lose_next.store(true, Ordering::SeqCst);
     }
 
     /// Reads without checking the range against the capacity, so the device itself
@@ -326,8 +382,9 @@ impl VirtioBlk {
 
 impl Drop for VirtioBlk {
     fn drop(&mut self) {
-        // The reaper holds only a weak reference; wake it so it notices and ends.
-        self.inner.kick.signal();
+        // The reapers hold only weak references; wake them so they notice and end.
+        self.inner.event.signal();
+        self.inner.work.signal();
     }
 }
 
@@ -347,10 +404,8 @@ impl BlockDevice for VirtioBlk {
         if i.features.contains(Features::RO) {
             return Err(IoError::Unsupported);
         }
-        i.bump(|s| {
-            s.writes += 1;
-            s.fua_writes += u64::from(flags.fua);
-        });
+        add(&i.counters.writes, 1);
+        add(&i.counters.fua_writes, u64::from(flags.fua));
         i.request(kind::OUT, i.sector(lba), Payload::Write(buf))
             .await?;
         if flags.fua {
@@ -376,7 +431,7 @@ impl BlockDevice for VirtioBlk {
         let mut next = i.sector(lba);
         while next < end {
             let n = (end - next).min(u64::from(i.max_discard_sectors)) as u32;
-            i.bump(|s| s.discards += 1);
+            add(&i.counters.discards, 1);
             i.discard_sectors(next, n).await?;
             next += u64::from(n);
         }
@@ -386,9 +441,14 @@ impl BlockDevice for VirtioBlk {
 
 impl SlotQueue for Inner {
     type Output = Outcome;
+    type State = QueueState;
 
-    fn slots(&self) -> &RefCell<Slots<Outcome>> {
-        &self.slots
+    fn with_state<T>(&self, f: impl FnOnce(&mut QueueState) -> T) -> T {
+        self.queue.lock(f)
+    }
+
+    fn slots(state: &mut QueueState) -> &mut Slots<Outcome> {
+        &mut state.slots
     }
 }
 
@@ -397,55 +457,56 @@ impl Reaped for Inner {
         self.health.get()
     }
 
-    fn reap(&self) {
-        Inner::reap(self);
+    fn reap(&self, _queue: usize) -> usize {
+        Inner::reap(self)
     }
 
     fn in_device(&self) -> usize {
-        self.slots.borrow().in_device()
+        self.queue.lock(|q| q.slots.in_device())
     }
 
     async fn restart(&self) {
         log::warn!("virtio-blk: {}: restarting the device", self.pci.address());
-        let mut t = self.transport.borrow_mut();
-        let result = init_device(&mut t, &self.dma).and_then(|(features, _, mut ring)| {
+        let result = self.transport.lock(|t| {
+            let (features, _, mut ring) = init_device(t, &self.dma)?;
             if features != self.features {
                 return Err(VirtioBlkError::Virtio(virtio_drivers::Error::Unsupported));
             }
-            match &self.event {
+            match &self.irq {
                 Some(_) => {
                     virtio::route_queue_msix(&self.pci, 0, 0).map_err(VirtioBlkError::Route)?
                 }
                 None => ring.set_interrupts(false),
             }
             // The device was reset and cannot master the bus: the old ring and the
-            // streams it still holds are freed as it goes.
-            *self.ring.borrow_mut() = ring;
+            // streams it still holds are freed as it goes (outside the queue's lock).
+            let old = self.queue.lock(|q| core::mem::replace(&mut q.ring, ring));
+            drop(old);
+            self.dma.start();
+            t.finish_init();
             Ok(())
         });
         match result {
             Ok(()) => {
-                self.dma.start();
-                t.finish_init();
                 self.health.set(Health::Running);
                 log::info!("virtio-blk: device is back");
             }
             Err(e) => {
-                t.set_status(DeviceStatus::empty());
+                self.transport.lock(|t| t.set_status(DeviceStatus::empty()));
                 self.health.set(Health::Dead);
                 log::error!("virtio-blk: device could not be restarted ({e}); giving up on it");
             }
         }
+        // The queue's reaper looks again (or ends).
+        self.event.signal();
     }
 
     async fn check_timeouts(&self, now: Instant) {
-        let late = {
-            let deadlines = self.deadlines.borrow();
-            self.slots
-                .borrow()
+        let late = self.queue.lock(|q| {
+            q.slots
                 .in_device_slots()
-                .any(|s| deadlines[usize::from(s)] <= now)
-        };
+                .any(|s| q.deadlines[usize::from(s)] <= now)
+        });
         if late {
             log::warn!(
                 "virtio-blk: a request took longer than {:?}; resetting the device",
@@ -457,18 +518,12 @@ impl Reaped for Inner {
 }
 
 impl Inner {
-    fn bump(&self, f: impl FnOnce(&mut VirtioBlkStats)) {
-        let mut s = self.stats.get();
-        f(&mut s);
-        self.stats.set(s);
-    }
-
     fn sector(&self, lba: u64) -> u64 {
         lba * (u64::from(self.geometry.block_size) / SECTOR)
     }
 
     async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        self.bump(|s| s.reads += 1);
+        add(&self.counters.reads, 1);
         self.request(kind::IN, self.sector(lba), Payload::Read(buf))
             .await
     }
@@ -478,7 +533,7 @@ impl Inner {
             // No volatile cache: completed writes are durable.
             return Ok(());
         }
-        self.bump(|s| s.flushes += 1);
+        add(&self.counters.flushes, 1);
         self.request(kind::FLUSH, 0, Payload::None).await
     }
 
@@ -489,29 +544,48 @@ impl Inner {
     }
 
     /// One request: waits for a slot, copies the data into a DMA stream (writes), queues
-    /// it with the stream, waits for completion and copies the data out (reads).
+    /// it with the stream once the device runs, waits for completion and copies the data
+    /// out (reads).
     async fn request(&self, kind: u32, sector: u64, payload: Payload<'_>) -> Result<(), IoError> {
         let mut req = Request::acquire(self).await;
-        reaper::running(&self.health).await?;
-        let data = match &payload {
+        self.health.running().await?;
+        let mut data = Some(match &payload {
             Payload::None => BlkData::None,
             Payload::Write(src) => BlkData::ToDevice(self.bounce.for_write(src).await?),
             Payload::Read(dst) => BlkData::FromDevice(self.bounce.for_read(dst.len()).await?),
             Payload::Discard(segment) => BlkData::Segment(*segment),
-        };
-        self.deadlines.borrow_mut()[usize::from(req.slot())] = task::now() + self.options.timeout;
+        });
         let header = RequestHeader::new(kind, sector);
-        if let Err((data, e)) = self.ring.borrow_mut().push(req.slot(), header, data) {
-            // Cannot happen: there are never more requests than the ring holds.
-            log::error!("virtio-blk: queueing failed: {e:?}");
-            if let Some(stream) = data {
-                self.bounce.give_back(stream);
+        let slot = req.slot();
+        loop {
+            let deadline = task::now() + self.options.timeout;
+            let handed = req.submit(|q| {
+                // Checked under the queue's lock: a reset after this fails the request
+                // with everything else in flight.
+                if self.health.get() != Health::Running {
+                    return Err(None);
+                }
+                q.deadlines[usize::from(slot)] = deadline;
+                let data = data.take().expect("queued once");
+                q.ring.push(slot, header, data).map_err(Some)?;
+                q.unnotified = true;
+                Ok(())
+            });
+            match handed {
+                Ok(()) => break,
+                // The device is being reset: queue it once it is back.
+                Err(None) => self.health.running().await?,
+                Err(Some((stream, e))) => {
+                    // Cannot happen: there are never more requests than the ring holds.
+                    log::error!("virtio-blk: queueing failed: {e:?}");
+                    if let Some(stream) = stream {
+                        self.bounce.give_back(stream);
+                    }
+                    return Err(IoError::NoMemory);
+                }
             }
-            return Err(IoError::NoMemory);
         }
-        req.submitted();
-        self.unnotified.set(true);
-        self.kick.signal();
+        self.event.signal();
         let Outcome { status, data: back } = req.wait().await;
         status?;
         match (payload, back) {
@@ -523,87 +597,91 @@ impl Inner {
         Ok(())
     }
 
-    /// Consumes completions, then notifies the device of requests queued meanwhile.
-    fn reap(&self) {
-        if self.health.get() != Health::Running {
-            return;
-        }
-        let mut ring = self.ring.borrow_mut();
-        let mut slots = self.slots.borrow_mut();
-        let mut errors = 0;
-        while let Some(popped) = ring.pop() {
-            let Popped { slot, status, data } = match popped {
-                Ok(done) => done,
-                Err(token) => {
-                    log::error!(
-                        "virtio-blk: device returned descriptor {token} it was never given"
+    /// Consumes completions, then notifies the device of requests queued meanwhile;
+    /// returns how many requests the device still holds.
+    fn reap(&self) -> usize {
+        let (notify, errors, bad, in_device) = self.queue.lock(|q| {
+            if self.health.get() != Health::Running {
+                return (false, 0, None, q.slots.in_device());
+            }
+            let mut errors = 0;
+            while let Some(popped) = q.ring.pop() {
+                let Popped { slot, status, data } = match popped {
+                    Ok(done) => done,
+                    Err(token) => return (false, errors, Some(token), 0),
+                };
+                if self.lose_next.load(Ordering::Relaxed)
+                    && self.lose_next.swap(false, Ordering::SeqCst)
+                {
+                    log::warn!(
+                        "virtio-blk: fault injection: dropping the completion of slot {slot}"
                     );
-                    drop((ring, slots));
-                    self.stop_device();
-                    return;
+                    continue;
                 }
-            };
-            if self.lose_next.replace(false) {
-                log::warn!("virtio-blk: fault injection: dropping the completion of slot {slot}");
-                continue;
+                let status = wire::result(status);
+                if let Err(e) = status {
+                    errors += 1;
+                    log::warn!(
+                        "virtio-blk: request in slot {slot} failed: {e} (status {status:?})"
+                    );
+                }
+                // An abandoned request's outcome (and stream) is dropped by the slot table.
+                if q.slots.complete(slot, Outcome { status, data }) == Completed::Stray {
+                    log::warn!("virtio-blk: completion for idle slot {slot}");
+                }
             }
-            let status = wire::result(status);
-            if let Err(e) = status {
-                errors += 1;
-                log::warn!("virtio-blk: request in slot {slot} failed: {e} (status {status:?})");
-            }
-            // An abandoned request's outcome (and stream) is dropped by the slot table.
-            if slots.complete(slot, Outcome { status, data }) == Completed::Stray {
-                log::warn!("virtio-blk: completion for idle slot {slot}");
-            }
-        }
-        let notify = self.unnotified.replace(false) && ring.should_notify();
-        drop((ring, slots));
-        if notify {
-            self.transport.borrow_mut().notify(0);
-        }
-        self.bump(|s| {
-            s.reaps += 1;
-            s.errors += errors;
-            s.notifies += u64::from(notify);
+            let notify = core::mem::take(&mut q.unnotified) && q.ring.should_notify();
+            (notify, errors, None, q.slots.in_device())
         });
+        if let Some(token) = bad {
+            log::error!("virtio-blk: device returned descriptor {token} it was never given");
+            self.stop_device();
+            return 0;
+        }
+        if notify {
+            self.transport.lock(|t| t.notify(0));
+        }
+        add(&self.counters.reaps, 1);
+        add(&self.counters.errors, errors);
+        add(&self.counters.notifies, u64::from(notify));
+        in_device
     }
 
     /// Resets the device and stops its bus mastering (which ends its DMA at once), and
-    /// fails everything in flight; the reaper then restarts it (or, if the reset did not
-    /// take, gives up on it: it may still hold the old queue's addresses).
+    /// fails everything in flight; the supervisor then restarts it (or, if the reset did
+    /// not take, gives up on it: it may still hold the old queue's addresses). The health
+    /// changes first, so from here on nobody queues or reaps.
     fn stop_device(&self) {
-        let reset = virtio::reset(&mut self.transport.borrow_mut());
+        self.health.stop();
+        let reset = self.transport.lock(virtio::reset);
         self.dma.stop();
-        let busy: Vec<u16> = self.slots.borrow().in_device_slots().collect();
-        let mut slots = self.slots.borrow_mut();
-        for &slot in &busy {
-            // The streams stay with the old ring, which is freed when it is replaced.
-            let failed = Outcome {
-                status: Err(IoError::Timeout),
-                data: None,
-            };
-            slots.complete(slot, failed);
-        }
-        drop(slots);
-        self.bump(|s| {
-            s.resets += 1;
-            s.timeouts += busy.len() as u64;
+        let failed = self.queue.lock(|q| {
+            let busy: Vec<u16> = q.slots.in_device_slots().collect();
+            for &slot in &busy {
+                // The streams stay with the old ring, which is freed when it is replaced.
+                let failed = Outcome {
+                    status: Err(IoError::Timeout),
+                    data: None,
+                };
+                q.slots.complete(slot, failed);
+            }
+            busy.len() as u64
         });
+        add(&self.counters.resets, 1);
+        add(&self.counters.timeouts, failed);
         if !reset {
             log::error!("virtio-blk: the device did not confirm its reset; giving up on it");
             self.health.set(Health::Dead);
-        } else if self.health.get() == Health::Running {
-            self.health.set(Health::Restarting);
+            self.event.signal();
         }
-        self.kick.signal();
+        self.work.signal();
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Stop the device before its queue memory is freed.
-        virtio::reset(self.transport.get_mut());
+        self.transport.lock(virtio::reset);
         self.dma.stop();
         if let Some(m) = &self.msix {
             m.disable();

@@ -1,11 +1,11 @@
 //! [`DmaDevice`]: a PCI function's bus mastering, and the DMA memory it may reach.
 
 use alloc::boxed::Box;
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::any::Any;
-use core::cell::{Cell, RefCell};
 use core::fmt;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::pci::device::PciDevice;
 use crate::pci::PciAddress;
@@ -46,25 +46,38 @@ pub struct DmaStats {
 /// can then reach no memory at all) and frees what was parked. Dropping the last handle
 /// stops the device the same way. So no drop, early or late, and no `mem::forget`, can
 /// free memory a running device may write.
+///
+/// It is `Send + Sync`: a driver used from several CPUs lends, reclaims and parks from
+/// any of them (the parked list and the counters are under one short [`IrqLock`]).
 #[derive(Clone)]
 pub struct DmaDevice {
-    domain: Rc<Domain>,
+    domain: Arc<Domain>,
 }
 
 struct Domain {
     pci: PciDevice,
-    mastering: Cell<bool>,
+    mastering: AtomicBool,
     /// Objects dropped while the device could reach them; dropped in turn once it cannot.
-    parked: RefCell<Vec<Box<dyn Any>>>,
-    stats: Cell<DmaStats>,
+    parked: IrqLock<Vec<Parked>>,
+    stats: IrqLock<DmaStats>,
 }
+
+/// A DMA object parked until its device cannot reach it any more.
+struct Parked(#[allow(dead_code)] Box<dyn Any>);
+
+// SAFETY: only hal code parks objects (`DmaDevice::retire` is private to the hal), and
+// what it parks is DMA memory and the bookkeeping over it: frames, and the
+// `virtio-drivers` queues and devices built on them (addresses into memory no CPU owns,
+// with no CPU affinity and nothing thread-local). Dropping one on any CPU frees frames
+// through the global frame allocator.
+unsafe impl Send for Parked {}
 
 impl fmt::Debug for DmaDevice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DmaDevice")
             .field("pci", &self.domain.pci.address())
-            .field("mastering", &self.domain.mastering.get())
-            .field("stats", &self.domain.stats.get())
+            .field("mastering", &self.is_mastering())
+            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -83,11 +96,11 @@ impl DmaDevice {
         })?;
         pci.set_bus_master(false);
         Ok(DmaDevice {
-            domain: Rc::new(Domain {
+            domain: Arc::new(Domain {
                 pci,
-                mastering: Cell::new(false),
-                parked: RefCell::new(Vec::new()),
-                stats: Cell::new(DmaStats::default()),
+                mastering: AtomicBool::new(false),
+                parked: IrqLock::new(Vec::new()),
+                stats: IrqLock::new(DmaStats::default()),
             }),
         })
     }
@@ -102,7 +115,7 @@ impl DmaDevice {
     /// have been freed).
     pub fn start(&self) {
         self.domain.pci.set_bus_master(true);
-        self.domain.mastering.set(true);
+        self.domain.mastering.store(true, Ordering::SeqCst);
     }
 
     /// Turns bus mastering off, so the device can no longer reach memory, and frees every
@@ -113,48 +126,57 @@ impl DmaDevice {
 
     /// Whether the device may master the bus now.
     pub fn is_mastering(&self) -> bool {
-        self.domain.mastering.get()
+        self.domain.mastering.load(Ordering::SeqCst)
     }
 
     /// The counters.
     pub fn stats(&self) -> DmaStats {
-        self.domain.stats.get()
+        self.domain.stats.lock(|s| *s)
     }
 
     /// Whether `other` is a handle on the same device.
     pub(in crate::hal) fn same(&self, other: &DmaDevice) -> bool {
-        Rc::ptr_eq(&self.domain, &other.domain)
+        Arc::ptr_eq(&self.domain, &other.domain)
     }
 
     /// Drops `object` (DMA memory, or something that owns some) now if the device cannot
     /// reach memory, or once it can no longer do so.
     pub(in crate::hal) fn retire<T: 'static>(&self, object: T) {
-        if self.domain.mastering.get() {
-            self.domain.parked.borrow_mut().push(Box::new(object));
-            self.bump(|s| s.parked += 1);
-        } else {
-            drop(object);
+        let parked = Parked(Box::new(object));
+        // Checked under the lock `Domain::stop` empties the list under: an object parked
+        // after bus mastering went off would wait for the next stop.
+        let late = self.domain.parked.lock(|p| {
+            if self.domain.mastering.load(Ordering::SeqCst) {
+                p.push(parked);
+                None
+            } else {
+                Some(parked)
+            }
+        });
+        match late {
+            None => self.bump(|s| s.parked += 1),
+            Some(object) => drop(object),
         }
     }
 
     pub(super) fn bump(&self, f: impl FnOnce(&mut DmaStats)) {
-        let mut s = self.domain.stats.get();
-        f(&mut s);
-        self.domain.stats.set(s);
+        self.domain.stats.lock(f);
     }
 }
 
 impl Domain {
     fn stop(&self) {
         self.pci.set_bus_master(false);
-        self.mastering.set(false);
         // Dropping a parked object may retire others (a queue's buffers): take them all
-        // out before dropping any.
-        let parked = core::mem::take(&mut *self.parked.borrow_mut());
-        let mut s = self.stats.get();
-        s.stops += 1;
-        s.released += parked.len() as u64;
-        self.stats.set(s);
+        // out before dropping any, outside the lock.
+        let parked = self.parked.lock(|p| {
+            self.mastering.store(false, Ordering::SeqCst);
+            core::mem::take(p)
+        });
+        self.stats.lock(|s| {
+            s.stops += 1;
+            s.released += parked.len() as u64;
+        });
         drop(parked);
     }
 }

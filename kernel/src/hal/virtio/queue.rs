@@ -163,6 +163,12 @@ pub struct Virtqueue<const N: usize> {
     in_flight: Vec<Option<InFlight>>,
 }
 
+// SAFETY: the crate's queue holds raw pointers into its own DMA memory (descriptor table
+// and rings, identity-mapped frames no CPU owns) and plain indexes; nothing in it is tied
+// to a CPU. Moving it to another CPU moves the only handle on that memory: every access
+// still goes through `&mut self` (a driver used from several CPUs keeps it under a lock).
+unsafe impl<const N: usize> Send for Virtqueue<N> {}
+
 impl<const N: usize> fmt::Debug for Virtqueue<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Virtqueue")

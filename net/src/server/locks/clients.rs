@@ -5,19 +5,19 @@
 //! locks cost one copy of the name. A name is kept while some lock uses it.
 
 use alloc::collections::BTreeMap;
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::mem::size_of;
 
-/// Bytes one interned name costs besides its own bytes: the `Rc` header, its slot, and
+/// Bytes one interned name costs besides its own bytes: the `Arc` header, its slot, and
 /// its entry in the lookup map (B-tree nodes are at least about half full, so twice
 /// the entry bounds it).
 pub(crate) const NAME_OVERHEAD: usize =
-    2 * size_of::<usize>() + size_of::<Option<Slot>>() + 2 * size_of::<(Rc<[u8]>, u32)>();
+    2 * size_of::<usize>() + size_of::<Option<Slot>>() + 2 * size_of::<(Arc<[u8]>, u32)>();
 
 #[derive(Debug)]
 pub(super) struct Slot {
-    name: Rc<[u8]>,
+    name: Arc<[u8]>,
     /// Locks naming it.
     users: usize,
 }
@@ -25,7 +25,7 @@ pub(super) struct Slot {
 /// The interned client ids of one connection.
 #[derive(Debug, Default)]
 pub(super) struct ClientIds {
-    by_name: BTreeMap<Rc<[u8]>, u32>,
+    by_name: BTreeMap<Arc<[u8]>, u32>,
     /// By number; `None` for numbers free for reuse (listed in `free`).
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
@@ -45,7 +45,7 @@ impl ClientIds {
         if let Some(id) = self.find(name) {
             return id;
         }
-        let name: Rc<[u8]> = Rc::from(name);
+        let name: Arc<[u8]> = Arc::from(name);
         let slot = Some(Slot {
             name: name.clone(),
             users: 0,
@@ -68,7 +68,7 @@ impl ClientIds {
     }
 
     /// The name numbered `id`.
-    pub fn name(&self, id: u32) -> Option<&Rc<[u8]>> {
+    pub fn name(&self, id: u32) -> Option<&Arc<[u8]>> {
         self.slot(id).map(|s| &s.name)
     }
 

@@ -28,7 +28,7 @@ mod tests;
 
 use alloc::collections::btree_map::Entry;
 use alloc::collections::{BTreeMap, BTreeSet};
-use alloc::rc::Rc;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::mem::size_of;
 
@@ -72,7 +72,7 @@ pub struct HeldLock {
     /// The holding process.
     pub proc_id: u32,
     /// The holding client's name for itself.
-    pub client_id: Rc<[u8]>,
+    pub client_id: Arc<[u8]>,
 }
 
 /// How many locks may be held, and how long a client id may be.
@@ -405,7 +405,7 @@ impl LockTable {
             .get(&lock.owner.conn)
             .and_then(|c| c.clients.name(lock.owner.client))
             .cloned()
-            .unwrap_or_else(|| Rc::from(&[][..]));
+            .unwrap_or_else(|| Arc::from(&[][..]));
         HeldLock {
             kind: lock.kind,
             start: lock.start,

@@ -155,7 +155,7 @@ fn readers_share_writers_exclude() {
             start: 50,
             end: 99,
             proc_id: 10,
-            client_id: Rc::from(&b"host"[..]),
+            client_id: Arc::from(&b"host"[..]),
         }),
         "b's read lock, cut back by its write lock"
     );

@@ -1,0 +1,96 @@
+"""The host's own CPU use over a measurement, from Linux's /proc.
+
+Under TCG every vCPU of a VM is a host thread, so a VM with N vCPUs can only be as fast
+as N of the host's cores are free. What the host's cores did during a point says whether
+the figure is the server's or the host's:
+
+    before = Sample([qemu_pid, load_pid])
+    ...                                   # the measurement
+    after = Sample([qemu_pid])            # a process that has exited is left out
+    use = cpu_use(before, after)          # {"host_busy": 0.97, "host_core_busy": [...],
+                                          #  "cpu_per_s": {qemu_pid: 1.62}, "wall_s": 10.0}
+"""
+
+import os
+import time
+
+# /proc/PID/stat counts CPU time in clock ticks.
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid):
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses):
+    [state, ppid, ...], field 3 of proc(5) first."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def process_seconds(pid):
+    """CPU seconds (user + system, every thread) `pid` has used; None once it is gone."""
+    try:
+        fields = _stat_fields(pid)
+    except OSError:
+        return None
+    # utime and stime: fields 14 and 15 of proc(5).
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def child_of(pid):
+    """The first process whose parent is `pid` (QEMU under timeout(1)), else None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if int(_stat_fields(int(entry))[1]) == pid:
+                return int(entry)
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+def _cores():
+    """{"cpu": (busy, total), "cpu0": ..., ...} in clock ticks from /proc/stat."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if not line.startswith("cpu"):
+                break
+            name, *ticks = line.split()
+            # user nice system idle iowait irq softirq steal (guest time is inside user).
+            ticks = [int(t) for t in ticks[:8]]
+            total = sum(ticks)
+            out[name] = (total - ticks[3] - ticks[4], total)
+    return out
+
+
+class Sample:
+    """The host's cores and the CPU time of some processes, at one moment."""
+
+    def __init__(self, pids=()):
+        self.at = time.monotonic()
+        self.cores = _cores()
+        self.processes = {pid: process_seconds(pid) for pid in pids if pid}
+
+
+def _busy(before, after):
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return round(busy / total, 3) if total > 0 else None
+
+
+def cpu_use(before, after):
+    """What the host's cores and the sampled processes did between two samples: the
+    busy share over all cores and per core, and each process's CPU seconds per wall
+    second (processes present in both samples)."""
+    wall = after.at - before.at
+    per_core = sorted((n for n in after.cores if n != "cpu" and n in before.cores), key=lambda n: int(n[3:]))
+    cpu_per_s = {}
+    for pid, t0 in before.processes.items():
+        t1 = after.processes.get(pid)
+        if t0 is not None and t1 is not None and wall > 0:
+            cpu_per_s[pid] = round((t1 - t0) / wall, 3)
+    return {
+        "wall_s": round(wall, 3),
+        "host_busy": _busy(before.cores["cpu"], after.cores["cpu"]),
+        "host_core_busy": [_busy(before.cores[n], after.cores[n]) for n in per_core],
+        "cpu_per_s": cpu_per_s,
+    }
