@@ -377,6 +377,23 @@ impl Sockets {
         next
     }
 
+    /// Runs `send` on socket `id`'s set now, whether or not it is due (its user just
+    /// queued data on it); returns when smoltcp wants it polled again. `None` too if the
+    /// socket is gone.
+    pub fn egress_one(
+        &mut self,
+        id: SockId,
+        send: impl FnOnce(&mut SocketSet<'static>) -> Option<Instant>,
+    ) -> Option<Instant> {
+        let slot = self.slots.get_mut(id.0)?.as_mut()?;
+        // Cleared before sending: a change made meanwhile raises it again.
+        slot.cell.take_due();
+        slot.due = slot.cell.with_set(send);
+        let due = slot.due;
+        self.file(id);
+        due
+    }
+
     fn slot(&self, id: SockId) -> &Slot {
         self.slots[id.0].as_ref().expect("no such socket")
     }
@@ -579,6 +596,32 @@ mod tests {
             None
         });
         assert_eq!(polled, 1);
+    }
+
+    #[test]
+    fn sending_one_socket_now_clears_its_due_flag_and_keeps_its_deadline() {
+        let mut t = Sockets::new();
+        let a = t.add(socket());
+        let b = t.add(socket());
+        t.egress(Instant::from_millis(0), |_| None);
+        // A connection on another CPU queued data on `a` and sends it at once.
+        t.with(a, |s: &mut tcp::Socket| s.set_nagle_enabled(false));
+        let mut sent = 0;
+        let due = t.egress_one(a, |_| {
+            sent += 1;
+            Some(Instant::from_millis(300))
+        });
+        assert_eq!((sent, due), (1, Some(Instant::from_millis(300))));
+        // The poll task's next pass need not visit it, but wakes for its deadline.
+        let mut polled = 0;
+        let next = t.egress(Instant::from_millis(10), |_| {
+            polled += 1;
+            None
+        });
+        assert_eq!((polled, next), (0, Some(Instant::from_millis(300))));
+        t.remove(b);
+        t.remove(a);
+        assert_eq!(t.egress_one(a, |_| unreachable!("a removed socket")), None);
     }
 
     #[test]

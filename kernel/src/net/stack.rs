@@ -1,26 +1,29 @@
 //! The IPv4/TCP stack: one smoltcp [`Interface`] on the NIC, its sockets, DHCP, and the
 //! task that polls them.
 //!
-//! Two halves. The [`Poller`] — the interface, the NIC and the DHCP client — belongs to
-//! the poll task alone (on the CPU that takes the NIC's interrupt). The [`Stack`] is what
-//! everyone else shares, on any CPU (`Arc<Stack>`): the socket table, the kick that asks
-//! the poll task to run, the address, the counters. The table is behind a spin lock taken
-//! for a table change (add, remove) or a poll pass, each socket behind one of its own
-//! (`super::sockets::SocketCell`), so a connection served on another CPU copies its data
-//! while the stack polls other sockets. No lock is held across an `await`: every access
-//! is a closure.
+//! The [`Stack`] is shared by every CPU (`Arc<Stack>`): the interface and the NIC (the
+//! *engine*, behind a spin lock), the socket table (behind another), the kick that asks
+//! the poll task to run, the address, the counters. Each socket is behind a lock of its
+//! own (`super::sockets::SocketCell`), so a connection served on another CPU copies its
+//! data while the stack polls other sockets. No lock is held across an `await`: every
+//! access is a closure. Lock order: the engine, the table, a socket.
 //!
-//! The poll task ([`Poller::run`]) sleeps until one of: the NIC's interrupt, a socket
-//! user's [`Stack::kick`] (data queued for sending, receive window reopened), or the
-//! deadline smoltcp asks for (retransmission, delayed ACK, DHCP renewal). Without MSI-X
-//! it also wakes every [`POLL_FALLBACK`].
+//! Received frames are taken in by the poll task ([`Poller::run`], on the CPU that takes
+//! the NIC's interrupt). Sending happens where the data is made: a connection that queued
+//! a reply sends it at once on its own CPU ([`Stack::transmit`]) when no other CPU holds
+//! the engine, and otherwise leaves it to the poll task, which is running then (so asking
+//! it costs no wake-up IPI). The poll task sleeps until one of: the NIC's interrupt, a
+//! socket user's [`Stack::kick`] (data queued while the engine was busy, a socket closed
+//! or reset), or the earliest deadline smoltcp asks for over every socket
+//! (retransmission, delayed ACK, keep-alive, DHCP renewal): a send on another CPU that
+//! asks for an earlier one kicks it. Without MSI-X it also wakes every [`POLL_FALLBACK`].
 
 use alloc::sync::Arc;
 use core::future::poll_fn;
 use core::future::Future;
 use core::net::Ipv4Addr;
 use core::pin::{pin, Pin};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use core::task::Poll;
 use core::time::Duration;
 
@@ -51,8 +54,14 @@ pub fn now() -> smoltcp::time::Instant {
 
 /// The stack as every CPU shares it. See the module documentation.
 pub struct Stack {
+    /// The interface and the NIC: the poll task holds them for a pass, a connection for
+    /// sending its reply ([`Stack::transmit`]).
+    engine: spin::Mutex<Engine>,
     /// The sockets; users work on them by id or through their cell, in closures.
     sockets: spin::Mutex<Sockets>,
+    /// When the poll task will poll next if nothing wakes it (smoltcp microseconds;
+    /// `i64::MAX`: not before something does). Written under the engine lock.
+    next_poll: AtomicI64,
     /// The NIC's gate for connection requests (the 9P listener arms it).
     syn_gate: Arc<SynGate>,
     kick: IrqEvent,
@@ -75,18 +84,21 @@ impl core::fmt::Debug for Stack {
     }
 }
 
-/// The poll task's half of the stack: the interface, the NIC, the DHCP client.
-pub struct Poller {
-    stack: Arc<Stack>,
+/// The interface and the NIC, and the DHCP client's socket.
+struct Engine {
     iface: Interface,
     nic: Nic,
     dhcp: Option<SockId>,
 }
 
-impl core::fmt::Debug for Poller {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Poller").field("nic", &self.nic).finish()
-    }
+/// The poll task: takes in received frames and sends what is due. See the module
+/// documentation.
+#[derive(Debug)]
+pub struct Poller {
+    stack: Arc<Stack>,
+    /// The NIC's interrupt event, and whether it has no interrupt (polled).
+    nic_event: Arc<IrqEvent>,
+    polling: bool,
 }
 
 impl Stack {
@@ -133,8 +145,10 @@ impl Stack {
                 Interrupts::Polling => alloc::format!("polled every {POLL_FALLBACK:?}"),
             }
         );
+        let poller_event = (nic.event(), nic.interrupts() == Interrupts::Polling);
         let stack = Arc::new(Stack {
             sockets: spin::Mutex::new(sockets),
+            next_poll: AtomicI64::new(i64::MAX),
             syn_gate: nic.syn_gate(),
             kick: IrqEvent::new(),
             address: spin::Mutex::new(address),
@@ -142,12 +156,12 @@ impl Stack {
             polls: AtomicU64::new(0),
             nic_stats: nic.stats(),
             nic_event: nic.event(),
+            engine: spin::Mutex::new(Engine { iface, nic, dhcp }),
         });
         let poller = Poller {
             stack: stack.clone(),
-            iface,
-            nic,
-            dhcp,
+            nic_event: poller_event.0,
+            polling: poller_event.1,
         };
         (stack, poller)
     }
@@ -155,6 +169,29 @@ impl Stack {
     /// Asks the poll task to run soon (a socket has data to send or room to receive).
     pub fn kick(&self) {
         self.kick.signal();
+    }
+
+    /// Sends what socket `h` has queued, here and now, if no other CPU holds the engine;
+    /// otherwise kicks the poll task, which holds it (see the module documentation).
+    pub fn transmit(&self, h: SockId) {
+        let Some(mut engine) = self.engine.try_lock() else {
+            self.kick();
+            return;
+        };
+        let now = now();
+        let Engine { iface, nic, .. } = &mut *engine;
+        let due = self.sockets.lock().egress_one(h, |set| {
+            while iface.poll_egress(now, nic, set) != PollResult::None {}
+            iface.poll_at(now, set)
+        });
+        // The poll task sleeps until the earliest time a socket asked for when it last
+        // looked; an earlier one must wake it (to retransmit, say).
+        let earlier =
+            due.is_some_and(|t| t.total_micros() < self.next_poll.load(Ordering::Relaxed));
+        drop(engine);
+        if earlier {
+            self.kick();
+        }
     }
 
     /// Adds `socket` to the stack.
@@ -267,9 +304,9 @@ impl Poller {
     /// Polls the interface once; returns how long until it wants polling again.
     fn poll(&mut self) -> Option<Duration> {
         let now = now();
-        let Poller {
-            stack, iface, nic, ..
-        } = self;
+        let stack = &*self.stack;
+        let mut engine = stack.engine.lock();
+        let Engine { iface, nic, dhcp } = &mut *engine;
         let mut sockets = stack.sockets.lock();
         // smoltcp's `poll` takes in every frame waiting before it sends anything, so a
         // burst of data segments gets one ACK at the end (a stretch ACK). Sending what
@@ -296,7 +333,11 @@ impl Poller {
             }
         };
         stack.polls.fetch_add(1, Ordering::Relaxed);
-        if let Some(h) = self.dhcp {
+        stack.next_poll.store(
+            next.map_or(i64::MAX, |t| t.total_micros()),
+            Ordering::Relaxed,
+        );
+        if let Some(h) = *dhcp {
             // The event borrows the client: it is handled under its lock (rarely: a
             // lease gained or lost).
             sockets.with_quiet(h, |dhcp: &mut dhcpv4::Socket| match dhcp.poll() {
@@ -347,10 +388,7 @@ impl Poller {
 
     /// The poll task: runs for as long as the appliance does.
     pub async fn run(mut self) {
-        let (nic_event, polling) = (
-            self.nic.event(),
-            self.nic.interrupts() == Interrupts::Polling,
-        );
+        let (nic_event, polling) = (self.nic_event.clone(), self.polling);
         let stack = self.stack.clone();
         loop {
             // Consume pending wake-ups first: what they announce is handled by this poll.

@@ -3,8 +3,10 @@
 //! Reads and writes copy between the socket's ring buffers and the connection's frames;
 //! when nothing can move, the socket's receive or send waker is registered so the
 //! connection's task sleeps until smoltcp has data or room (or the state changes: smoltcp
-//! wakes both wakers on every state change, so a reset is noticed too). Every transfer
-//! kicks the poll task, which sends the data, or the window update, out.
+//! wakes both wakers on every state change, so a reset is noticed too). Data queued for
+//! sending goes out at once from the connection's CPU (`Stack::transmit`), as does a
+//! window update when a read reopened a window that was more than half closed; a smaller
+//! one rides on the next segment the stack sends.
 //!
 //! The connection may be served on another CPU than the stack's poll task: it holds its
 //! socket's cell and works on it in short closures (`super::sockets`), and counts its
@@ -79,8 +81,11 @@ impl Transport for TcpTransport {
     type Error = TcpError;
 
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize, TcpError>> {
+        let mut reopened = false;
         let r = self.with(|s| {
             if s.can_recv() {
+                // Less than half the window was open: the client may be waiting for it.
+                reopened = 2 * s.recv_queue() > s.recv_capacity();
                 return Poll::Ready(s.recv_slice(buf).map_err(TcpError::Recv));
             }
             // Not yet established (a SYN-ACK in flight) or waiting for data: sleep. A
@@ -95,8 +100,10 @@ impl Transport for TcpTransport {
             if n > 0 {
                 self.rx += n as u64;
                 self.stats.local().rx_bytes.add(n as u64);
-                // The receive window grew: let the poll task advertise it.
-                self.stack.kick();
+                if reopened {
+                    // The receive window grew much: advertise it now.
+                    self.stack.transmit(self.handle);
+                }
             }
         }
         r
@@ -117,7 +124,7 @@ impl Transport for TcpTransport {
             if n > 0 {
                 self.tx += n as u64;
                 self.stats.local().tx_bytes.add(n as u64);
-                self.stack.kick();
+                self.stack.transmit(self.handle);
             }
         }
         r
