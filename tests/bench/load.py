@@ -337,6 +337,8 @@ def point(server, workload, conns, seconds):
     if prof:
         prof.wait(60)
     after = server.counters()
+    if "ops_per_s" not in r:
+        raise GuestError(f"ninep-load: {r}")
     row = {k: r[k] for k in ("workload", "conns", "seconds", "ops", "ops_per_s", "fsyncs", "p50_us", "p99_us", "max_us")}
     row["errors"] = r["errors"]
     if before is not None and after is not None:
@@ -618,7 +620,22 @@ def main():
             server.start()
             for w in workloads:
                 for c in conns:
-                    row = point(server, w, c, seconds)
+                    try:
+                        row = point(server, w, c, seconds)
+                    except GuestError as e:
+                        # A server that fell over at one point (a Linux VM's diod killed
+                        # for memory at 64 connections, say) is started afresh for the rest.
+                        log(f"{system} {w} x{c}: failed: {e}; restarting {system}")
+                        failed.append({"system": system, "workload": w, "conns": c, "error": str(e)})
+                        try:
+                            server.stop()
+                        except GuestError as stop_error:
+                            failed.append({"system": system, "workload": "stop", "conns": 0, "error": str(stop_error)})
+                        sdir = f"{sdir}-again"
+                        os.makedirs(sdir)
+                        server = Server(system, a, sdir)
+                        server.start()
+                        continue
                     row["system"] = system
                     results.append(row)
                     log(f"{system} {w} x{c}: {row['ops_per_s']:.0f} ops/s, p99 {row['p99_us'] / 1000:.1f} ms"
