@@ -258,7 +258,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
 /// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rate and
 /// leaves the CPU and the device to clients.
 async fn scrub_in_background<F: vfs::FileSystem + Scrubbing + 'static>(
-    service: Rc<net::service::Service<F>>,
+    service: Rc<net::listener::Listener<F>>,
     rate_mib: u32,
     interval_secs: Option<u32>,
 ) {

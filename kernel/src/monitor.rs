@@ -10,7 +10,7 @@ use core::time::Duration;
 use block::BlockDevice;
 use vfs::FileSystem;
 
-use crate::net::service::Service;
+use crate::net::listener::Listener;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
     AccessReport, CpuReport, DeviceReport, FsReport, HeapReport, NicReport, NinepReport,
@@ -83,7 +83,7 @@ impl<D: BlockDevice + DeviceName + InjectedFaults> Reporting for ServedFs<D> {
 
 /// The appliance's counters, as served and logged.
 pub struct Monitor<F: FileSystem + Reporting + 'static> {
-    service: Rc<Service<F>>,
+    listener: Rc<Listener<F>>,
     cache_limit: u64,
     port_stats: Rc<PortStats>,
 }
@@ -97,9 +97,13 @@ impl<F: FileSystem + Reporting + 'static> core::fmt::Debug for Monitor<F> {
 impl<F: FileSystem + Reporting + 'static> Monitor<F> {
     /// A monitor of `service`, the filesystem it serves (whose node cache is limited
     /// to `cache_limit` bytes, 0 if it has none) and the counters port (`port_stats`).
-    pub fn new(service: Rc<Service<F>>, cache_limit: usize, port_stats: Rc<PortStats>) -> Rc<Self> {
+    pub fn new(
+        listener: Rc<Listener<F>>,
+        cache_limit: usize,
+        port_stats: Rc<PortStats>,
+    ) -> Rc<Self> {
         Rc::new(Monitor {
-            service,
+            listener,
             cache_limit: cache_limit as u64,
             port_stats,
         })
@@ -131,8 +135,8 @@ impl<F: FileSystem + Reporting + 'static> Monitor<F> {
 
 impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
     async fn snapshot(&self) -> Snapshot {
-        let fs = self.service.server().fs();
-        let conns = self.service.stats();
+        let fs = self.listener.server().fs();
+        let conns = self.listener.service().stats();
         let heap = hal::heap::stats();
         let mut fs_report = fs.fs_report().await;
         if let Some(r) = fs_report.as_mut() {
@@ -151,7 +155,7 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                     tsc: s.tsc,
                     wakes: s.wakes,
                     serving: {
-                        let c = conns.cpu(cpu);
+                        let c = conns.worker(cpu);
                         ServingReport {
                             connections: c.active(),
                             accepted: c.accepted.get(),
@@ -175,13 +179,13 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 accepted: conns.accepted.get(),
                 shed: conns.shed.get(),
                 refused: conns.refused.get(),
-                syns_held: self.service.stack().syn_gate().held(),
+                syns_held: self.listener.stack().syn_gate().held(),
                 rx_bytes: conns.rx_bytes(),
                 tx_bytes: conns.tx_bytes(),
-                server: self.service.server().stats(),
-                timings: self.service.server().timings(),
-                requests: self.service.server().request_stats(),
-                memory: self.service.server().memory(),
+                server: self.listener.server().stats(),
+                timings: self.listener.server().timings(),
+                requests: self.listener.server().request_stats(),
+                memory: self.listener.server().memory(),
             }),
             heap: HeapReport {
                 bytes: heap.claimed,

@@ -93,7 +93,7 @@ pub struct CpuReport {
     pub serving: ServingReport,
 }
 
-/// The 9P connections one CPU serves (`net::stats::CpuServing`).
+/// The 9P connections one CPU serves (`ninep::service::stats::WorkerServing`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ServingReport {
     /// Connections it serves now.

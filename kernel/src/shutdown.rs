@@ -26,11 +26,11 @@ use core::time::Duration;
 use log::{error, info, warn};
 use vfs::FileSystem;
 
-use crate::net::service::Service;
-use crate::net::stats::ServiceStats;
+use crate::net::listener::{Listener, Tasks};
 use crate::report::ShutdownReport;
 use crate::storage::CleanUnmount;
 use crate::{clock, power, task};
+use ninep::service::stats::ServiceStats;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 static IGNORED_PRESSES: AtomicU64 = AtomicU64::new(0);
@@ -65,10 +65,10 @@ impl fmt::Display for Step {
     }
 }
 
-/// Waits for the power button, then shuts `service` and its filesystem down cleanly
+/// Waits for the power button, then shuts the listener's service and its filesystem down cleanly
 /// within `limit` (see the module documentation). Returns when the machine may be
 /// powered off.
-pub async fn on_power_button<F>(service: Rc<Service<F>>, limit: Duration)
+pub async fn on_power_button<F>(listener: Rc<Listener<F>>, limit: Duration)
 where
     F: FileSystem + CleanUnmount + 'static,
 {
@@ -79,7 +79,7 @@ where
         limit.as_secs()
     );
     let step = Cell::new(Step::Listener);
-    match task::timeout(limit, steps(&service, limit, &step)).await {
+    match task::timeout(limit, steps(&listener, limit, &step)).await {
         Ok(Ok(())) => info!(
             "shutdown: done in {} ms",
             (clock::now() - started).as_millis()
@@ -96,7 +96,7 @@ where
             );
         }
     }
-    service.log_stats();
+    listener.log_stats();
 }
 
 /// Waits for the power button when nothing is being served (no disk, no network):
@@ -121,10 +121,11 @@ fn begin() -> crate::time::Instant {
 }
 
 /// Steps 1 to 3; `step` says which one runs.
-async fn steps<F>(service: &Service<F>, limit: Duration, step: &Cell<Step>) -> vfs::FsResult<()>
+async fn steps<F>(listener: &Listener<F>, limit: Duration, step: &Cell<Step>) -> vfs::FsResult<()>
 where
     F: FileSystem + CleanUnmount + 'static,
 {
+    let service = listener.service();
     step.set(Step::Listener);
     service.stop_listening();
     info!(
@@ -134,7 +135,7 @@ where
 
     step.set(Step::Connections);
     let grace = limit / 2;
-    let drained = service.drain(grace).await;
+    let drained = service.drain(&Tasks, grace).await;
     if drained.shed > 0 {
         warn!(
             "shutdown: 9P: {} connection(s) had not finished after {} s: reset",

@@ -8,6 +8,8 @@
 //! - [`server`]: sessions, fids, exports, permissions, locks; requests onto the fs.
 //! - [`conn`]: the transport-agnostic connection driver (bytes in, replies out).
 //! - [`memory`]: the budget of what clients can make the server allocate.
+//! - [`service`]: the serving policy (admission, placement on workers, a connection's
+//!   life and close, deadlines, shutdown, counters) over any transport.
 //!
 //! To serve: wrap a mounted filesystem in a [`server::Server`] (in an `Arc`: connections
 //! on several CPUs share it, see [`server`]'s "Concurrency"), make a
@@ -22,6 +24,7 @@ pub mod admin;
 pub mod conn;
 pub mod memory;
 pub mod server;
+pub mod service;
 mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -47,3 +47,60 @@ impl<T: fmt::Debug> fmt::Debug for Locked<T> {
         }
     }
 }
+
+/// A wake-up that tasks on any CPU or thread can wait for: [`Signal::signal`] sets it and
+/// wakes every waiter; a wait completes once it is set, and clears it. A signal sent
+/// while nobody waits is kept (level-triggered), so a waiter that checks its condition,
+/// then waits, misses nothing that happened in between.
+#[derive(Debug, Default)]
+pub struct Signal(Locked<SignalState>);
+
+#[derive(Debug, Default)]
+struct SignalState {
+    set: bool,
+    waiters: alloc::vec::Vec<core::task::Waker>,
+}
+
+impl Signal {
+    /// A signal not set.
+    pub const fn new() -> Self {
+        Signal(Locked::new(SignalState {
+            set: false,
+            waiters: alloc::vec::Vec::new(),
+        }))
+    }
+
+    /// Sets the signal and wakes every waiter (after the lock is released).
+    pub fn signal(&self) {
+        let waiters = self.0.with(|s| {
+            s.set = true;
+            core::mem::take(&mut s.waiters)
+        });
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    /// Clears the signal; whether it was set.
+    pub fn take(&self) -> bool {
+        self.0.with(|s| core::mem::replace(&mut s.set, false))
+    }
+
+    /// Ready (and clears the signal) if it is set, else registers `cx`'s waker.
+    pub fn poll_wait(&self, cx: &mut core::task::Context<'_>) -> core::task::Poll<()> {
+        self.0.with(|s| {
+            if core::mem::replace(&mut s.set, false) {
+                return core::task::Poll::Ready(());
+            }
+            if !s.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                s.waiters.push(cx.waker().clone());
+            }
+            core::task::Poll::Pending
+        })
+    }
+
+    /// Completes once the signal is set (clearing it).
+    pub async fn wait(&self) {
+        core::future::poll_fn(|cx| self.poll_wait(cx)).await
+    }
+}

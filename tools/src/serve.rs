@@ -1,18 +1,22 @@
 //! `ninefold serve`: the appliance's filesystem and 9P2000.L server as a Linux process,
 //! over std TCP, for development, debugging and comparisons.
 //!
-//! It serves as the appliance does on its CPUs: one shared [`Server`] (`Arc`, `Send +
-//! Sync`) and filesystem, and connections spread over worker threads (`--threads`,
-//! default one per core), each handed whole to the worker serving fewest. A worker is a
-//! single-threaded tokio runtime whose connection tasks drive a
-//! [`ninep::conn::Connection`] over their socket: the request futures are not `Send`,
-//! so a connection stays on the thread that accepted it.
+//! It serves with the appliance's serving policy ([`ninep::service`]: admission, the
+//! worker a connection goes to, its life and close, deadlines, shutdown, counters); what
+//! is its own is the transport: a tokio listener, and worker threads (`--threads`,
+//! default one per core) instead of CPUs. A worker is a single-threaded tokio runtime
+//! whose connection tasks drive a [`ninep::conn::Connection`] over their socket: the
+//! request futures are not `Send`, so a connection stays on the worker it was handed to.
+//!
+//! SIGTERM or SIGINT shuts it down as the power button does the appliance: the listener
+//! closes, every connection is asked to close politely (requests in flight answered,
+//! then FIN), those still open after half of `--shutdown-timeout` are reset, and the
+//! image is unmounted cleanly.
 
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -21,8 +25,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, ValueEnum};
 use ninefs::volume::{MountOptions, NineFs};
 use ninep::admin::AdminFs;
-use ninep::conn::{Connection, Transport};
+use ninep::conn::Transport;
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
+use ninep::service::stats::ServiceStats;
+use ninep::service::{Endpoint, Runtime, Service, ServiceConfig};
 use testkit::model::ModelFs;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -117,6 +123,10 @@ pub struct ServeArgs {
     /// per core.
     #[arg(long)]
     threads: Option<usize>,
+    /// Seconds a shutdown (SIGTERM, SIGINT) may take: connections get half of it to
+    /// close politely, then are reset; as the appliance's `shutdown_timeout=`.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log_level: log::LevelFilter,
@@ -130,9 +140,6 @@ enum SquashArg {
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
-
-/// How often the server's deadlines are checked.
-const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Nanoseconds on a monotonic clock (the server's request timings).
 fn monotonic_ns() -> u64 {
@@ -220,7 +227,7 @@ impl ServeArgs {
     }
 }
 
-/// Runs the server until killed.
+/// Runs the server until SIGTERM or SIGINT, then shuts it down cleanly.
 pub fn run(args: ServeArgs) -> Result<(), String> {
     env_logger::Builder::new()
         .filter_level(args.log_level)
@@ -236,16 +243,19 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
+    let service_config = ServiceConfig {
+        max_conns: args.max_connections,
+        workers: threads.max(1),
+        // The host's kernel runs TCP: no worker carries it.
+        stack_worker: None,
+        worker_noun: "thread",
+    };
+    let limit = std::time::Duration::from_secs(args.shutdown_timeout);
     if args.model {
         let server = Arc::new(Server::new(ModelFs::new(SystemClock), config));
         log_exports(server.config());
-        let mut workers = Workers::start(&server, threads)?;
-        let served = local.block_on(
-            &runtime,
-            serve(&server, &mut workers, args.listen, args.max_connections),
-        );
-        workers.stop();
-        return served;
+        let service = Arc::new(Service::new(server, service_config));
+        return serve(&runtime, &local, &service, args.listen, limit);
     }
     let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
     let disk = crate::image::open(image, !args.read_only)?;
@@ -261,28 +271,53 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     log::info!("mounted {}", image.display());
     let server = Arc::new(Server::new(AdminFs::new(fs), config));
     log_exports(server.config());
+    let service = Arc::new(Service::new(server.clone(), service_config));
     local.spawn_local(scrub_in_background(server.clone(), args.scrub_rate));
-    let mut workers = Workers::start(&server, threads)?;
-    let served = local.block_on(
-        &runtime,
-        serve(&server, &mut workers, args.listen, args.max_connections),
-    );
-    // Stopped by a signal (or the listener failed). Stopping the workers ends every
-    // connection (a request cut short was never answered, so nothing it did was
-    // acknowledged); then the image is unmounted cleanly: unlinked-but-open files freed,
-    // a final checkpoint marked clean, nothing left in the log for the next mount to
-    // replay.
-    let open = workers.stop();
+    let served = serve(&runtime, &local, &service, args.listen, limit);
     drop(local);
     served?;
+    // Every connection has ended (a request cut short by a reset was never answered,
+    // so nothing it did was acknowledged): the image is unmounted cleanly, unlinked-but-
+    // open files freed, a final checkpoint marked clean, nothing left in the log for the
+    // next mount to replay.
     runtime
         .block_on(server.fs().remount_read_only())
         .map_err(|e| format!("{}: unmount: {e}", image.display()))?;
-    log::info!(
-        "unmounted {} cleanly ({open} connection(s) closed)",
-        image.display()
-    );
+    log::info!("unmounted {} cleanly", image.display());
     Ok(())
+}
+
+/// Serves `service` on `listen` until a stop signal, then closes every connection
+/// (politely, reset after half of `limit`) and stops the workers.
+fn serve<F: FileSystem + Send + Sync + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    local: &tokio::task::LocalSet,
+    service: &Arc<Service<F>>,
+    listen: SocketAddr,
+    limit: std::time::Duration,
+) -> Result<(), String> {
+    let workers = Workers::start(service)?;
+    let listened = local.block_on(runtime, self::listen(service, &workers, listen));
+    if listened.is_ok() {
+        // Made inside the runtime: a tokio timer needs one.
+        let drain = async { tokio::time::timeout(limit, service.drain(&Tokio, limit / 2)).await };
+        match local.block_on(runtime, drain) {
+            Ok(d) if d.shed > 0 => log::warn!(
+                "9p: every connection closed: {} asked to close, {} had not finished after {} s and were reset",
+                d.asked,
+                d.shed,
+                (limit / 2).as_secs()
+            ),
+            Ok(d) => log::info!("9p: every connection closed ({} asked to close)", d.asked),
+            Err(_) => log::error!(
+                "9p: connections still open after {} s (--shutdown-timeout); dropping them",
+                limit.as_secs()
+            ),
+        }
+    }
+    workers.stop(service);
+    service.log_stats();
+    listened
 }
 
 /// Runs the scrub pass `ctl` starts, `rate_mib` MiB per second.
@@ -328,6 +363,16 @@ async fn stop_requested() {
     }
 }
 
+/// The host's tokio as the serving policy's [`Runtime`].
+#[derive(Clone, Copy, Debug)]
+struct Tokio;
+
+impl Runtime for Tokio {
+    fn sleep(&self, duration: std::time::Duration) -> impl std::future::Future<Output = ()> {
+        tokio::time::sleep(duration)
+    }
+}
+
 /// A connection for a worker: the accepted socket and its peer.
 type Accepted = (std::net::TcpStream, SocketAddr);
 
@@ -336,87 +381,66 @@ struct Workers {
     workers: Vec<Worker>,
 }
 
-/// One worker thread: where its new connections go, and how many it serves.
+/// One worker thread: where its new connections go.
 struct Worker {
     inbox: tokio::sync::mpsc::UnboundedSender<Accepted>,
-    live: Arc<AtomicUsize>,
-    /// Connections handed to it so far.
-    served: usize,
     thread: JoinHandle<()>,
 }
 
 impl Workers {
-    /// Starts `n` worker threads (at least one) serving connections to `server`.
+    /// Starts `service.config().workers` worker threads serving its connections.
     fn start<F: FileSystem + Send + Sync + 'static>(
-        server: &Arc<Server<F>>,
-        n: usize,
+        service: &Arc<Service<F>>,
     ) -> Result<Workers, String> {
-        let workers = (0..n.max(1))
+        let workers = (0..service.config().workers)
             .map(|i| {
                 let (inbox, rx) = tokio::sync::mpsc::unbounded_channel();
-                let live = Arc::new(AtomicUsize::new(0));
-                let (server, counted) = (server.clone(), live.clone());
+                let service = service.clone();
                 let thread = std::thread::Builder::new()
                     .name(format!("9p-worker-{i}"))
-                    .spawn(move || work(server, rx, counted))
+                    .spawn(move || work(service, i, rx))
                     .map_err(|e| format!("worker thread: {e}"))?;
-                Ok(Worker {
-                    inbox,
-                    live,
-                    served: 0,
-                    thread,
-                })
+                Ok(Worker { inbox, thread })
             })
             .collect::<Result<Vec<_>, String>>()?;
         log::info!("9p: {} worker thread(s)", workers.len());
         Ok(Workers { workers })
     }
 
-    /// Connections served now, on every worker.
-    fn live(&self) -> usize {
-        self.workers
-            .iter()
-            .map(|w| w.live.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    /// Hands a connection to the worker serving fewest.
-    fn hand_off(&mut self, accepted: Accepted) {
-        let worker = self
-            .workers
-            .iter_mut()
-            .min_by_key(|w| w.live.load(Ordering::Relaxed))
-            .expect("at least one worker");
-        // Counted here, so the next hand-off sees it; the worker uncounts it at the end.
-        worker.live.fetch_add(1, Ordering::Relaxed);
-        worker.served += 1;
-        if worker.inbox.send(accepted).is_err() {
+    /// Hands a connection the service admitted to worker `worker`.
+    fn hand_off<F: FileSystem + 'static>(
+        &self,
+        service: &Service<F>,
+        worker: usize,
+        accepted: Accepted,
+    ) {
+        if self.workers[worker].inbox.send(accepted).is_err() {
             // The worker's thread ended (it panicked): the socket is closed with it.
-            worker.live.fetch_sub(1, Ordering::Relaxed);
-            log::error!("9p: a worker thread is gone; connection dropped");
+            service.abandon(worker);
         }
     }
 
-    /// Ends every connection and every worker; returns how many connections there were.
-    fn stop(self) -> usize {
-        let open = self.live();
+    /// Ends every worker (their connections have ended, or are dropped with them).
+    fn stop<F: FileSystem + 'static>(self, service: &Service<F>) {
         for (i, w) in self.workers.into_iter().enumerate() {
-            log::info!("9p: worker {i} served {} connection(s)", w.served);
+            log::info!(
+                "9p: worker {i} served {} connection(s)",
+                service.stats().worker(i).accepted.get()
+            );
             drop(w.inbox);
             if w.thread.join().is_err() {
                 log::error!("9p: a worker thread panicked");
             }
         }
-        open
     }
 }
 
 /// A worker thread's life: serves each connection it is handed as a local task until its
-/// inbox closes, then drops them all.
+/// inbox closes, then drops those still open.
 fn work<F: FileSystem + Send + Sync + 'static>(
-    server: Arc<Server<F>>,
+    service: Arc<Service<F>>,
+    worker: usize,
     mut inbox: tokio::sync::mpsc::UnboundedReceiver<Accepted>,
-    live: Arc<AtomicUsize>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -432,63 +456,37 @@ fn work<F: FileSystem + Send + Sync + 'static>(
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async {
         while let Some((stream, peer)) = inbox.recv().await {
-            let (server, live) = (server.clone(), live.clone());
+            let service = service.clone();
             tokio::task::spawn_local(async move {
-                serve_connection(server, stream, peer).await;
-                live.fetch_sub(1, Ordering::Relaxed);
+                match Tcp::new(stream, service.stats().clone(), worker) {
+                    Ok(io) => service.serve(&Tokio, io, Some(peer), worker).await,
+                    Err(e) => {
+                        log::warn!("9p: {peer}: {e}");
+                        service.abandon(worker);
+                    }
+                }
             });
         }
     });
 }
 
-/// One connection, on the worker that runs it.
-async fn serve_connection<F: FileSystem + 'static>(
-    server: Arc<Server<F>>,
-    stream: std::net::TcpStream,
-    peer: SocketAddr,
-) {
-    let stream = match stream
-        .set_nonblocking(true)
-        .and_then(|()| TcpStream::from_std(stream))
-    {
-        Ok(s) => s,
-        Err(e) => {
-            log::warn!("9p: {peer}: {e}");
-            return;
-        }
-    };
-    log::info!("9p: {peer}: connected");
-    let conn = Connection::from_peer(server, peer.ip());
-    match conn.run(&mut Tcp(stream)).await {
-        Ok(None) => log::info!("9p: {peer}: disconnected"),
-        Ok(Some(reason)) => log::info!("9p: {peer}: closed by the server: {reason:?}"),
-        Err(e) => log::info!("9p: {peer}: disconnected: {e}"),
-    }
-}
-
-/// Accepts connections and hands each to a worker, until a stop signal arrives.
-async fn serve<F: FileSystem + Send + Sync + 'static>(
-    server: &Arc<Server<F>>,
-    workers: &mut Workers,
-    listen: SocketAddr,
-    max_connections: usize,
+/// Accepts connections and hands each the service admits to its worker, until a stop
+/// signal arrives (then the service stops listening).
+async fn listen<F: FileSystem + Send + Sync + 'static>(
+    service: &Arc<Service<F>>,
+    workers: &Workers,
+    address: SocketAddr,
 ) -> Result<(), String> {
-    let listener = TcpListener::bind(listen)
+    let listener = TcpListener::bind(address)
         .await
-        .map_err(|e| format!("listen on {listen}: {e}"))?;
+        .map_err(|e| format!("listen on {address}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     // Tests and scripts read the bound address from the first line.
     println!("listening on {bound}");
     log::info!("9p: serving on {bound}");
     tokio::task::spawn_local({
-        let server = server.clone();
-        async move {
-            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-            loop {
-                tick.tick().await;
-                server.sweep();
-            }
-        }
+        let service = service.clone();
+        async move { service.housekeeping(&Tokio).await }
     });
     let stop = stop_requested();
     tokio::pin!(stop);
@@ -496,7 +494,8 @@ async fn serve<F: FileSystem + Send + Sync + 'static>(
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut stop => {
-                log::info!("9p: stop requested; {} connection(s) open", workers.live());
+                service.stop_listening();
+                log::info!("9p: stop requested; {} connection(s) open", service.stats().active());
                 return Ok(());
             }
         };
@@ -507,40 +506,127 @@ async fn serve<F: FileSystem + Send + Sync + 'static>(
                 continue;
             }
         };
-        if !server.admit(Some(peer.ip())) {
-            log::warn!("9p: {peer}: refused, no export allows this address");
-            drop(stream);
-            continue;
-        }
-        if workers.live() >= max_connections && !server.reclaim_slot() {
-            log::warn!("9p: {peer}: refused, {max_connections} connections already");
-            drop(stream);
-            continue;
-        }
+        let worker = match service.admit(Some(peer), 0..service.config().workers) {
+            Ok(worker) => worker,
+            Err(_) => {
+                // Reset, as the appliance does: the client learns at once.
+                let _ = stream.set_zero_linger();
+                drop(stream);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         match stream.into_std() {
-            Ok(stream) => workers.hand_off((stream, peer)),
-            Err(e) => log::warn!("9p: {peer}: {e}"),
+            Ok(stream) => workers.hand_off(service, worker, (stream, peer)),
+            Err(e) => {
+                log::warn!("9p: {peer}: {e}");
+                service.abandon(worker);
+            }
         }
     }
 }
 
-/// A tokio TCP stream as a [`Transport`].
-struct Tcp(TcpStream);
+/// A tokio TCP stream as the serving policy's [`Endpoint`], counting its bytes in its
+/// worker's counters.
+struct Tcp {
+    stream: TcpStream,
+    stats: Arc<ServiceStats>,
+    worker: usize,
+    rx: u64,
+    tx: u64,
+    /// Our FIN is sent (the polite close's first half).
+    shut: bool,
+}
+
+impl Tcp {
+    /// Takes over an accepted socket on the worker that serves it.
+    fn new(
+        stream: std::net::TcpStream,
+        stats: Arc<ServiceStats>,
+        worker: usize,
+    ) -> io::Result<Tcp> {
+        stream.set_nonblocking(true)?;
+        Ok(Tcp {
+            stream: TcpStream::from_std(stream)?,
+            stats,
+            worker,
+            rx: 0,
+            tx: 0,
+            shut: false,
+        })
+    }
+}
 
 impl Transport for Tcp {
     type Error = io::Error;
 
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         let mut rb = ReadBuf::new(buf);
-        match Pin::new(&mut self.0).poll_read(cx, &mut rb) {
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
+        match Pin::new(&mut self.stream).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                self.rx += n as u64;
+                self.stats.worker(self.worker).rx_bytes.add(n as u64);
+                Poll::Ready(Ok(n))
+            }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
         }
     }
 
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        let r = Pin::new(&mut self.stream).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            self.tx += n as u64;
+            self.stats.worker(self.worker).tx_bytes.add(n as u64);
+        }
+        r
+    }
+}
+
+impl Endpoint for Tcp {
+    fn close(&mut self) {
+        // The FIN goes out in `poll_closed`, which can wait for the socket's buffer.
+    }
+
+    fn poll_closed(&mut self, cx: &mut Context<'_>, stopping: bool) -> Poll<()> {
+        if !self.shut {
+            match Pin::new(&mut self.stream).poll_shutdown(cx) {
+                Poll::Pending => return Poll::Pending,
+                // Sent, or the peer is gone: either way nothing more will go out.
+                Poll::Ready(_) => self.shut = true,
+            }
+        }
+        if stopping {
+            return Poll::Ready(());
+        }
+        // The peer's FIN (or its reset) ends the close; what it still sends is dropped.
+        let mut scratch = [0u8; 512];
+        loop {
+            let mut rb = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.stream).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) if !rb.filled().is_empty() => continue,
+                Poll::Ready(_) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    async fn abort(&mut self) {
+        // Closing a socket that lingers for zero seconds resets it.
+        let _ = self.stream.set_zero_linger();
+    }
+
+    fn was_reset(&mut self) -> bool {
+        // A reset reads as an error, which the service counts as such.
+        false
+    }
+
+    fn rx_bytes(&self) -> u64 {
+        self.rx
+    }
+
+    fn tx_bytes(&self) -> u64 {
+        self.tx
     }
 }

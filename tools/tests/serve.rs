@@ -372,3 +372,67 @@ fn silent_connections_do_not_lock_clients_out() {
     // The mount is still served.
     c.walk(0, 2, "").unwrap();
 }
+
+/// SIGTERM closes the connections politely, as the appliance's power button does: a
+/// client that is idle reads the end of the stream (FIN, not a reset), and the server
+/// exits cleanly.
+#[test]
+fn a_stop_closes_idle_clients_politely() {
+    let served = serve(&[]);
+    let mut c = connect(&served);
+    c.attach(0, 0, "").unwrap();
+    let Tcp(mut socket) = c.io;
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    assert!(served.stop().success());
+    let mut buf = [0u8; 64];
+    assert_eq!(socket.read(&mut buf).unwrap(), 0, "FIN after the stop");
+}
+
+/// A client that stops reading its replies cannot hold a stop up: past half of
+/// `--shutdown-timeout` its connection is reset and the server exits.
+#[test]
+fn a_stop_resets_a_client_that_does_not_read_after_the_grace_time() {
+    let served = serve(&["--shutdown-timeout", "2"]);
+    let mut c = connect(&served);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "").unwrap();
+    c.lcreate(1, "big", open_flags::RDWR, 0o644).unwrap();
+    let data = vec![7u8; 1 << 19];
+    c.write(1, 0, &data).unwrap();
+    let Tcp(mut socket) = c.io;
+    // Reads whose replies (512 KiB each) this client never takes: far more than the
+    // sockets' buffers hold.
+    for tag in 0..64u16 {
+        let mut read = Vec::new();
+        ninep::wire::Tmsg::Read {
+            fid: 1,
+            offset: 0,
+            count: 1 << 19,
+        }
+        .encode(tag, &mut read)
+        .unwrap();
+        socket.write_all(&read).unwrap();
+    }
+    let started = std::time::Instant::now();
+    assert!(served.stop().success());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the stop waited {:?}",
+        started.elapsed()
+    );
+    // What the server had sent before the reset may still be read; then the reset.
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let end = loop {
+        match socket.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e.kind()),
+        }
+    };
+    assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset));
+}

@@ -1,5 +1,5 @@
-//! The 9P service's limits, how they are sized from memory, and which CPU serves a new
-//! connection (pure; host-tested).
+//! The 9P service's limits and how they are sized from memory (pure; host-tested). Which
+//! CPU serves a new connection is the serving policy's (`ninep::service::placement`).
 
 /// Default most concurrent client connections (`max_conns=`). Past it a new client takes
 /// the slot of the quietest connection without fids, or is refused (reset).
@@ -48,31 +48,6 @@ pub fn client_memory(heap_bytes: u64) -> usize {
     (heap_bytes / CLIENT_MEMORY_SHARE).max(MIN_CLIENT_MEMORY) as usize
 }
 
-/// How many connections each connection CPU 0 serves counts for when choosing where a new
-/// one goes: CPU 0 also runs the network stack for every connection. Measured under
-/// bench-load at two vCPUs (docs/benchmarks.md, "Every vCPU serves"): the stack costs about
-/// half as much CPU per request as serving the request, so CPU 0 and CPU 1 are equally
-/// busy when CPU 0 serves about a third as many connections; counting each of CPU 0's
-/// twice comes close to that and, with more CPUs, leaves CPU 0 few connections.
-pub const CPU0_CONNECTION_WEIGHT: u64 = 2;
-
-/// The CPU to serve a new connection: of the `candidates` (CPU index, connections it
-/// serves now), the one serving fewest, CPU 0's connections counting
-/// [`CPU0_CONNECTION_WEIGHT`] each. Ties go to a CPU other than 0, then to the lowest
-/// index. `None` without candidates.
-pub fn least_loaded_cpu(candidates: impl IntoIterator<Item = (usize, u64)>) -> Option<usize> {
-    candidates
-        .into_iter()
-        .min_by_key(|&(cpu, active)| {
-            let load = match cpu {
-                0 => active.saturating_mul(CPU0_CONNECTION_WEIGHT),
-                _ => active,
-            };
-            (load, cpu == 0, cpu)
-        })
-        .map(|(cpu, _)| cpu)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,32 +91,5 @@ mod tests {
         let sockets = (socket_buffer(heap, max_sockets(64)) * 2 * max_sockets(64)) as u64;
         let worst = heap * 2 / 5 + sockets + client_memory(heap) as u64;
         assert!(worst < heap * 17 / 20, "{worst} of {heap}");
-    }
-
-    #[test]
-    fn a_connection_goes_to_the_cpu_serving_fewest() {
-        assert_eq!(least_loaded_cpu([]), None);
-        assert_eq!(least_loaded_cpu([(0, 5)]), Some(0));
-        // Equal counts: not CPU 0 (it runs the stack), then the lowest index.
-        assert_eq!(least_loaded_cpu([(0, 2), (1, 2), (2, 2)]), Some(1));
-        assert_eq!(least_loaded_cpu([(0, 1), (1, 3), (2, 3)]), Some(0));
-        assert_eq!(
-            least_loaded_cpu([(0, 1), (1, 2), (2, 2)]),
-            Some(1),
-            "CPU 0's count double"
-        );
-        assert_eq!(least_loaded_cpu([(0, 3), (1, 2), (3, 1)]), Some(3));
-        // Handed out one at a time, the others get twice as many as CPU 0.
-        let spread = |cpus: usize, conns: usize| {
-            let mut load = vec![0u64; cpus];
-            for _ in 0..conns {
-                let cpu = least_loaded_cpu(load.iter().copied().enumerate()).unwrap();
-                load[cpu] += 1;
-            }
-            load
-        };
-        assert_eq!(spread(2, 16), [5, 11]);
-        assert_eq!(spread(4, 16), [2, 5, 5, 4]);
-        assert_eq!(spread(4, 64), [9, 19, 18, 18]);
     }
 }

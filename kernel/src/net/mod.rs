@@ -7,7 +7,7 @@
 //! | [`stack`] | interface, sockets, DHCP, and the task that polls them |
 //! | [`sockets`] | the socket table: a set per socket, frames routed by 4-tuple, only due sockets polled |
 //! | [`tcp`] | a smoltcp TCP socket as a 9P `Transport` |
-//! | [`service`] | the 9P listener (a pool of listening sockets) and connection tasks |
+//! | [`listener`] | the 9P listener (a pool of listening sockets) handing connections to CPUs; the serving policy is `ninep::service` |
 //! | [`limits`] | connection limit and socket buffer sizing |
 //! | [`stats`] | per-cause counters |
 //! | [`stats_port`] | the read-only counters service (`stats=PORT`) |
@@ -18,9 +18,9 @@
 pub mod limits;
 
 #[cfg(target_os = "none")]
-pub mod nic;
+pub mod listener;
 #[cfg(target_os = "none")]
-pub mod service;
+pub mod nic;
 pub mod sockets;
 #[cfg(target_os = "none")]
 pub mod stack;
@@ -46,8 +46,8 @@ mod serve_impl {
     use vfs::FileSystem;
 
     use super::limits::{client_memory, max_sockets, socket_buffer};
+    use super::listener::Listener;
     use super::nic::{Nic, NicError};
-    use super::service::Service;
     use super::stack::Stack;
     use crate::config::Config;
     use crate::task;
@@ -82,7 +82,7 @@ mod serve_impl {
         config: &Config,
         fs: F,
         heap_bytes: u64,
-    ) -> Result<Rc<Service<AdminFs<F>>>, NetError> {
+    ) -> Result<Rc<Listener<AdminFs<F>>>, NetError> {
         let dev = Nic::find().ok_or(NetError::NoNic)?;
         let nic = Nic::new(dev, config.mtu).map_err(NetError::Nic)?;
         let (stack, poller) = Stack::new(nic, config.ip, config.gateway);
@@ -115,7 +115,7 @@ mod serve_impl {
         // The administration tree is reachable only through its export (`admin_allow=`).
         let server = Arc::new(Server::new(AdminFs::new(fs), config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets(limits.max_conns));
-        let service = Service::new(
+        let listener = Listener::new(
             stack,
             server,
             config.port,
@@ -123,9 +123,9 @@ mod serve_impl {
             limits.max_conns,
             config.serve_cpus,
         );
-        task::spawn(service.clone().run());
-        task::spawn(service.clone().report());
-        task::spawn(service.clone().housekeeping());
+        task::spawn(listener.clone().run());
+        task::spawn(listener.clone().report());
+        task::spawn(listener.clone().housekeeping());
         log::info!(
             "9p: listening on {}:{} (up to {} connections, {} KiB socket buffers each way, msize up to {} KiB)",
             address.address(),
@@ -141,6 +141,6 @@ mod serve_impl {
             memory.held_per_connection >> 20,
             memory.reserve >> 10
         );
-        Ok(service)
+        Ok(listener)
     }
 }

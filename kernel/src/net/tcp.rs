@@ -11,16 +11,21 @@
 //! The connection may be served on another CPU than the stack's poll task: it holds its
 //! socket's cell and works on it in short closures (`super::sockets`), and counts its
 //! bytes in its own CPU's counters.
+//!
+//! As the serving policy's [`Endpoint`], it closes politely with smoltcp's `close` (FIN
+//! after the queued data), resets with the stack's `reset`, and frees the socket at the
+//! end.
 
 use alloc::sync::Arc;
 use core::task::{Context, Poll};
 
 use super::sockets::{SockId, SocketCell};
 use ninep::conn::Transport;
+use ninep::service::stats::ServiceStats;
+use ninep::service::Endpoint;
 use smoltcp::socket::tcp::{self, State};
 
 use super::stack::Stack;
-use super::stats::ServiceStats;
 
 /// Why a transfer failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,42 +43,30 @@ pub struct TcpTransport {
     handle: SockId,
     socket: Arc<SocketCell>,
     stats: Arc<ServiceStats>,
+    /// The CPU serving it (its byte counters).
+    cpu: usize,
     /// Bytes this connection received and sent.
     rx: u64,
     tx: u64,
 }
 
 impl TcpTransport {
-    /// The socket `handle` of `stack`.
-    pub fn new(stack: Arc<Stack>, handle: SockId, stats: Arc<ServiceStats>) -> Self {
+    /// The socket `handle` of `stack`, served on CPU `cpu`.
+    pub fn new(stack: Arc<Stack>, handle: SockId, stats: Arc<ServiceStats>, cpu: usize) -> Self {
         TcpTransport {
             socket: stack.cell(handle),
             stack,
             handle,
             stats,
+            cpu,
             rx: 0,
             tx: 0,
         }
     }
 
-    /// Bytes received on this connection.
-    pub fn rx_bytes(&self) -> u64 {
-        self.rx
-    }
-
-    /// Bytes sent on this connection.
-    pub fn tx_bytes(&self) -> u64 {
-        self.tx
-    }
-
     /// Runs `f` on the socket (it becomes due for sending).
     pub fn with<R>(&self, f: impl FnOnce(&mut tcp::Socket<'static>) -> R) -> R {
         self.socket.with(f)
-    }
-
-    /// The socket's handle.
-    pub fn handle(&self) -> SockId {
-        self.handle
     }
 }
 
@@ -99,7 +92,7 @@ impl Transport for TcpTransport {
         if let Poll::Ready(Ok(n)) = r {
             if n > 0 {
                 self.rx += n as u64;
-                self.stats.local().rx_bytes.add(n as u64);
+                self.stats.worker(self.cpu).rx_bytes.add(n as u64);
                 if reopened {
                     // The receive window grew much: advertise it now.
                     self.stack.transmit(self.handle);
@@ -123,7 +116,7 @@ impl Transport for TcpTransport {
         if let Poll::Ready(Ok(n)) = r {
             if n > 0 {
                 self.tx += n as u64;
-                self.stats.local().tx_bytes.add(n as u64);
+                self.stats.worker(self.cpu).tx_bytes.add(n as u64);
                 self.stack.transmit(self.handle);
             }
         }
@@ -132,5 +125,43 @@ impl Transport for TcpTransport {
 
     fn yield_cpu(&mut self, cx: &mut Context<'_>) {
         crate::task::yield_to_others(cx);
+    }
+}
+
+impl Endpoint for TcpTransport {
+    fn close(&mut self) {
+        self.with(|s| s.close());
+        self.stack.kick();
+    }
+
+    fn poll_closed(&mut self, cx: &mut Context<'_>, stopping: bool) -> Poll<()> {
+        self.with(|s| match s.state() {
+            State::Closed | State::TimeWait => Poll::Ready(()),
+            State::FinWait2 if stopping => Poll::Ready(()),
+            _ => {
+                s.register_send_waker(cx.waker());
+                Poll::Pending
+            }
+        })
+    }
+
+    async fn abort(&mut self) {
+        self.stack.reset(self.handle).await;
+    }
+
+    fn was_reset(&mut self) -> bool {
+        self.with(|s| s.state()) == State::Closed
+    }
+
+    fn rx_bytes(&self) -> u64 {
+        self.rx
+    }
+
+    fn tx_bytes(&self) -> u64 {
+        self.tx
+    }
+
+    fn release(self) {
+        self.stack.remove(self.handle);
     }
 }
