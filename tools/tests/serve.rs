@@ -436,3 +436,82 @@ fn a_stop_resets_a_client_that_does_not_read_after_the_grace_time() {
     };
     assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset));
 }
+
+/// Issue 26's sequence: client A fills the memory budget (12 connections each walking a
+/// 64 KiB `user.` xattr into fids until ENOMEM); client B, on a connection attached
+/// before, sends a 512 KiB Twrite in one piece. The server reclaims memory from A and B's
+/// write is answered, and so is B's next request, on the same connection. (Over real
+/// TCP other wake-ups — more of the frame arriving, a second connection shed — can hide
+/// a lost one; `net/tests/hostile.rs` has the deterministic test of the wake-up itself.)
+#[test]
+fn a_write_that_waited_for_memory_is_answered_when_memory_is_reclaimed() {
+    let served = serve(&["--memory-mib", "16"]);
+    let mut b = connect(&served);
+    b.attach(0, 0, "").unwrap();
+    b.walk(0, 1, "").unwrap();
+    b.lcreate(1, "b", open_flags::RDWR, 0o644).unwrap();
+
+    let mut setup = connect(&served);
+    setup.attach(0, 0, "").unwrap();
+    setup.walk(0, 1, "").unwrap();
+    setup.lcreate(1, "x", open_flags::RDWR, 0o644).unwrap();
+    setup.clunk(1).unwrap();
+    setup.walk(0, 1, "x").unwrap();
+    setup
+        .xattrcreate(1, "user.big", 64 << 10, ninep::wire::XATTR_CREATE)
+        .unwrap();
+    setup.write(1, 0, &vec![3u8; 64 << 10]).unwrap();
+    setup.clunk(1).unwrap();
+    drop(setup);
+
+    let mut a: Vec<_> = (0..12)
+        .map(|_| {
+            let mut c = connect(&served);
+            c.attach(0, 0, "").unwrap();
+            c.walk(0, 1, "x").unwrap();
+            c
+        })
+        .collect();
+    for c in &mut a {
+        let mut fid = 2;
+        loop {
+            match c.xattrwalk(1, fid, "user.big") {
+                Ok(_) => fid += 1,
+                Err(e) => {
+                    assert_eq!(e, Errno::ENOMEM);
+                    break;
+                }
+            }
+            assert!(fid < 10_000, "no memory limit");
+        }
+    }
+
+    let Tcp(mut socket) = b.io;
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut exchange = |msg: ninep::wire::Tmsg<'_>, tag: u16| {
+        let mut out = Vec::new();
+        msg.encode(tag, &mut out).unwrap();
+        socket.write_all(&out).unwrap();
+        let mut size = [0u8; 4];
+        socket.read_exact(&mut size).expect("an answer");
+        let mut frame = size.to_vec();
+        frame.resize(u32::from_le_bytes(size) as usize, 0);
+        socket.read_exact(&mut frame[4..]).unwrap();
+        ninep::wire::Rmsg::decode(&frame).unwrap().1.msg_type()
+    };
+    let data = vec![5u8; 512 << 10];
+    let write = ninep::wire::Tmsg::Write {
+        fid: 1,
+        offset: 0,
+        data: ninep::wire::Data(&data),
+    };
+    assert_eq!(exchange(write, 7), 119, "Rwrite");
+    let getattr = ninep::wire::Tmsg::Getattr {
+        fid: 1,
+        request_mask: 0x7ff,
+    };
+    assert_eq!(exchange(getattr, 8), 25, "Rgetattr");
+    drop(a);
+}
