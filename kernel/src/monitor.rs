@@ -60,24 +60,8 @@ impl<D: BlockDevice + DeviceName + InjectedFaults> Reporting for ServedFs<D> {
     }
 
     async fn fs_report(&self) -> Option<FsReport> {
-        let sb = self.superblock();
-        let label_end = sb
-            .label
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(sb.label.len());
-        let statfs = self.statfs().await.ok();
-        let (cache_bytes, cache_nodes) = self.cache_usage();
-        Some(FsReport {
-            label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
-            size_bytes: sb.layout.total_blocks * ninefs::format::BLOCK_SIZE as u64,
-            free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
-            cache_bytes: cache_bytes as u64,
-            cache_nodes: cache_nodes as u64,
-            // The monitor knows the limit it mounted with.
-            cache_limit: 0,
-            stats: self.stats(),
-        })
+        // The monitor knows the cache limit it mounted with.
+        Some(self.report(0).await)
     }
 }
 
@@ -175,17 +159,8 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
             devices: fs.devices(),
             fs: fs_report,
             ninep: Some(NinepReport {
-                connections: conns.active(),
-                accepted: conns.accepted.get(),
-                shed: conns.shed.get(),
-                refused: conns.refused.get(),
                 syns_held: self.listener.stack().syn_gate().held(),
-                rx_bytes: conns.rx_bytes(),
-                tx_bytes: conns.tx_bytes(),
-                server: self.listener.server().stats(),
-                timings: self.listener.server().timings(),
-                requests: self.listener.server().request_stats(),
-                memory: self.listener.server().memory(),
+                ..self.listener.service().report()
             }),
             heap: HeapReport {
                 bytes: heap.claimed,

@@ -27,6 +27,8 @@ impl Exchange for Tcp {
 struct Served {
     child: Child,
     addr: String,
+    /// Its stdout after the first line (the counters' address, with `--stats`).
+    stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Drop for Served {
@@ -69,15 +71,18 @@ fn spawn_server_logging(args: &[&str], level: &str, stderr: Stdio) -> Served {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut line).unwrap();
     let addr = line
         .trim()
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
         .to_string();
-    Served { child, addr }
+    Served {
+        child,
+        addr,
+        stdout,
+    }
 }
 
 fn connect(s: &Served) -> Client<Tcp> {
@@ -514,4 +519,100 @@ fn a_write_that_waited_for_memory_is_answered_when_memory_is_reclaimed() {
     };
     assert_eq!(exchange(getattr, 8), 25, "Rgetattr");
     drop(a);
+}
+
+/// `GET path` from the counters endpoint at `addr`: the response's head and body.
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.to_string(), body.to_string())
+}
+
+/// `promtool check metrics` on `text` (Debian's prometheus package; scripts/deps.sh
+/// installs it): the problems it found, or `None` without promtool.
+fn promtool_problems(text: &str) -> Option<String> {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(if out.status.success() {
+        said.trim().to_string()
+    } else {
+        format!("exit {}: {said}", out.status)
+    })
+}
+
+/// `--stats` serves the appliance's counters protocol: JSON with the filesystem's and the
+/// 9P service's parts, and `/metrics` in the Prometheus format (promtool clean) with the
+/// same names the appliance exposes, counting what a client did.
+#[test]
+fn counters_and_metrics_are_served() {
+    let dir = std::env::temp_dir().join(format!("ninefold-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("disk.img");
+    let image = image.to_str().unwrap();
+    assert!(ninefold(&["mkfs", image, "--size", "64M"]).status.success());
+    let mut served = spawn_server(&[image, "--stats", "127.0.0.1:0"]);
+    let mut line = String::new();
+    served.stdout.read_line(&mut line).unwrap();
+    let stats = line
+        .trim()
+        .strip_prefix("counters on ")
+        .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+        .to_string();
+    let mut c = connect(&served);
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, "").unwrap();
+    c.lcreate(1, "f", open_flags::RDWR, 0o644).unwrap();
+    c.write(1, 0, &[1u8; 8192]).unwrap();
+    c.fsync(1, false).unwrap();
+
+    let (head, json) = http_get(&stats, "/");
+    assert!(head.contains("application/json"), "{head}");
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["9p"]["connections"], 1, "{json}");
+    assert_eq!(doc["9p"]["fsyncs"], 1, "{json}");
+    assert!(doc["fs"]["log"]["commits"].as_u64().unwrap() >= 1, "{json}");
+    assert!(
+        doc["fs"]["size_bytes"].as_u64().unwrap() > 60 << 20,
+        "{json}"
+    );
+
+    let (head, text) = http_get(&stats, "/metrics");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    for line in [
+        "ninefold_9p_connections 1",
+        "ninefold_fsyncs_total 1",
+        "# TYPE ninefold_fs_free_bytes gauge",
+        "# TYPE ninefold_uptime_seconds gauge",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    match promtool_problems(&text) {
+        Some(problems) => assert!(problems.is_empty(), "promtool check metrics:\n{problems}"),
+        None => eprintln!("promtool not installed: /metrics not checked by it"),
+    }
+    drop(c);
+    assert!(served.stop().success());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

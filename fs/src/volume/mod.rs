@@ -47,6 +47,7 @@ mod inode;
 mod lock;
 mod mkfs;
 mod ops;
+pub mod report;
 pub mod scrub;
 pub mod snapdir;
 pub mod snapshot;
