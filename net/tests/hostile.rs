@@ -368,6 +368,28 @@ fn an_unknown_version_leaves_the_session_unversioned() {
     assert_eq!(server.stats().unknown_versions, 1);
 }
 
+/// The frames of a session's start: `Tversion` at `msize`, then `Tattach` of fid 0 (tag 1).
+fn version_and_attach(msize: u32) -> Vec<u8> {
+    let mut input = frame(
+        0xffff,
+        Tmsg::Version {
+            msize,
+            version: b"9P2000.L",
+        },
+    );
+    input.extend(frame(
+        1,
+        Tmsg::Attach {
+            fid: 0,
+            afid: !0,
+            uname: b"",
+            aname: b"",
+            n_uname: 0,
+        },
+    ));
+    input
+}
+
 /// A transport that has a request stream to give and takes every reply; serving a
 /// request takes 100 µs of the fake clock.
 struct Pipelined {
@@ -395,23 +417,7 @@ impl Transport for Pipelined {
 fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
     NOW.with(|c| c.set(0));
     let server = server_with(8 * MIB);
-    let mut input = frame(
-        0xffff,
-        Tmsg::Version {
-            msize: 8192,
-            version: b"9P2000.L",
-        },
-    );
-    input.extend(frame(
-        1,
-        Tmsg::Attach {
-            fid: 0,
-            afid: !0,
-            uname: b"",
-            aname: b"",
-            n_uname: 0,
-        },
-    ));
+    let mut input = version_and_attach(8192);
     for tag in 2..2000u16 {
         input.extend(frame(
             tag,
@@ -618,23 +624,7 @@ fn a_connection_waiting_for_memory_resumes_its_read_bytes_when_memory_comes_back
     );
     // The victim sends a 60 KiB Twrite in one piece: its first read takes the size
     // field and more into the connection's staging buffer; the frame waits for memory.
-    let mut input = frame(
-        0xffff,
-        Tmsg::Version {
-            msize: 64 * KIB as u32,
-            version: b"9P2000.L",
-        },
-    );
-    input.extend(frame(
-        1,
-        Tmsg::Attach {
-            fid: 0,
-            afid: !0,
-            uname: b"",
-            aname: b"",
-            n_uname: 0,
-        },
-    ));
+    let mut input = version_and_attach(64 * KIB as u32);
     input.extend(frame(
         2,
         Tmsg::Walk {

@@ -533,35 +533,6 @@ fn http_get(addr: &str, path: &str) -> (String, String) {
     (head.to_string(), body.to_string())
 }
 
-/// `promtool check metrics` on `text` (Debian's prometheus package; scripts/deps.sh
-/// installs it): the problems it found, or `None` without promtool.
-fn promtool_problems(text: &str) -> Option<String> {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(if out.status.success() {
-        said.trim().to_string()
-    } else {
-        format!("exit {}: {said}", out.status)
-    })
-}
-
 /// `--stats` serves the appliance's counters protocol: JSON with the filesystem's and the
 /// 9P service's parts, and `/metrics` in the Prometheus format (promtool clean) with the
 /// same names the appliance exposes, counting what a client did.
@@ -608,8 +579,8 @@ fn counters_and_metrics_are_served() {
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
-    match promtool_problems(&text) {
-        Some(problems) => assert!(problems.is_empty(), "promtool check metrics:\n{problems}"),
+    match metrics::promtool::check(&text) {
+        Some(verdict) => assert_eq!(verdict, Ok(()), "promtool check metrics"),
         None => eprintln!("promtool not installed: /metrics not checked by it"),
     }
     drop(c);

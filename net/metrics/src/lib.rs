@@ -11,11 +11,15 @@
 #![warn(missing_docs)]
 
 extern crate alloc;
+#[cfg(feature = "promtool")]
+extern crate std;
 
 #[cfg(feature = "json")]
 pub mod document;
 pub mod endpoint;
 pub mod histogram;
+#[cfg(feature = "promtool")]
+pub mod promtool;
 pub mod rule;
 pub mod text;
 
