@@ -368,6 +368,17 @@ fn an_unknown_version_leaves_the_session_unversioned() {
     assert_eq!(server.stats().unknown_versions, 1);
 }
 
+/// Creates file `f` at the root holding `data`, on a connection of its own.
+fn create_f(server: &Arc<Server<Model>>, data: &[u8]) {
+    let mut setup = client(server);
+    setup.attach(0, 0, "").unwrap();
+    setup.walk(0, 1, "").unwrap();
+    setup.lcreate(1, "f", RDWR, 0o644).unwrap();
+    if !data.is_empty() {
+        setup.write(1, 0, data).unwrap();
+    }
+}
+
 /// The frames of a session's start: `Tversion` at `msize`, then `Tattach` of fid 0 (tag 1).
 fn version_and_attach(msize: u32) -> Vec<u8> {
     let mut input = frame(
@@ -453,12 +464,7 @@ fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
 fn an_unfinished_frame_counts_as_unused_memory_after_the_stall_time() {
     NOW.with(|c| c.set(0));
     let server = server_with(256 * KIB);
-    let mut setup = client(&server);
-    setup.attach(0, 0, "").unwrap();
-    setup.walk(0, 1, "").unwrap();
-    setup.lcreate(1, "f", RDWR, 0o644).unwrap();
-    setup.write(1, 0, &[7u8; 4096]).unwrap();
-    drop(setup);
+    create_f(&server, &[7u8; 4096]);
     // Each slow client sends the start of a 64 KiB Twrite and stops.
     let write = frame(
         9,
@@ -601,11 +607,7 @@ impl std::task::Wake for Wakes {
 fn a_connection_waiting_for_memory_resumes_its_read_bytes_when_memory_comes_back() {
     NOW.with(|c| c.set(0));
     let server = server_with(512 * KIB);
-    let mut setup = client(&server);
-    setup.attach(0, 0, "").unwrap();
-    setup.walk(0, 1, "").unwrap();
-    setup.lcreate(1, "f", RDWR, 0o644).unwrap();
-    drop(setup);
+    create_f(&server, &[]);
     // Another client's connections hold every byte the budget has (each up to its own
     // share; the victim's connection was opened first, as in the sequence).
     let victim = Connection::new(server.clone());
