@@ -34,8 +34,9 @@ use block::{DeviceCounters, FaultCounters};
 pub struct Snapshot {
     /// Milliseconds since boot.
     pub uptime_ms: u64,
-    /// Milliseconds the boot CPU (which runs the network stack and the 9P service) was
-    /// idle (halted) since boot: `1 - idle/uptime` is how busy the appliance was.
+    /// Milliseconds the boot CPU (which runs the network stack, and serves 9P connections
+    /// as the others do) was idle (halted) since boot: `1 - idle/uptime` is how busy it
+    /// was; each CPU's is under `cpus`.
     pub idle_ms: u64,
     /// Every CPU online, by index.
     pub cpus: Vec<CpuReport>,
@@ -245,7 +246,7 @@ const KERNEL_RULES: &[Rule] = &[
         .help("Time since boot."),
     Rule::counter("idle_ms")
         .named("idle_seconds")
-        .help("Time the CPU was idle (halted): 1 - rate() of it is how busy the appliance is."),
+        .help("Time the boot CPU was idle (halted): 1 - rate() of it is how busy it is (every CPU: cpu_idle_seconds)."),
     Rule::counter("nic.notifications")
         .named("nic_notifications")
         .help("Queue notifications written to the virtio-net device (each a trapped MMIO write)."),
