@@ -85,16 +85,9 @@ impl<F> AdminFs<F> {
         }
     }
 
-    /// The wrapped filesystem.
+    /// The wrapped filesystem (what it answers beyond [`FileSystem`] is asked of it
+    /// here: an `AdminFs` does not pass it on).
     pub fn inner(&self) -> &F {
-        &self.fs
-    }
-}
-
-impl<F> core::ops::Deref for AdminFs<F> {
-    type Target = F;
-
-    fn deref(&self) -> &F {
         &self.fs
     }
 }

@@ -276,7 +276,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     drop(local);
     served?;
     runtime
-        .block_on(server.fs().remount_read_only())
+        .block_on(server.fs().inner().remount_read_only())
         .map_err(|e| format!("{}: unmount: {e}", image.display()))?;
     log::info!(
         "unmounted {} cleanly ({open} connection(s) closed)",
