@@ -34,10 +34,12 @@ use crate::format::layout::SUPERBLOCK_BLOCKS;
 use crate::format::superblock::{state, NodePtr, Superblock};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE};
 use crate::io::{Dev, DevError};
+use crate::util::check::ensure;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
 pub mod checkpoint;
+mod checks;
 pub mod control;
 pub mod core;
 mod dir;
@@ -532,7 +534,10 @@ impl<D: BlockDevice> NineFs<D> {
                 if c.failed {
                     return Err(Errno::EIO);
                 }
-                f(&mut c)
+                let r = f(&mut c);
+                // Whatever broke the allocator's books (an operation, or something done
+                // since under the lock) fails the filesystem before its next commit.
+                c.check_space().and(r)
             };
             match r {
                 Ok(v) => return Ok(Ok(v)),
@@ -733,6 +738,10 @@ impl<D: BlockDevice> NineFs<D> {
                     // Every record built so far describes state this checkpoint holds:
                     // the log after it starts at the head, and the open batch is covered.
                     let (tail, absorbed) = self.log.lock().absorb();
+                    let before = c.sb.log_tail;
+                    c.check(ensure(tail >= before, "log tail moves backwards", || {
+                        alloc::format!("from {before} to {tail}")
+                    }))?;
                     p.sb.log_tail = tail;
                     c.sb.log_tail = tail;
                     p.log_absorbed = absorbed;
@@ -851,6 +860,10 @@ impl<D: BlockDevice> NineFs<D> {
                     c.space.return_node(a);
                 }
                 let nb = self::core::node_blocks(&c.sb);
+                for w in &res.writes {
+                    let layout = c.sb.layout;
+                    c.check(checks::node_write(w, &layout, nb))?;
+                }
                 for &a in &res.placed {
                     c.space.commit_reserved(a..a + nb);
                 }
@@ -858,6 +871,7 @@ impl<D: BlockDevice> NineFs<D> {
                 for &a in &res.freed {
                     c.space.free(a..a + nb);
                 }
+                c.check_space()?;
                 for w in &res.writes {
                     c.stats.node_writes.count(w);
                 }
