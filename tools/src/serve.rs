@@ -297,7 +297,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // open files freed, a final checkpoint marked clean, nothing left in the log for the
     // next mount to replay.
     runtime
-        .block_on(server.fs().remount_read_only())
+        .block_on(server.fs().inner().remount_read_only())
         .map_err(|e| format!("{}: unmount: {e}", image.display()))?;
     log::info!("unmounted {} cleanly", image.display());
     Ok(())
