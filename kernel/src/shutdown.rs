@@ -24,12 +24,12 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::time::Duration;
 
 use log::{error, info, warn};
-use vfs::FileSystem;
 
 use crate::net::listener::{Listener, Tasks};
 use crate::report::ShutdownReport;
-use crate::storage::CleanUnmount;
+use crate::storage::ServedVolume;
 use crate::{clock, power, task};
+use ninep::admin::AdminFs;
 use ninep::service::stats::ServiceStats;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -68,10 +68,7 @@ impl fmt::Display for Step {
 /// Waits for the power button, then shuts the listener's service and its filesystem down cleanly
 /// within `limit` (see the module documentation). Returns when the machine may be
 /// powered off.
-pub async fn on_power_button<F>(listener: Rc<Listener<F>>, limit: Duration)
-where
-    F: FileSystem + CleanUnmount + 'static,
-{
+pub async fn on_power_button<V: ServedVolume>(listener: Rc<Listener<AdminFs<V>>>, limit: Duration) {
     power::pressed().await;
     let started = begin();
     info!(
@@ -121,10 +118,11 @@ fn begin() -> crate::time::Instant {
 }
 
 /// Steps 1 to 3; `step` says which one runs.
-async fn steps<F>(listener: &Listener<F>, limit: Duration, step: &Cell<Step>) -> vfs::FsResult<()>
-where
-    F: FileSystem + CleanUnmount + 'static,
-{
+async fn steps<V: ServedVolume>(
+    listener: &Listener<AdminFs<V>>,
+    limit: Duration,
+    step: &Cell<Step>,
+) -> vfs::FsResult<()> {
     let service = listener.service();
     step.set(Step::Listener);
     service.stop_listening();
@@ -150,7 +148,7 @@ where
 
     step.set(Step::Unmount);
     let started = clock::now();
-    service.server().fs().unmount_clean().await?;
+    service.server().fs().inner().unmount_clean().await?;
     info!(
         "shutdown: fs: everything durable, unmounted cleanly in {} ms (read-only until power off)",
         (clock::now() - started).as_millis()
