@@ -719,22 +719,6 @@ impl Running {
         }
     }
 
-    /// Waits (until the boot's timeout) for a serial line containing `needle`; returns
-    /// it. Fails, stopping QEMU and printing everything, if it never comes or QEMU exits.
-    pub fn wait_for_line(&mut self, needle: &str) -> String {
-        loop {
-            if let Some(l) = self.serial().lines().find(|l| l.contains(needle)) {
-                return l.to_string();
-            }
-            let exited = self.child.try_wait().ok().flatten().is_some();
-            if exited || Instant::now() >= self.deadline {
-                let why = format!("no serial line contains {needle:?}");
-                self.fail(&why);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     /// Whether QEMU is still running (it has not exited or been killed).
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -924,19 +908,6 @@ impl Boot {
             self.fail(&format!("unexpected line {l:?}"));
         }
         self
-    }
-    /// The number right after `prefix` in the first line containing `prefix`.
-    pub fn number_after(&self, prefix: &str) -> u64 {
-        let line = self.expect_line(prefix);
-        let rest = &line[line.find(prefix).unwrap() + prefix.len()..];
-        let digits: String = rest
-            .trim_start()
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits
-            .parse()
-            .unwrap_or_else(|_| self.fail(&format!("no number after {prefix:?} in {line:?}")))
     }
 }
 
