@@ -9,7 +9,7 @@ use testkit::testing::{
     apply_blocking, run_against_model, CompareOptions, Handles, ManualClock, Name, Op, OpOutcome,
     Path, Target, VisibleState, XName,
 };
-use vfs::{Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
+use vfs::{Attr, DirEntry, Errno, FileSystem, FsResult, Ino, SetAttr, XattrMode};
 
 /// Ways to break the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,12 +36,8 @@ struct Broken {
 }
 
 impl FileSystem for Broken {
-    async fn lookup(&self, dir: Ino, name: &[u8]) -> FsResult<Attr> {
-        self.inner.lookup(dir, name).await
-    }
-    async fn getattr(&self, ino: Ino) -> FsResult<Attr> {
-        self.inner.getattr(ino).await
-    }
+    vfs::forward_filesystem!(self.inner; except setattr, rename, readdir, write, removexattr);
+
     async fn setattr(&self, ino: Ino, changes: SetAttr) -> FsResult<Attr> {
         let before = self.inner.getattr(ino).await?;
         let mut attr = self.inner.setattr(ino, changes).await?;
@@ -55,30 +51,6 @@ impl FileSystem for Broken {
             self.inner.setattr(ino, keep).await?;
         }
         Ok(attr)
-    }
-    async fn create(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
-        self.inner.create(dir, name, perm, owner).await
-    }
-    async fn mkdir(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
-        self.inner.mkdir(dir, name, perm, owner).await
-    }
-    async fn mknod(&self, d: Ino, n: &[u8], m: u32, r: u64, o: Owner) -> FsResult<Attr> {
-        self.inner.mknod(d, n, m, r, o).await
-    }
-    async fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], o: Owner) -> FsResult<Attr> {
-        self.inner.symlink(dir, name, target, o).await
-    }
-    async fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
-        self.inner.readlink(ino).await
-    }
-    async fn link(&self, ino: Ino, new_dir: Ino, new_name: &[u8]) -> FsResult<Attr> {
-        self.inner.link(ino, new_dir, new_name).await
-    }
-    async fn unlink(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
-        self.inner.unlink(dir, name).await
-    }
-    async fn rmdir(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
-        self.inner.rmdir(dir, name).await
     }
     async fn rename(&self, od: Ino, on: &[u8], nd: Ino, nn: &[u8]) -> FsResult<()> {
         if self.bug == Bug::RenameNoReplace && self.inner.lookup(nd, nn).await.is_ok() {
@@ -95,9 +67,6 @@ impl FileSystem for Broken {
         }
         Ok(entries)
     }
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        self.inner.read(ino, offset, buf).await
-    }
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
         if self.bug == Bug::TruncatedWrites && offset + data.len() as u64 > 8192 {
             let keep = 8192u64.saturating_sub(offset) as usize;
@@ -110,42 +79,12 @@ impl FileSystem for Broken {
         }
         self.inner.write(ino, offset, data).await
     }
-    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
-        self.inner.append(ino, data).await
-    }
-    async fn clone_range(&self, s: Ino, so: u64, d: Ino, dof: u64, len: u64) -> FsResult<()> {
-        self.inner.clone_range(s, so, d, dof, len).await
-    }
-    async fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
-        self.inner.getxattr(ino, name).await
-    }
-    async fn setxattr(&self, ino: Ino, name: &[u8], v: &[u8], how: XattrMode) -> FsResult<()> {
-        self.inner.setxattr(ino, name, v, how).await
-    }
-    async fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
-        self.inner.listxattr(ino).await
-    }
     async fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
         if self.bug == Bug::DropXattrRemoval {
             self.inner.getxattr(ino, name).await?;
             return Ok(());
         }
         self.inner.removexattr(ino, name).await
-    }
-    async fn statfs(&self) -> FsResult<StatFs> {
-        self.inner.statfs().await
-    }
-    async fn open(&self, ino: Ino) -> FsResult<()> {
-        self.inner.open(ino).await
-    }
-    async fn release(&self, ino: Ino) -> FsResult<()> {
-        self.inner.release(ino).await
-    }
-    async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
-        self.inner.fsync(ino, datasync).await
-    }
-    async fn sync(&self) -> FsResult<()> {
-        self.inner.sync().await
     }
 }
 

@@ -13,10 +13,10 @@ use crate::event::{self, Event};
 use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, percpu, trap};
 use crate::mm::setup::MemorySummary;
-use crate::monitor::{Monitor, Reporting};
+use crate::monitor::Monitor;
 use crate::net::stats_port::PortStats;
 use crate::platform::{self, PlatformInfo};
-use crate::storage::{CleanUnmount, Housekeeping, Scrubbing};
+use crate::storage::ServedVolume;
 use crate::{
     bench, clock, crash, irq, klog, mm, net, pci, power, selftest, shutdown, smp, storage, task,
 };
@@ -303,8 +303,8 @@ fn idle(reason: &'static str) -> Event<'static> {
 /// `ctl` starts, and one every `interval_secs` when given. A step every
 /// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rate and
 /// leaves the CPU and the device to clients.
-async fn scrub_in_background<F: vfs::FileSystem + Scrubbing + 'static>(
-    service: Rc<net::listener::Listener<F>>,
+async fn scrub_in_background<V: ServedVolume>(
+    service: Rc<net::listener::Listener<ninep::admin::AdminFs<V>>>,
     rate_mib: u32,
     interval_secs: Option<u32>,
 ) {
@@ -318,32 +318,21 @@ async fn scrub_in_background<F: vfs::FileSystem + Scrubbing + 'static>(
         if due {
             next_start = interval.map(|i| task::now() + i);
         }
-        service.server().fs().scrub_tick(budget, due).await;
+        service.server().fs().inner().scrub_tick(budget, due).await;
     }
 }
 
 /// Serves `fs` over 9P, with its counters on the stats port and in the log, until the
 /// power button shuts it down cleanly and powers off; returns (having logged why) if
 /// the network cannot start.
-async fn serve<F>(config: &Config, fs: F, cache_limit: usize, mem: &MemorySummary)
-where
-    F: vfs::FileSystem
-        + vfs::Control
-        + Reporting
-        + Housekeeping
-        + CleanUnmount
-        + Scrubbing
-        + Send
-        + Sync
-        + 'static,
-{
+async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem: &MemorySummary) {
     match net::serve(config, fs, mem.heap).await {
         Ok(service) => {
             let tended = service.clone();
             task::spawn(async move {
                 loop {
                     task::sleep(storage::HOUSEKEEPING_INTERVAL).await;
-                    tended.server().fs().housekeeping().await;
+                    tended.server().fs().inner().housekeeping().await;
                 }
             });
             task::spawn(scrub_in_background(

@@ -8,98 +8,39 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use block::BlockDevice;
-use vfs::FileSystem;
+use ninep::admin::AdminFs;
 
 use crate::net::listener::Listener;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
-    AccessReport, CpuReport, DeviceReport, FsReport, HeapReport, NicReport, NinepReport,
-    PowerReport, ServingReport, Snapshot,
+    AccessReport, CpuReport, FsReport, HeapReport, NicReport, NinepReport, PowerReport,
+    ServingReport, Snapshot,
 };
-use crate::storage::{DeviceName, InjectedFaults, ServedFs};
+use crate::storage::ServedVolume;
 use crate::{clock, hal, smp, task};
 use alloc::string::ToString;
 
 /// How often the `stats:` line is logged (when something changed).
 pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// What a served filesystem adds to a snapshot.
-#[allow(async_fn_in_trait)]
-pub trait Reporting {
-    /// The block devices it uses.
-    fn devices(&self) -> Vec<DeviceReport>;
-    /// Its counters and state, if it keeps any.
-    async fn fs_report(&self) -> Option<FsReport>;
-}
-
-impl<F: Reporting> Reporting for ninep::admin::AdminFs<F> {
-    fn devices(&self) -> Vec<DeviceReport> {
-        self.inner().devices()
-    }
-
-    async fn fs_report(&self) -> Option<FsReport> {
-        self.inner().fs_report().await
-    }
-}
-
-impl<D: BlockDevice + DeviceName + InjectedFaults> Reporting for ServedFs<D> {
-    fn devices(&self) -> Vec<DeviceReport> {
-        let disk = *self.device();
-        let g = disk.geometry();
-        let counters = disk.counters();
-        alloc::vec![DeviceReport {
-            name: disk.inner().device_name(),
-            block_size: g.block_size,
-            blocks: g.num_blocks,
-            native_fua: g.native_fua,
-            volatile_cache: g.volatile_cache,
-            counters,
-            device_flushes: counters.device_flushes(&g),
-            injected_faults: disk.inner().injected_faults(),
-        }]
-    }
-
-    async fn fs_report(&self) -> Option<FsReport> {
-        let sb = self.superblock();
-        let label_end = sb
-            .label
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(sb.label.len());
-        let statfs = self.statfs().await.ok();
-        let (cache_bytes, cache_nodes) = self.cache_usage();
-        Some(FsReport {
-            label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
-            size_bytes: sb.layout.total_blocks * ninefs::format::BLOCK_SIZE as u64,
-            free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
-            cache_bytes: cache_bytes as u64,
-            cache_nodes: cache_nodes as u64,
-            // The monitor knows the limit it mounted with.
-            cache_limit: 0,
-            stats: self.stats(),
-        })
-    }
-}
-
 /// The appliance's counters, as served and logged.
-pub struct Monitor<F: FileSystem + Reporting + 'static> {
-    listener: Rc<Listener<F>>,
+pub struct Monitor<V: ServedVolume> {
+    listener: Rc<Listener<AdminFs<V>>>,
     cache_limit: u64,
     port_stats: Rc<PortStats>,
 }
 
-impl<F: FileSystem + Reporting + 'static> core::fmt::Debug for Monitor<F> {
+impl<V: ServedVolume> core::fmt::Debug for Monitor<V> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Monitor").finish_non_exhaustive()
     }
 }
 
-impl<F: FileSystem + Reporting + 'static> Monitor<F> {
-    /// A monitor of `service`, the filesystem it serves (whose node cache is limited
+impl<V: ServedVolume> Monitor<V> {
+    /// A monitor of `listener`'s service, the filesystem it serves (whose node cache is limited
     /// to `cache_limit` bytes, 0 if it has none) and the counters port (`port_stats`).
     pub fn new(
-        listener: Rc<Listener<F>>,
+        listener: Rc<Listener<AdminFs<V>>>,
         cache_limit: usize,
         port_stats: Rc<PortStats>,
     ) -> Rc<Self> {
@@ -139,15 +80,15 @@ impl<F: FileSystem + Reporting + 'static> Monitor<F> {
     }
 }
 
-impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
+impl<V: ServedVolume> Source for Monitor<V> {
     async fn snapshot(&self) -> Snapshot {
-        let fs = self.listener.server().fs();
+        let fs = self.listener.server().fs().inner();
         let conns = self.listener.service().stats();
         let heap = hal::heap::stats();
-        let mut fs_report = fs.fs_report().await;
-        if let Some(r) = fs_report.as_mut() {
-            r.cache_limit = self.cache_limit;
-        }
+        let fs_report = FsReport {
+            cache_limit: self.cache_limit,
+            ..fs.fs_report().await
+        };
         Snapshot {
             uptime_ms: clock::uptime().as_millis() as u64,
             idle_ms: task::idle_time().as_millis() as u64,
@@ -179,19 +120,10 @@ impl<F: FileSystem + Reporting + 'static> Source for Monitor<F> {
                 }
             },
             devices: fs.devices(),
-            fs: fs_report,
+            fs: Some(fs_report),
             ninep: Some(NinepReport {
-                connections: conns.active(),
-                accepted: conns.accepted.get(),
-                shed: conns.shed.get(),
-                refused: conns.refused.get(),
                 syns_held: self.listener.stack().syn_gate().held(),
-                rx_bytes: conns.rx_bytes(),
-                tx_bytes: conns.tx_bytes(),
-                server: self.listener.server().stats(),
-                timings: self.listener.server().timings(),
-                requests: self.listener.server().request_stats(),
-                memory: self.listener.server().memory(),
+                ..self.listener.service().report()
             }),
             heap: HeapReport {
                 bytes: heap.claimed,

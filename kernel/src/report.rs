@@ -12,16 +12,8 @@
 //!   document is a metric, with no second list of fields).
 //!
 //! The counters service (`stats=PORT`, `kernel/src/net/stats_port.rs`) answers one
-//! request per connection; [`Request::parse`] reads its first line:
-//!
-//! | request | answer |
-//! |---|---|
-//! | nothing (the client only connects), `json` | the JSON document |
-//! | `stat` | one `NAME f1 .. f17` line per device |
-//! | `metrics` | the Prometheus text format |
-//! | `GET /stat HTTP/1.x` | the `stat` lines, as an HTTP/1.0 response |
-//! | `GET /metrics HTTP/1.x` | the Prometheus text format, as an HTTP/1.0 response |
-//! | `GET /anything-else HTTP/1.x` | the JSON document, as an HTTP/1.0 response |
+//! request per connection in the protocol of `metrics::endpoint` (shared with
+//! `ninefold serve --stats`), for which a [`Snapshot`] is a `Report`.
 //!
 //! Pure (host-tested); the appliance fills the snapshot.
 
@@ -31,7 +23,8 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use metrics::document::{Rule, Schema};
-use ninefs::volume::stats::FsStats;
+pub use ninefs::volume::report::FsReport;
+pub use ninep::service::report::NinepReport;
 use serde::Serialize;
 
 use block::{DeviceCounters, FaultCounters};
@@ -41,8 +34,9 @@ use block::{DeviceCounters, FaultCounters};
 pub struct Snapshot {
     /// Milliseconds since boot.
     pub uptime_ms: u64,
-    /// Milliseconds the boot CPU (which runs the network stack and the 9P service) was
-    /// idle (halted) since boot: `1 - idle/uptime` is how busy the appliance was.
+    /// Milliseconds the boot CPU (which runs the network stack, and serves 9P connections
+    /// as the others do) was idle (halted) since boot: `1 - idle/uptime` is how busy it
+    /// was; each CPU's is under `cpus`.
     pub idle_ms: u64,
     /// Every CPU online, by index.
     pub cpus: Vec<CpuReport>,
@@ -158,64 +152,6 @@ pub struct DeviceReport {
     pub injected_faults: Option<FaultCounters>,
 }
 
-/// The filesystem: its state, and its counters (`ninefs::volume::stats::FsStats`, defined
-/// once there and flattened into this object: commits, checkpoints and node writes per
-/// cause, device traffic, the fsync log's counters under `log`).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct FsReport {
-    /// Label.
-    pub label: String,
-    /// Size in bytes.
-    pub size_bytes: u64,
-    /// Free bytes (as `statfs` reports them).
-    pub free_bytes: u64,
-    /// Memory used by cached nodes.
-    pub cache_bytes: u64,
-    /// Cached nodes.
-    pub cache_nodes: u64,
-    /// The node cache's limit.
-    pub cache_limit: u64,
-    /// The counters.
-    #[serde(flatten)]
-    pub stats: FsStats,
-}
-
-/// The 9P service's counters: the connections (the appliance's service) and the
-/// protocol's own (`ninep::server::Stats`, `Timings`, `RequestStats`, `MemoryStats`,
-/// defined once there and flattened into this object).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct NinepReport {
-    /// Connections open now.
-    pub connections: u64,
-    /// Connections accepted since boot.
-    pub accepted: u64,
-    /// Connections the server shed (reset): deadline passed, memory or slot reclaimed.
-    pub shed: u64,
-    /// Clients reset at once at the connection limit (no slot could be reclaimed).
-    pub refused: u64,
-    /// Connection requests held back because no listening socket was free (a burst of
-    /// clients connecting together); each client retransmits and is served.
-    pub syns_held: u64,
-    /// Bytes received from clients.
-    pub rx_bytes: u64,
-    /// Bytes sent to clients.
-    pub tx_bytes: u64,
-    /// The server's counters: requests, error replies, acknowledged writes and fsyncs,
-    /// limits hit, connections shed per cause.
-    #[serde(flatten)]
-    pub server: ninep::server::Stats,
-    /// Nanoseconds requests spent in the server (decode to reply), by kind.
-    #[serde(flatten)]
-    pub timings: ninep::server::Timings,
-    /// Requests received by type (`requests_by_type`) and their latencies from receipt
-    /// to reply (`request_latency`).
-    #[serde(flatten)]
-    pub requests: ninep::server::RequestStats,
-    /// The memory budget for clients: limit, committed and peak bytes, bytes charged and
-    /// charges refused per use.
-    pub memory: ninep::memory::MemoryStats,
-}
-
 /// Clients refused by the allow-lists (`allow=`, an export's `allow=`, `stats_allow=`).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct AccessReport {
@@ -295,194 +231,109 @@ impl Snapshot {
 pub const METRICS: Schema<'static> = Schema {
     prefix: "ninefold",
     rules: &[
-        Rule::gauge("uptime_ms")
-            .named("uptime_seconds")
-            .help("Time since boot."),
-        Rule::counter("idle_ms")
-            .named("idle_seconds")
-            .help("Time the CPU was idle (halted): 1 - rate() of it is how busy the appliance is."),
-        Rule::counter("nic.notifications")
-            .named("nic_notifications")
-            .help("Queue notifications written to the virtio-net device (each a trapped MMIO write)."),
-        Rule::counter("nic.notifications_suppressed")
-            .named("nic_notifications_suppressed")
-            .help("Queue notifications skipped because the device had not asked for them (event index)."),
-        // CPUs, labelled by index.
-        Rule::elements("cpus", "cpu", "cpu").named("cpu"),
-        Rule::gauge("cpus.*.apic_id")
-            .named("cpu_apic_id")
-            .help("Local APIC id of the CPU."),
-        Rule::counter("cpus.*.idle_ms")
-            .named("cpu_idle_seconds")
-            .help("Time the CPU was idle (halted): 1 - rate() of it is how busy it is."),
-        Rule::counter("cpus.*.remote_tasks")
-            .named("cpu_remote_tasks")
-            .help("Tasks other CPUs sent this CPU to run."),
-        Rule::gauge("cpus.*.tsc.bound_ns")
-            .named("cpu_tsc_skew_bound_seconds")
-            .help("How far the CPU's clock may be from CPU 0's (the TSC check at its bring-up, after any correction)."),
-        Rule::gauge("cpus.*.tsc.corrected")
-            .named("cpu_tsc_corrected")
-            .help("1 if the CPU's TSC was found offset from CPU 0's and is corrected in the clock."),
-        Rule::counter("cpus.*.wakes.ipis")
-            .named("cpu_wake_ipis")
-            .help("Wake-up IPIs sent to the CPU (it was halted when another CPU gave it work)."),
-        Rule::counter("cpus.*.wakes.ipis_skipped")
-            .named("cpu_wake_ipis_skipped")
-            .help("Wakes from other CPUs that needed no IPI (the CPU was running)."),
-        Rule::gauge("cpus.*.serving.connections")
-            .named("cpu_9p_connections")
-            .help("9P connections the CPU serves now."),
-        Rule::counter("cpus.*.serving.accepted")
-            .named("cpu_9p_accepted")
-            .help("9P connections handed to the CPU since boot."),
-        Rule::counter("cpus.*.serving.rx_bytes")
-            .named("cpu_9p_received_bytes")
-            .help("Bytes the CPU's 9P connections received from their clients."),
-        Rule::counter("cpus.*.serving.tx_bytes")
-            .named("cpu_9p_sent_bytes")
-            .help("Bytes the CPU's 9P connections sent to their clients."),
-        // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
-        Rule::elements("devices", "device", "name").named("device"),
-        Rule::rename("devices.*.counters", ""),
-        Rule::gauge("devices.*.block_size")
-            .named("device_block_size_bytes")
-            .help("Logical block size of the device."),
-        Rule::gauge("devices.*.blocks")
-            .named("device_blocks")
-            .help("Capacity of the device in logical blocks."),
-        Rule::counter("devices.*.device_flushes")
-            .named("device_flushes")
-            .help("Cache flushes the device performed: FLUSH requests, plus one per FUA write where FUA is emulated."),
-        Rule::counter("devices.*.counters.flushes")
-            .named("device_flush_requests")
-            .help("FLUSH requests the filesystem issued to the device."),
-        Rule::histogram("devices.*.counters.flush_latency")
-            .named("device_flush_duration_seconds")
-            .help("Time from submission to completion of the device's FLUSH requests."),
-        Rule::counter("devices.*.counters.errors").help("Device requests that failed."),
-        // The filesystem.
-        Rule::gauge("fs.size_bytes").help("Size of the filesystem."),
-        Rule::gauge("fs.free_bytes").help("Free space of the filesystem, as statfs reports it."),
-        Rule::gauge("fs.cache_bytes").help("Memory used by cached btree nodes."),
-        Rule::gauge("fs.cache_nodes").help("Btree nodes cached."),
-        Rule::gauge("fs.cache_limit")
-            .named("fs_cache_limit_bytes")
-            .help("Limit of the node cache (sized from the heap)."),
-        Rule::keys("fs.checkpoints", "cause")
-            .named("fs_checkpoints")
-            .help("Checkpoints committed, by what caused them."),
-        Rule::keys("fs.node_writes", "cause"),
-        Rule::counter("fs.node_writes.*.writes")
-            .named("fs_node_writes")
-            .help("Btree node writes, by cause."),
-        Rule::counter("fs.node_writes.*.bytes")
-            .named("fs_node_written_bytes")
-            .help("Bytes of btree node writes, by cause."),
-        Rule::counter("fs.corruptions")
-            .help("Checksum or decoding failures the filesystem found (each also logged): must stay 0."),
-        Rule::counter("fs.scrub_runs")
-            .named("fs_scrub_runs")
-            .help("Scrub passes completed."),
-        Rule::counter("fs.scrub_bytes")
-            .named("fs_scrub_verified_bytes")
-            .help("Bytes of btree nodes and data read and verified by scrub."),
-        Rule::counter("fs.scrub_errors")
-            .named("fs_scrub_errors")
-            .help("Blocks scrub found failing their checksum or unreadable (each also logged): must stay 0."),
-        Rule::gauge("fs.scrub_running").help("1 while a scrub pass is running."),
-        Rule::gauge("fs.failed").help(
-            "1 once a failed device write or FLUSH made the filesystem refuse every request with EIO: reboot on a healthy disk.",
-        ),
-        Rule::counter("fs.grows")
-            .named("fs_grows")
-            .help("Times the filesystem grew to a larger device."),
-        Rule::counter("fs.grown_blocks")
-            .named("fs_grown_blocks")
-            .help("4 KiB blocks added by growth."),
-        Rule::counter("fs.core_lock.acquisitions")
-            .help("Times the filesystem's one metadata lock was taken (by any CPU)."),
-        Rule::counter("fs.core_lock.contended")
-            .help("Acquisitions of the metadata lock that found it held by another CPU and spun."),
-        Rule::counter("fs.core_lock.hold_ns").help("Time the metadata lock was held."),
-        Rule::gauge("fs.core_lock.max_hold_ns").help("Longest single hold of the metadata lock."),
-        Rule::keys("fs.log.fallbacks", "reason")
-            .named("fs_log_fallbacks")
-            .help("Syncs served by a checkpoint instead of the fsync log, by reason."),
-        Rule::counter("fs.log.commits").help("Commits of the fsync log (each one device FLUSH)."),
-        Rule::counter("fs.log.unverified_commits").help(
-            "Commits replayed at mount although the device could not read some of their data blocks (reads of those give EIO).",
-        ),
-        // The 9P service.
-        Rule::gauge("9p.connections")
-            .named("9p_connections")
-            .help("9P connections open."),
-        Rule::counter("9p.accepted")
-            .named("9p_connections_accepted")
-            .help("9P connections accepted."),
-        Rule::counter("9p.shed")
-            .named("9p_connections_shed")
-            .help("9P connections the server reset: deadline passed, memory or slot reclaimed."),
-        Rule::counter("9p.syns_held")
-            .named("9p_syns_held")
-            .help("Connection requests held back until a listening socket was free (clients connecting together; each retransmits)."),
-        Rule::counter("9p.refused")
-            .named("9p_connections_refused")
-            .help("9P clients reset at once at the connection limit (max_conns=)."),
-        Rule::counter("9p.fsyncs")
-            .named("fsyncs")
-            .help("fsync and fdatasync requests acknowledged to 9P clients."),
-        // The total is the sum of the series by type.
-        Rule::skip("9p.requests"),
-        Rule::keys("9p.requests_by_type", "type")
-            .named("9p_requests")
-            .help("9P requests received, by type."),
-        Rule::keys("9p.request_latency", "type")
-            .named("9p_request_duration_seconds")
-            .help("Time from receipt of a 9P request to its reply being queued, by type."),
-        Rule::gauge("9p.memory.limit")
-            .named("9p_memory_limit_bytes")
-            .help("Memory the 9P server may hold for clients (the memory budget)."),
-        Rule::gauge("9p.memory.committed")
-            .named("9p_memory_committed_bytes")
-            .help("Memory committed to 9P clients now."),
-        Rule::gauge("9p.memory.peak")
-            .named("9p_memory_peak_bytes")
-            .help("Most memory ever committed to 9P clients."),
-        Rule::keys("9p.memory.charged", "use"),
-        Rule::gauge("9p.memory.charged.*")
-            .named("9p_memory_charged_bytes")
-            .help("Memory charged to 9P clients now, by use."),
-        Rule::keys("9p.memory.refused", "use")
-            .named("9p_memory_refused")
-            .help("Charges to the 9P memory budget refused, by use."),
-        // The kernel.
-        Rule::gauge("heap.bytes")
-            .named("heap_size_bytes")
-            .help("Bytes the kernel heap manages."),
-        Rule::gauge("heap.allocated")
-            .named("heap_allocated_bytes")
-            .help("Bytes in live kernel heap allocations."),
-        Rule::gauge("heap.recycled")
-            .named("heap_recycled_bytes")
-            .help("Bytes of freed small blocks in the kernel heap's shared free lists (free for allocation)."),
-        Rule::gauge("heap.cpu_cached")
-            .named("heap_cpu_cached_bytes")
-            .help("Bytes of freed small blocks in the kernel heap's per-CPU caches (free for allocation)."),
-        Rule::counter("heap.cpu_refills")
-            .named("heap_cpu_refills")
-            .help("Allocations that refilled their CPU's heap cache: takes of the global heap lock."),
-        Rule::counter("heap.cpu_flushes")
-            .named("heap_cpu_flushes")
-            .help("Frees that found their CPU's heap cache full and gave blocks back: takes of the global heap lock."),
-        Rule::counter("heap.drains")
-            .named("heap_drains")
-            .help("Times every heap cache went back to the allocator because an allocation would have failed."),
-        Rule::counter("access.refused_stats")
-            .named("stats_connections_refused")
-            .help("Counters-port connections reset: the client is not in stats_allow=."),
+        KERNEL_RULES,
+        ninefs::volume::report::METRIC_RULES,
+        ninep::service::report::METRIC_RULES,
     ],
 };
+
+/// The rules of the appliance's own parts of the document (clock, NIC, CPUs, devices,
+/// heap, access, power); the filesystem's and the 9P service's are defined beside their
+/// counters.
+const KERNEL_RULES: &[Rule] = &[
+    Rule::gauge("uptime_ms")
+        .named("uptime_seconds")
+        .help("Time since boot."),
+    Rule::counter("idle_ms")
+        .named("idle_seconds")
+        .help("Time the boot CPU was idle (halted): 1 - rate() of it is how busy it is (every CPU: cpu_idle_seconds)."),
+    Rule::counter("nic.notifications")
+        .named("nic_notifications")
+        .help("Queue notifications written to the virtio-net device (each a trapped MMIO write)."),
+    Rule::counter("nic.notifications_suppressed")
+        .named("nic_notifications_suppressed")
+        .help("Queue notifications skipped because the device had not asked for them (event index)."),
+    // CPUs, labelled by index.
+    Rule::elements("cpus", "cpu", "cpu").named("cpu"),
+    Rule::gauge("cpus.*.apic_id")
+        .named("cpu_apic_id")
+        .help("Local APIC id of the CPU."),
+    Rule::counter("cpus.*.idle_ms")
+        .named("cpu_idle_seconds")
+        .help("Time the CPU was idle (halted): 1 - rate() of it is how busy it is."),
+    Rule::counter("cpus.*.remote_tasks")
+        .named("cpu_remote_tasks")
+        .help("Tasks other CPUs sent this CPU to run."),
+    Rule::gauge("cpus.*.tsc.bound_ns")
+        .named("cpu_tsc_skew_bound_seconds")
+        .help("How far the CPU's clock may be from CPU 0's (the TSC check at its bring-up, after any correction)."),
+    Rule::gauge("cpus.*.tsc.corrected")
+        .named("cpu_tsc_corrected")
+        .help("1 if the CPU's TSC was found offset from CPU 0's and is corrected in the clock."),
+    Rule::counter("cpus.*.wakes.ipis")
+        .named("cpu_wake_ipis")
+        .help("Wake-up IPIs sent to the CPU (it was halted when another CPU gave it work)."),
+    Rule::counter("cpus.*.wakes.ipis_skipped")
+        .named("cpu_wake_ipis_skipped")
+        .help("Wakes from other CPUs that needed no IPI (the CPU was running)."),
+    Rule::gauge("cpus.*.serving.connections")
+        .named("cpu_9p_connections")
+        .help("9P connections the CPU serves now."),
+    Rule::counter("cpus.*.serving.accepted")
+        .named("cpu_9p_accepted")
+        .help("9P connections handed to the CPU since boot."),
+    Rule::counter("cpus.*.serving.rx_bytes")
+        .named("cpu_9p_received_bytes")
+        .help("Bytes the CPU's 9P connections received from their clients."),
+    Rule::counter("cpus.*.serving.tx_bytes")
+        .named("cpu_9p_sent_bytes")
+        .help("Bytes the CPU's 9P connections sent to their clients."),
+    // Devices, labelled by name (`nvme@00:04.0`, `virtio@00:05.0`, `ram`).
+    Rule::elements("devices", "device", "name").named("device"),
+    Rule::rename("devices.*.counters", ""),
+    Rule::gauge("devices.*.block_size")
+        .named("device_block_size_bytes")
+        .help("Logical block size of the device."),
+    Rule::gauge("devices.*.blocks")
+        .named("device_blocks")
+        .help("Capacity of the device in logical blocks."),
+    Rule::counter("devices.*.device_flushes")
+        .named("device_flushes")
+        .help("Cache flushes the device performed: FLUSH requests, plus one per FUA write where FUA is emulated."),
+    Rule::counter("devices.*.counters.flushes")
+        .named("device_flush_requests")
+        .help("FLUSH requests the filesystem issued to the device."),
+    Rule::histogram("devices.*.counters.flush_latency")
+        .named("device_flush_duration_seconds")
+        .help("Time from submission to completion of the device's FLUSH requests."),
+    Rule::counter("devices.*.counters.errors").help("Device requests that failed."),
+    // The kernel.
+    Rule::gauge("heap.bytes")
+        .named("heap_size_bytes")
+        .help("Bytes the kernel heap manages."),
+    Rule::gauge("heap.allocated")
+        .named("heap_allocated_bytes")
+        .help("Bytes in live kernel heap allocations."),
+    Rule::gauge("heap.recycled")
+        .named("heap_recycled_bytes")
+        .help("Bytes of freed small blocks in the kernel heap's shared free lists (free for allocation)."),
+    Rule::gauge("heap.cpu_cached")
+        .named("heap_cpu_cached_bytes")
+        .help("Bytes of freed small blocks in the kernel heap's per-CPU caches (free for allocation)."),
+    Rule::counter("heap.cpu_refills")
+        .named("heap_cpu_refills")
+        .help("Allocations that refilled their CPU's heap cache: takes of the global heap lock."),
+    Rule::counter("heap.cpu_flushes")
+        .named("heap_cpu_flushes")
+        .help("Frees that found their CPU's heap cache full and gave blocks back: takes of the global heap lock."),
+    Rule::counter("heap.drains")
+        .named("heap_drains")
+        .help("Times every heap cache went back to the allocator because an allocation would have failed."),
+    Rule::counter("access.refused_stats")
+        .named("stats_connections_refused")
+        .help("Counters-port connections reset: the client is not in stats_allow=."),
+
+];
 
 impl Snapshot {
     /// The snapshot in the Prometheus text format (version 0.0.4).
@@ -499,65 +350,17 @@ impl Snapshot {
     }
 }
 
-/// What a client of the counters service asked for (see the module documentation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
-    /// The answer's format.
-    pub format: Format,
-    /// Asked over HTTP: the answer is an HTTP response.
-    pub http: bool,
-}
-
-/// The formats of the counters service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// The JSON document.
-    Json,
-    /// The `/sys/block`-style lines.
-    Stat,
-    /// The Prometheus text format.
-    Metrics,
-}
-
-impl Request {
-    /// Reads the request from the first line a client sent (empty: it sent nothing).
-    pub fn parse(line: &[u8]) -> Request {
-        let line = core::str::from_utf8(line).unwrap_or("").trim();
-        let (word, http) = match line.strip_prefix("GET ") {
-            Some(rest) => {
-                let target = rest.split_ascii_whitespace().next().unwrap_or("/");
-                let path = target.split('?').next().unwrap_or(target);
-                (path.trim_start_matches('/'), true)
-            }
-            None => (line, false),
-        };
-        let format = match word {
-            "stat" => Format::Stat,
-            "metrics" => Format::Metrics,
-            _ => Format::Json,
-        };
-        Request { format, http }
+impl metrics::endpoint::Report for Snapshot {
+    fn json(&self) -> String {
+        Snapshot::json(self)
     }
 
-    /// The answer to this request from `snapshot`.
-    pub fn answer(self, snapshot: &Snapshot) -> Vec<u8> {
-        let (body, kind) = match self.format {
-            Format::Stat => (snapshot.sysfs_lines(), "text/plain"),
-            Format::Metrics => (snapshot.metrics(), metrics::text::CONTENT_TYPE),
-            Format::Json => {
-                let mut j = snapshot.json();
-                j.push('\n');
-                (j, "application/json")
-            }
-        };
-        if !self.http {
-            return body.into_bytes();
-        }
-        format!(
-            "HTTP/1.0 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
+    fn stat_lines(&self) -> String {
+        self.sysfs_lines()
+    }
+
+    fn prometheus(&self) -> String {
+        self.metrics()
     }
 }
 
@@ -565,6 +368,7 @@ impl Request {
 mod tests {
     use super::*;
     use alloc::string::ToString;
+    use ninefs::volume::stats::FsStats;
     use ninefs::volume::synclog::build::Fallback;
     use ninefs::volume::CheckpointCause;
 
@@ -770,33 +574,15 @@ mod tests {
     }
 
     #[test]
-    fn requests() {
-        let plain = |format| Request {
-            format,
-            http: false,
-        };
-        let http = |format| Request { format, http: true };
-        assert_eq!(Request::parse(b""), plain(Format::Json));
-        assert_eq!(Request::parse(b"json\n"), plain(Format::Json));
-        assert_eq!(Request::parse(b"stat\r\n"), plain(Format::Stat));
-        assert_eq!(Request::parse(b"metrics"), plain(Format::Metrics));
-        assert_eq!(
-            Request::parse(b"GET /stat HTTP/1.1\r\n"),
-            http(Format::Stat)
-        );
-        assert_eq!(
-            Request::parse(b"GET /metrics?name[]=x HTTP/1.1"),
-            http(Format::Metrics)
-        );
-        assert_eq!(Request::parse(b"GET / HTTP/1.1"), http(Format::Json));
-        assert_eq!(Request::parse(&[0xff, 0xfe]), plain(Format::Json));
+    fn a_snapshot_answers_every_request() {
+        use metrics::endpoint::Request;
         let s = snapshot();
-        let http = String::from_utf8(http(Format::Json).answer(&s)).unwrap();
+        let http = String::from_utf8(Request::parse(b"GET / HTTP/1.1").answer(&s)).unwrap();
         let (head, body) = http.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.0 200 OK"));
         assert!(head.contains(&alloc::format!("Content-Length: {}", body.len())));
         assert!(serde_json::from_str::<serde_json::Value>(body).is_ok());
-        assert!(String::from_utf8(plain(Format::Stat).answer(&s))
+        assert!(String::from_utf8(Request::parse(b"stat").answer(&s))
             .unwrap()
             .starts_with("nvme@00:04.0 3 0 24 "));
         let metrics =

@@ -25,13 +25,13 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use core::time::Duration;
 
 use log::{error, info, warn};
-use vfs::FileSystem;
 
 use crate::event::{self, Event};
 use crate::net::listener::{Listener, Tasks};
 use crate::report::ShutdownReport;
-use crate::storage::CleanUnmount;
+use crate::storage::ServedVolume;
 use crate::{clock, power, task};
+use ninep::admin::AdminFs;
 use ninep::service::stats::ServiceStats;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -81,10 +81,7 @@ impl fmt::Display for Step {
 /// Waits for the power button, then shuts the listener's service and its filesystem down cleanly
 /// within `limit` (see the module documentation). Returns when the machine may be
 /// powered off.
-pub async fn on_power_button<F>(listener: Rc<Listener<F>>, limit: Duration)
-where
-    F: FileSystem + CleanUnmount + 'static,
-{
+pub async fn on_power_button<V: ServedVolume>(listener: Rc<Listener<AdminFs<V>>>, limit: Duration) {
     power::pressed().await;
     let started = begin();
     info!(
@@ -168,10 +165,11 @@ fn begin() -> crate::time::Instant {
 }
 
 /// Steps 1 to 3; `step` says which one runs.
-async fn steps<F>(listener: &Listener<F>, limit: Duration, step: &Cell<Step>) -> vfs::FsResult<()>
-where
-    F: FileSystem + CleanUnmount + 'static,
-{
+async fn steps<V: ServedVolume>(
+    listener: &Listener<AdminFs<V>>,
+    limit: Duration,
+    step: &Cell<Step>,
+) -> vfs::FsResult<()> {
     let service = listener.service();
     step.set(Step::Listener);
     service.stop_listening();
@@ -207,7 +205,7 @@ where
 
     step.set(Step::Unmount);
     let started = clock::now();
-    service.server().fs().unmount_clean().await?;
+    service.server().fs().inner().unmount_clean().await?;
     let ms = (clock::now() - started).as_millis() as u64;
     info!("shutdown: fs: everything durable, unmounted cleanly in {ms} ms (read-only until power off)");
     event::emit(Event::Shutdown(event::Shutdown {

@@ -15,11 +15,10 @@ use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
 pub use mount_impl::{
-    mount, mount_memory, CleanUnmount, DeviceName, Housekeeping, InjectedFaults, Mounted,
-    Scrubbing, ServedFs, StorageError,
+    mount, mount_memory, DeviceName, InjectedFaults, Mounted, ServedFs, ServedVolume, StorageError,
 };
 
-/// How often the served filesystem's [`Housekeeping`] runs.
+/// How often the served filesystem's housekeeping (`ServedVolume::housekeeping`) runs.
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Share of the heap the btree node cache may use. A checkpoint holds encoded copies of
@@ -85,9 +84,12 @@ mod mount_impl {
     use crate::config::{Config, Mkfs};
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
     use crate::event::{self, Event};
+    use alloc::vec::Vec;
     use block::{CountingDisk, FaultCounters, FaultDisk, IoError, MemDisk};
     use core::sync::atomic::{AtomicBool, Ordering};
     use ninefs::volume::scrub::ScrubProgress;
+
+    use crate::report::{DeviceReport, FsReport};
 
     /// The filesystem the appliance serves, on device `D` with its counters.
     pub type ServedFs<D> = NineFs<&'static CountingDisk<D>>;
@@ -116,15 +118,97 @@ mod mount_impl {
         }
     }
 
-    /// Periodic work of a served filesystem ([`HOUSEKEEPING_INTERVAL`]).
-    #[allow(async_fn_in_trait)]
-    pub trait Housekeeping {
-        /// Does what is due (on the real filesystem: commits and discards blocks freed
-        /// longer ago than `discard=`); errors are logged.
-        async fn housekeeping(&self);
+    /// What a device's fault injector did, for the reports: `None` where there is none.
+    pub trait InjectedFaults {
+        /// The injector's counters, if the device has one that is armed.
+        fn injected_faults(&self) -> Option<FaultCounters> {
+            None
+        }
     }
 
-    impl<D: BlockDevice + InjectedFaults> Housekeeping for ServedFs<D> {
+    impl InjectedFaults for Disk {}
+
+    impl InjectedFaults for MemDisk {}
+
+    impl<D> InjectedFaults for FaultDisk<D>
+    where
+        D: BlockDevice,
+    {
+        fn injected_faults(&self) -> Option<FaultCounters> {
+            self.is_armed().then(|| self.counters())
+        }
+    }
+
+    /// Requests `disk`'s fault injector failed on purpose.
+    fn injected_errors(disk: &impl InjectedFaults) -> u64 {
+        disk.injected_faults().map_or(0, |f| f.injected_errors)
+    }
+
+    /// The error a rule of `fault=` gives: NVMe's "write fault" status, which both
+    /// drivers' callers treat like any device error.
+    const INJECTED_ERROR: IoError = IoError::Device(0x0280);
+
+    /// `disk` behind a fault injector armed with `config.faults` (none: it passes every
+    /// request through).
+    fn with_faults(disk: Disk, config: &Config) -> FaultDisk<Disk> {
+        let disk =
+            FaultDisk::with_clock(disk, config.fault_seed, || crate::clock::now().as_nanos());
+        for fault in &config.faults {
+            warn!(
+                "fs: {}: injecting device errors: {fault}",
+                disk.inner().device_name()
+            );
+            disk.inject(fault.clone(), INJECTED_ERROR);
+        }
+        disk
+    }
+
+    /// What the appliance does with the filesystem it serves besides serving it — the
+    /// reports, the periodic work, the scrub, the clean unmount — so that everything
+    /// that takes the served filesystem has one bound.
+    #[allow(async_fn_in_trait)]
+    pub trait ServedVolume: FileSystem + vfs::Control + Send + Sync + 'static {
+        /// The block devices it uses, for the reports.
+        fn devices(&self) -> Vec<DeviceReport>;
+        /// Its state and counters (the node cache's limit left 0: the monitor knows it).
+        async fn fs_report(&self) -> FsReport;
+        /// Does what is due every [`HOUSEKEEPING_INTERVAL`](super::HOUSEKEEPING_INTERVAL):
+        /// commits, and discards blocks freed longer ago than `discard=`; errors are
+        /// logged.
+        async fn housekeeping(&self);
+        /// Starts a scrub pass when `start` and none is running, then verifies up to
+        /// `budget` bytes of the running pass; errors are logged.
+        async fn scrub_tick(&self, budget: u64, start: bool);
+        /// Makes everything durable and marks the image cleanly unmounted (the next
+        /// mount replays nothing); the filesystem stays mounted, read-only. Call it once
+        /// no request is running on it.
+        async fn unmount_clean(&self) -> vfs::FsResult<()>;
+    }
+
+    impl<D> ServedVolume for ServedFs<D>
+    where
+        D: BlockDevice + DeviceName + InjectedFaults + Send + Sync + 'static,
+    {
+        fn devices(&self) -> Vec<DeviceReport> {
+            let disk = *self.device();
+            let g = disk.geometry();
+            let counters = disk.counters();
+            alloc::vec![DeviceReport {
+                name: disk.inner().device_name(),
+                block_size: g.block_size,
+                blocks: g.num_blocks,
+                native_fua: g.native_fua,
+                volatile_cache: g.volatile_cache,
+                counters,
+                device_flushes: counters.device_flushes(&g),
+                injected_faults: disk.inner().injected_faults(),
+            }]
+        }
+
+        async fn fs_report(&self) -> FsReport {
+            self.report(0).await
+        }
+
         async fn housekeeping(&self) {
             if let Err(e) = NineFs::housekeeping(self).await {
                 warn!("fs: housekeeping: {e}");
@@ -140,28 +224,7 @@ mod mount_impl {
                 });
             }
         }
-    }
 
-    /// Requests `disk`'s fault injector failed on purpose.
-    fn injected_errors(disk: &impl InjectedFaults) -> u64 {
-        disk.injected_faults().map_or(0, |f| f.injected_errors)
-    }
-
-    impl<F: Housekeeping> Housekeeping for ninep::admin::AdminFs<F> {
-        async fn housekeeping(&self) {
-            self.inner().housekeeping().await
-        }
-    }
-
-    /// The background scrub of a served filesystem.
-    #[allow(async_fn_in_trait)]
-    pub trait Scrubbing {
-        /// Starts a pass when `start` and none is running, then verifies up to `budget`
-        /// bytes of the running pass; errors are logged.
-        async fn scrub_tick(&self, budget: u64, start: bool);
-    }
-
-    impl<D: BlockDevice> Scrubbing for ServedFs<D> {
         async fn scrub_tick(&self, budget: u64, start: bool) {
             if start && !self.scrub_running() {
                 if let Err(e) = self.scrub_start().await {
@@ -187,72 +250,9 @@ mod mount_impl {
                 }
             }
         }
-    }
 
-    impl<F: Scrubbing> Scrubbing for ninep::admin::AdminFs<F> {
-        async fn scrub_tick(&self, budget: u64, start: bool) {
-            self.inner().scrub_tick(budget, start).await
-        }
-    }
-
-    /// What a device's fault injector did, for the reports: `None` where there is none.
-    pub trait InjectedFaults {
-        /// The injector's counters, if the device has one that is armed.
-        fn injected_faults(&self) -> Option<FaultCounters> {
-            None
-        }
-    }
-
-    impl InjectedFaults for Disk {}
-
-    impl InjectedFaults for MemDisk {}
-
-    impl<D> InjectedFaults for FaultDisk<D>
-    where
-        D: BlockDevice,
-    {
-        fn injected_faults(&self) -> Option<FaultCounters> {
-            self.is_armed().then(|| self.counters())
-        }
-    }
-
-    /// The error a rule of `fault=` gives: NVMe's "write fault" status, which both
-    /// drivers' callers treat like any device error.
-    const INJECTED_ERROR: IoError = IoError::Device(0x0280);
-
-    /// `disk` behind a fault injector armed with `config.faults` (none: it passes every
-    /// request through).
-    fn with_faults(disk: Disk, config: &Config) -> FaultDisk<Disk> {
-        let disk =
-            FaultDisk::with_clock(disk, config.fault_seed, || crate::clock::now().as_nanos());
-        for fault in &config.faults {
-            warn!(
-                "fs: {}: injecting device errors: {fault}",
-                disk.inner().device_name()
-            );
-            disk.inject(fault.clone(), INJECTED_ERROR);
-        }
-        disk
-    }
-
-    /// A served filesystem the shutdown can leave clean on its device.
-    #[allow(async_fn_in_trait)]
-    pub trait CleanUnmount {
-        /// Makes everything durable and marks the image cleanly unmounted (the next
-        /// mount replays nothing); the filesystem stays mounted, read-only. Call it once
-        /// no request is running on it.
-        async fn unmount_clean(&self) -> vfs::FsResult<()>;
-    }
-
-    impl<D: BlockDevice> CleanUnmount for ServedFs<D> {
         async fn unmount_clean(&self) -> vfs::FsResult<()> {
             self.remount_read_only().await
-        }
-    }
-
-    impl<F: CleanUnmount> CleanUnmount for ninep::admin::AdminFs<F> {
-        async fn unmount_clean(&self) -> vfs::FsResult<()> {
-            self.inner().unmount_clean().await
         }
     }
 

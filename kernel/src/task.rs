@@ -102,8 +102,8 @@ pub fn wake_stats_of(cpu: usize) -> WakeStats {
 /// The clock time (nanoseconds) each CPU's APIC timer is armed for; 0 when it is not
 /// (never armed, fired, or stopped). Halting re-arms the timer only for an earlier
 /// deadline: each arming is a trapped MMIO write under emulation, and the executor halts
-/// between most requests (it was 10-15% of the appliance's CPU with a few busy
-/// connections, docs/benchmarks.md).
+/// between most requests when few connections are busy (docs/benchmarks.md, "The APIC
+/// timer").
 static TIMER_AT: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 /// Whether each CPU's timer is in one-shot mode and unmasked (from its first arming on).
 static TIMER_ONESHOT: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];

@@ -19,7 +19,7 @@ use alloc::vec::Vec;
 
 use vfs::{
     mode, Attr, Control, DirEntry, Errno, FileSystem, FileType, FsResult, Ino, Owner, SetAttr,
-    StatFs, Timespec, XattrMode,
+    Timespec, XattrMode,
 };
 
 use crate::sync::Locked;
@@ -85,16 +85,9 @@ impl<F> AdminFs<F> {
         }
     }
 
-    /// The wrapped filesystem.
+    /// The wrapped filesystem (what it answers beyond [`FileSystem`] is asked of it
+    /// here: an `AdminFs` does not pass it on).
     pub fn inner(&self) -> &F {
-        &self.fs
-    }
-}
-
-impl<F> core::ops::Deref for AdminFs<F> {
-    type Target = F;
-
-    fn deref(&self) -> &F {
         &self.fs
     }
 }
@@ -222,7 +215,12 @@ macro_rules! route {
     };
 }
 
+/// Each method decides for itself whether the tree or the filesystem answers: only the
+/// two that name no inode are forwarded unseen (and a method added to [`FileSystem`]
+/// must be routed here before it builds).
 impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
+    vfs::forward_filesystem!(self.fs; only statfs, sync);
+
     async fn lookup(&self, dir: Ino, name: &[u8]) -> FsResult<Attr> {
         route!(
             self,
@@ -426,10 +424,6 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
         )
     }
 
-    async fn statfs(&self) -> FsResult<StatFs> {
-        self.fs.statfs().await
-    }
-
     async fn open(&self, ino: Ino) -> FsResult<()> {
         route!(self, ino, |_n| Ok(()), self.fs.open(ino).await)
     }
@@ -440,9 +434,5 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
 
     async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         route!(self, ino, |_n| Ok(()), self.fs.fsync(ino, datasync).await)
-    }
-
-    async fn sync(&self) -> FsResult<()> {
-        self.fs.sync().await
     }
 }

@@ -721,7 +721,12 @@ impl<F: FileSystem + 'static> Connection<F> {
                     staged_from += n;
                     progress |= n > 0;
                 }
+                let parked = self.parked.is_some();
                 let _ = self.poll_requests(cx);
+                // Input parked for memory was resumed: bytes already staged may now be
+                // taken. That is progress, or the task would sleep with them unread,
+                // waiting for a client that sent everything (issue 26).
+                progress |= parked && self.parked.is_none();
                 while !self.output().is_empty() {
                     match io.poll_write(cx, self.output()) {
                         Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),

@@ -376,3 +376,67 @@ fn writes_truncates_and_chowns_drop_set_id_bits() {
     root.setattr(3, setattr::UID, 0, 1000, 0, 0).unwrap();
     assert_eq!(owner_of(&mut root, 1, "prog"), (1000, 0, 0o100_755));
 }
+
+/// `chmod` of `path` under fid `dir` to `mode` by `c` (through fid 98); the permission
+/// bits it then has.
+fn chmod(c: &mut TestClient, dir: u32, path: &str, mode: u32) -> u32 {
+    c.walk(dir, 98, path).unwrap();
+    c.setattr(98, setattr::MODE, mode, 0, 0, 0).unwrap();
+    let st = c.getattr(98).unwrap();
+    c.clunk(98).unwrap();
+    st.mode & 0o7777
+}
+
+#[test]
+fn chmod_keeps_set_gid_only_for_root_and_members_of_the_files_group() {
+    let (server, mut user, mut root) = shared_dir();
+    let mut member = client(&server);
+    member.attach(0, 1001, "").unwrap();
+    user.walk(0, 1, "shared").unwrap();
+    member.walk(0, 1, "shared").unwrap();
+    // uid 1000's file and directory get the directory's group 50, which it is not in.
+    user.walk(1, 2, "").unwrap();
+    user.lcreate(2, "theirs", RDWR, 0o644).unwrap();
+    user.mkdir(1, "their-dir", 0o755).unwrap();
+    // uid 1001's, given to its group 100.
+    member.walk(1, 2, "").unwrap();
+    member.lcreate(2, "ours", RDWR, 0o644).unwrap();
+    member.setattr(2, setattr::GID, 0, 0, 100, 0).unwrap();
+    member.mkdir(1, "our-dir", 0o755).unwrap();
+    member.walk(1, 3, "our-dir").unwrap();
+    member.setattr(3, setattr::GID, 0, 0, 100, 0).unwrap();
+    for (file, dir) in [("theirs", "their-dir"), ("ours", "our-dir")] {
+        assert_eq!(owner_of(&mut root, 1, file).1 == 100, file == "ours");
+        assert_eq!(owner_of(&mut root, 1, dir).1 == 100, dir == "our-dir");
+    }
+
+    // The owner, not in the group: chmod g+s goes through without the bit, for a file
+    // and a directory alike (Linux's setattr_copy).
+    assert_eq!(chmod(&mut user, 1, "theirs", 0o2755), 0o755);
+    assert_eq!(chmod(&mut user, 1, "their-dir", 0o2775), 0o775);
+    // Set-uid is not a group matter: it stays.
+    assert_eq!(chmod(&mut user, 1, "theirs", 0o6755), 0o4755);
+    // The owner in the group keeps it.
+    assert_eq!(chmod(&mut member, 1, "ours", 0o2755), 0o2755);
+    assert_eq!(chmod(&mut member, 1, "our-dir", 0o2775), 0o2775);
+    // Root keeps it on anything, in any group.
+    assert_eq!(chmod(&mut root, 1, "theirs", 0o2755), 0o2755);
+    assert_eq!(chmod(&mut root, 1, "their-dir", 0o2775), 0o2775);
+    // A directory that got set-gid and group 100 from its parent: its owner, not in
+    // 100, loses the bit on any chmod that restates it (GNU chmod restates a
+    // directory's set-gid bit), as on Linux.
+    root.walk(1, 4, "our-dir").unwrap();
+    root.setattr(4, setattr::MODE, 0o2777, 0, 0, 0).unwrap();
+    user.walk(1, 5, "our-dir").unwrap();
+    user.mkdir(5, "inherited", 0o755).unwrap();
+    let (uid, gid, mode) = owner_of(&mut user, 5, "inherited");
+    assert_eq!((uid, gid, mode & 0o7777), (1000, 100, 0o2755));
+    assert_eq!(chmod(&mut user, 5, "inherited", 0o2750), 0o750);
+    // A request that does not set the mode leaves the bit alone.
+    user.walk(5, 6, "inherited").unwrap();
+    root.walk(4, 7, "inherited").unwrap();
+    root.setattr(7, setattr::MODE, 0o2755, 0, 0, 0).unwrap();
+    user.setattr(6, setattr::ATIME | setattr::MTIME, 0, 0, 0, 0)
+        .unwrap();
+    assert_eq!(owner_of(&mut user, 5, "inherited").2 & 0o7777, 0o2755);
+}

@@ -368,6 +368,39 @@ fn an_unknown_version_leaves_the_session_unversioned() {
     assert_eq!(server.stats().unknown_versions, 1);
 }
 
+/// Creates file `f` at the root holding `data`, on a connection of its own.
+fn create_f(server: &Arc<Server<Model>>, data: &[u8]) {
+    let mut setup = client(server);
+    setup.attach(0, 0, "").unwrap();
+    setup.walk(0, 1, "").unwrap();
+    setup.lcreate(1, "f", RDWR, 0o644).unwrap();
+    if !data.is_empty() {
+        setup.write(1, 0, data).unwrap();
+    }
+}
+
+/// The frames of a session's start: `Tversion` at `msize`, then `Tattach` of fid 0 (tag 1).
+fn version_and_attach(msize: u32) -> Vec<u8> {
+    let mut input = frame(
+        0xffff,
+        Tmsg::Version {
+            msize,
+            version: b"9P2000.L",
+        },
+    );
+    input.extend(frame(
+        1,
+        Tmsg::Attach {
+            fid: 0,
+            afid: !0,
+            uname: b"",
+            aname: b"",
+            n_uname: 0,
+        },
+    ));
+    input
+}
+
 /// A transport that has a request stream to give and takes every reply; serving a
 /// request takes 100 µs of the fake clock.
 struct Pipelined {
@@ -395,23 +428,7 @@ impl Transport for Pipelined {
 fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
     NOW.with(|c| c.set(0));
     let server = server_with(8 * MIB);
-    let mut input = frame(
-        0xffff,
-        Tmsg::Version {
-            msize: 8192,
-            version: b"9P2000.L",
-        },
-    );
-    input.extend(frame(
-        1,
-        Tmsg::Attach {
-            fid: 0,
-            afid: !0,
-            uname: b"",
-            aname: b"",
-            n_uname: 0,
-        },
-    ));
+    let mut input = version_and_attach(8192);
     for tag in 2..2000u16 {
         input.extend(frame(
             tag,
@@ -447,12 +464,7 @@ fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
 fn an_unfinished_frame_counts_as_unused_memory_after_the_stall_time() {
     NOW.with(|c| c.set(0));
     let server = server_with(256 * KIB);
-    let mut setup = client(&server);
-    setup.attach(0, 0, "").unwrap();
-    setup.walk(0, 1, "").unwrap();
-    setup.lcreate(1, "f", RDWR, 0o644).unwrap();
-    setup.write(1, 0, &[7u8; 4096]).unwrap();
-    drop(setup);
+    create_f(&server, &[7u8; 4096]);
     // Each slow client sends the start of a 64 KiB Twrite and stops.
     let write = frame(
         9,
@@ -548,4 +560,133 @@ fn one_address_cannot_take_every_connection_slot() {
     // A connection being shed no longer counts.
     open[0].session().request_close(CloseReason::IdleTimeout);
     assert!(server.admit(Some(guest)));
+}
+
+/// A transport that gives its whole input in the first reads, then waits (as a client
+/// that sent one big request and waits for its reply), and records whether its task was
+/// woken.
+struct SentWhole {
+    input: Vec<u8>,
+    pos: usize,
+    replies: Vec<u8>,
+}
+
+impl Transport for SentWhole {
+    type Error = ();
+    fn poll_read(&mut self, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize, ()>> {
+        if self.pos == self.input.len() {
+            // Nothing more comes: a wake-up can only come from the server.
+            return Poll::Pending;
+        }
+        let n = buf.len().min(self.input.len() - self.pos);
+        buf[..n].copy_from_slice(&self.input[self.pos..self.pos + n]);
+        self.pos += n;
+        Poll::Ready(Ok(n))
+    }
+    fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, ()>> {
+        self.replies.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+}
+
+/// Counts its wakes.
+#[derive(Default)]
+struct Wakes(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Issue 26: a connection that read a big request's first bytes while the memory budget
+/// was spent waits for memory; when memory comes back it must take up the bytes it had
+/// already read, not wait for more from its client (which sent everything and waits for
+/// the reply): the wake-up must not be lost.
+#[test]
+fn a_connection_waiting_for_memory_resumes_its_read_bytes_when_memory_comes_back() {
+    NOW.with(|c| c.set(0));
+    let server = server_with(512 * KIB);
+    create_f(&server, &[]);
+    // Another client's connections hold every byte the budget has (each up to its own
+    // share; the victim's connection was opened first, as in the issue's sequence).
+    let victim = Connection::new(server.clone());
+    let hogs: Vec<_> = (0..8).map(|_| raw(&server)).collect();
+    let mut charges = Vec::new();
+    for c in &hogs {
+        let account = c.session().account().clone();
+        while let Ok(charge) = account.charge(ninep::memory::Use::Frames, 4 * KIB) {
+            charges.push(charge);
+        }
+    }
+    assert!(
+        server.memory().committed >= server.memory().limit - 8 * KIB as u64,
+        "the budget is spent: {:?}",
+        server.memory()
+    );
+    // The victim sends a 60 KiB Twrite in one piece: its first read takes the size
+    // field and more into the connection's staging buffer; the frame waits for memory.
+    let mut input = version_and_attach(64 * KIB as u32);
+    input.extend(frame(
+        2,
+        Tmsg::Walk {
+            fid: 0,
+            newfid: 1,
+            names: vec![b"f"],
+        },
+    ));
+    input.extend(frame(
+        3,
+        Tmsg::Lopen {
+            fid: 1,
+            flags: RDWR,
+        },
+    ));
+    input.extend(frame(
+        4,
+        Tmsg::Write {
+            fid: 1,
+            offset: 0,
+            data: ninep::wire::Data(&[9u8; 60 * KIB]),
+        },
+    ));
+    let mut io = SentWhole {
+        input,
+        pos: 0,
+        replies: Vec::new(),
+    };
+    let wakes = Arc::new(Wakes::default());
+    let waker = Waker::from(wakes.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut run = Box::pin(victim.run(&mut io));
+    // Polls while the task has been woken since its last poll, as an executor would.
+    fn settle<F: Future>(mut run: std::pin::Pin<&mut F>, cx: &mut Context<'_>, wakes: &Wakes) {
+        loop {
+            let before = wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+            assert!(run.as_mut().poll(cx).is_pending());
+            if wakes.0.load(std::sync::atomic::Ordering::SeqCst) == before {
+                break;
+            }
+        }
+    }
+    settle(run.as_mut(), &mut cx, &wakes);
+    assert!(
+        server.stats().memory_waits > 0,
+        "the victim's frame did not wait for memory"
+    );
+    // The other client lets go of its memory; its connections close.
+    drop(charges);
+    drop(hogs);
+    settle(run.as_mut(), &mut cx, &wakes);
+    drop(run);
+    let mut replies = Vec::new();
+    let mut rest = &io.replies[..];
+    while rest.len() >= 4 {
+        let size = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        replies.push(Rmsg::decode(&rest[..size]).unwrap().1.msg_type());
+        rest = &rest[size..];
+    }
+    // Rversion, Rattach, Rwalk, Rlopen, then the Rwrite (119) of the request that waited.
+    assert_eq!(replies.len(), 5, "replies {replies:?}");
+    assert_eq!(replies[4], 119, "replies {replies:?}");
 }

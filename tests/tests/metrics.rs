@@ -7,8 +7,6 @@
 //!
 //! Host ports: 9P on 16100, the counters service on 16101.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ninefold_tests::ninep::connect;
@@ -20,34 +18,6 @@ use vfs::Errno;
 
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
 const UP: Duration = Duration::from_secs(60);
-
-/// `promtool check metrics` on `text`: its verdict (problems found, empty when none).
-fn promtool_check(text: &str) -> Result<(), String> {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running promtool (Debian package prometheus: scripts/deps.sh installs it)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.status.success() && said.trim().is_empty() {
-        Ok(())
-    } else {
-        Err(said)
-    }
-}
 
 /// The samples of `name` (every label set), in the order exposed.
 fn series<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
@@ -87,7 +57,9 @@ fn metrics_pass_promtool_and_count_the_traffic() {
     c.clunk(1).unwrap();
 
     let (_, text) = stats::http_get(stats_port, "/metrics");
-    if let Err(problems) = promtool_check(&text) {
+    let verdict = metrics::promtool::check(&text)
+        .expect("running promtool (Debian package prometheus: scripts/deps.sh installs it)");
+    if let Err(problems) = verdict {
         vm.fail(&format!("promtool check metrics:\n{problems}\n{text}"));
     }
     let after = parse_metrics(&text).unwrap();

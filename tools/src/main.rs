@@ -41,7 +41,7 @@ enum Command {
     /// Verify every checksum of an image (exit 0 clean, 4 errors, 8 operational error).
     Scrub(ctl::ScrubArgs),
     /// Serve a filesystem over 9P2000.L on TCP.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Enumerate, mount, fsck and check the crash states of recorded block traces.
     CrashTrace(crash_trace::CrashTraceArgs),
     /// Write the disk a recorded block trace leaves at a power cut (or at any entry).
@@ -73,7 +73,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => report("dump", dump::run(args)),
         Command::Ctl(args) => report("ctl", ctl::run(args)),
         Command::Scrub(args) => ctl::scrub(args),
-        Command::Serve(args) => report("serve", serve::run(args)),
+        Command::Serve(args) => report("serve", serve::run(*args)),
         Command::CrashTrace(args) => crash_trace::run(args),
         Command::ReplayTrace(args) => report("replay-trace", replay_trace::run(args)),
         Command::Snapshot(args) => report("snapshot", snapshot::run(args)),

@@ -23,14 +23,18 @@ use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, ValueEnum};
+use metrics::document::{Rule, Schema};
+use metrics::endpoint::{Report, Request};
+use ninefs::volume::report::FsReport;
 use ninefs::volume::{MountOptions, NineFs};
 use ninep::admin::AdminFs;
 use ninep::conn::Transport;
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
+use ninep::service::report::NinepReport;
 use ninep::service::stats::ServiceStats;
 use ninep::service::{Endpoint, Runtime, Service, ServiceConfig};
 use testkit::model::ModelFs;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use vfs::{Clock, FileSystem, Timespec};
 
@@ -119,6 +123,11 @@ pub struct ServeArgs {
     /// Most snapshots the filesystem may hold (creating more fails with ENOSPC).
     #[arg(long, default_value_t = ninefs::volume::snapshot::MAX_SNAPSHOTS)]
     max_snapshots: usize,
+    /// Serve the counters here (`ADDR:PORT`; port 0: any free port, printed on the second
+    /// line): JSON, `/metrics` for Prometheus, as the appliance's `stats=` port. Off
+    /// unless given; it answers whoever reaches the address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    stats: Option<SocketAddr>,
     /// Worker threads serving connections (each connection stays on one); default: one
     /// per core.
     #[arg(long)]
@@ -255,7 +264,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         let server = Arc::new(Server::new(ModelFs::new(SystemClock), config));
         log_exports(server.config());
         let service = Arc::new(Service::new(server, service_config));
-        return serve(&runtime, &local, &service, args.listen, limit);
+        let counters = Counters::new(service.clone(), args.stats, || async { None });
+        return serve(&runtime, &local, &service, args.listen, counters, limit);
     }
     let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
     let disk = crate::image::open(image, !args.read_only)?;
@@ -273,7 +283,13 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     log_exports(server.config());
     let service = Arc::new(Service::new(server.clone(), service_config));
     local.spawn_local(scrub_in_background(server.clone(), args.scrub_rate));
-    let served = serve(&runtime, &local, &service, args.listen, limit);
+    let cache_limit = (args.cache_mib << 20) as u64;
+    let counted = server.clone();
+    let counters = Counters::new(service.clone(), args.stats, move || {
+        let server = counted.clone();
+        async move { Some(server.fs().inner().report(cache_limit).await) }
+    });
+    let served = serve(&runtime, &local, &service, args.listen, counters, limit);
     drop(local);
     served?;
     // Every connection has ended (a request cut short by a reset was never answered,
@@ -281,7 +297,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // open files freed, a final checkpoint marked clean, nothing left in the log for the
     // next mount to replay.
     runtime
-        .block_on(server.fs().remount_read_only())
+        .block_on(server.fs().inner().remount_read_only())
         .map_err(|e| format!("{}: unmount: {e}", image.display()))?;
     log::info!("unmounted {} cleanly", image.display());
     Ok(())
@@ -289,15 +305,21 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
 
 /// Serves `service` on `listen` until a stop signal, then closes every connection
 /// (politely, reset after half of `limit`) and stops the workers.
-fn serve<F: FileSystem + Send + Sync + 'static>(
+fn serve<F, S, R>(
     runtime: &tokio::runtime::Runtime,
     local: &tokio::task::LocalSet,
     service: &Arc<Service<F>>,
     listen: SocketAddr,
+    counters: Counters<F, S>,
     limit: std::time::Duration,
-) -> Result<(), String> {
+) -> Result<(), String>
+where
+    F: FileSystem + Send + Sync + 'static,
+    S: Fn() -> R + 'static,
+    R: std::future::Future<Output = Option<FsReport>> + 'static,
+{
     let workers = Workers::start(service)?;
-    let listened = local.block_on(runtime, self::listen(service, &workers, listen));
+    let listened = local.block_on(runtime, self::listen(service, &workers, listen, counters));
     if listened.is_ok() {
         // Made inside the runtime: a tokio timer needs one.
         let drain = async { tokio::time::timeout(limit, service.drain(&Tokio, limit / 2)).await };
@@ -474,11 +496,17 @@ fn work<F: FileSystem + Send + Sync + 'static>(
 
 /// Accepts connections and hands each the service admits to its worker, until a stop
 /// signal arrives (then the service stops listening).
-async fn listen<F: FileSystem + Send + Sync + 'static>(
+async fn listen<F, S, R>(
     service: &Arc<Service<F>>,
     workers: &Workers,
     address: SocketAddr,
-) -> Result<(), String> {
+    counters: Counters<F, S>,
+) -> Result<(), String>
+where
+    F: FileSystem + Send + Sync + 'static,
+    S: Fn() -> R + 'static,
+    R: std::future::Future<Output = Option<FsReport>> + 'static,
+{
     let listener = TcpListener::bind(address)
         .await
         .map_err(|e| format!("listen on {address}: {e}"))?;
@@ -486,6 +514,16 @@ async fn listen<F: FileSystem + Send + Sync + 'static>(
     // Tests and scripts read the bound address from the first line.
     println!("listening on {bound}");
     log::info!("9p: serving on {bound}");
+    if let Some(at) = counters.address {
+        let endpoint = TcpListener::bind(at)
+            .await
+            .map_err(|e| format!("counters on {at}: {e}"))?;
+        let bound = endpoint.local_addr().map_err(|e| e.to_string())?;
+        // ... and the counters' from the second.
+        println!("counters on {bound}");
+        log::info!("stats: counters on {bound} (JSON; `stat`; GET /metrics for Prometheus)");
+        tokio::task::spawn_local(counters.serve(endpoint));
+    }
     tokio::task::spawn_local({
         let service = service.clone();
         async move { service.housekeeping(&Tokio).await }
@@ -630,5 +668,125 @@ impl Endpoint for Tcp {
 
     fn tx_bytes(&self) -> u64 {
         self.tx
+    }
+}
+
+/// The counters endpoint (`--stats`): the appliance's protocol (`metrics::endpoint`) over
+/// the host's TCP, answering with this process's counters document.
+struct Counters<F: FileSystem + 'static, S> {
+    service: Arc<Service<F>>,
+    address: Option<SocketAddr>,
+    /// The filesystem's part of the document (none for `--model`).
+    fs: S,
+    started: std::time::Instant,
+}
+
+/// How long a client may take to send its request line; one that sends nothing gets the
+/// JSON document after this (as the appliance's counters port).
+const REQUEST_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long sending an answer may take.
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `ninefold serve`'s counters document: its clock, the filesystem's part and the 9P
+/// service's, as in the appliance's (`kernel/src/report.rs`), whose metrics rules for
+/// those parts it shares.
+#[derive(Debug, serde::Serialize)]
+struct Document {
+    /// Milliseconds since the server started.
+    uptime_ms: u64,
+    /// The mounted filesystem (absent for `--model`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fs: Option<FsReport>,
+    /// The 9P service.
+    #[serde(rename = "9p")]
+    ninep: NinepReport,
+}
+
+/// How the document becomes metrics: its own clock, then the parts' shared rules.
+const METRICS: Schema<'static> = Schema {
+    prefix: "ninefold",
+    rules: &[
+        &[Rule::gauge("uptime_ms")
+            .named("uptime_seconds")
+            .help("Time since the server started.")],
+        ninefs::volume::report::METRIC_RULES,
+        ninep::service::report::METRIC_RULES,
+    ],
+};
+
+impl Report for Document {
+    fn json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    fn stat_lines(&self) -> String {
+        // No block devices of its own: the image is a file.
+        String::new()
+    }
+
+    fn prometheus(&self) -> String {
+        match serde_json::to_value(self) {
+            Ok(document) => METRICS.walk(&document).exposition.render(),
+            Err(e) => format!("# the counters could not be serialised: {e}\n"),
+        }
+    }
+}
+
+impl<F, S, R> Counters<F, S>
+where
+    F: FileSystem + 'static,
+    S: Fn() -> R + 'static,
+    R: std::future::Future<Output = Option<FsReport>> + 'static,
+{
+    fn new(service: Arc<Service<F>>, address: Option<SocketAddr>, fs: S) -> Self {
+        Counters {
+            service,
+            address,
+            fs,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The document now.
+    async fn document(&self) -> Document {
+        Document {
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            fs: (self.fs)().await,
+            ninep: self.service.report(),
+        }
+    }
+
+    /// Answers one client at a time, for as long as the server runs.
+    async fn serve(self, listener: TcpListener) {
+        loop {
+            let (mut stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    log::warn!("stats: accept: {e}");
+                    continue;
+                }
+            };
+            let mut line = Vec::new();
+            let mut buf = [0u8; 256];
+            let _ = tokio::time::timeout(REQUEST_WAIT, async {
+                while !line.contains(&b'\n') && line.len() < buf.len() {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => line.extend_from_slice(&buf[..n]),
+                    }
+                }
+            })
+            .await;
+            let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+            let answer = Request::parse(&line[..end]).answer(&self.document().await);
+            let sent = tokio::time::timeout(ANSWER_TIMEOUT, async {
+                stream.write_all(&answer).await?;
+                stream.shutdown().await
+            })
+            .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                log::debug!("stats: {peer}: the answer was not taken");
+            }
+        }
     }
 }

@@ -146,6 +146,8 @@ impl NodeWriteCounters {
 pub struct NodeWrite {
     /// Destination block.
     pub block: u64,
+    /// The node's location (its first block): the write lies within `node_size` of it.
+    pub node: u64,
     /// The bset, whole blocks once sealed.
     pub bset: UnsealedBset,
     /// Why.
@@ -230,6 +232,7 @@ impl Trees {
                 let written = offset + (bset.size() / BLOCK_SIZE) as u32;
                 out.writes.push(NodeWrite {
                     block: addr + u64::from(offset),
+                    node: addr,
                     bset,
                     cause,
                     relocated: false,
@@ -255,6 +258,7 @@ impl Trees {
             let written = (bset.size() / BLOCK_SIZE) as u32;
             out.writes.push(NodeWrite {
                 block: new_addr,
+                node: new_addr,
                 bset,
                 cause,
                 relocated: true,
@@ -381,9 +385,11 @@ impl Trees {
         let node = self.cache.node(addr).expect("cached");
         let offset = if relocated { 0 } else { node.written_blocks };
         let written = offset + (bset.size() / BLOCK_SIZE) as u32;
-        debug_assert!(written <= node_blocks, "node overflows its extent");
+        // That it fits (`written <= node_blocks`) is checked with the checkpoint's other
+        // writes before any is made (`volume::checks::node_write`).
         out.writes.push(NodeWrite {
             block: addr + u64::from(offset),
+            node: addr,
             bset,
             cause,
             relocated,

@@ -11,6 +11,12 @@
 //! - **pinned**: clear, but not reusable until the checkpoint that freed them commits:
 //!   until then the previous checkpoint, which still references them, is the one a crash
 //!   would return to.
+//!
+//! A move between these sets that breaks their rules (placing blocks that were not
+//! reserved, freeing blocks twice, a group's free count that differs from its bits)
+//! changes nothing more and is kept as a [`Violation`] for the filesystem to take
+//! ([`Allocator::take_violation`]): it fails before its next commit is written, in every
+//! build (`volume::checks`).
 
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -18,6 +24,7 @@ use hashbrown::HashMap;
 
 use crate::format::bitmap::{set_bit, test_bit, GroupBlock, BLOCKS_PER_GROUP, HEADER_LEN};
 use crate::format::{Layout, BLOCK_SIZE, MAX_EXTENT_BLOCKS};
+use crate::util::check::{ensure, Violation};
 use crate::util::ranges::RangeSet;
 
 /// Why an allocation cannot proceed now.
@@ -115,6 +122,8 @@ pub struct Allocator {
     cursor: u64,
     node_pool: Vec<u64>,
     tick: u64,
+    /// The first rule of the books broken, until the filesystem takes it.
+    violation: Option<Violation>,
     /// Counters.
     pub stats: AllocStats,
 }
@@ -148,6 +157,7 @@ impl Allocator {
             cursor: layout.data_start(),
             node_pool: Vec::new(),
             tick: 0,
+            violation: None,
             stats: AllocStats::default(),
         }
     }
@@ -297,12 +307,29 @@ impl Allocator {
     fn set_bits(&mut self, r: Range<u64>, v: bool) {
         let (g, first) = Layout::group_of(r.start);
         let group = self.groups.get_mut(&g).expect("group cached");
+        let mut n = 0u32;
+        let mut already = None;
         for i in 0..(r.end - r.start) as usize {
-            let was = test_bit(&group.bits, first + i);
-            assert_ne!(was, v, "bitmap bit already in the requested state");
+            if test_bit(&group.bits, first + i) == v {
+                already.get_or_insert(r.start + i as u64);
+                continue;
+            }
             set_bit(&mut group.bits, first + i, v);
+            n += 1;
         }
-        let n = (r.end - r.start) as u32;
+        if let Some(b) = already {
+            // Allocating an allocated block, or freeing a free one: it stays as it is.
+            let what = if v {
+                "allocating an allocated block"
+            } else {
+                "freeing a free block"
+            };
+            self.broke(Violation {
+                what,
+                detail: alloc::format!("block {b} of {}..{}", r.start, r.end),
+            });
+        }
+        let group = self.groups.get_mut(&g).expect("group cached");
         if v {
             group.free -= n;
             self.free_total -= u64::from(n);
@@ -364,10 +391,30 @@ impl Allocator {
         self.node_pool.push(addr);
     }
 
+    /// The first broken rule of the books since it was last taken (see the module
+    /// documentation).
+    pub fn take_violation(&mut self) -> Option<Violation> {
+        self.violation.take()
+    }
+
+    fn broke(&mut self, v: Violation) {
+        self.violation.get_or_insert(v);
+    }
+
+    fn check(&mut self, checked: Result<(), Violation>) {
+        if let Err(v) = checked {
+            self.broke(v);
+        }
+    }
+
     /// The tree now references `r` (reserved earlier): it is an ordinary allocation.
     pub fn commit_reserved(&mut self, r: Range<u64>) {
         let removed = self.reserved.remove(r.clone());
-        debug_assert_eq!(removed, r.end - r.start, "committing unreserved blocks");
+        self.check(ensure(
+            removed == r.end - r.start,
+            "placing blocks that were not reserved",
+            || alloc::format!("blocks {}..{}: {removed} reserved", r.start, r.end),
+        ));
         let (g, _) = Layout::group_of(r.start);
         if let Some(group) = self.groups.get_mut(&g) {
             group.dirty = true;
@@ -407,7 +454,14 @@ impl Allocator {
     /// Gives back reserved blocks that were never referenced.
     pub fn unreserve(&mut self, r: Range<u64>) {
         let removed = self.reserved.remove(r.clone());
-        debug_assert_eq!(removed, r.end - r.start, "unreserving unreserved blocks");
+        if removed != r.end - r.start {
+            // Some of them belong to someone else: their bits stay.
+            self.broke(Violation {
+                what: "giving back blocks that were not reserved",
+                detail: alloc::format!("blocks {}..{}: {removed} reserved", r.start, r.end),
+            });
+            return;
+        }
         self.set_bits(r, false);
     }
 
@@ -416,11 +470,17 @@ impl Allocator {
     pub fn free(&mut self, r: Range<u64>) {
         for part in split_by(&self.held, r) {
             let ok = if part.held {
-                self.held_dead.insert(part.range)
+                self.held_dead.insert(part.range.clone())
             } else {
-                self.pending_free.insert(part.range)
+                self.pending_free.insert(part.range.clone())
             };
-            debug_assert!(ok, "double free");
+            self.check(ensure(ok, "double free", || {
+                alloc::format!(
+                    "blocks {}..{} already freed",
+                    part.range.start,
+                    part.range.end
+                )
+            }));
         }
     }
 
@@ -449,16 +509,21 @@ impl Allocator {
         self.held = still_held;
         for r in released.iter() {
             self.held_dead.remove(r.clone());
-            let ok = self.pending_free.insert(r);
-            debug_assert!(ok, "released blocks already pending");
+            let ok = self.pending_free.insert(r.clone());
+            self.check(ensure(ok, "double free", || {
+                alloc::format!("released blocks {}..{} already freed", r.start, r.end)
+            }));
         }
         let dead: Vec<Range<u64>> = self.held_dead.iter().collect();
         for r in dead {
             for part in split_by(&self.held, r) {
                 if !part.held {
                     self.held_dead.remove(part.range.clone());
-                    let ok = self.pending_free.insert(part.range);
-                    debug_assert!(ok, "dead blocks already pending");
+                    let ok = self.pending_free.insert(part.range.clone());
+                    self.check(ensure(ok, "double free", || {
+                        let r = &part.range;
+                        alloc::format!("dead blocks {}..{} already freed", r.start, r.end)
+                    }));
                 }
             }
         }
@@ -499,7 +564,13 @@ impl Allocator {
         if let Some(&g) = self.groups_needed(core::iter::empty()).first() {
             return Err(AllocNeed::Group(g));
         }
-        assert!(self.pinned.is_empty(), "previous checkpoint not committed");
+        if !self.pinned.is_empty() {
+            self.broke(Violation {
+                what: "a checkpoint prepared before the last one committed",
+                detail: alloc::format!("{} blocks still pinned", self.pinned.len()),
+            });
+            return Ok(Vec::new());
+        }
         let frees = self.pending_free.take();
         for r in frees.iter() {
             // Split at group boundaries.
@@ -533,6 +604,16 @@ impl Allocator {
                     set_bit(&mut bits, (b - range.start) as usize, false);
                     free += 1;
                 }
+            }
+            // The count the group is written with is the one its bits show (bits past
+            // the device's end stay set).
+            let clear: u32 = bits.iter().map(|b| b.count_zeros()).sum();
+            if clear != free || u64::from(free) > range.end - range.start {
+                self.broke(Violation {
+                    what: "bitmap group free count differs from its bits",
+                    detail: alloc::format!("group {gnum}: {free} counted, {clear} clear"),
+                });
+                return Ok(Vec::new());
             }
             let slot = 1 - group.slot;
             let data = GroupBlock {

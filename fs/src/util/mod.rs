@@ -1,7 +1,9 @@
 //! Small helpers shared by the on-disk format and the filesystem: checksums, keyed
-//! hashes, little-endian byte cursors, range sets and fixed-capacity encode buffers.
+//! hashes, little-endian byte cursors, range sets, fixed-capacity encode buffers and
+//! the production checks' [`check::Violation`].
 
 pub mod bytes;
+pub mod check;
 pub mod crc;
 pub mod hash;
 pub mod ranges;

@@ -13,6 +13,7 @@
 
 use alloc::vec::Vec;
 
+use super::checks;
 use super::core::{node_blocks, Core, Step, Stop};
 use crate::btree::WriteCause;
 use crate::format::bset::UnsealedBset;
@@ -230,6 +231,10 @@ impl Core {
         for a in pool {
             self.space.return_node(a);
         }
+        // Nothing is written before every check below passed (`checks`).
+        for w in &res.writes {
+            self.check(checks::node_write(w, &self.sb.layout, nb))?;
+        }
         for &a in &res.placed {
             self.space.commit_reserved(a..a + nb);
         }
@@ -253,6 +258,7 @@ impl Core {
                 return Err(Stop::Corrupt("bitmap group vanished during a checkpoint"));
             }
         };
+        self.check_space()?;
         self.stats.group_writes += groups.len() as u64;
         let groups = groups.into_iter().map(|g| (g.block, g.data)).collect();
 
@@ -268,6 +274,7 @@ impl Core {
         } else {
             0
         };
+        self.check(checks::superblock(&sb, &self.sb, nb))?;
         self.sb = sb.clone();
         self.seq = seq + 1;
         self.trees.set_birth_seq(seq + 1);

@@ -20,6 +20,7 @@ use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Superblock};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::space::{AllocNeed, Allocator};
+use crate::util::check::Violation;
 use crate::util::ranges::RangeSet;
 use vfs::{Attr, Errno, FileType, Ino};
 
@@ -231,8 +232,11 @@ pub struct Core {
     pub inodes: HashMap<Ino, InodeState>,
     /// Something changed since the last checkpoint.
     pub changed: bool,
-    /// A checkpoint failed: everything fails with EIO from now on.
+    /// A commit failed (a device error, or a broken invariant): everything fails with
+    /// EIO from now on.
     pub failed: bool,
+    /// The invariant whose check failed the filesystem, if one did ([`super::checks`]).
+    pub broken: Option<Violation>,
     /// Mounted read-only.
     pub read_only: bool,
     /// Most links an inode may have.
@@ -276,11 +280,37 @@ impl Core {
             inodes: HashMap::new(),
             changed: false,
             failed: false,
+            broken: None,
             read_only,
             max_links,
             stats: FsStats::default(),
             snapshots: BTreeMap::new(),
             sb,
+        }
+    }
+
+    /// A production check failed ([`super::checks`]): logs what failed, fails the
+    /// filesystem as a failed device write does (every request from now on gets `EIO`)
+    /// and stops the operation with `EIO`, before anything of its commit is written.
+    pub fn fail(&mut self, v: Violation) -> Stop {
+        log::error!(
+            "invariant broken: {v}; nothing of this commit is written, filesystem is now failed"
+        );
+        self.failed = true;
+        self.broken.get_or_insert(v);
+        Stop::Errno(Errno::EIO)
+    }
+
+    /// [`Core::fail`]s on a failed check.
+    pub fn check(&mut self, checked: Result<(), Violation>) -> Step<()> {
+        checked.map_err(|v| self.fail(v))
+    }
+
+    /// [`Core::fail`]s if a change broke the allocator's books since this was last asked.
+    pub fn check_space(&mut self) -> Step<()> {
+        match self.space.take_violation() {
+            Some(v) => Err(self.fail(v)),
+            None => Ok(()),
         }
     }
 
@@ -375,6 +405,7 @@ impl Core {
         for a in core::mem::take(&mut self.trees.freed_nodes) {
             self.space.free(a..a + nb);
         }
+        self.check_space()?;
         self.inode_count = (self.inode_count as i64 + tx.inode_delta) as u64;
         let (cur, committed) = (self.seq, self.committed_seq);
         for ino in tx.touched {

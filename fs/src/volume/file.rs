@@ -630,6 +630,8 @@ impl<D: BlockDevice> NineFs<D> {
         for r in runs {
             c.space.unreserve(r.clone());
         }
+        // The operation already failed; a broken rule fails the filesystem too.
+        let _ = c.check_space();
     }
 
     /// Builds the new blocks (old partial blocks merged with `data` at byte `skip` of the

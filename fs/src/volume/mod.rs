@@ -34,10 +34,12 @@ use crate::format::layout::SUPERBLOCK_BLOCKS;
 use crate::format::superblock::{state, NodePtr, Superblock};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE};
 use crate::io::{Dev, DevError};
+use crate::util::check::ensure;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
 pub mod checkpoint;
+mod checks;
 pub mod control;
 pub mod core;
 mod dir;
@@ -47,6 +49,7 @@ mod inode;
 mod lock;
 mod mkfs;
 mod ops;
+pub mod report;
 pub mod scrub;
 pub mod snapdir;
 pub mod snapshot;
@@ -288,6 +291,49 @@ fn mount_read_only<D: BlockDevice>(
 }
 
 impl<D: BlockDevice> NineFs<D> {
+    /// Puts a mounted filesystem together: the one place a [`NineFs`] is built, for a
+    /// mount and for a snapshot view (`is_view`). `sb` is what it starts from (its log
+    /// where `sb` says), `opts` what it keeps of the mount options (`opts.read_only`:
+    /// whether it is mounted read-only, asked for or not); every lock, cache and
+    /// counter starts empty.
+    fn assemble(
+        dev: Arc<Dev<D>>,
+        sb: Superblock,
+        is_view: bool,
+        opts: MountOptions,
+        clock: Box<dyn Clock + Send + Sync>,
+    ) -> NineFs<D> {
+        let layout = sb.layout;
+        let log = LogState::new(
+            layout.log_start,
+            layout.log_blocks,
+            sb.log_epoch,
+            sb.log_tail,
+        );
+        NineFs {
+            dev,
+            is_view,
+            views: Mutex::new(alloc::collections::BTreeMap::new()),
+            core: CoreLock::new(
+                Core::new(sb, opts.read_only, opts.max_links),
+                opts.hold_clock,
+            ),
+            log: Mutex::new(log),
+            checkpoint_lock: async_lock::Mutex::new(()),
+            max_snapshots: opts.max_snapshots,
+            commit_lock: async_lock::Mutex::new(()),
+            inode_locks: Mutex::new(HashMap::new()),
+            trimmed: Mutex::new(file::TrimmedInodes::default()),
+            clock,
+            cache_limit: opts.cache_limit,
+            max_groups: opts.max_groups.max(4),
+            policy: opts.policy,
+            discard: Mutex::new(opts.discard),
+            freed_since: Mutex::new(None),
+            scrub: Mutex::new(scrub::ScrubState::default()),
+        }
+    }
+
     /// Mounts the filesystem on `dev`. After an unclean shutdown this first rewrites every
     /// bitmap group's stale slot (so torn or uncommitted slot writes can never be taken
     /// for current), then replays the fsync log (committing the result with a
@@ -305,32 +351,8 @@ impl<D: BlockDevice> NineFs<D> {
         if !read_only && !clean {
             scrub_groups(&dev, &sb).await.map_err(MountError::Errno)?;
         }
-        let layout = sb.layout;
-        let log = LogState::new(
-            layout.log_start,
-            layout.log_blocks,
-            sb.log_epoch,
-            sb.log_tail,
-        );
-        let fs = NineFs {
-            dev: Arc::new(dev),
-            is_view: false,
-            views: Mutex::new(alloc::collections::BTreeMap::new()),
-            core: CoreLock::new(Core::new(sb, read_only, opts.max_links), opts.hold_clock),
-            log: Mutex::new(log),
-            checkpoint_lock: async_lock::Mutex::new(()),
-            max_snapshots: opts.max_snapshots,
-            commit_lock: async_lock::Mutex::new(()),
-            inode_locks: Mutex::new(HashMap::new()),
-            trimmed: Mutex::new(file::TrimmedInodes::default()),
-            clock,
-            cache_limit: opts.cache_limit,
-            max_groups: opts.max_groups.max(4),
-            policy: opts.policy,
-            discard: Mutex::new(opts.discard),
-            freed_since: Mutex::new(None),
-            scrub: Mutex::new(scrub::ScrubState::default()),
-        };
+        let opts = MountOptions { read_only, ..opts };
+        let fs = NineFs::assemble(Arc::new(dev), sb, false, opts, clock);
         // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
         fs.load_snapshots().await.map_err(MountError::Errno)?;
         // A cleanly unmounted image has an empty log (its tail is the head).
@@ -513,7 +535,10 @@ impl<D: BlockDevice> NineFs<D> {
                 if c.failed {
                     return Err(Errno::EIO);
                 }
-                f(&mut c)
+                let r = f(&mut c);
+                // Whatever broke the allocator's books (an operation, or something done
+                // since under the lock) fails the filesystem before its next commit.
+                c.check_space().and(r)
             };
             match r {
                 Ok(v) => return Ok(Ok(v)),
@@ -714,6 +739,10 @@ impl<D: BlockDevice> NineFs<D> {
                     // Every record built so far describes state this checkpoint holds:
                     // the log after it starts at the head, and the open batch is covered.
                     let (tail, absorbed) = self.log.lock().absorb();
+                    let before = c.sb.log_tail;
+                    c.check(ensure(tail >= before, "log tail moves backwards", || {
+                        alloc::format!("from {before} to {tail}")
+                    }))?;
                     p.sb.log_tail = tail;
                     c.sb.log_tail = tail;
                     p.log_absorbed = absorbed;
@@ -832,6 +861,10 @@ impl<D: BlockDevice> NineFs<D> {
                     c.space.return_node(a);
                 }
                 let nb = self::core::node_blocks(&c.sb);
+                for w in &res.writes {
+                    let layout = c.sb.layout;
+                    c.check(checks::node_write(w, &layout, nb))?;
+                }
                 for &a in &res.placed {
                     c.space.commit_reserved(a..a + nb);
                 }
@@ -839,6 +872,7 @@ impl<D: BlockDevice> NineFs<D> {
                 for &a in &res.freed {
                     c.space.free(a..a + nb);
                 }
+                c.check_space()?;
                 for w in &res.writes {
                     c.stats.node_writes.count(w);
                 }

@@ -15,8 +15,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
-use super::lock::CoreLock;
-use super::{CheckpointCause, LogState, NineFs};
+use super::{CheckpointCause, NineFs};
 use crate::btree::Node;
 use crate::format::bset::{parse_node, NodeId};
 use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
@@ -25,7 +24,6 @@ use crate::format::superblock::{NodePtr, Root, Superblock};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE};
 use crate::util::ranges::RangeSet;
 use block::BlockDevice;
-use spin::Mutex;
 use vfs::{Errno, FsResult, Timespec};
 
 /// Default of [`MountOptions::max_snapshots`](super::MountOptions::max_snapshots).
@@ -344,33 +342,18 @@ impl<D: BlockDevice> NineFs<D> {
             sb.free_blocks = c.space.free_after_checkpoint();
             sb
         };
-        let layout = sb.layout;
-        let log = LogState::new(
-            layout.log_start,
-            layout.log_blocks,
-            sb.log_epoch,
-            sb.log_tail,
-        );
-        let max_links = self.core.lock().max_links;
-        let view = Arc::new(NineFs {
-            dev: self.dev.clone(),
-            is_view: true,
-            views: Mutex::new(alloc::collections::BTreeMap::new()),
-            core: CoreLock::new(Core::new(sb, true, max_links), self.core.clock()),
-            log: Mutex::new(log),
-            checkpoint_lock: async_lock::Mutex::new(()),
-            max_snapshots: 0,
-            commit_lock: async_lock::Mutex::new(()),
-            inode_locks: Mutex::new(hashbrown::HashMap::new()),
-            trimmed: Mutex::new(super::file::TrimmedInodes::default()),
-            clock: alloc::boxed::Box::new(TakenAt(item.created)),
+        let opts = super::MountOptions {
             cache_limit: self.cache_limit,
             max_groups: self.max_groups,
+            read_only: true,
+            max_snapshots: 0,
+            max_links: self.core.lock().max_links,
             policy: alloc::boxed::Box::new(super::PressurePolicy),
-            discard: Mutex::new(None),
-            freed_since: Mutex::new(None),
-            scrub: Mutex::new(super::scrub::ScrubState::default()),
-        });
+            discard: None,
+            hold_clock: self.core.clock(),
+        };
+        let clock = alloc::boxed::Box::new(TakenAt(item.created));
+        let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));
         self.views.lock().insert(id, view.clone());
         view
     }

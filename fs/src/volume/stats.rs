@@ -60,8 +60,9 @@ pub struct FsStats {
     pub scrub_errors: u64,
     /// 1 while a scrub pass is running, else 0.
     pub scrub_running: u64,
-    /// 1 once a failed write or FLUSH made the filesystem refuse every request with
-    /// `EIO` (logged when it happens; docs/durability.md, "Device errors"), else 0.
+    /// 1 once a failed write or FLUSH, or a commit that failed its checks, made the
+    /// filesystem refuse every request with `EIO` (logged when it happens;
+    /// docs/durability.md, "Device errors" and "Broken invariants"), else 0.
     pub failed: u64,
     /// Snapshots taken.
     pub snapshots_created: u64,

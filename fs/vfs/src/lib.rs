@@ -28,6 +28,12 @@ extern crate alloc;
 use alloc::vec::Vec;
 use core::fmt;
 
+mod forward;
+
+/// `Vec` for [`forward_filesystem!`]'s expansion, which names it from any crate.
+#[doc(hidden)]
+pub use alloc::vec::Vec as __Vec;
+
 /// An inode number. Never reused within one filesystem's life, so `(ino, generation)` is a
 /// stable identity (9P qid path and version).
 pub type Ino = u64;
@@ -341,6 +347,9 @@ pub struct StatFs {
 ///
 /// Operations on an inode that does not exist fail with `ENOENT`; directory operations on
 /// a non-directory fail with `ENOTDIR`.
+///
+/// A wrapper that changes a few operations of another filesystem forwards the rest with
+/// [`forward_filesystem!`].
 #[allow(async_fn_in_trait)]
 pub trait FileSystem {
     /// Finds `name` in directory `dir`.

@@ -15,8 +15,7 @@ use core::ops::Range;
 use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::Error;
 
-use crate::hal::mmio::MmioRegion;
-use crate::hal::virtio::{NetDevice, RxError, NET_QUEUE_SIZE};
+use crate::hal::virtio::{Doorbells, NetDevice, RxError, NET_QUEUE_SIZE};
 use crate::mm::{DmaDevice, DmaStream};
 
 /// Ethernet header length (no VLAN tag): a frame is this plus the IP packet.
@@ -96,12 +95,13 @@ impl fmt::Debug for NetQueues {
 impl NetQueues {
     /// Initialises the device behind `transport`, whose bus mastering `dma` holds, for IP
     /// MTU `mtu`, and gives it a full receive queue. Starts its bus mastering. Queue
-    /// notifications go through `doorbells` if given (`hal::virtio::doorbells`).
+    /// notifications go through the doorbells `doorbells` locates, if given
+    /// (`hal::virtio::Doorbells`: each read when its queue is set up).
     pub fn new(
         transport: PciTransport,
         dma: &DmaDevice,
         mtu: u16,
-        doorbells: Option<Vec<MmioRegion>>,
+        doorbells: Option<Doorbells>,
     ) -> Result<Self, Error> {
         let device = NetDevice::new(transport, dma, doorbells)?;
         dma.start();

@@ -31,6 +31,8 @@ pub mod stats_port;
 pub mod syn_gate;
 #[cfg(target_os = "none")]
 pub mod tcp;
+#[cfg(test)]
+mod test_frames;
 
 #[cfg(target_os = "none")]
 pub use serve_impl::{serve, NetError};

@@ -108,7 +108,7 @@ impl Nic {
         // The transport maps the BARs; the queues start bus mastering.
         let dma = DmaDevice::new(dev).map_err(|_| NicError::InUse)?;
         let transport = virtio::pci_transport(&dev).map_err(NicError::Transport)?;
-        let doorbells = virtio::doorbells(&dev, TX_QUEUE + 1);
+        let doorbells = virtio::Doorbells::find(&dev);
         if doorbells.is_none() {
             log::warn!(
                 "net: {}: no queue doorbells found; notifying through the crate",

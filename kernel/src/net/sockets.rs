@@ -444,13 +444,9 @@ fn listens_on(s: &tcp::Socket, local: IpEndpoint) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::wire::{
-        EthernetAddress, EthernetRepr, IpProtocol, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr,
-        TcpSeqNumber,
-    };
+    use smoltcp::wire::{EthernetAddress, TcpControl};
 
-    const LOCAL: Ipv4Address = Ipv4Address::new(10, 0, 2, 15);
-    const REMOTE: Ipv4Address = Ipv4Address::new(10, 0, 2, 2);
+    use super::super::test_frames::{LOCAL, REMOTE};
 
     fn socket() -> tcp::Socket<'static> {
         tcp::Socket::new(
@@ -461,45 +457,7 @@ mod tests {
 
     /// An Ethernet frame with a TCP segment from REMOTE:`from` to LOCAL:`to`.
     fn frame(from: u16, to: u16, control: TcpControl, ack: bool) -> Vec<u8> {
-        let tcp = TcpRepr {
-            src_port: from,
-            dst_port: to,
-            control,
-            seq_number: TcpSeqNumber(1),
-            ack_number: ack.then_some(TcpSeqNumber(1)),
-            window_len: 1024,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload: &[],
-        };
-        let ip = Ipv4Repr {
-            src_addr: REMOTE,
-            dst_addr: LOCAL,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let eth = EthernetRepr {
-            src_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            ethertype: EthernetProtocol::Ipv4,
-        };
-        let mut buf = alloc::vec![0u8; eth.buffer_len() + ip.buffer_len() + tcp.buffer_len()];
-        let mut f = EthernetFrame::new_unchecked(&mut buf[..]);
-        eth.emit(&mut f);
-        let mut p = Ipv4Packet::new_unchecked(f.payload_mut());
-        ip.emit(&mut p, &smoltcp::phy::ChecksumCapabilities::default());
-        let mut t = TcpPacket::new_unchecked(p.payload_mut());
-        tcp.emit(
-            &mut t,
-            &IpAddress::Ipv4(REMOTE),
-            &IpAddress::Ipv4(LOCAL),
-            &smoltcp::phy::ChecksumCapabilities::default(),
-        );
-        buf
+        super::super::test_frames::tcp(from, to, control, ack)
     }
 
     #[test]

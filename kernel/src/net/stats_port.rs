@@ -2,7 +2,7 @@
 //! each connection with a snapshot of the appliance's counters and closes it — `nc
 //! ADDR 5641` prints JSON, `echo stat | nc ADDR 5641` prints `/sys/block`-style lines,
 //! `curl http://ADDR:5641/` works too, and Prometheus scrapes `http://ADDR:5641/metrics`.
-//! The request formats are in [`crate::report`].
+//! The request formats are `metrics::endpoint`'s.
 //!
 //! It changes nothing and holds nothing between connections. Clients outside its
 //! allow-list (`stats_allow=`, default `allow=`) are reset at once, and counted. At most
@@ -23,8 +23,9 @@ use smoltcp::socket::tcp::{self, State};
 
 use super::stack::Stack;
 use super::stats::Counter;
-use crate::report::{Request, Snapshot};
+use crate::report::Snapshot;
 use crate::task;
+use metrics::endpoint::Request;
 
 /// Clients answered at once.
 pub const MAX_CLIENTS: usize = 4;

@@ -102,61 +102,13 @@ fn syn_to(frame: &[u8]) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec;
     use alloc::vec::Vec;
-    use smoltcp::phy::ChecksumCapabilities;
-    use smoltcp::wire::{
-        EthernetAddress, EthernetRepr, IpAddress, Ipv4Address, Ipv4Repr, TcpControl, TcpRepr,
-        TcpSeqNumber,
-    };
+    use smoltcp::wire::TcpControl;
 
     /// An Ethernet frame carrying a TCP segment to `port` with `control` (and an ACK
     /// number when `ack`).
     fn segment(port: u16, control: TcpControl, ack: bool) -> Vec<u8> {
-        let (src, dst) = (
-            Ipv4Address::new(10, 0, 2, 2),
-            Ipv4Address::new(10, 0, 2, 15),
-        );
-        let tcp = TcpRepr {
-            src_port: 40000,
-            dst_port: port,
-            control,
-            seq_number: TcpSeqNumber(1),
-            ack_number: ack.then_some(TcpSeqNumber(1)),
-            window_len: 1024,
-            window_scale: None,
-            max_seg_size: None,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: None,
-            payload: &[],
-        };
-        let ip = Ipv4Repr {
-            src_addr: src,
-            dst_addr: dst,
-            next_header: IpProtocol::Tcp,
-            payload_len: tcp.buffer_len(),
-            hop_limit: 64,
-        };
-        let eth = EthernetRepr {
-            src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-            dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-            ethertype: EthernetProtocol::Ipv4,
-        };
-        let mut buf = vec![0u8; eth.buffer_len() + ip.buffer_len() + tcp.buffer_len()];
-        let mut frame = EthernetFrame::new_unchecked(&mut buf[..]);
-        eth.emit(&mut frame);
-        let mut packet = Ipv4Packet::new_unchecked(frame.payload_mut());
-        let caps = ChecksumCapabilities::default();
-        ip.emit(&mut packet, &caps);
-        let mut seg = TcpPacket::new_unchecked(packet.payload_mut());
-        tcp.emit(
-            &mut seg,
-            &IpAddress::Ipv4(src),
-            &IpAddress::Ipv4(dst),
-            &caps,
-        );
-        buf
+        super::super::test_frames::tcp(40000, port, control, ack)
     }
 
     #[test]

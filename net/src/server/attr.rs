@@ -149,7 +149,8 @@ impl SetattrPlan<'_> {
     }
 
     /// chmod: the owner or root; set-gid only for root or a member of the file's (new)
-    /// group, as Linux's `setattr_copy`.
+    /// group, directories included, as Linux's `setattr_prepare` (anyone else's request
+    /// goes through without the bit).
     fn mode(&self, ch: &mut SetAttr) -> FsResult<()> {
         if self.req.valid & setattr::MODE == 0 {
             return Ok(());

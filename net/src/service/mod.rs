@@ -27,6 +27,7 @@
 //! - **counters** ([`stats`]: per cause, per worker), logged by [`Service::log_stats`].
 
 pub mod placement;
+pub mod report;
 pub mod stats;
 
 use alloc::sync::Arc;

@@ -126,91 +126,11 @@ pub struct GatedFs {
 }
 
 impl FileSystem for GatedFs {
-    async fn lookup(&self, dir: Ino, name: &[u8]) -> FsResult<Attr> {
-        self.inner.lookup(dir, name).await
-    }
-    async fn getattr(&self, ino: Ino) -> FsResult<Attr> {
-        self.inner.getattr(ino).await
-    }
-    async fn setattr(&self, ino: Ino, changes: SetAttr) -> FsResult<Attr> {
-        self.inner.setattr(ino, changes).await
-    }
-    async fn create(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
-        self.inner.create(dir, name, perm, owner).await
-    }
-    async fn mkdir(&self, dir: Ino, name: &[u8], perm: u32, owner: Owner) -> FsResult<Attr> {
-        self.inner.mkdir(dir, name, perm, owner).await
-    }
-    async fn mknod(
-        &self,
-        dir: Ino,
-        name: &[u8],
-        mode: u32,
-        rdev: u64,
-        owner: Owner,
-    ) -> FsResult<Attr> {
-        self.inner.mknod(dir, name, mode, rdev, owner).await
-    }
-    async fn symlink(&self, dir: Ino, name: &[u8], target: &[u8], owner: Owner) -> FsResult<Attr> {
-        self.inner.symlink(dir, name, target, owner).await
-    }
-    async fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
-        self.inner.readlink(ino).await
-    }
-    async fn link(&self, ino: Ino, new_dir: Ino, new_name: &[u8]) -> FsResult<Attr> {
-        self.inner.link(ino, new_dir, new_name).await
-    }
-    async fn unlink(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
-        self.inner.unlink(dir, name).await
-    }
-    async fn rmdir(&self, dir: Ino, name: &[u8]) -> FsResult<()> {
-        self.inner.rmdir(dir, name).await
-    }
-    async fn rename(&self, od: Ino, on: &[u8], nd: Ino, nn: &[u8]) -> FsResult<()> {
-        self.inner.rename(od, on, nd, nn).await
-    }
-    async fn readdir(&self, dir: Ino, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
-        self.inner.readdir(dir, offset, max).await
-    }
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        self.inner.read(ino, offset, buf).await
-    }
-    async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        self.inner.write(ino, offset, data).await
-    }
-    async fn append(&self, ino: Ino, data: &[u8]) -> FsResult<(u64, usize)> {
-        self.inner.append(ino, data).await
-    }
-    async fn clone_range(&self, s: Ino, so: u64, d: Ino, dof: u64, len: u64) -> FsResult<()> {
-        self.inner.clone_range(s, so, d, dof, len).await
-    }
-    async fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
-        self.inner.getxattr(ino, name).await
-    }
-    async fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], how: XattrMode) -> FsResult<()> {
-        self.inner.setxattr(ino, name, value, how).await
-    }
-    async fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
-        self.inner.listxattr(ino).await
-    }
-    async fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
-        self.inner.removexattr(ino, name).await
-    }
-    async fn statfs(&self) -> FsResult<StatFs> {
-        self.inner.statfs().await
-    }
-    async fn open(&self, ino: Ino) -> FsResult<()> {
-        self.inner.open(ino).await
-    }
-    async fn release(&self, ino: Ino) -> FsResult<()> {
-        self.inner.release(ino).await
-    }
+    vfs::forward_filesystem!(self.inner; except fsync);
+
     async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         self.gate.pass().await;
         self.inner.fsync(ino, datasync).await
-    }
-    async fn sync(&self) -> FsResult<()> {
-        self.inner.sync().await
     }
 }
 

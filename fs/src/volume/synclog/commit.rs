@@ -22,6 +22,7 @@ use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FsResult, Ino};
 
 use super::super::checkpoint::CheckpointCause;
+use super::super::checks;
 use super::super::NineFs;
 use super::{Batch, Built};
 
@@ -161,7 +162,12 @@ impl<D: BlockDevice> NineFs<D> {
             (l.take_commit_buffer(), l.epoch, l.start, l.capacity)
         };
         let blocks = encode_commit(&batch.records, batch.first_seq, epoch, fs_seq, &mut buf);
-        debug_assert_eq!(blocks, batch.blocks);
+        // Nothing of the commit is written unless it passes (`checks`).
+        let checked = checks::log_commit(&batch, blocks, &self.log.lock());
+        if let Err(v) = checked {
+            let _ = self.core.lock().fail(v);
+            return Err(Errno::EIO);
+        }
         let first = batch.first_seq % capacity;
         let before_wrap = (capacity - first).min(blocks) as usize;
         let written: Result<(), block::IoError> = async {

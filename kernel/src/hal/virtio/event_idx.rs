@@ -17,11 +17,11 @@
 //! drops the notification if the device did not ask for it. The crate notifies on a
 //! superset of the occasions the specification requires, so dropping never loses one.
 //!
-//! Given the queues' doorbells ([`super::doorbells`]), it also sends the notifications
-//! that remain itself, in one MMIO write: the crate's transport finds the register anew
-//! each time, in three trapped accesses.
+//! Given where the queues' doorbells are ([`super::Doorbells`]), it reads each queue's
+//! when the queue is set up and sends the notifications that remain itself, in one MMIO
+//! write: the crate's transport finds the register anew each time, in three trapped
+//! accesses.
 
-use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -29,6 +29,7 @@ use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Trans
 use virtio_drivers::{PhysAddr, Result};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
+use super::Doorbells;
 use crate::drivers::virtq::need_event;
 use crate::hal::mmio::MmioRegion;
 
@@ -64,8 +65,10 @@ pub struct EventIdxTransport<T: Transport> {
     inner: T,
     event_idx: bool,
     rings: [Option<Rings>; QUEUES],
-    /// Each queue's notification register, from queue 0, if found.
-    doorbells: Vec<MmioRegion>,
+    /// Where the queues' notification registers are, if the device says.
+    locator: Option<Doorbells>,
+    /// Each queue's notification register, found at its setup (`queue_set`).
+    doorbells: [Option<MmioRegion>; QUEUES],
     stats: &'static KickStats,
 }
 
@@ -89,14 +92,15 @@ impl KickStats {
 }
 
 impl<T: Transport> EventIdxTransport<T> {
-    /// Wraps `inner`, counting into `stats`; notifies through `doorbells` (one per
-    /// queue, from queue 0: [`super::doorbells`]) where it has them.
-    pub fn new(inner: T, stats: &'static KickStats, doorbells: Option<Vec<MmioRegion>>) -> Self {
+    /// Wraps `inner`, counting into `stats`; notifies each queue through its doorbell
+    /// (found by `locator` when the queue is set up) where it has one.
+    pub fn new(inner: T, stats: &'static KickStats, locator: Option<Doorbells>) -> Self {
         EventIdxTransport {
             inner,
             event_idx: false,
             rings: [None; QUEUES],
-            doorbells: doorbells.unwrap_or_default(),
+            locator,
+            doorbells: [const { None }; QUEUES],
             stats,
         }
     }
@@ -148,8 +152,8 @@ impl<T: Transport> Transport for EventIdxTransport<T> {
         if self.device_wants(queue) {
             self.stats.sent.fetch_add(1, Ordering::Relaxed);
             match self.doorbells.get(usize::from(queue)) {
-                Some(doorbell) => doorbell.write16(0, queue),
-                None => self.inner.notify(queue),
+                Some(Some(doorbell)) => doorbell.write16(0, queue),
+                _ => self.inner.notify(queue),
             }
         } else {
             self.stats.suppressed.fetch_add(1, Ordering::Relaxed);
@@ -189,11 +193,24 @@ impl<T: Transport> Transport for EventIdxTransport<T> {
             });
         }
         self.inner
-            .queue_set(queue, size, descriptors, driver_area, device_area)
+            .queue_set(queue, size, descriptors, driver_area, device_area);
+        // The queue's notification register, read during its setup as the
+        // specification places it (after feature negotiation).
+        if let (Some(slot), Some(locator)) =
+            (self.doorbells.get_mut(usize::from(queue)), &self.locator)
+        {
+            *slot = locator.of_queue(queue);
+            if slot.is_none() {
+                log::warn!("virtio: queue {queue}: notification register outside its capability; notifying through the crate");
+            }
+        }
     }
 
     fn queue_unset(&mut self, queue: u16) {
         if let Some(slot) = self.rings.get_mut(usize::from(queue)) {
+            *slot = None;
+        }
+        if let Some(slot) = self.doorbells.get_mut(usize::from(queue)) {
             *slot = None;
         }
         self.inner.queue_unset(queue)

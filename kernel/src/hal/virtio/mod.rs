@@ -23,7 +23,6 @@ mod queue;
 pub use net::{kick_counts, NetDevice, RxError, NET_QUEUE_SIZE};
 pub use queue::{Chain, Used, Virtqueue};
 
-use alloc::vec::Vec;
 use core::ptr::NonNull;
 
 use virtio_drivers::transport::pci::bus::{ConfigurationAccess, DeviceFunction, PciRoot};
@@ -150,28 +149,56 @@ pub fn route_queue_msix(dev: &PciDevice, queue: u16, entry: u16) -> Result<(), M
     Ok(())
 }
 
-/// The notification registers ("doorbells") of queues `0..queues`, each the 16-bit
-/// register the queue's index is written to (virtio 1.1, 4.1.4.4: the notify
-/// capability's offset plus the queue's `queue_notify_off` times the capability's
-/// multiplier), found once here: the crate's transport finds it anew on every
-/// notification, selecting the queue and reading its `queue_notify_off` first (three
-/// trapped MMIO accesses instead of one). `queue_select` is written here, which the
-/// crate's transport rewrites before each of its own queue accesses. `None` if a
-/// capability is missing or a register lies outside it.
-pub fn doorbells(dev: &PciDevice, queues: u16) -> Option<Vec<MmioRegion>> {
-    const NOTIFY_CFG: u8 = 2;
-    const QUEUE_NOTIFY_OFF: usize = 0x1e;
-    let common = vendor_region(dev, COMMON_CFG, QUEUE_NOTIFY_OFF + 2).ok()?;
-    let cap = vendor_cap(dev, NOTIFY_CFG).ok()?;
-    let notify = vendor_region(dev, NOTIFY_CFG, 0).ok()?;
-    let multiplier = dev.read32(cap + 16) as usize;
-    (0..queues)
-        .map(|queue| {
-            common.write16(QUEUE_SELECT, queue);
-            let at = usize::from(common.read16(QUEUE_NOTIFY_OFF)).checked_mul(multiplier)?;
-            (at.checked_add(2)? <= notify.len()).then(|| notify.subregion(at, 2))
+/// Where a device's queue notification registers ("doorbells") are: each queue's is the
+/// 16-bit register its index is written to (virtio 1.1, 4.1.4.4: the notify capability's
+/// offset plus the queue's `queue_notify_off` times the capability's multiplier). The
+/// crate's transport finds it anew on every notification, selecting the queue and
+/// reading its `queue_notify_off` first (three trapped MMIO accesses instead of one);
+/// with this, a queue's register is read once, at the queue's setup (the
+/// specification's place for it, after feature negotiation: [`Doorbells::of_queue`]).
+#[derive(Clone)]
+pub struct Doorbells {
+    common: MmioRegion,
+    notify: MmioRegion,
+    multiplier: usize,
+}
+
+impl core::fmt::Debug for Doorbells {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Doorbells")
+            .field("multiplier", &self.multiplier)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `queue_notify_off` in the common configuration.
+const QUEUE_NOTIFY_OFF: usize = 0x1e;
+
+impl Doorbells {
+    /// The capabilities that locate `dev`'s doorbells (PCI configuration only: nothing of
+    /// the device's state is read); `None` if one is missing or too short.
+    pub fn find(dev: &PciDevice) -> Option<Doorbells> {
+        const NOTIFY_CFG: u8 = 2;
+        let common = vendor_region(dev, COMMON_CFG, QUEUE_NOTIFY_OFF + 2).ok()?;
+        let cap = vendor_cap(dev, NOTIFY_CFG).ok()?;
+        let notify = vendor_region(dev, NOTIFY_CFG, 0).ok()?;
+        let multiplier = dev.read32(cap + 16) as usize;
+        Some(Doorbells {
+            common,
+            notify,
+            multiplier,
         })
-        .collect()
+    }
+
+    /// The doorbell of `queue`, to be read while the queue is set up (after the features
+    /// are negotiated, before DRIVER_OK). It writes `queue_select`, which the crate's
+    /// transport rewrites before each of its own queue accesses. `None` if the register
+    /// lies outside the notify capability.
+    pub fn of_queue(&self, queue: u16) -> Option<MmioRegion> {
+        self.common.write16(QUEUE_SELECT, queue);
+        let at = usize::from(self.common.read16(QUEUE_NOTIFY_OFF)).checked_mul(self.multiplier)?;
+        (at.checked_add(2)? <= self.notify.len()).then(|| self.notify.subregion(at, 2))
+    }
 }
 
 /// Common configuration capability (`cfg_type`) and the registers used in it.

@@ -16,9 +16,8 @@ use virtio_drivers::transport::pci::PciTransport;
 use virtio_drivers::Error;
 
 use super::event_idx::{EventIdxTransport, KickStats};
-use super::VirtioHal;
+use super::{Doorbells, VirtioHal};
 use crate::hal::dma::{DmaDevice, DmaStream, LentStream};
-use crate::hal::mmio::MmioRegion;
 
 /// Descriptors per queue (QEMU's default virtio-net queue size).
 pub const NET_QUEUE_SIZE: usize = 256;
@@ -66,11 +65,12 @@ impl fmt::Debug for NetDevice {
 
 impl NetDevice {
     /// Initialises the device behind `transport`, whose bus mastering `device` holds;
-    /// queue notifications go through `doorbells` ([`super::doorbells`]) if given.
+    /// queue notifications go through the doorbells `doorbells` locates
+    /// ([`super::Doorbells`]) if given.
     pub fn new(
         transport: PciTransport,
         device: &DmaDevice,
-        doorbells: Option<Vec<MmioRegion>>,
+        doorbells: Option<Doorbells>,
     ) -> Result<NetDevice, Error> {
         Ok(NetDevice {
             raw: Some(VirtIONetRaw::new(EventIdxTransport::new(

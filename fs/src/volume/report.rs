@@ -1,0 +1,114 @@
+//! The filesystem's part of a counters document (`fs` in the appliance's and in
+//! `ninefold serve`'s): its state beside its counters ([`FsStats`]), and how they become
+//! metrics ([`METRIC_RULES`], applied by `metrics::document`).
+
+use alloc::string::String;
+
+use block::BlockDevice;
+use metrics::rule::Rule;
+use vfs::FileSystem;
+
+use super::stats::FsStats;
+use super::NineFs;
+
+/// A mounted filesystem's state and counters (the `fs` object of a counters document:
+/// the counters flattened beside the state).
+#[derive(Clone, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FsReport {
+    /// Label.
+    pub label: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Free bytes (as `statfs` reports them).
+    pub free_bytes: u64,
+    /// Memory used by cached nodes.
+    pub cache_bytes: u64,
+    /// Cached nodes.
+    pub cache_nodes: u64,
+    /// The node cache's limit.
+    pub cache_limit: u64,
+    /// The counters.
+    #[cfg_attr(feature = "serde", serde(flatten))]
+    pub stats: FsStats,
+}
+
+impl<D: BlockDevice> NineFs<D> {
+    /// The filesystem's state and counters now; `cache_limit` is the node cache's limit
+    /// it was mounted with.
+    pub async fn report(&self, cache_limit: u64) -> FsReport {
+        let sb = self.superblock();
+        let label_end = sb
+            .label
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(sb.label.len());
+        let statfs = self.statfs().await.ok();
+        let (cache_bytes, cache_nodes) = self.cache_usage();
+        FsReport {
+            label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
+            size_bytes: sb.layout.total_blocks * crate::format::BLOCK_SIZE as u64,
+            free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
+            cache_bytes: cache_bytes as u64,
+            cache_nodes: cache_nodes as u64,
+            cache_limit,
+            stats: self.stats(),
+        }
+    }
+}
+
+/// How the `fs` object becomes metrics (`metrics::document`): what its paths alone do
+/// not say. A counter without a rule is still exposed, as `ninefold_fs_<path>_total`.
+pub const METRIC_RULES: &[Rule] = &[
+    Rule::gauge("fs.size_bytes").help("Size of the filesystem."),
+    Rule::gauge("fs.free_bytes").help("Free space of the filesystem, as statfs reports it."),
+    Rule::gauge("fs.cache_bytes").help("Memory used by cached btree nodes."),
+    Rule::gauge("fs.cache_nodes").help("Btree nodes cached."),
+    Rule::gauge("fs.cache_limit")
+        .named("fs_cache_limit_bytes")
+        .help("Limit of the node cache (sized from the heap)."),
+    Rule::keys("fs.checkpoints", "cause")
+        .named("fs_checkpoints")
+        .help("Checkpoints committed, by what caused them."),
+    Rule::keys("fs.node_writes", "cause"),
+    Rule::counter("fs.node_writes.*.writes")
+        .named("fs_node_writes")
+        .help("Btree node writes, by cause."),
+    Rule::counter("fs.node_writes.*.bytes")
+        .named("fs_node_written_bytes")
+        .help("Bytes of btree node writes, by cause."),
+    Rule::counter("fs.corruptions")
+        .help("Checksum or decoding failures the filesystem found (each also logged): must stay 0."),
+    Rule::counter("fs.scrub_runs")
+        .named("fs_scrub_runs")
+        .help("Scrub passes completed."),
+    Rule::counter("fs.scrub_bytes")
+        .named("fs_scrub_verified_bytes")
+        .help("Bytes of btree nodes and data read and verified by scrub."),
+    Rule::counter("fs.scrub_errors")
+        .named("fs_scrub_errors")
+        .help("Blocks scrub found failing their checksum or unreadable (each also logged): must stay 0."),
+    Rule::gauge("fs.scrub_running").help("1 while a scrub pass is running."),
+    Rule::gauge("fs.failed").help(
+        "1 once a failed device write or FLUSH made the filesystem refuse every request with EIO: reboot on a healthy disk.",
+    ),
+    Rule::counter("fs.grows")
+        .named("fs_grows")
+        .help("Times the filesystem grew to a larger device."),
+    Rule::counter("fs.grown_blocks")
+        .named("fs_grown_blocks")
+        .help("4 KiB blocks added by growth."),
+    Rule::counter("fs.core_lock.acquisitions")
+        .help("Times the filesystem's one metadata lock was taken (by any CPU)."),
+    Rule::counter("fs.core_lock.contended")
+        .help("Acquisitions of the metadata lock that found it held by another CPU and spun."),
+    Rule::counter("fs.core_lock.hold_ns").help("Time the metadata lock was held."),
+    Rule::gauge("fs.core_lock.max_hold_ns").help("Longest single hold of the metadata lock."),
+    Rule::keys("fs.log.fallbacks", "reason")
+        .named("fs_log_fallbacks")
+        .help("Syncs served by a checkpoint instead of the fsync log, by reason."),
+    Rule::counter("fs.log.commits").help("Commits of the fsync log (each one device FLUSH)."),
+    Rule::counter("fs.log.unverified_commits").help(
+        "Commits replayed at mount although the device could not read some of their data blocks (reads of those give EIO).",
+    ),
+];
