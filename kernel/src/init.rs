@@ -9,6 +9,7 @@ use log::{error, info, warn};
 
 use crate::apic::{ioapic, lapic, pic};
 use crate::config::{self, Config, FsSource};
+use crate::event::{self, Event};
 use crate::exit::ExitCode;
 use crate::hal::{console, cpu, gdt, percpu, trap};
 use crate::mm::setup::MemorySummary;
@@ -66,7 +67,11 @@ pub fn kmain(info: &'static BootInfo) -> ! {
     }
     let mem = mm::setup::init(info);
     // The heap exists: the whole command line can be parsed (exports allocate).
-    let config = Config::parse(info.cmdline(), |ignored| warn!("cmdline: {ignored}"));
+    let mut ignored = alloc::vec::Vec::new();
+    let config = Config::parse(info.cmdline(), |i| {
+        warn!("cmdline: {i}");
+        ignored.push(event::IgnoredOption::from(i));
+    });
     info!(
         "memory: {} MiB RAM, {} MiB managed; heap {} MiB in {} piece(s), {} MiB frames free for DMA",
         mem.ram_reported / MIB,
@@ -98,13 +103,19 @@ pub fn kmain(info: &'static BootInfo) -> ! {
     }
     info!("pci: {} functions", pci::device::functions().len());
     info!("config: {config}");
+    event::emit(Event::Config {
+        effective: event::Text::display(&config),
+        ignored: event::list(ignored),
+    });
 
     if let Some(c) = config.crash {
         crash::trigger(c);
     }
     let executor = task::init();
     cpu::enable_interrupts();
-    info!("boot: complete in {} ms", clock::uptime().as_millis());
+    let booted = clock::uptime().as_millis() as u64;
+    info!("boot: complete in {booted} ms");
+    event::emit(event::appliance::booted(&mem, booted));
     // On the heap: the main future holds the mount's and the server's state (29 KiB), and
     // the main stack (256 KiB) is what every poll runs on, where setting up the NIC and
     // its queues takes frames of tens of KiB (it overflowed with the future on it).
@@ -182,16 +193,24 @@ async fn check_cpus() {
         }
     }
     if answers.is_empty() {
+        event::emit(event::appliance::cpus(
+            alloc::vec::Vec::new(),
+            alloc::vec::Vec::new(),
+        ));
         return;
     }
-    let mut ids = alloc::vec::Vec::new();
+    let (mut ids, mut silent) = (alloc::vec::Vec::new(), alloc::vec::Vec::new());
     for (cpu, remote) in answers {
         match task::timeout(Duration::from_secs(5), remote).await {
             Ok(id) => ids.push(id),
-            Err(_) => warn!("smp: CPU {cpu} did not run the task sent to it within 5 s"),
+            Err(_) => {
+                warn!("smp: CPU {cpu} did not run the task sent to it within 5 s");
+                silent.push(cpu);
+            }
         }
     }
     info!("smp: CPUs with local APIC ids {ids:?} each ran a task sent from CPU 0");
+    event::emit(event::appliance::cpus(ids, silent));
 }
 
 /// Arms the ACPI power button (the clean shutdown waits for it), or says why not.
@@ -200,18 +219,34 @@ fn arm_power_button(platform: &PlatformInfo) {
         Ok(hw) => *hw,
         Err(why) => {
             warn!("power: no ACPI power button ({why}): stopping the appliance means killing it (the log keeps every acknowledged fsync)");
+            event::emit(Event::PowerButton {
+                armed: false,
+                why: Some((*why).into()),
+            });
             return;
         }
     };
     info!("power: {hw}");
     match power::arm(hw) {
-        Ok(sci) => info!(
-            "power: button armed (SCI on GSI {}, {}-triggered, active {})",
-            sci.gsi,
-            if sci.level_triggered { "level" } else { "edge" },
-            if sci.active_low { "low" } else { "high" }
-        ),
-        Err(e) => warn!("power: button not armed: {e}; stopping the appliance means killing it (the log keeps every acknowledged fsync)"),
+        Ok(sci) => {
+            info!(
+                "power: button armed (SCI on GSI {}, {}-triggered, active {})",
+                sci.gsi,
+                if sci.level_triggered { "level" } else { "edge" },
+                if sci.active_low { "low" } else { "high" }
+            );
+            event::emit(Event::PowerButton {
+                armed: true,
+                why: None,
+            });
+        }
+        Err(e) => {
+            warn!("power: button not armed: {e}; stopping the appliance means killing it (the log keeps every acknowledged fsync)");
+            event::emit(Event::PowerButton {
+                armed: false,
+                why: Some(event::Text::display(e)),
+            });
+        }
     }
 }
 
@@ -238,6 +273,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
                 Err(e) => {
                     error!("fs: {e}");
                     info!("ready: idle (nothing to serve)");
+                    event::emit(idle("no_filesystem"));
                 }
             }
         }
@@ -246,11 +282,21 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
             Err(e) => {
                 error!("fs: {e}");
                 info!("ready: idle (nothing to serve)");
+                event::emit(idle("no_filesystem"));
             }
         },
     }
     shutdown::on_power_button_idle().await;
     power::off()
+}
+
+/// The [`Event::Ready`] of an appliance with nothing to serve, for `reason`.
+fn idle(reason: &'static str) -> Event<'static> {
+    Event::Ready {
+        serving: false,
+        port: None,
+        reason: Some(reason),
+    }
 }
 
 /// Runs the scrub passes of the served filesystem at `rate_mib` MiB per second: those
@@ -305,6 +351,11 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
                 ));
             }
             info!("ready: serving 9P on port {}", config.port);
+            event::emit(Event::Ready {
+                serving: true,
+                port: Some(config.port),
+                reason: None,
+            });
             let limit = Duration::from_secs(u64::from(config.shutdown_secs));
             shutdown::on_power_button(service, limit).await;
             power::off()
@@ -312,6 +363,7 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
         Err(e) => {
             error!("net: {e}; not serving 9P");
             info!("ready: idle (no network)");
+            event::emit(idle("no_network"));
         }
     }
 }

@@ -6,7 +6,8 @@
 //!   rules; the network stack and 9P service build only for the appliance), [`pci`] (decoding,
 //!   enumeration, capabilities), [`power`] (ACPI register bits, the `\_S5_` scan, SCI
 //!   wiring; the power button and soft-off themselves build only for the appliance),
-//!   [`report`] (counter snapshots and their formats), [`time`], [`sync`], [`exit`],
+//!   [`report`] (counter snapshots and their formats), [`event`] (the structured events
+//!   on the console, for programs), [`time`], [`sync`], [`exit`],
 //!   [`clock::skew`] (the TSC check across CPUs);
 //! - hardware modules (only for `x86_64-unknown-none`): `hal` (all `unsafe` code),
 //!   `apic`, `clock` (the rest of it), `irq`, `platform` (ACPI), `klog`, `fault`, `task`, `selftest`,
@@ -23,6 +24,7 @@ extern crate alloc;
 pub mod clock;
 pub mod config;
 pub mod drivers;
+pub mod event;
 pub mod exec;
 pub mod exit;
 pub mod mm;

@@ -1,6 +1,7 @@
 //! Counters for the operator: builds [`Snapshot`]s of the running appliance (devices,
 //! filesystem, 9P service, heap) for the counters service (`net::stats_port`) and logs
-//! one as a `stats: {json}` line every [`LOG_INTERVAL`] when the work counters changed.
+//! one as a `stats: {json}` line, and a `stats` event with the NIC's counters too
+//! ([`crate::event`]), every [`LOG_INTERVAL`] when the work counters changed.
 
 use alloc::rc::Rc;
 use alloc::string::String;
@@ -50,7 +51,8 @@ impl<V: ServedVolume> Monitor<V> {
         })
     }
 
-    /// Logs a `stats:` line every [`LOG_INTERVAL`] when a counter changed.
+    /// Logs a `stats:` line and emits a `stats` event every [`LOG_INTERVAL`] when a
+    /// counter changed.
     pub async fn log_periodically(self: Rc<Self>) {
         let mut last = String::new();
         loop {
@@ -68,6 +70,10 @@ impl<V: ServedVolume> Monitor<V> {
             .json();
             if key != last {
                 log::info!("stats: {}", s.json());
+                crate::event::emit(crate::event::Event::Stats {
+                    counters: &s,
+                    nic: self.listener.stack().nic_counters().counts(),
+                });
                 last = key;
             }
         }

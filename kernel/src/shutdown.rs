@@ -1,6 +1,7 @@
 //! The clean shutdown a press of the ACPI power button starts (QEMU's
 //! `system_powerdown`, libvirt's `virsh shutdown`, `make run`'s Ctrl-C), as a task on
-//! the executor. Each step is logged as `shutdown: ...`:
+//! the executor. Each step is logged as `shutdown: ...` and emitted as a `shutdown` event
+//! ([`crate::event`]):
 //!
 //! 1. The 9P listener closes: no new connection.
 //! 2. Every 9P connection is asked to close politely: no new request is read, the
@@ -25,6 +26,7 @@ use core::time::Duration;
 
 use log::{error, info, warn};
 
+use crate::event::{self, Event};
 use crate::net::listener::{Listener, Tasks};
 use crate::report::ShutdownReport;
 use crate::storage::ServedVolume;
@@ -55,6 +57,17 @@ enum Step {
     Unmount,
 }
 
+impl Step {
+    /// Its name in the `shutdown` event.
+    fn name(self) -> &'static str {
+        match self {
+            Step::Listener => "listener",
+            Step::Connections => "connections",
+            Step::Unmount => "unmount",
+        }
+    }
+}
+
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -75,15 +88,33 @@ pub async fn on_power_button<V: ServedVolume>(listener: Rc<Listener<AdminFs<V>>>
         "shutdown: power button pressed; closing the 9P service, unmounting, powering off (limit {} s)",
         limit.as_secs()
     );
+    event::emit(Event::Shutdown(event::Shutdown {
+        step: "started",
+        limit_secs: Some(limit.as_secs()),
+        serving: Some(true),
+        ..Default::default()
+    }));
     let step = Cell::new(Step::Listener);
-    match task::timeout(limit, steps(&listener, limit, &step)).await {
-        Ok(Ok(())) => info!(
-            "shutdown: done in {} ms",
-            (clock::now() - started).as_millis()
-        ),
-        Ok(Err(e)) => error!(
-            "shutdown: unmount failed ({e}); powering off anyway: the log keeps every acknowledged fsync and the next mount replays it"
-        ),
+    let end = match task::timeout(limit, steps(&listener, limit, &step)).await {
+        Ok(Ok(())) => {
+            let ms = (clock::now() - started).as_millis() as u64;
+            info!("shutdown: done in {ms} ms");
+            event::Shutdown {
+                step: "done",
+                ms: Some(ms),
+                ..Default::default()
+            }
+        }
+        Ok(Err(e)) => {
+            error!(
+                "shutdown: unmount failed ({e}); powering off anyway: the log keeps every acknowledged fsync and the next mount replays it"
+            );
+            event::Shutdown {
+                step: "failed",
+                error: Some(event::Text::display(e)),
+                ..Default::default()
+            }
+        }
         Err(_) => {
             TIMED_OUT.store(true, Ordering::Relaxed);
             error!(
@@ -91,8 +122,15 @@ pub async fn on_power_button<V: ServedVolume>(listener: Rc<Listener<AdminFs<V>>>
                 step.get(),
                 limit.as_secs()
             );
+            event::Shutdown {
+                step: "timed_out",
+                during: Some(step.get().name()),
+                limit_secs: Some(limit.as_secs()),
+                ..Default::default()
+            }
         }
-    }
+    };
+    event::emit(Event::Shutdown(end));
     listener.log_stats();
 }
 
@@ -102,6 +140,11 @@ pub async fn on_power_button_idle() {
     power::pressed().await;
     begin();
     info!("shutdown: power button pressed; nothing is served: powering off");
+    event::emit(Event::Shutdown(event::Shutdown {
+        step: "started",
+        serving: Some(false),
+        ..Default::default()
+    }));
 }
 
 /// Marks the shutdown started and counts (and ignores) the presses after this one.
@@ -112,6 +155,10 @@ fn begin() -> crate::time::Instant {
             power::pressed().await;
             IGNORED_PRESSES.fetch_add(1, Ordering::Relaxed);
             warn!("shutdown: power button pressed again; already shutting down (ignored)");
+            event::emit(Event::Shutdown(event::Shutdown {
+                step: "press_ignored",
+                ..Default::default()
+            }));
         }
     });
     clock::now()
@@ -126,10 +173,13 @@ async fn steps<V: ServedVolume>(
     let service = listener.service();
     step.set(Step::Listener);
     service.stop_listening();
-    info!(
-        "shutdown: 9P: accepting no new connections; {} open",
-        service.stats().active()
-    );
+    let open = service.stats().active();
+    info!("shutdown: 9P: accepting no new connections; {open} open");
+    event::emit(Event::Shutdown(event::Shutdown {
+        step: "listener_closed",
+        open: Some(open),
+        ..Default::default()
+    }));
 
     step.set(Step::Connections);
     let grace = limit / 2;
@@ -145,13 +195,23 @@ async fn steps<V: ServedVolume>(
         "shutdown: 9P: every connection closed ({} asked to close, {} reset); no request is running",
         drained.asked, drained.shed
     );
+    event::emit(Event::Shutdown(event::Shutdown {
+        step: "connections_closed",
+        asked: Some(drained.asked),
+        reset: Some(drained.shed),
+        grace_secs: Some(grace.as_secs()),
+        ..Default::default()
+    }));
 
     step.set(Step::Unmount);
     let started = clock::now();
     service.server().fs().inner().unmount_clean().await?;
-    info!(
-        "shutdown: fs: everything durable, unmounted cleanly in {} ms (read-only until power off)",
-        (clock::now() - started).as_millis()
-    );
+    let ms = (clock::now() - started).as_millis() as u64;
+    info!("shutdown: fs: everything durable, unmounted cleanly in {ms} ms (read-only until power off)");
+    event::emit(Event::Shutdown(event::Shutdown {
+        step: "unmounted",
+        ms: Some(ms),
+        ..Default::default()
+    }));
     Ok(())
 }

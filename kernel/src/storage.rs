@@ -83,8 +83,11 @@ mod mount_impl {
     use crate::clock::rtc::WallClock;
     use crate::config::{Config, Mkfs};
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
+    use crate::event::{self, Event};
     use alloc::vec::Vec;
     use block::{CountingDisk, FaultCounters, FaultDisk, IoError, MemDisk};
+    use core::sync::atomic::{AtomicBool, Ordering};
+    use ninefs::volume::scrub::ScrubProgress;
 
     use crate::report::{DeviceReport, FsReport};
 
@@ -134,6 +137,11 @@ mod mount_impl {
         fn injected_faults(&self) -> Option<FaultCounters> {
             self.is_armed().then(|| self.counters())
         }
+    }
+
+    /// Requests `disk`'s fault injector failed on purpose.
+    fn injected_errors(disk: &impl InjectedFaults) -> u64 {
+        disk.injected_faults().map_or(0, |f| f.injected_errors)
     }
 
     /// The error a rule of `fault=` gives: NVMe's "write fault" status, which both
@@ -205,6 +213,16 @@ mod mount_impl {
             if let Err(e) = NineFs::housekeeping(self).await {
                 warn!("fs: housekeeping: {e}");
             }
+            // The filesystem logs its failure when it happens; the `fs_failed` event
+            // is emitted from here (within HOUSEKEEPING_INTERVAL), once.
+            static FAILED: AtomicBool = AtomicBool::new(false);
+            if self.stats().failed != 0 && !FAILED.swap(true, Ordering::Relaxed) {
+                let disk = *self.device();
+                event::emit(Event::FsFailed {
+                    device_errors: disk.counters().errors,
+                    injected_errors: injected_errors(disk.inner()),
+                });
+            }
         }
 
         async fn scrub_tick(&self, budget: u64, start: bool) {
@@ -214,8 +232,21 @@ mod mount_impl {
                 }
             }
             if self.scrub_running() {
-                if let Err(e) = self.scrub_step(budget).await {
-                    warn!("scrub: {e}");
+                match self.scrub_step(budget).await {
+                    Ok(ScrubProgress::Done) => {
+                        if let Some(r) = self.scrub_report() {
+                            event::emit(Event::Scrub {
+                                checkpoint: r.checkpoint_seq,
+                                nodes: r.nodes,
+                                data_blocks: r.data_blocks,
+                                bytes: r.bytes,
+                                errors: r.error_count,
+                                skipped: r.skipped,
+                            });
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!("scrub: {e}"),
                 }
             }
         }
@@ -285,9 +316,37 @@ mod mount_impl {
         let disk = counted(MemDisk::new(BLOCK_SIZE as u32, bytes / BLOCK_SIZE as u64));
         let name = disk.inner().device_name();
         info!("fs: {name}: {} MiB RAM disk", bytes >> 20);
-        format_disk(disk, &name).await?;
-        // Discarding a RAM disk's blocks would only zero memory.
-        mount_formatted(disk, name, mount_options(heap_bytes, None)).await
+        let mounted = match format_disk(disk, &name).await {
+            // Discarding a RAM disk's blocks would only zero memory.
+            Ok(()) => mount_formatted(disk, name, mount_options(heap_bytes, None)).await,
+            Err(e) => Err(e),
+        };
+        failed(mounted, Some(disk))
+    }
+
+    /// `mounted`, having emitted the [`Event::MountFailed`] of its error, with the
+    /// counters of `disk` (if one was opened).
+    fn failed<T, D: BlockDevice + InjectedFaults>(
+        mounted: Result<T, StorageError>,
+        disk: Option<&CountingDisk<D>>,
+    ) -> Result<T, StorageError> {
+        if let Err(e) = &mounted {
+            let (reason, device) = match e {
+                StorageError::Open(_) => ("no_disk", None),
+                StorageError::Unformatted(d) => ("no_filesystem", Some(d)),
+                StorageError::Damaged(d) => ("damaged", Some(d)),
+                StorageError::Format(d, _) => ("mkfs_failed", Some(d)),
+                StorageError::Mount(d, _) => ("mount_failed", Some(d)),
+            };
+            event::emit(Event::MountFailed {
+                reason,
+                device: device.map(|d| d.as_str().into()),
+                error: event::Text::display(e),
+                device_errors: disk.map_or(0, |d| d.counters().errors),
+                injected_errors: disk.map_or(0, |d| injected_errors(d.inner())),
+            });
+        }
+        mounted
     }
 
     /// Opens the disk, formats it if `config.mkfs` says so, and mounts it.
@@ -295,11 +354,21 @@ mod mount_impl {
         config: &Config,
         heap_bytes: u64,
     ) -> Result<Mounted<FaultDisk<Disk>>, StorageError> {
-        let opened = disk::open(config.disk, DiskOptions::for_config(config))
-            .await
-            .map_err(StorageError::Open)?;
-        let name = opened.device_name();
+        let opened = match disk::open(config.disk, DiskOptions::for_config(config)).await {
+            Ok(d) => d,
+            Err(e) => return failed(Err(StorageError::Open(e)), None::<&CountingDisk<Disk>>),
+        };
         let disk = counted(with_faults(opened, config));
+        failed(mount_disk(disk, config, heap_bytes).await, Some(disk))
+    }
+
+    /// Formats `disk` if `config.mkfs` says so, and mounts it.
+    async fn mount_disk(
+        disk: &'static CountingDisk<FaultDisk<Disk>>,
+        config: &Config,
+        heap_bytes: u64,
+    ) -> Result<Mounted<FaultDisk<Disk>>, StorageError> {
+        let name = disk.inner().device_name();
         let g = disk.geometry();
         info!(
             "fs: disk {name}: {} MiB, {}-byte blocks, {} write cache, {} FUA",
@@ -313,7 +382,11 @@ mod mount_impl {
         match (config.mkfs, blank) {
             (Mkfs::Force, _) | (Mkfs::IfBlank, true) => format_disk(disk, &name).await?,
             (Mkfs::IfBlank, false) => {
-                info!("fs: mkfs: {name} already holds a ninefold filesystem; mounting it as it is")
+                info!("fs: mkfs: {name} already holds a ninefold filesystem; mounting it as it is");
+                event::emit(Event::Mkfs {
+                    device: name.as_str().into(),
+                    formatted: false,
+                });
             }
             (Mkfs::Off, true) => return Err(StorageError::Unformatted(name)),
             (Mkfs::Off, false) => {}
@@ -356,11 +429,14 @@ mod mount_impl {
         let took = crate::clock::now() - started;
         let statfs = fs.statfs().await.ok();
         let sb = fs.superblock();
+        let log = fs.stats().log;
+        let size_mib = (sb.layout.total_blocks * BLOCK_SIZE as u64) >> 20;
+        let free_mib = statfs.map_or(0, |s| (s.blocks_free * u64::from(s.block_size)) >> 20);
         info!(
             "fs: mounted {name}: label \"{}\", {} MiB, {} MiB free, {} (mount #{}, checkpoint {}), node cache {} MiB; mount took {} ms",
             label(&sb.label),
-            (sb.layout.total_blocks * BLOCK_SIZE as u64) >> 20,
-            statfs.map_or(0, |s| (s.blocks_free * u64::from(s.block_size)) >> 20),
+            size_mib,
+            free_mib,
             if clean {
                 "cleanly unmounted"
             } else {
@@ -371,6 +447,20 @@ mod mount_impl {
             cache_limit >> 20,
             took.as_millis()
         );
+        event::emit(Event::Mounted {
+            device: name.as_str().into(),
+            label: label(&sb.label).into(),
+            size_mib,
+            free_mib,
+            clean,
+            mount_count: sb.mount_count,
+            checkpoint: sb.checkpoint_seq,
+            replayed_commits: log.replayed_commits,
+            replayed_records: log.replayed_records,
+            dropped_commits: log.dropped_commits,
+            unverified_commits: log.unverified_commits,
+            ms: took.as_millis() as u64,
+        });
         Ok(Mounted {
             fs,
             disk,
@@ -412,6 +502,10 @@ mod mount_impl {
             .await
             .map_err(|e| StorageError::Format(name.into(), e))?;
         info!("fs: mkfs: done");
+        event::emit(Event::Mkfs {
+            device: name.into(),
+            formatted: true,
+        });
         Ok(())
     }
 

@@ -43,7 +43,8 @@ WORKLOADS = {
     "write-flush-4k": ("us per write+flush", "iteration_us", lambda m: 1e6 / m["write_iops"], True),
 }
 
-RESULT = re.compile(r"bench-result: (\{.*\})")
+# The appliance's `bench_result` events (kernel/src/event.rs): one per workload.
+RESULT = re.compile(r'^EVENT (\{"event":"bench_result",.*\})$')
 
 
 def qemu_disk_args(disks):

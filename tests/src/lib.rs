@@ -3,11 +3,20 @@
 //! ```no_run
 //! use ninefold_tests::Qemu;
 //! use kernel::exit::ExitCode;
+//! use serde_json::json;
 //!
 //! let boot = Qemu::appliance().nvme("serial-1").edu().append("selftest").run();
 //! boot.expect_exit(ExitCode::Success);
-//! boot.expect_line("selftest: msi: ok");
+//! boot.expect_event("selftest", json!({"check": "msi", "result": "ok"}));
 //! ```
+//!
+//! Tests read the appliance's events (`kernel/src/event.rs`, listed in docs/testing.md,
+//! "Events"): `EVENT {...}` lines on the console, one JSON object each, named by their
+//! `event` field. They wait for an event ([`Running::wait_for_event`]) and check its
+//! fields ([`Boot::expect_event`]), never the wording of the log, which is for people;
+//! only the tests of the log itself (crash reports, the configuration line) match lines.
+//! An event is matched by a closure over its JSON object or by a JSON object whose
+//! fields it must have ([`Matches`]).
 //!
 //! Every boot runs under a timeout (a hang fails the test) with the serial console on
 //! QEMU's stdout. Failed expectations panic with the QEMU command line, how QEMU ended and
@@ -28,6 +37,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kernel::exit::ExitCode;
+use serde_json::Value;
 
 pub mod blkdebug;
 pub mod hostile;
@@ -663,16 +673,46 @@ impl Running {
         String::from_utf8_lossy(&self.serial.lock().unwrap()).replace('\r', "")
     }
 
-    /// Waits (until the boot's timeout) for a serial line containing `needle`; returns
-    /// it. Fails, stopping QEMU and printing everything, if it never comes or QEMU exits.
-    pub fn wait_for_line(&mut self, needle: &str) -> String {
+    /// The events so far, in order. Fails (stopping QEMU, printing everything) on an
+    /// event line that does not parse.
+    pub fn events(&mut self) -> Vec<Value> {
+        match parse_events(&self.serial()) {
+            Ok(events) => events,
+            Err(why) => self.fail(&why),
+        }
+    }
+
+    /// Waits (until the boot's timeout) for the first `kind` event that `matches`, since
+    /// the boot; returns it. Fails, stopping QEMU and printing everything, if none comes
+    /// before QEMU exits or the timeout.
+    pub fn wait_for_event(&mut self, kind: &str, matches: impl Matches) -> Value {
+        self.wait_for_event_after(0, kind, &matches)
+    }
+
+    /// Like [`Running::wait_for_event`], for an event emitted after `earlier` (an event
+    /// waited for before).
+    pub fn wait_for_event_following(
+        &mut self,
+        earlier: &Value,
+        kind: &str,
+        matches: impl Matches,
+    ) -> Value {
+        let events = self.events();
+        let Some(at) = events.iter().position(|e| e == earlier) else {
+            self.fail(&format!("no event {earlier} on the console"));
+        };
+        self.wait_for_event_after(at + 1, kind, &matches)
+    }
+
+    fn wait_for_event_after(&mut self, seen: usize, kind: &str, matches: &dyn Matches) -> Value {
         loop {
-            if let Some(l) = self.serial().lines().find(|l| l.contains(needle)) {
-                return l.to_string();
+            let events = self.events();
+            if let Some(e) = find_event(&events[seen.min(events.len())..], kind, matches) {
+                return e.clone();
             }
             let exited = self.child.try_wait().ok().flatten().is_some();
             if exited || Instant::now() >= self.deadline {
-                let why = format!("no serial line contains {needle:?}");
+                let why = no_event(&events, kind, matches);
                 self.fail(&why);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -814,7 +854,44 @@ impl Boot {
         self
     }
 
-    /// The first serial line containing `needle`.
+    /// The events, in order. Fails (printing everything) on an event line that does not
+    /// parse.
+    pub fn all_events(&self) -> Vec<Value> {
+        parse_events(&self.serial).unwrap_or_else(|why| self.fail(&why))
+    }
+
+    /// The `kind` events, in order.
+    pub fn events(&self, kind: &str) -> Vec<Value> {
+        self.all_events()
+            .into_iter()
+            .filter(|e| e["event"] == kind)
+            .collect()
+    }
+
+    /// The first `kind` event that `matches`.
+    pub fn event(&self, kind: &str, matches: impl Matches) -> Option<Value> {
+        find_event(&self.all_events(), kind, &matches).cloned()
+    }
+
+    /// Expects a `kind` event that `matches`, and returns the first.
+    pub fn expect_event(&self, kind: &str, matches: impl Matches) -> Value {
+        let events = self.all_events();
+        match find_event(&events, kind, &matches) {
+            Some(e) => e.clone(),
+            None => self.fail(&no_event(&events, kind, &matches)),
+        }
+    }
+
+    /// Expects no `kind` event that `matches`.
+    pub fn expect_no_event(&self, kind: &str, matches: impl Matches) -> &Self {
+        if let Some(e) = find_event(&self.all_events(), kind, &matches) {
+            self.fail(&format!("unexpected event {e}"));
+        }
+        self
+    }
+
+    /// The first serial line containing `needle`. For tests of the log itself: others
+    /// read events.
     pub fn line(&self, needle: &str) -> Option<&str> {
         self.serial.lines().find(|l| l.contains(needle))
     }
@@ -832,32 +909,131 @@ impl Boot {
         }
         self
     }
+}
 
-    /// The JSON documents the appliance logged as `prefix` lines (`block-cpus: {...}`),
-    /// in order: structured events, read by their fields rather than their wording.
-    pub fn events(&self, prefix: &str) -> Vec<serde_json::Value> {
-        let tag = format!("{prefix}: ");
-        self.serial
-            .lines()
-            .filter_map(|l| l.split_once(&tag).map(|(_, json)| json))
-            .map(|json| {
-                serde_json::from_str(json)
-                    .unwrap_or_else(|e| self.fail(&format!("bad {prefix} event {json:?}: {e}")))
-            })
-            .collect()
+/// What an event must be like to match: a closure over its JSON object, or a JSON
+/// object (`json!({"service": "9p"})`) whose fields the event must have, with equal
+/// values (objects compared the same way, recursively: the event may have more fields).
+pub trait Matches {
+    /// Whether `event` matches.
+    fn matches(&self, event: &Value) -> bool;
+    /// What is expected, for failure reports.
+    fn describe(&self) -> String;
+}
+
+impl<F: Fn(&Value) -> bool> Matches for F {
+    fn matches(&self, event: &Value) -> bool {
+        self(event)
     }
 
-    /// The number right after `prefix` in the first line containing `prefix`.
-    pub fn number_after(&self, prefix: &str) -> u64 {
-        let line = self.expect_line(prefix);
-        let rest = &line[line.find(prefix).unwrap() + prefix.len()..];
-        let digits: String = rest
-            .trim_start()
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits
-            .parse()
-            .unwrap_or_else(|_| self.fail(&format!("no number after {prefix:?} in {line:?}")))
+    fn describe(&self) -> String {
+        "matching the test's predicate".into()
+    }
+}
+
+impl Matches for Value {
+    fn matches(&self, event: &Value) -> bool {
+        has_fields(event, self)
+    }
+
+    fn describe(&self) -> String {
+        format!("with {self}")
+    }
+}
+
+/// Matches any event of its kind.
+pub fn any() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// Whether `got` has every field of `want` (recursively for objects), equal.
+fn has_fields(got: &Value, want: &Value) -> bool {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => w
+            .iter()
+            .all(|(k, v)| g.get(k).is_some_and(|gv| has_fields(gv, v))),
+        _ => want == got,
+    }
+}
+
+/// The events on `serial` (its `EVENT {...}` lines), in order. A last line without its
+/// newline is not there yet (being written, or cut short by a kill).
+fn parse_events(serial: &str) -> Result<Vec<Value>, String> {
+    let complete = serial.rfind('\n').map_or("", |end| &serial[..end]);
+    complete
+        .lines()
+        .filter_map(|l| l.strip_prefix(kernel::event::PREFIX))
+        .map(|json| {
+            serde_json::from_str::<Value>(json)
+                .ok()
+                .filter(|e| e["event"].is_string())
+                .ok_or_else(|| format!("a malformed event line: {json:?}"))
+        })
+        .collect()
+}
+
+/// The first `kind` event of `events` that `matches`.
+fn find_event<'a>(events: &'a [Value], kind: &str, matches: &dyn Matches) -> Option<&'a Value> {
+    events
+        .iter()
+        .find(|e| e["event"] == kind && matches.matches(e))
+}
+
+/// Why no event was found, with the events of that kind there were.
+fn no_event(events: &[Value], kind: &str, matches: &dyn Matches) -> String {
+    let same: Vec<String> = events
+        .iter()
+        .filter(|e| e["event"] == kind)
+        .map(Value::to_string)
+        .collect();
+    format!(
+        "no {kind:?} event {}; the {kind:?} events were: [{}]",
+        matches.describe(),
+        same.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SERIAL: &str = "[    0.1] INFO  boot: complete in 12 ms\n\
+        EVENT {\"event\":\"booted\",\"ms\":12}\n\
+        [    0.2] INFO  EVENT {\"event\":\"not\"}: not at the start of a line\n\
+        EVENT {\"event\":\"listening\",\"service\":\"9p\",\"port\":564,\"exports\":[{\"export\":\":/\"}]}\n\
+        EVENT {\"event\":\"listening\",\"service\":\"stats\",\"port\":5641}\n";
+
+    #[test]
+    fn events_are_the_prefixed_lines_in_order() {
+        let events = parse_events(SERIAL).unwrap();
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(kinds, ["booted", "listening", "listening"]);
+        assert!(parse_events("EVENT {\"event\":\n").is_err(), "cut short");
+        let writing = format!("{SERIAL}EVENT {{\"event\":\"cpus\"");
+        assert_eq!(parse_events(&writing).unwrap(), events, "not written yet");
+        assert!(
+            parse_events("EVENT {\"no\":\"kind\"}\n").is_err(),
+            "no kind"
+        );
+    }
+
+    #[test]
+    fn an_event_matches_the_fields_it_has_or_a_predicate() {
+        let events = parse_events(SERIAL).unwrap();
+        let stats = json!({"service": "stats"});
+        assert_eq!(find_event(&events, "listening", &stats), Some(&events[2]));
+        let nested = json!({"service": "9p", "exports": [{"export": ":/"}]});
+        assert_eq!(find_event(&events, "listening", &nested), Some(&events[1]));
+        assert!(find_event(&events, "listening", &json!({"port": 1})).is_none());
+        assert!(find_event(&events, "listening", &json!({"missing": null})).is_none());
+        assert!(find_event(&events, "booted", &any()).is_some());
+        let late = |e: &Value| e["ms"].as_u64() > Some(10);
+        assert!(find_event(&events, "booted", &late).is_some());
+        let why = no_event(&events, "listening", &json!({"port": 1}));
+        assert!(
+            why.contains("with {\"port\":1}") && why.contains("5641"),
+            "{why}"
+        );
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use ninefold_tests::ninep::{connect, stream};
 use ninefold_tests::{stats, Qemu, Running};
 use ninep::wire::{open_flags, Tmsg};
+use serde_json::{json, Value};
 use vfs::Errno;
 
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
@@ -27,8 +28,25 @@ fn appliance(port: u16, options: &str) -> Running {
         .append(options)
         .timeout(Duration::from_secs(300))
         .spawn();
-    vm.wait_for_line("9p: listening on 10.0.2.15:564");
+    vm.wait_for_event(
+        "listening",
+        json!({"service": "9p", "address": "10.0.2.15", "port": 564}),
+    );
     vm
+}
+
+/// The 9P exports the appliance listens with, as `(export, clients)` pairs.
+fn exports(vm: &mut Running) -> Vec<(String, String)> {
+    let listening = vm.wait_for_event("listening", json!({"service": "9p"}));
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    listening["exports"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| (text(&e["export"]), text(&e["clients"])))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether the appliance closes a connection to host `port` without a word: sends
@@ -58,12 +76,17 @@ fn named_exports_for_an_allowed_host() {
         port,
         "allow=10.0.2.2 export=admin:/ export=ro:/:ro export=pub:/pub:squash=all export=far:/:allow=192.0.2.0/24 stats_allow=10.0.2.0/24",
     );
-    let config = vm.wait_for_line("config: ");
+    let config = vm.wait_for_event("config", ninefold_tests::any());
     assert!(
-        config.contains("export=far:/:allow=192.0.2.0/24 allow=10.0.2.2 stats_allow=10.0.2.0/24"),
+        config["effective"].as_str().is_some_and(|c| c
+            .contains("export=far:/:allow=192.0.2.0/24 allow=10.0.2.2 stats_allow=10.0.2.0/24")),
         "{config}"
     );
-    vm.wait_for_line("9p: export far:/:allow=192.0.2.0/24 (clients: 192.0.2.0/24)");
+    let far = (
+        "far:/:allow=192.0.2.0/24".to_string(),
+        "192.0.2.0/24".to_string(),
+    );
+    assert!(exports(&mut vm).contains(&far), "{:?}", exports(&mut vm));
     let mut c = connect(port, UP);
     assert_eq!(c.attach(0, 0, ""), Err(Errno::ENOENT), "no implicit export");
     c.attach(0, 0, "admin").unwrap();
@@ -92,8 +115,14 @@ fn named_exports_for_an_allowed_host() {
 fn a_host_outside_the_allow_list_is_disconnected() {
     let port = 15952;
     let mut vm = appliance(port, "allow=192.0.2.0/24,fd00::/8");
-    vm.wait_for_line("9p: export :/ (clients: 192.0.2.0/24,fd00::/8)");
-    vm.wait_for_line("stats: counters service on port 5641, clients: 192.0.2.0/24,fd00::/8");
+    assert_eq!(
+        exports(&mut vm),
+        [(":/".to_string(), "192.0.2.0/24,fd00::/8".to_string())]
+    );
+    vm.wait_for_event(
+        "listening",
+        json!({"service": "stats", "port": 5641, "clients": "192.0.2.0/24,fd00::/8"}),
+    );
     let mut version = Vec::new();
     Tmsg::Version {
         msize: 8192,
@@ -107,10 +136,14 @@ fn a_host_outside_the_allow_list_is_disconnected() {
         "counters answered"
     );
     // Both refusals show in the counters the console logs (every 10 s, on change).
-    let line = vm.wait_for_line(r#""access":{"refused_stats":1}"#);
+    let stats = vm.wait_for_event(
+        "stats",
+        json!({"counters": {"access": {"refused_stats": 1}}}),
+    );
+    let ninep = &stats["counters"]["9p"];
     assert!(
-        line.contains(r#""refused_connections":1,"refused_attaches":0"#),
-        "{line}"
+        ninep["refused_connections"] == 1 && ninep["refused_attaches"] == 0,
+        "{stats}"
     );
     vm.stop().expect_no_line("!!!").expect_no_line("ERROR");
 }

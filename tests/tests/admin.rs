@@ -12,6 +12,7 @@ use ninefold_tests::ninep::connect;
 use ninefold_tests::{Qemu, Running};
 use ninep::testing::Client;
 use ninep::wire::open_flags;
+use serde_json::json;
 use vfs::Errno;
 
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
@@ -25,7 +26,10 @@ fn appliance(port: u16, options: &str) -> Running {
         .append(options)
         .timeout(Duration::from_secs(120))
         .spawn();
-    vm.wait_for_line("9p: listening on 10.0.2.15:564");
+    vm.wait_for_event(
+        "listening",
+        json!({"service": "9p", "address": "10.0.2.15", "port": 564}),
+    );
     vm
 }
 
@@ -42,7 +46,14 @@ fn read<X: ninep::testing::Exchange>(c: &mut Client<X>, name: &str) -> String {
 fn ctl_starts_a_scrub_that_completes_in_the_background() {
     let port = 16550;
     let mut vm = appliance(port, "admin_allow=10.0.2.2 scrub_rate=64");
-    vm.wait_for_line("9p: export ctl:/:allow=10.0.2.2 (clients: 10.0.2.2)");
+    let listening = vm.wait_for_event("listening", json!({"service": "9p"}));
+    let ctl = json!({"export": "ctl:/:allow=10.0.2.2", "clients": "10.0.2.2"});
+    assert!(
+        listening["exports"]
+            .as_array()
+            .is_some_and(|e| e.contains(&ctl)),
+        "no ctl export: {listening}"
+    );
     let mut c = connect(port, UP);
     // Something to verify: a few files with data.
     c.attach(1, 0, "").unwrap();
@@ -82,7 +93,8 @@ fn ctl_starts_a_scrub_that_completes_in_the_background() {
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert!(data >= 4 * 200_000 / 4096, "{report}");
-    vm.wait_for_line("scrub: complete");
+    let scrub = vm.wait_for_event("scrub", json!({"errors": 0}));
+    assert!(scrub["data_blocks"].as_u64() >= Some(data), "{scrub}");
 
     // A snapshot through the control file; the client keeps writing; the snapshot keeps
     // the old contents, read-only, at /.snapshots/NAME.

@@ -51,7 +51,7 @@ fn a_burst_of_connections_is_served_not_reset() {
         .virtio_net_forward(PORT, 564)
         .timeout(Duration::from_secs(180))
         .spawn();
-    vm.wait_for_line("ready: serving 9P");
+    vm.wait_for_event("ready", serde_json::json!({"serving": true}));
     // One connection first: the forward is up and the appliance answers.
     let warm = Barrier::new(1);
     for _ in 0..50 {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use ninefold_tests::ninep::connect;
 use ninefold_tests::{FsImage, Qemu};
 use ninep::wire::open_flags;
+use serde_json::json;
 
 const UP: Duration = Duration::from_secs(120);
 const MIB: u64 = 1 << 20;
@@ -35,7 +36,7 @@ fn write_delete_wait(disk: &str, port: u16, append: &str, wait: Duration) -> (u6
         _ => q.nvme_image("nf-discard", &image),
     }
     .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();

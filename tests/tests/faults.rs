@@ -18,6 +18,7 @@ use ninefold_tests::ninep::{connect, Tcp};
 use ninefold_tests::{stats, FsImage, Qemu, Running};
 use ninep::testing::Client;
 use ninep::wire::open_flags;
+use serde_json::json;
 use vfs::Errno;
 
 /// Seconds after boot from which every FLUSH fails: room for the boot and the
@@ -91,9 +92,9 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 /// After a failure: the second fsync of fid 1 gets `EIO`, a create is refused, the
-/// counters and the log say the filesystem failed, and nothing panicked. Stops the
-/// machine.
-fn expect_failed(mut c: Client<Tcp>, vm: Running, stats_port: u16) {
+/// counters and the console (an `fs_failed` event) say the filesystem failed, and
+/// nothing panicked. Stops the machine.
+fn expect_failed(mut c: Client<Tcp>, mut vm: Running, stats_port: u16) {
     assert_eq!(
         c.fsync(1, false),
         Err(Errno::EIO),
@@ -110,11 +111,13 @@ fn expect_failed(mut c: Client<Tcp>, vm: Running, stats_port: u16) {
         1,
         "not counted as failed: {v}"
     );
-    let boot = vm.stop();
+    // Seen by the housekeeping, every 5 s.
+    let failed = vm.wait_for_event("fs_failed", ninefold_tests::any());
     assert!(
-        boot.line("filesystem is now failed").is_some(),
-        "the failure is not in the log"
+        failed["device_errors"].as_u64() >= Some(1),
+        "no device error counted: {failed}"
     );
+    let boot = vm.stop();
     assert!(boot.line("panicked").is_none(), "the appliance panicked");
 }
 
@@ -132,7 +135,7 @@ fn expect_healed(
     let (status, after_fault) = image.fsck_status();
     let mut fsck_errors = usize::from(status != Some(0));
     let mut vm = boot(image, disk, port, stats_port, &Faults::None);
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     let lost: Vec<&str> = acked
@@ -186,7 +189,7 @@ fn failing_device_loses_nothing_acknowledged(
     let acked = pattern(7, 200_000);
     let faults = Faults::Kernel(format!("{rule}:{FLUSHES_FAIL_AFTER}"));
     let mut vm = boot(&image, disk, port, stats_port, &faults);
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     create_and_fsync(&mut c, "acked", &acked).expect("fsync before the fault");
@@ -315,7 +318,7 @@ fn bad_blocks_fail_one_file(disk: &str, port: u16, stats_port: u16, how: BadBloc
     let good = pattern(3, 32768);
     let bad = pattern(200, 32768);
     let mut vm = boot(&image, disk, port, stats_port, &Faults::None);
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     let mut files = [("good", &good), ("bad", &bad)];
@@ -346,7 +349,7 @@ fn bad_blocks_fail_one_file(disk: &str, port: u16, stats_port: u16, how: BadBloc
 
     let faults = how.faults(sectors.clone());
     let mut vm = boot(&image, disk, port, stats_port, &faults);
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     assert_eq!(
@@ -383,10 +386,7 @@ fn bad_blocks_fail_one_file(disk: &str, port: u16, stats_port: u16, how: BadBloc
         );
     }
     let boot1 = vm.stop();
-    assert!(
-        boot1.line("filesystem is now failed").is_none(),
-        "a bad read failed the filesystem"
-    );
+    boot1.expect_no_event("fs_failed", ninefold_tests::any());
     assert!(boot1.line("panicked").is_none(), "the appliance panicked");
 
     let acked = files.map(|(name, data)| (name.to_string(), data.clone()));
@@ -432,7 +432,7 @@ fn flushes_failing_from_outside(disk: &str, port: u16, stats_port: u16) {
     let image = FsImage::formatted("256M");
     let faults = Faults::Outside(Blkdebug::default().flushes_fail_from(FLUSHES_BEFORE_FAILING));
     let mut vm = boot(&image, disk, port, stats_port, &faults);
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     let mut acked = Vec::new();
@@ -485,7 +485,7 @@ fn an_unreadable_log_fails_the_mount_and_loses_nothing() {
     let image = FsImage::formatted("256M");
     let data = pattern(11, 20_000);
     let mut vm = boot(&image, "nvme", port, stats_port, &Faults::None);
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     create_and_fsync(&mut c, "acked", &data).expect("fsync");
@@ -506,14 +506,19 @@ fn an_unreadable_log_fails_the_mount_and_loses_nothing() {
         .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
         .unwrap_or_else(|| panic!("no log area in the dump:\n{dump}"));
     let faults = Faults::Kernel(format!("read-range:{}-{}", start * 8, (start + blocks) * 8));
-    let vm = boot(&image, "nvme", port, stats_port, &faults);
-    let mut vm = vm;
-    vm.wait_for_line("ready: idle (nothing to serve)");
+    let mut vm = boot(&image, "nvme", port, stats_port, &faults);
+    vm.wait_for_event(
+        "ready",
+        json!({"serving": false, "reason": "no_filesystem"}),
+    );
     let boot1 = vm.stop();
-    // The one read error that stopped the mount, as the log names it.
-    let injected = u64::from(boot1.line("cannot be read").is_some());
-    boot1.expect_line("cannot be read");
-    boot1.expect_line("mount failed");
+    // The read error that stopped the mount, injected in the log area.
+    let failed = boot1.expect_event("mount_failed", json!({"reason": "mount_failed"}));
+    let injected = failed["injected_errors"].as_u64().unwrap_or(0);
+    assert!(
+        injected >= 1,
+        "no injected error stopped the mount: {failed}"
+    );
     assert!(boot1.line("panicked").is_none(), "the appliance panicked");
 
     let acked = [("acked".to_string(), data)];

@@ -19,6 +19,7 @@ use std::time::Duration;
 use ninefold_tests::ninep::{connect, Tcp};
 use ninefold_tests::{guest_dir, FsImage, Qemu, Running};
 use ninep::wire::open_flags;
+use serde_json::json;
 
 /// Boots the appliance on `image`, 9P forwarded from `port`.
 fn boot(image: &FsImage, port: u16) -> Running {
@@ -28,7 +29,7 @@ fn boot(image: &FsImage, port: u16) -> Running {
         .virtio_net_forward(port, 564)
         .timeout(Duration::from_secs(600))
         .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     vm
 }
 
@@ -144,7 +145,7 @@ fn linux_guest_mounts_the_appliance_and_runs_file_operations() {
     first.expect_no_line("!!!");
     image.fsck();
     let mut vm = boot(&image, port);
-    vm.wait_for_line("NOT cleanly unmounted");
+    vm.wait_for_event("mounted", json!({"clean": false}));
     let mut c = connect(port, Duration::from_secs(10));
     c.attach(0, 0, "").unwrap();
     assert_eq!(
@@ -170,38 +171,28 @@ fn linux_guest_mounts_the_appliance_over_jumbo_frames() {
         .append("ip=10.0.4.1/24 mtu=9000")
         .timeout(Duration::from_secs(600))
         .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let net = format!("dgram:{guest_port}:{appliance_port}");
     let args = ["--net", &net, "--ip", "10.0.4.2/24", "--mtu", "9000"];
     run_fsops(&mut vm, &args, "10.0.4.1", 564, "jumbo");
-    // The service logs the NIC's counters (every 10 s while they change): take the
-    // first such line after the guest's connection closed.
-    vm.wait_for_line("closed by peer");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let line = loop {
-        let serial = vm.serial();
-        let after = serial.split_once("closed by peer").map_or("", |(_, a)| a);
-        if let Some(l) = after.lines().find(|l| l.contains("(longest ")) {
-            break l.to_string();
-        }
-        if std::time::Instant::now() > deadline {
-            vm.fail("no NIC counters logged after the guest's connection closed");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let longest: usize = line
-        .split("(longest ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    // The `stats` events carry the NIC's counters (every 10 s while the counters
+    // change): take the first after the guest's connection closed.
+    let closed = vm.wait_for_event("conn_closed", json!({"how": "closed_by_peer"}));
+    let stats = vm.wait_for_event_following(&closed, "stats", ninefold_tests::any());
+    let longest = stats["nic"]["rx_longest"].as_u64().unwrap_or(0);
     assert!(
         (1515..=9014).contains(&longest),
-        "no jumbo frame arrived: {line}"
+        "no jumbo frame arrived: {stats}"
     );
     let serial = vm.stop();
     serial.expect_no_line("!!!");
-    serial.expect_line("mtu=9000");
+    let config = serial.expect_event("config", ninefold_tests::any());
+    assert!(
+        config["effective"]
+            .as_str()
+            .is_some_and(|c| c.split(' ').any(|o| o == "mtu=9000")),
+        "{config}"
+    );
     image.fsck();
 }
 
@@ -219,7 +210,7 @@ fn linux_guest_sees_posix_locks_across_mounts() {
         .virtio_net_forward(port, 564)
         .timeout(Duration::from_secs(300))
         .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let port = port.to_string();
     run_job(
         &mut vm,

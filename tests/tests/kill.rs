@@ -27,9 +27,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ninefold_tests::ninep::{connect, connect_lossy, Lossy, Tcp, GONE};
-use ninefold_tests::{FsImage, Qemu, Running};
+use ninefold_tests::{any, FsImage, Qemu, Running};
 use ninep::testing::Client;
 use ninep::wire::open_flags;
+use serde_json::json;
 
 /// Rotate to a new file past this size.
 const FILE_LIMIT: usize = 1 << 20;
@@ -321,10 +322,10 @@ fn run(p: &Params) -> Result<Summary, String> {
             );
             continue;
         }
-        vm.wait_for_line("9p: listening on");
+        vm.wait_for_event("listening", json!({"service": "9p"}));
         if p.append.is_empty() {
-            let mounted = vm.wait_for_line("fs: mounted");
-            if round > 1 && !mounted.contains("NOT cleanly unmounted") {
+            let mounted = vm.wait_for_event("mounted", any());
+            if round > 1 && mounted["clean"] != false {
                 vm.fail("the mount after a kill did not see an unclean filesystem");
             }
         }

@@ -13,6 +13,7 @@ use ninefold_tests::ninep::connect;
 use ninefold_tests::stats::{self, parse_metrics, sample, Sample};
 use ninefold_tests::{FsImage, Qemu};
 use ninep::wire::open_flags;
+use serde_json::json;
 use vfs::Errno;
 
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
@@ -33,7 +34,10 @@ fn metrics_pass_promtool_and_count_the_traffic() {
         .nvme_image("nf-metrics", &image)
         .timeout(Duration::from_secs(180))
         .spawn();
-    vm.wait_for_line("9p: listening on 10.0.2.15:564");
+    vm.wait_for_event(
+        "listening",
+        json!({"service": "9p", "address": "10.0.2.15", "port": 564}),
+    );
 
     let (kind, before) = stats::http_get(stats_port, "/metrics");
     assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");

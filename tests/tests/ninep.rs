@@ -18,6 +18,7 @@ use ninefold_tests::ninep::{connect, read_frame, stream, Tcp};
 use ninefold_tests::{serving_cpus, stats, FsImage, Qemu, Running};
 use ninep::testing::Client;
 use ninep::wire::{open_flags, Tmsg};
+use serde_json::{json, Value};
 use vfs::Errno;
 
 const MIB: usize = 1 << 20;
@@ -65,7 +66,10 @@ fn appliance(port: u16, backing: Backing) -> Appliance {
         _ => q.append("fs=memory"),
     };
     let mut vm = q.spawn();
-    vm.wait_for_line("9p: listening on 10.0.2.15:564");
+    vm.wait_for_event(
+        "listening",
+        json!({"service": "9p", "address": "10.0.2.15", "port": 564}),
+    );
     Appliance {
         vm,
         image,
@@ -84,6 +88,15 @@ impl Appliance {
             image.fsck();
         }
     }
+}
+
+/// Waits for a `stats` event (every 10 s while the counters change) whose 9P service
+/// has accepted `accepted` connections and has `active` open.
+fn wait_for_connections(vm: &mut Running, accepted: u64, active: u64) -> Value {
+    vm.wait_for_event(
+        "stats",
+        json!({"counters": {"9p": {"accepted": accepted, "connections": active}}}),
+    )
 }
 
 /// A recognisable byte pattern for `len` bytes, different per `seed`.
@@ -206,8 +219,12 @@ fn file_lifecycle(port: u16, backing: Backing) {
     assert_eq!(b.read(3, 0, 100).unwrap(), b"hello 3");
     drop(a);
     drop(b);
-    app.vm.wait_for_line("9p: conn 1: closed by peer");
-    app.vm.wait_for_line("9p: conn 2: closed by peer");
+    for conn in [1, 2] {
+        app.vm.wait_for_event(
+            "conn_closed",
+            json!({"conn": conn, "how": "closed_by_peer"}),
+        );
+    }
     app.finish();
 }
 
@@ -239,7 +256,7 @@ fn sixty_four_concurrent_connections() {
     for c in clients.iter_mut() {
         c.fsync(1, false).unwrap();
     }
-    app.vm.wait_for_line("64 accepted, 64 active");
+    wait_for_connections(&mut app.vm, 64, 64);
     // They were spread over every CPU (CPU 0, which also runs the network stack, gets
     // fewer), each of which served requests.
     let doc = stats::json(app.stats_port);
@@ -259,7 +276,7 @@ fn sixty_four_concurrent_connections() {
         );
     }
     drop(clients);
-    app.vm.wait_for_line("64 accepted, 0 active");
+    wait_for_connections(&mut app.vm, 64, 0);
     // And the service takes new connections afterwards.
     let mut c = attached(port);
     c.walk(0, 1, "f17").unwrap();
@@ -302,7 +319,7 @@ fn malformed_frame_closes_only_its_connection() {
         Ok(_) => assert!(rest.is_empty(), "got bytes after an oversized frame"),
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
     }
-    vm.wait_for_line("closed by server (protocol violation)");
+    let closed = vm.wait_for_event("conn_closed", json!({"how": "protocol_violation"}));
 
     // The others carry on.
     assert_eq!(good.read(1, 0, 100).unwrap(), b"still here");
@@ -310,8 +327,12 @@ fn malformed_frame_closes_only_its_connection() {
     let mut fresh = attached(port);
     fresh.walk(0, 1, "keep").unwrap();
     drop((good, weird, fresh));
+    assert_eq!(
+        (closed["conn"].as_u64(), closed["reason"].as_str()),
+        (Some(3), Some("bad_frame_size")),
+        "{closed}"
+    );
     let boot = vm.stop();
-    boot.expect_line("9p: conn 3: closed: BadFrameSize");
     boot.expect_no_line("!!!");
 }
 
@@ -380,7 +401,7 @@ fn dropped_connections_leave_the_server_healthy() {
         c.write_all(&frame).unwrap();
         c.shutdown(Shutdown::Both).unwrap();
     }
-    vm.wait_for_line("4 accepted, 1 active");
+    wait_for_connections(vm, 4, 1);
 
     // The server still works, and nothing of the half writes landed.
     let mut c = attached(port);
@@ -389,6 +410,6 @@ fn dropped_connections_leave_the_server_healthy() {
     c.lopen(1, open_flags::RDWR).unwrap();
     assert_eq!(c.write(1, 0, b"ok").unwrap(), 2);
     drop((c, setup));
-    vm.wait_for_line("5 accepted, 0 active");
+    wait_for_connections(vm, 5, 0);
     app.finish();
 }

@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use ninefold_tests::ninep::{connect, Tcp, REPLY_TIMEOUT};
 use ninefold_tests::stats::{counter, json};
-use ninefold_tests::{tool, Boot, FsImage, Qemu, Running};
+use ninefold_tests::{any, tool, Boot, FsImage, Qemu, Running};
 use ninep::testing::Client;
 use ninep::wire::{open_flags, Tmsg};
+use serde_json::json;
 
 const MIB: usize = 1 << 20;
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
@@ -32,8 +33,8 @@ fn boot(q: Qemu, port: u16) -> Running {
         .qmp()
         .timeout(Duration::from_secs(240))
         .spawn();
-    vm.wait_for_line("power: button armed");
-    vm.wait_for_line("ready: serving 9P");
+    vm.wait_for_event("power_button", json!({"armed": true}));
+    vm.wait_for_event("ready", json!({"serving": true}));
     vm
 }
 
@@ -58,14 +59,18 @@ fn write_without_fsync(c: &mut Client<Tcp>, name: &str, data: &[u8]) {
 /// soft-off makes QEMU exit with status 0 (the debug-exit device would give 33).
 fn power_off(mut vm: Running, also: impl FnOnce(&mut Running)) -> Boot {
     vm.power_button();
-    vm.wait_for_line("shutdown: power button pressed");
+    vm.wait_for_event(
+        "shutdown",
+        json!({"step": "started", "serving": true, "limit_secs": LIMIT_SECS}),
+    );
     also(&mut vm);
     let boot = vm.wait_for_exit(Duration::from_secs(LIMIT_SECS + 30));
     if boot.status != Some(0) {
         boot.fail("expected QEMU to exit with status 0 (ACPI soft-off)");
     }
-    boot.expect_line("shutdown: fs: everything durable, unmounted cleanly");
-    boot.expect_line("power: off");
+    boot.expect_event("shutdown", json!({"step": "unmounted"}));
+    boot.expect_event("shutdown", json!({"step": "done"}));
+    boot.expect_event("power_off", any());
     boot.expect_no_line("!!!");
     boot
 }
@@ -198,7 +203,7 @@ fn the_power_button_closes_clients_unmounts_cleanly_and_powers_off() {
         // A second press while shutting down is ignored, and counted; the counters
         // service still answers while the 9P service closes.
         vm.power_button();
-        vm.wait_for_line("pressed again; already shutting down (ignored)");
+        vm.wait_for_event("shutdown", json!({"step": "press_ignored"}));
         let during = json(PORT + 1);
         assert_eq!(counter(&during, "/power/button_presses"), 2);
         assert_eq!(during["power"]["shutdown"]["started"], true);
@@ -206,15 +211,18 @@ fn the_power_button_closes_clients_unmounts_cleanly_and_powers_off() {
         assert_eq!(counter(&during, "/power/shutdown/connections_closed"), 1);
         assert!(counter(&during, "/power/sci_interrupts") >= 2);
     });
-    boot.expect_line("shutdown: 9P: accepting no new connections; 2 open");
-    boot.expect_line("closed for shutdown");
-    boot.expect_line("reset for shutdown (grace time over)");
-    boot.expect_line(&format!(
-        "1 connection(s) had not finished after {} s: reset",
-        LIMIT_SECS / 2
-    ));
-    boot.expect_line("every connection closed (2 asked to close, 1 reset)");
-    boot.expect_no_line("powering off anyway");
+    boot.expect_event("shutdown", json!({"step": "listener_closed", "open": 2}));
+    boot.expect_event("conn_closed", json!({"how": "shutdown"}));
+    boot.expect_event("conn_closed", json!({"how": "shutdown_reset"}));
+    boot.expect_event(
+        "shutdown",
+        json!({
+            "step": "connections_closed",
+            "asked": 2,
+            "reset": 1,
+            "grace_secs": LIMIT_SECS / 2,
+        }),
+    );
     drop((writer, stalled));
 
     expect_clean(&image);
@@ -233,7 +241,10 @@ fn the_power_button_works_on_q35_with_virtio_blk() {
     let mut writer = connect(PORT, UP);
     write_without_fsync(&mut writer, "unsynced", &data);
     let boot = power_off(vm, |_| {});
-    boot.expect_line("every connection closed (1 asked to close, 0 reset)");
+    boot.expect_event(
+        "shutdown",
+        json!({"step": "connections_closed", "asked": 1, "reset": 0}),
+    );
     drop(writer);
 
     expect_clean(&image);

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use kernel::exit::ExitCode;
 use ninefold_tests::ninep::connect;
-use ninefold_tests::{stats, FsImage, Qemu};
+use ninefold_tests::{any, stats, FsImage, Qemu};
 use ninep::wire::open_flags;
+use serde_json::json;
 
 const UP: Duration = Duration::from_secs(120);
 
@@ -19,15 +20,24 @@ const UP: Duration = Duration::from_secs(120);
 fn every_cpu_boots_and_runs_a_task_at_smp_4() {
     let boot = Qemu::appliance().cpus(4).append("poweroff").run();
     boot.expect_exit(ExitCode::Success);
-    boot.expect_line("4 CPU(s) in MADT");
+    let cpus = boot.expect_event(
+        "cpus",
+        json!({
+            "reported": 4,
+            "online": 4,
+            "ran_task": [1, 2, 3],
+            "no_answer": [],
+            "failed": [],
+            "skipped": [],
+        }),
+    );
     for cpu in 1..4 {
-        boot.expect_line(&format!("smp: CPU {cpu} online (local APIC id {cpu})"));
-        // QEMU's vCPUs share one TSC.
-        boot.expect_line(&format!("smp: CPU {cpu}: TSC agrees with CPU 0's within"));
+        // Online with its own local APIC id, its TSC checked; QEMU's vCPUs share one.
+        let c = &cpus["cpus"][cpu];
+        if c["apic_id"] != cpu || c["tsc"]["corrected"] != false {
+            boot.fail(&format!("CPU {cpu}: {cpus}"));
+        }
     }
-    boot.expect_line("smp: 4 of 4 CPU(s) online");
-    boot.expect_line("smp: CPUs with local APIC ids [1, 2, 3] each ran a task sent from CPU 0");
-    boot.expect_no_line("did not");
 }
 
 /// `cpus=2` at `-smp 4`: two start, two stay halted and are named.
@@ -35,10 +45,13 @@ fn every_cpu_boots_and_runs_a_task_at_smp_4() {
 fn the_cpus_option_leaves_the_rest_halted() {
     let boot = Qemu::appliance().cpus(4).append("cpus=2 poweroff").run();
     boot.expect_exit(ExitCode::Success);
-    boot.expect_line("smp: 2 of 4 CPU(s) online");
-    boot.expect_line("local APIC ids [2, 3]");
-    boot.expect_line("smp: CPUs with local APIC ids [1] each ran a task sent from CPU 0");
-    boot.expect_no_line("smp: CPU 2 online");
+    let cpus = boot.expect_event(
+        "cpus",
+        json!({"reported": 4, "online": 2, "skipped": [2, 3], "ran_task": [1]}),
+    );
+    if cpus["cpus"].as_array().map(Vec::len) != Some(2) {
+        boot.fail(&format!("expected CPUs 0 and 1 only: {cpus}"));
+    }
 }
 
 /// `-smp 2` serving 9P from an NVMe disk with one I/O queue pair per CPU: fsync'd writes
@@ -55,9 +68,12 @@ fn two_cpus_serve_9p_and_report_both() {
         .nvme_image("nf-smp", &image)
         .timeout(Duration::from_secs(180))
         .spawn();
-    vm.wait_for_line("9p: listening on 10.0.2.15:564");
+    vm.wait_for_event(
+        "listening",
+        json!({"service": "9p", "address": "10.0.2.15", "port": 564}),
+    );
     // One NVMe I/O queue pair per CPU by default.
-    vm.wait_for_line("2 I/O queue pairs (requested 2,");
+    vm.wait_for_event("nvme", json!({"pairs": 2, "requested": 2}));
     let mut c = connect(port, UP);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();
@@ -107,12 +123,8 @@ fn two_cpus_serve_9p_and_report_both() {
     // The second CPU has little to do but one client's few requests: it idles most of
     // the time it has been up (since about the end of the boot).
     let uptime = stats::counter(&json, "/uptime_ms");
-    let booted: u64 = vm
-        .wait_for_line("boot: complete in ")
-        .split("complete in ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|ms| ms.parse().ok())
+    let booted = vm.wait_for_event("booted", any())["ms"]
+        .as_u64()
         .unwrap_or(0);
     let idle = stats::counter(&json, "/cpus/1/idle_ms");
     if idle * 2 < uptime - booted {
@@ -139,9 +151,11 @@ fn each_cpu_s_requests_complete_and_interrupt_on_that_cpu() {
         .append("selftest=block")
         .run();
     boot.expect_exit(ExitCode::Success);
-    boot.expect_line(" 4 I/O queue pairs (requested 4, controller granted ");
-    boot.expect_line("I/O queue pairs 1-4 served on CPUs [0, 1, 2, 3]");
-    let events = boot.events("block-cpus");
+    boot.expect_event(
+        "nvme",
+        json!({"pairs": 4, "requested": 4, "cpus": [0, 1, 2, 3]}),
+    );
+    let events = boot.events("block_cpus");
     if events.len() != 2 {
         boot.fail(&format!("expected an irq and a poll event: {events:?}"));
     }
@@ -173,6 +187,9 @@ fn each_cpu_s_requests_complete_and_interrupt_on_that_cpu() {
             }
         }
     }
-    boot.expect_line("selftest: 26 passed, 0 failed, 0 skipped");
-    boot.expect_no_line("FAILED");
+    boot.expect_event(
+        "selftest_done",
+        json!({"passed": 26, "failed": 0, "skipped": 0}),
+    );
+    boot.expect_no_event("selftest", json!({"result": "failed"}));
 }

@@ -40,6 +40,7 @@ use ninefold_tests::ninep::{connect, connect_lossy, Tcp};
 use ninefold_tests::{guest_dir, tool, FsImage, Qemu, Running};
 use ninep::testing::{Client, Exchange};
 use ninep::wire::{open_flags, setattr};
+use serde_json::json;
 use vfs::Errno;
 
 const UP: Duration = Duration::from_secs(60);
@@ -546,7 +547,7 @@ fn boot_logged(image: &FsImage, log: &Path, disk: &str, port: u16) -> Running {
         _ => q.nvme_logged("nf-trace", image, log),
     }
     .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     vm
 }
 
@@ -723,7 +724,7 @@ fn power_cut(disk: &str, port: u16) {
         .timeout(Duration::from_secs(300))
         .nvme_image("nf-cut", &image)
         .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = client(port);
     let completed = |len: u64| trace.entries_within(len) <= durable;
     let mut problems = Vec::new();

@@ -481,7 +481,9 @@ fn work<F: FileSystem + Send + Sync + 'static>(
             let service = service.clone();
             tokio::task::spawn_local(async move {
                 match Tcp::new(stream, service.stats().clone(), worker) {
-                    Ok(io) => service.serve(&Tokio, io, Some(peer), worker).await,
+                    Ok(io) => {
+                        service.serve(&Tokio, io, Some(peer), worker).await;
+                    }
                     Err(e) => {
                         log::warn!("9p: {peer}: {e}");
                         service.abandon(worker);

@@ -148,29 +148,6 @@ async fn bench_disk(disk: Rc<Disk>, runtime: Duration) {
     log::info!("bench: {device} counters {}", disk.stats_line());
 }
 
-/// One workload's result, as `tests/bench/device.py` reads it from the `bench-result:`
-/// line.
-#[derive(serde::Serialize)]
-struct BenchResult<'a> {
-    device: &'a str,
-    workload: &'a str,
-    ops: u64,
-    seconds: f64,
-    iops: f64,
-    mib_s: f64,
-    write_lat_us: f64,
-    flush_lat_us: f64,
-    write_lat_max_us: f64,
-    flush_lat_max_us: f64,
-    iteration_us: f64,
-    requests: u64,
-    doorbells_per_request: f64,
-    interrupts_per_request: f64,
-    reaps_per_request: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
-}
-
 fn report(device: &str, workload: &str, o: &Outcome) {
     let secs = o.elapsed.as_secs_f64().max(1e-9);
     let per_op_us = |ns: u64, n: u64| {
@@ -182,7 +159,7 @@ fn report(device: &str, workload: &str, o: &Outcome) {
     };
     let c = &o.counters;
     let per_request = |n: u64| n as f64 / c.requests.max(1) as f64;
-    let result = BenchResult {
+    let result = crate::event::BenchResult {
         device,
         workload,
         ops: o.ops,
@@ -204,11 +181,8 @@ fn report(device: &str, workload: &str, o: &Outcome) {
         reaps_per_request: per_request(c.reaps),
         error: o.error.as_deref(),
     };
-    // One line per workload, for tests/bench/device.py.
-    match serde_json::to_string(&result) {
-        Ok(json) => log::info!("bench-result: {json}"),
-        Err(e) => log::error!("bench: {device} {workload}: result not encodable: {e}"),
-    }
+    // One event per workload, for tests/bench/device.py.
+    crate::event::emit(crate::event::Event::BenchResult(result));
 }
 
 /// A page-aligned buffer of `len` bytes filled with non-zero data.

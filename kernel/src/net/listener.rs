@@ -341,7 +341,8 @@ impl<F: FileSystem + Send + Sync + 'static> Listener<F> {
         let (service, stack) = (self.service.clone(), self.stack.clone());
         let serve = move || async move {
             let io = TcpTransport::new(stack, handle, service.stats().clone(), cpu);
-            service.serve(&Tasks, io, peer, cpu).await;
+            let served = service.serve(&Tasks, io, peer, cpu).await;
+            crate::event::emit(crate::event::conn_closed(&served));
         };
         if cpu == percpu::index() {
             task::spawn(serve());

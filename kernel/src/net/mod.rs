@@ -41,6 +41,7 @@ pub use serve_impl::{serve, NetError};
 mod serve_impl {
     use alloc::rc::Rc;
     use alloc::sync::Arc;
+    use alloc::vec::Vec;
     use core::fmt;
 
     use ninep::admin::AdminFs;
@@ -52,6 +53,7 @@ mod serve_impl {
     use super::nic::{Nic, NicError};
     use super::stack::Stack;
     use crate::config::Config;
+    use crate::event::{self, Event};
     use crate::task;
 
     const NS_PER_SEC: u64 = 1_000_000_000;
@@ -105,8 +107,13 @@ mod serve_impl {
             ..NinepConfig::default()
         };
         let mut config9p = config.access.server_config(Export::root(""), base);
+        let mut exports = Vec::new();
         for e in &config9p.exports {
             log::info!("9p: export {e} (clients: {})", config9p.allow_list(e));
+            exports.push(event::Export {
+                export: event::Text::display(e),
+                clients: event::Text::display(config9p.allow_list(e)),
+            });
         }
         let client_mem = match limits.client_mem_mib {
             Some(mib) => (mib as usize) << 20,
@@ -136,6 +143,14 @@ mod serve_impl {
             buffer >> 10,
             limits.msize >> 10
         );
+        event::emit(Event::Listening {
+            service: "9p",
+            address: Some(event::Text::display(address.address())),
+            port: config.port,
+            max_conns: Some(limits.max_conns),
+            exports: event::list(exports),
+            clients: None,
+        });
         log::info!(
             "9p: client memory {} MiB ({} MiB per connection in requests, {} MiB in held state, {} KiB reserved each)",
             memory.limit >> 20,

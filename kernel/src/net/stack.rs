@@ -290,6 +290,11 @@ impl Stack {
         )
     }
 
+    /// The NIC's counters.
+    pub fn nic_counters(&self) -> &NicStats {
+        &self.nic_stats
+    }
+
     /// Times the interface was polled.
     pub fn polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)

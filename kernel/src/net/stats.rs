@@ -27,6 +27,22 @@ pub struct NicStats {
     pub tx_queue_full: Counter,
 }
 
+impl NicStats {
+    /// Their values now, for the `stats` event.
+    pub fn counts(&self) -> crate::event::NicCounts {
+        crate::event::NicCounts {
+            rx_frames: self.rx_frames.get(),
+            rx_bytes: self.rx_bytes.get(),
+            rx_longest: self.rx_longest.get(),
+            rx_errors: self.rx_errors.get(),
+            tx_frames: self.tx_frames.get(),
+            tx_bytes: self.tx_bytes.get(),
+            tx_dropped: self.tx_dropped.get(),
+            tx_queue_full: self.tx_queue_full.get(),
+        }
+    }
+}
+
 impl fmt::Display for NicStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -66,6 +66,14 @@ pub async fn run<S: Source + 'static>(
     log::info!(
         "stats: counters service on port {port}, clients: {allow} (JSON; `stat` for /sys/block-style lines; GET /metrics for Prometheus)"
     );
+    crate::event::emit(crate::event::Event::Listening {
+        service: "stats",
+        address: None,
+        port,
+        max_conns: None,
+        exports: alloc::vec::Vec::new(),
+        clients: Some(crate::event::Text::display(&allow)),
+    });
     loop {
         let Some(h) = listen(&stack, port) else {
             task::sleep(Duration::from_secs(1)).await;

@@ -193,6 +193,7 @@ pub fn report() -> PowerReport {
 /// [`ExitCode::Success`], else a halted CPU.
 pub fn off() -> ! {
     log::info!("power: off");
+    crate::event::emit(crate::event::Event::PowerOff);
     cpu::disable_interrupts();
     match HARDWARE.get().and_then(|hw| Some((hw, hw.s5?))) {
         Some((hw, s5)) => {

@@ -3,8 +3,9 @@
 //! Every NVMe controller and virtio-blk device on the bus is opened twice, with interrupt
 //! and then with polled completions (and otherwise the command line's driver options,
 //! e.g. `nvme_queues=`), and put through the checks below; each logs
-//! `selftest: block KIND ADDR MODE: CHECK: ok (...)` (or `FAILED`); the per-CPU check
-//! also logs what it measured as one JSON line, `block-cpus: {...}`. Data is patterned by
+//! `selftest: block KIND ADDR MODE: CHECK: ok (...)` (or `FAILED`) and emits its
+//! `selftest` event; the per-CPU check also emits what it measured, a `block_cpus`
+//! event ([`crate::event`]). Data is patterned by
 //! position and run, so a read-back proves this run's writes landed where they should.
 
 use alloc::boxed::Box;
@@ -20,12 +21,13 @@ use core::time::Duration;
 
 use block::{BlockDevice, IoError, WriteFlags};
 
-use super::{ensure, Tally, Verdict};
+use super::{ensure, Subject, Tally, Verdict};
 use crate::config::Config;
 use crate::drivers::disk::{open_at, Disk, DiskOptions};
 use crate::drivers::nvme::{NvmeDisk, QueueStats};
 use crate::drivers::select::DiskKind;
 use crate::drivers::{join_all, CompletionMode};
+use crate::event::{self, Event, Fact, Facts, PairOnCpus};
 use crate::exec::WakeStats;
 use crate::exit::ExitCode;
 use crate::pci::device;
@@ -59,6 +61,14 @@ pub async fn run(config: &Config) -> ExitCode {
         ] {
             seed += 1;
             let name = format!("block {kind} {addr} {mode_name}");
+            tally.subject(Some(Subject {
+                kind: match kind {
+                    DiskKind::Nvme => "nvme",
+                    DiskKind::VirtioBlk => "virtio",
+                },
+                device: format!("{addr}"),
+                mode: mode_name,
+            }));
             let mut options = DiskOptions::for_config(config);
             options.nvme.mode = mode;
             options.virtio.mode = mode;
@@ -66,13 +76,13 @@ pub async fn run(config: &Config) -> ExitCode {
             let disk = match open_at(pci, kind, options).await {
                 Ok(d) => Arc::new(d),
                 Err(e) => {
-                    tally.record(&format!("{name}: open"), Verdict::Fail(format!("{e}")));
+                    tally.record("open", Verdict::Fail(format!("{e}")));
                     continue;
                 }
             };
             let g = disk.geometry();
             tally.record(
-                &format!("{name}: open"),
+                "open",
                 Verdict::Pass(format!(
                     "{} blocks of {} B, max transfer {} KiB, FUA {}, cache {}, discard {}",
                     g.num_blocks,
@@ -83,7 +93,7 @@ pub async fn run(config: &Config) -> ExitCode {
                     g.discard
                 )),
             );
-            let mut record = |check: &str, v| tally.record(&format!("{name}: {check}"), v);
+            let mut record = |check: &str, v| tally.record(check, v);
             record("queues", queues(&disk, seed, mode).await);
             record("cpus", every_cpu(&disk, &name, seed, mode).await);
             record("spread", spread(&disk, seed).await);
@@ -104,9 +114,10 @@ pub async fn run(config: &Config) -> ExitCode {
                 Ok(disk) => recovery(&disk, seed).await,
                 Err(e) => Verdict::Fail(format!("reopening with a short timeout: {e}")),
             };
-            tally.record(&format!("{name}: timeout"), verdict);
+            tally.record("timeout", verdict);
         }
     }
+    tally.subject(None);
     tally.finish()
 }
 
@@ -214,37 +225,20 @@ async fn queues(disk: &Disk, seed: u64, mode: CompletionMode) -> Verdict {
         n + 1
     );
     let entries: Vec<_> = after.iter().filter_map(|q| q.msix_entry).collect();
-    Verdict::Pass(format!(
-        "{n} I/O queue pair{}: a block written through each read back through the next, commands per queue {:?}, MSI-X entries {entries:?}",
-        if n == 1 { "" } else { "s" },
-        after
-            .iter()
-            .map(|q| q.doorbells.submitted)
-            .collect::<Vec<_>>()
-    ))
-}
-
-/// What the per-CPU check measured on one queue pair: the changes of its per-CPU
-/// counters while every CPU did I/O (the `block-cpus:` line).
-#[derive(Debug, serde::Serialize)]
-struct PairOnCpus {
-    qid: u16,
-    /// The CPU the pair belongs to.
-    cpu: usize,
-    submitted_by_cpu: Vec<u64>,
-    completed_by_cpu: Vec<u64>,
-    interrupts_by_cpu: Vec<u64>,
-}
-
-/// The `block-cpus:` line.
-#[derive(Debug, serde::Serialize)]
-struct CpusEvent<'a> {
-    check: &'a str,
-    cpus: usize,
-    pairs: Vec<PairOnCpus>,
-    /// How wakes from other CPUs reached each CPU meanwhile (IPIs sent, and skipped
-    /// because it was running).
-    wakes: Vec<WakeStats>,
+    let commands: Vec<u64> = after.iter().map(|q| q.doorbells.submitted).collect();
+    Verdict::Measured(
+        format!(
+            "{n} I/O queue pair{}: a block written through each read back through the next, commands per queue {commands:?}, MSI-X entries {entries:?}",
+            if n == 1 { "" } else { "s" },
+        ),
+        Facts::new()
+            .with("pairs", Fact::Number(n as u64))
+            .with("commands", Fact::Numbers(event::list(commands)))
+            .with(
+                "msix_entries",
+                Fact::Numbers(event::list(entries.iter().map(|&e| u64::from(e)))),
+            ),
+    )
 }
 
 /// Every CPU does I/O through the disk at once (each through the pair it is routed to):
@@ -293,7 +287,7 @@ async fn every_cpu(disk: &Arc<Disk>, name: &str, seed: u64, mode: CompletionMode
             }
         })
         .collect();
-    let wakes = wakes_before
+    let wakes: Vec<WakeStats> = wakes_before
         .iter()
         .enumerate()
         .map(|(cpu, b)| {
@@ -304,19 +298,15 @@ async fn every_cpu(disk: &Arc<Disk>, name: &str, seed: u64, mode: CompletionMode
             }
         })
         .collect();
-    let event = CpusEvent {
-        check: name,
+    event::emit(Event::BlockCpus {
+        check: name.into(),
         cpus,
-        pairs,
-        wakes,
-    };
-    log::info!(
-        "block-cpus: {}",
-        serde_json::to_string(&event).unwrap_or_default()
-    );
-    let n = event.pairs.len();
+        pairs: &pairs,
+        wakes: &wakes,
+    });
+    let n = pairs.len();
     let own_entries = shared_entries(&before) == 0;
-    for p in &event.pairs {
+    for p in &pairs {
         let pair = usize::from(p.qid) - 1;
         for cpu in 0..cpus {
             let routed_here = cpu % n == pair;
@@ -497,11 +487,14 @@ async fn spread(disk: &Disk, seed: u64) -> Verdict {
             ));
         }
     }
-    Verdict::Pass(format!(
-        "{n} writes of {} KiB from block 0 to {}, up to {peak} in flight, flushed, every byte read back",
-        per * bs / 1024,
-        span + per as u64 - 1
-    ))
+    Verdict::Measured(
+        format!(
+            "{n} writes of {} KiB from block 0 to {}, up to {peak} in flight, flushed, every byte read back",
+            per * bs / 1024,
+            span + per as u64 - 1
+        ),
+        Facts::new().with("in_flight", Fact::Number(peak as u64)),
+    )
 }
 
 /// 32 concurrent FUA writes, read back.
@@ -571,13 +564,16 @@ async fn large(disk: &Disk, seed: u64) -> Verdict {
         r == Err(IoError::BadLength),
         "a transfer above the maximum gave {r:?}"
     );
-    Verdict::Pass(format!(
-        "{} KiB transfers at blocks 0, {} and {} with page offsets 0, 4, 512; {} KiB + 1 block refused",
-        max / 1024,
-        g.num_blocks - blocks,
-        g.num_blocks / 2,
-        max / 1024
-    ))
+    Verdict::Measured(
+        format!(
+            "{} KiB transfers at blocks 0, {} and {} with page offsets 0, 4, 512; {} KiB + 1 block refused",
+            max / 1024,
+            g.num_blocks - blocks,
+            g.num_blocks / 2,
+            max / 1024
+        ),
+        Facts::new().with("transfer_kib", Fact::Number(max as u64 / 1024)),
+    )
 }
 
 /// Buffers at odd addresses write and read back.

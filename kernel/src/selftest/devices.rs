@@ -12,6 +12,7 @@ use crate::clock::pit;
 use crate::config::DiskSelector;
 use crate::drivers::nvme::{self, NvmeDisk};
 use crate::drivers::select::select;
+use crate::event::{Fact, Facts};
 use crate::exec::IrqEvent;
 use crate::irq::{self, IrqHandle};
 use crate::mm::DmaDevice;
@@ -127,8 +128,13 @@ pub async fn msix() -> Verdict {
         "admin commands completed without an MSI-X interrupt on vector {vector:#x}"
     );
     let c = disk.controller();
-    Verdict::Pass(format!(
-        "NVMe at {addr} serial \"{}\" model \"{}\" via MSI-X vector {vector:#x} ({count} interrupts)",
-        c.serial, c.model
-    ))
+    Verdict::Measured(
+        format!(
+            "NVMe at {addr} serial \"{}\" model \"{}\" via MSI-X vector {vector:#x} ({count} interrupts)",
+            c.serial, c.model
+        ),
+        Facts::new()
+            .with("serial", Fact::Text(c.serial.clone().into()))
+            .with("interrupts", Fact::Number(count)),
+    )
 }

@@ -11,7 +11,7 @@ mod start;
 mod tsc_check;
 
 pub use remote::{spawn_on, Remote};
-pub use start::{ap_main, start_application_processors, StartReport};
+pub use start::{ap_main, start_application_processors, start_report, StartReport};
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -75,6 +75,11 @@ pub struct CpuState {
     pub tsc: TscCheck,
     /// How wakes from other CPUs reached its executor.
     pub wakes: WakeStats,
+}
+
+/// CPU `cpu`'s TSC against CPU 0's, if it was checked (never for CPU 0).
+pub fn tsc_check(cpu: usize) -> Option<TscCheck> {
+    CPUS.get(cpu).and_then(|c| c.tsc.get().copied())
 }
 
 /// Every online CPU, by index.

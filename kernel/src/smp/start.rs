@@ -54,12 +54,14 @@ pub fn start_application_processors(apic_ids: &[u8], limit: usize) -> StartRepor
     let others: Vec<u8> = apic_ids.iter().copied().filter(|&id| id != me).collect();
     if others.is_empty() {
         report.online = 1;
+        START.call_once(|| report.clone());
         return report;
     }
     if let Err(e) = hw::install_trampoline() {
         warn!("smp: cannot install the AP trampoline ({e:?}); running on one CPU");
         report.online = 1;
         report.skipped = others;
+        START.call_once(|| report.clone());
         return report;
     }
     let mut next = 1;
@@ -93,7 +95,15 @@ pub fn start_application_processors(apic_ids: &[u8], limit: usize) -> StartRepor
         }
     }
     report.online = next;
+    START.call_once(|| report.clone());
     report
+}
+
+static START: spin::Once<StartReport> = spin::Once::new();
+
+/// What [`start_application_processors`] did, once it has run.
+pub fn start_report() -> Option<&'static StartReport> {
+    START.get()
 }
 
 /// Measures CPU `cpu`'s TSC against this one's (it waits for that after reporting

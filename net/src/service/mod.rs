@@ -120,6 +120,60 @@ pub struct ServiceConfig {
     pub worker_noun: &'static str,
 }
 
+/// How a connection ended ([`Served::how`]): what the log line says, counted per cause in
+/// [`stats`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// The peer closed it (FIN).
+    ByPeer,
+    /// The peer reset it, or it timed out (no FIN).
+    Reset,
+    /// Reading or writing the socket failed.
+    SocketError,
+    /// The server closed it for a protocol violation (a bad frame size, a duplicate tag).
+    ProtocolViolation,
+    /// The server shed it (deadline passed, memory or slot reclaimed): reset at once.
+    Shed,
+    /// Closed politely for a shutdown.
+    Shutdown,
+    /// Reset for a shutdown: it had not finished within the grace time.
+    ShutdownReset,
+}
+
+impl Closed {
+    /// What the log says.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Closed::ByPeer => "closed by peer",
+            Closed::Reset => "reset or timed out",
+            Closed::SocketError => "socket error",
+            Closed::ProtocolViolation => "closed by server (protocol violation)",
+            Closed::Shed => "shed by server",
+            Closed::Shutdown => "closed for shutdown",
+            Closed::ShutdownReset => "reset for shutdown (grace time over)",
+        }
+    }
+}
+
+/// What [`Service::serve`] did with a connection, once it is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The connection's (session's) id, as the log names it.
+    pub conn: u64,
+    /// The worker that served it.
+    pub worker: usize,
+    /// How it ended.
+    pub how: Closed,
+    /// The server's reason, when the server closed it.
+    pub reason: Option<CloseReason>,
+    /// Bytes received and sent on it.
+    pub rx: u64,
+    /// See [`Served::rx`].
+    pub tx: u64,
+    /// Connections still open once it was counted as ended.
+    pub active: u64,
+}
+
 /// Why [`Service::admit`] turned a client away: the caller resets the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -235,14 +289,14 @@ impl<F: FileSystem + 'static> Service<F> {
     }
 
     /// Serves one admitted connection on `worker`, from its first byte to the socket's
-    /// release. See the module documentation.
+    /// release, and says how it ended. See the module documentation.
     pub async fn serve<E: Endpoint, R: Runtime>(
         &self,
         rt: &R,
         mut io: E,
         peer: Option<SocketAddr>,
         worker: usize,
-    ) {
+    ) -> Served {
         let conn = match peer {
             Some(p) => Connection::from_peer(self.server.clone(), p.ip()),
             None => Connection::new(self.server.clone()),
@@ -253,37 +307,38 @@ impl<F: FileSystem + 'static> Service<F> {
         let result = conn.run(&mut io).await;
         let s = &self.stats;
         let mut shed = false;
+        let reason = result.as_ref().ok().copied().flatten();
         let how = match result {
             Err(e) => {
                 s.reset.inc();
                 log::warn!("9p: conn {id}: socket error {e:?}");
-                "socket error"
+                Closed::SocketError
             }
             Ok(Some(CloseReason::Shutdown)) => {
                 s.shutdown_closed.inc();
-                "closed for shutdown"
+                Closed::Shutdown
             }
             Ok(Some(CloseReason::ShutdownNow)) => {
                 s.shutdown_shed.inc();
                 shed = true;
-                "reset for shutdown (grace time over)"
+                Closed::ShutdownReset
             }
             Ok(Some(reason)) if reason.drops_output() => {
                 s.shed.inc();
                 shed = true;
-                "shed by server"
+                Closed::Shed
             }
             Ok(Some(_)) => {
                 s.protocol_closed.inc();
-                "closed by server (protocol violation)"
+                Closed::ProtocolViolation
             }
             Ok(None) if io.was_reset() => {
                 s.reset.inc();
-                "reset or timed out"
+                Closed::Reset
             }
             Ok(None) => {
                 s.peer_closed.inc();
-                "closed by peer"
+                Closed::ByPeer
             }
         };
         if shed {
@@ -294,10 +349,20 @@ impl<F: FileSystem + 'static> Service<F> {
         let (rx, tx) = (io.rx_bytes(), io.tx_bytes());
         io.release();
         self.ended(worker);
+        let active = s.active();
         log::info!(
-            "9p: conn {id}: {how} (served on {noun} {worker}; rx {rx} B, tx {tx} B); {} active",
-            s.active()
+            "9p: conn {id}: {} (served on {noun} {worker}; rx {rx} B, tx {tx} B); {active} active",
+            how.describe()
         );
+        Served {
+            conn: id,
+            worker,
+            how,
+            reason,
+            rx,
+            tx,
+            active,
+        }
     }
 
     /// Closes politely and waits for the close to finish, resetting the connection after

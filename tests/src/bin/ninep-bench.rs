@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ninefold_tests::ninep::connect;
 use ninefold_tests::{FsImage, Qemu};
 use ninep::wire::open_flags;
+use serde_json::json;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -52,7 +53,7 @@ fn main() {
         None => q.append("fs=memory"),
     }
     .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut c = connect(port, Duration::from_secs(60));
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();
@@ -106,7 +107,7 @@ fn main() {
     }
     drop(c);
     // The appliance logs its counters every 10 s; wait for a line after the work.
-    vm.wait_for_line("closed by peer");
+    vm.wait_for_event("conn_closed", json!({"how": "closed_by_peer"}));
     std::thread::sleep(Duration::from_secs(11));
     let boot = vm.stop();
     println!();

@@ -201,7 +201,7 @@ pub fn run(memory: &str, scale: &Scale, port: u16, stats_port: u16) -> Run {
         .append(access::KERNEL_OPTIONS)
         .timeout(boot_time)
         .spawn();
-    vm.wait_for_line("9p: listening on");
+    vm.wait_for_event("listening", json!({"service": "9p"}));
     let mut target = Target {
         vm,
         port,

@@ -905,6 +905,25 @@ impl Inner {
             "nvme: {}: I/O queue pairs 1-{n} served on CPUs {cpus:?} (their reapers, and their interrupts unless polled)",
             self.ctrl.pci.address(),
         );
+        use crate::event::{self, Event, Text};
+        event::emit(Event::Nvme {
+            device: Text::display(self.ctrl.pci.address()),
+            model: self.info.model.as_str().into(),
+            serial: self.info.serial.as_str().into(),
+            firmware: self.info.firmware.as_str().into(),
+            blocks: g.num_blocks,
+            block_size: g.block_size,
+            max_transfer_kib: g.max_transfer / 1024,
+            completions: match self.options.mode {
+                crate::drivers::CompletionMode::Interrupt => "interrupt",
+                crate::drivers::CompletionMode::Poll => "poll",
+            },
+            pairs: n,
+            requested: self.requested_queues,
+            granted: self.granted_queues.0.min(self.granted_queues.1),
+            msix_entries: event::list(entries),
+            cpus: event::list(cpus),
+        });
     }
 
     fn abort_grace(&self) -> Duration {
