@@ -180,7 +180,7 @@ class Server:
                 + (["-gdb", f"tcp:127.0.0.1:{GDB_PORT}"] if self.a.profile else []),
             )  # fmt: skip
             self.app.start()
-            self.app.wait_for("ready: serving 9P", timeout=120)
+            self.app.wait_for_event("ready", timeout=120, serving=True)
             self.pid = hostcpu.child_of(self.app.proc.pid)  # QEMU, under timeout(1)
         elif self.system == "ceiling":
             self.proc = subprocess.Popen(

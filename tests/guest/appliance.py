@@ -9,11 +9,12 @@ after which `fsck` checks the image.
 
     app = Appliance(elf, tool, disk, disk_size, log, mem="128M", cpus=1,
                     net=Net.listen(25650, "10.0.3.1/24"))
-    app.start(); app.wait_for("ready: serving 9P")
+    app.start(); app.wait_for_event("ready", serving=True)
     ...
     app.stop(); status, report = app.fsck()
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,8 @@ from guestvm import GuestError, Net
 
 # The appliance's counters service port (its stats= default).
 STATS_PORT = 5641
+# The prefix of the appliance's structured events on its console (kernel/src/event.rs).
+EVENT_PREFIX = "EVENT "
 
 
 class Appliance:
@@ -102,6 +105,27 @@ class Appliance:
                 raise GuestError(f"appliance exited ({self.proc.returncode}) before {text!r}; see {self.log}")
             if time.monotonic() > deadline:
                 raise GuestError(f"appliance: no {text!r} after {timeout} s; see {self.log}")
+            time.sleep(0.1)
+
+    def wait_for_event(self, kind, timeout=60, **fields):
+        """Waits for the appliance's structured event `kind` (a console line `EVENT {json}`,
+        docs/testing.md "Events") whose fields include `fields`; returns its object."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.console().splitlines():
+                _, sep, body = line.partition(EVENT_PREFIX)
+                if not sep:
+                    continue
+                try:
+                    event = json.loads(body)
+                except ValueError:
+                    continue
+                if event.get("event") == kind and all(event.get(k) == v for k, v in fields.items()):
+                    return event
+            if self.proc.poll() is not None:
+                raise GuestError(f"appliance exited ({self.proc.returncode}) before event {kind}; see {self.log}")
+            if time.monotonic() > deadline:
+                raise GuestError(f"appliance: no event {kind} {fields} after {timeout} s; see {self.log}")
             time.sleep(0.1)
 
     def stop(self):
