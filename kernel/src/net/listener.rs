@@ -161,8 +161,14 @@ impl<F: FileSystem + 'static> Listener<F> {
     }
 
     /// Lets as many connection requests through as the pool has sockets listening;
-    /// those past it are held back until the pool is refilled (`super::syn_gate`).
+    /// those past it are held back until the pool is refilled (`super::syn_gate`). With
+    /// no pool at all (the hard cap) the gate opens: clients are refused at once.
     fn arm_syn_gate(&self, pool: &[SockId]) {
+        if pool.is_empty() {
+            self.stack.syn_gate().open();
+            return;
+        }
+        // Sockets mid-handshake are in the pool but take no new SYN.
         let listening = pool.iter().filter(|&&h| self.listening(h)).count();
         self.stack.syn_gate().arm(self.port, listening);
     }

@@ -10,8 +10,11 @@
 //! Clients that started together retransmit together, so the gate also tells the listener
 //! how many it held back ([`SynGate::take_held`], waking it): the listener then keeps that
 //! many more sockets listening until those clients are in.
-//! When the listener has no socket at all (the hard connection cap, or shutting down) the
-//! gate is open, so clients are refused at once instead of retrying for minutes.
+//! When the listener has no socket at all (the hard connection cap, or shutting down) it
+//! opens the gate, so clients are refused at once instead of retrying for minutes. A pool
+//! whose sockets are all mid-handshake (a burst just taken) has none listening but is not
+//! empty: the gate then holds every SYN until the pool is refilled, rather than letting
+//! smoltcp refuse them.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use core::task::Waker;
@@ -34,10 +37,10 @@ pub struct SynGate {
 }
 
 impl SynGate {
-    /// Lets `listening` more SYNs for `port` through, holding back the rest; with no
-    /// socket listening, opens the gate (every SYN through: smoltcp refuses them).
+    /// Lets `listening` more SYNs for `port` through, holding back the rest (all of
+    /// them with none listening: the pool is being refilled).
     pub fn arm(&self, port: u16, listening: usize) {
-        *self.armed.lock() = (listening > 0).then_some((port, listening));
+        *self.armed.lock() = Some((port, listening));
     }
 
     /// Opens the gate: every SYN goes through.
@@ -138,18 +141,19 @@ mod tests {
     }
 
     #[test]
-    fn no_socket_listening_means_refuse_at_once() {
+    fn no_socket_listening_holds_and_an_open_gate_refuses_at_once() {
         let gate = SynGate::default();
         let syn = segment(564, TcpControl::Syn, false);
+        // Every socket of the pool mid-handshake: the client retransmits, and a socket
+        // listens by then (smoltcp would refuse it).
         gate.arm(564, 0);
-        assert!(
-            gate.admits(&syn),
-            "smoltcp answers RST: the client learns at once"
-        );
-        gate.arm(564, 1);
+        assert!(!gate.admits(&syn));
+        assert_eq!((gate.held(), gate.take_held()), (1, 1));
+        // No pool at all (the hard cap, a shutdown): through, and smoltcp answers RST,
+        // so the client learns at once.
         gate.open();
         assert!(gate.admits(&syn));
         assert!(gate.admits(&syn));
-        assert_eq!(gate.held(), 0);
+        assert_eq!(gate.held(), 1);
     }
 }
