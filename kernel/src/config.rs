@@ -25,6 +25,11 @@
 //! | `max_fids=N` | most fids per connection | `4096` |
 //! | `max_in_flight=N` | most requests outstanding per connection (1..=1024) | `128` |
 //! | `client_mem=MIB` | memory the 9P server may spend on clients' behalf | a sixth of the heap |
+//! | `max_conns_per_tenant=N` | most concurrent 9P connections of one tenant (an export with its own `allow=`, else a client address; `docs/9p.md`, "Tenants") (1..=1024); a tenant below its fair share at `max_conns` takes a slot from the tenant most above its own | `max_conns` |
+//! | `max_fids_per_tenant=N` | most fids one tenant's connections may hold together | 16 × `max_fids` |
+//! | `max_locks_per_tenant=N` | most POSIX locks one tenant may hold (of 32768 in all) | `8192` |
+//! | `max_in_flight_per_tenant=N` | most requests one tenant may have in flight | 16 × `max_in_flight` |
+//! | `client_mem_per_tenant=MIB` | memory of the client budget one tenant's connections may hold together (a tenant below its fair share takes memory back from one above whatever this says) | `client_mem` |
 //! | `handshake_timeout=SECS` | time a new connection has to complete `Tversion` | `10` |
 //! | `idle_timeout=SECS` | quiet time after which a connection without fids is closed | `60` |
 //! | `selftest` | run the kernel self-checks, then power off (exit status tells the result) | off |
@@ -158,6 +163,16 @@ pub struct NinepLimits {
     pub max_in_flight: usize,
     /// The client memory budget in MiB; `None`: sized from the heap.
     pub client_mem_mib: Option<u32>,
+    /// Most concurrent connections of one tenant; `None`: `max_conns`.
+    pub max_conns_per_tenant: Option<usize>,
+    /// Most fids of one tenant; `None`: 16 × `max_fids`.
+    pub max_fids_per_tenant: Option<usize>,
+    /// Most POSIX locks of one tenant; `None`: a quarter of the lock table.
+    pub max_locks_per_tenant: Option<usize>,
+    /// Most requests in flight of one tenant; `None`: 16 × `max_in_flight`.
+    pub max_in_flight_per_tenant: Option<usize>,
+    /// Memory of one tenant, MiB; `None`: the whole budget.
+    pub client_mem_per_tenant_mib: Option<u32>,
     /// Seconds a new connection has to complete `Tversion`.
     pub handshake_secs: u32,
     /// Seconds of quiet after which a connection without fids is closed.
@@ -173,6 +188,11 @@ impl Default for NinepLimits {
             max_fids: 4096,
             max_in_flight: 128,
             client_mem_mib: None,
+            max_conns_per_tenant: None,
+            max_fids_per_tenant: None,
+            max_locks_per_tenant: None,
+            max_in_flight_per_tenant: None,
+            client_mem_per_tenant_mib: None,
             handshake_secs: 10,
             idle_secs: 60,
         }
@@ -182,13 +202,18 @@ impl Default for NinepLimits {
 impl NinepLimits {
     /// Applies `key=value` if it is one of these limits: `Ok(false)` if it is not.
     fn apply(&mut self, key: &str, value: Option<&str>) -> Result<bool, Option<&'static str>> {
-        const KEYS: [&str; 8] = [
+        const KEYS: [&str; 13] = [
             "msize",
             "max_conns",
             "max_conns_per_client",
             "max_fids",
             "max_in_flight",
             "client_mem",
+            "max_conns_per_tenant",
+            "max_fids_per_tenant",
+            "max_locks_per_tenant",
+            "max_in_flight_per_tenant",
+            "client_mem_per_tenant",
             "handshake_timeout",
             "idle_timeout",
         ];
@@ -210,6 +235,25 @@ impl NinepLimits {
             "max_in_flight" => self.max_in_flight = number(value, 1..=1024, "expected 1 to 1024")?,
             "client_mem" => {
                 self.client_mem_mib = Some(number(value, 1..=1 << 20, "expected a size in MiB")?)
+            }
+            "max_conns_per_tenant" => {
+                self.max_conns_per_tenant = Some(number(value, 1..=1024, "expected 1 to 1024")?)
+            }
+            "max_fids_per_tenant" => {
+                self.max_fids_per_tenant =
+                    Some(number(value, 1..=1 << 24, "expected 1 to 16777216")?)
+            }
+            "max_locks_per_tenant" => {
+                self.max_locks_per_tenant =
+                    Some(number(value, 1..=1 << 20, "expected 1 to 1048576")?)
+            }
+            "max_in_flight_per_tenant" => {
+                self.max_in_flight_per_tenant =
+                    Some(number(value, 1..=1 << 16, "expected 1 to 65536")?)
+            }
+            "client_mem_per_tenant" => {
+                self.client_mem_per_tenant_mib =
+                    Some(number(value, 1..=1 << 20, "expected a size in MiB")?)
             }
             "handshake_timeout" => {
                 self.handshake_secs = number(value, 1..=86_400, "expected 1 to 86400 seconds")?
@@ -242,6 +286,21 @@ impl fmt::Display for NinepLimits {
         }
         if let Some(m) = self.client_mem_mib {
             write!(f, " client_mem={m}")?;
+        }
+        if let Some(n) = self.max_conns_per_tenant {
+            write!(f, " max_conns_per_tenant={n}")?;
+        }
+        if let Some(n) = self.max_fids_per_tenant {
+            write!(f, " max_fids_per_tenant={n}")?;
+        }
+        if let Some(n) = self.max_locks_per_tenant {
+            write!(f, " max_locks_per_tenant={n}")?;
+        }
+        if let Some(n) = self.max_in_flight_per_tenant {
+            write!(f, " max_in_flight_per_tenant={n}")?;
+        }
+        if let Some(m) = self.client_mem_per_tenant_mib {
+            write!(f, " client_mem_per_tenant={m}")?;
         }
         if self.handshake_secs != d.handshake_secs {
             write!(f, " handshake_timeout={}", self.handshake_secs)?;
@@ -1031,7 +1090,7 @@ mod tests {
     #[test]
     fn ninep_limits() {
         let (c, ignored) = parse(
-            "msize=65536 max_conns=8 max_conns_per_client=2 max_fids=100 max_in_flight=16 client_mem=32 handshake_timeout=3 idle_timeout=30",
+            "msize=65536 max_conns=8 max_conns_per_client=2 max_fids=100 max_in_flight=16 client_mem=32 handshake_timeout=3 idle_timeout=30 max_conns_per_tenant=4 max_fids_per_tenant=300 max_locks_per_tenant=50 max_in_flight_per_tenant=20 client_mem_per_tenant=8",
         );
         assert!(ignored.is_empty(), "{ignored:?}");
         assert_eq!(
@@ -1043,6 +1102,11 @@ mod tests {
                 max_fids: 100,
                 max_in_flight: 16,
                 client_mem_mib: Some(32),
+                max_conns_per_tenant: Some(4),
+                max_fids_per_tenant: Some(300),
+                max_locks_per_tenant: Some(50),
+                max_in_flight_per_tenant: Some(20),
+                client_mem_per_tenant_mib: Some(8),
                 handshake_secs: 3,
                 idle_secs: 30,
             }

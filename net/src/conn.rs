@@ -184,6 +184,12 @@ pub struct Connection<F: FileSystem + 'static> {
     closing: Option<CloseReason>,
     /// The in-flight limit stopped input (counted once per stop).
     throttled: bool,
+    /// The tenant's in-flight limit stopped input (counted once per stop; the task waits
+    /// for one of the tenant's requests to complete).
+    tenant_throttled: bool,
+    /// The connection counts among its tenant's runnable ones
+    /// ([`CpuShare`](crate::server::tenant::CpuShare)).
+    cpu_runnable: bool,
     /// When [`Connection::run`] must let other tasks run (server clock), so a long run of
     /// completing requests yields too.
     yield_at: Option<u64>,
@@ -207,6 +213,9 @@ impl<F: FileSystem + 'static> Drop for Connection<F> {
     /// `release`.)
     fn drop(&mut self) {
         self.server.drop_locks(&self.session);
+        if self.cpu_runnable {
+            self.session.tenant().cpu().idle();
+        }
     }
 }
 
@@ -232,6 +241,24 @@ pub trait Transport {
     fn yield_cpu(&mut self, cx: &mut Context<'_>) {
         cx.waker().wake_by_ref();
     }
+}
+
+/// [`Connection::run`]'s buffer for small frames: `buf[from..to]` arrived and is not
+/// taken yet.
+struct Staging {
+    buf: Vec<u8>,
+    from: usize,
+    to: usize,
+}
+
+/// How a turn of [`Connection::run`] ended.
+enum Turn<E> {
+    /// Nothing can progress until a waker fires.
+    Waiting,
+    /// The turn's budget or quantum is used up with work left.
+    Yielded,
+    /// The connection is over.
+    Done(Result<Option<CloseReason>, E>),
 }
 
 /// Reads at least this large go straight into the frame being assembled (no staging
@@ -270,6 +297,8 @@ impl<F: FileSystem + 'static> Connection<F> {
             sent: 0,
             closing: None,
             throttled: false,
+            tenant_throttled: false,
+            cpu_runnable: false,
             yield_at: None,
         }
     }
@@ -308,7 +337,14 @@ impl<F: FileSystem + 'static> Connection<F> {
             self.server.counters().in_flight_limit_hits();
         }
         self.throttled = !below_limit;
-        below_limit
+        let tenant = self.session.tenant();
+        let tenant_full = tenant.in_flight_full(self.server.config().tenant.max_in_flight);
+        if below_limit && tenant_full && !self.tenant_throttled {
+            self.server.counters().tenant_in_flight_waits();
+            tenant.in_flight_stopped();
+        }
+        self.tenant_throttled = tenant_full;
+        below_limit && !tenant_full
     }
 
     /// Space for the next input bytes: the rest of the frame being assembled (or of its
@@ -390,9 +426,7 @@ impl<F: FileSystem + 'static> Connection<F> {
     fn memory_refused(&self, r: Refused) {
         self.server.counters().memory_waits();
         log::debug!("9p: conn {}: waiting for memory: {r}", self.session.id());
-        if let Refused::Server { below_share: true } = r {
-            self.server.reclaim_memory(&self.session);
-        }
+        self.server.reclaim_for(&self.session, r);
     }
 
     /// Takes input from `bytes` (copying it); returns how many bytes were taken, which is
@@ -492,9 +526,10 @@ impl<F: FileSystem + 'static> Connection<F> {
             a.outstanding = outstanding;
         });
         let (server, session) = (self.server.clone(), self.session.clone());
+        let in_flight = session.tenant().enter();
         self.in_flight.push(Box::pin(async move {
             let mut out = server.handle(&session, &frame).await;
-            drop((frame, frame_charge));
+            drop((frame, frame_charge, in_flight));
             // A reply built in place may be shorter than the room it was given.
             if out.capacity() > out.len() + out.len() / 4 {
                 out.shrink_to_fit();
@@ -618,6 +653,16 @@ impl<F: FileSystem + 'static> Connection<F> {
         if self.closing.is_none() {
             self.unpark(cx);
         }
+        if self.tenant_throttled {
+            // Registered, then checked again: a request of the tenant that completed on
+            // another CPU before the registration is seen here, and the task polls again.
+            let tenant = self.session.tenant();
+            tenant.wait_in_flight(cx.waker());
+            if !tenant.in_flight_full(self.server.config().tenant.max_in_flight) {
+                self.tenant_throttled = false;
+                cx.waker().wake_by_ref();
+            }
+        }
         loop {
             if self.in_flight.is_empty() {
                 if let Version::Waiting { .. } = self.version {
@@ -708,74 +753,45 @@ impl<F: FileSystem + 'static> Connection<F> {
     /// Serves the connection over `io` until the peer closes (`Ok(None)`), the transport
     /// fails, or the server closes it (`Ok(Some(reason))`: a protocol violation, or the
     /// server shedding it), then [`Connection::shutdown`]s.
+    ///
+    /// Each poll is a *turn* of at most a quantum, [`crate::server::Config::cpu_quantum_ns`]
+    /// divided among the tenant's runnable connections
+    /// ([`CpuShare`](crate::server::tenant::CpuShare)).
     pub async fn run<T: Transport>(mut self, io: &mut T) -> Result<Option<CloseReason>, T::Error> {
-        let mut staging = vec![0u8; STAGING];
-        let (mut staged_from, mut staged_to) = (0, 0);
+        let mut staging = Staging {
+            buf: vec![0u8; STAGING],
+            from: 0,
+            to: 0,
+        };
         let quantum = self.server.config().cpu_quantum_ns;
+        let tenant = self.session.tenant().clone();
         let result = poll_fn(|cx| {
-            self.yield_at = Some(self.server.now().saturating_add(quantum));
-            for _ in 0..BUDGET {
-                let mut progress = false;
-                if staged_from < staged_to {
-                    let n = self.receive(&staging[staged_from..staged_to]);
-                    staged_from += n;
-                    progress |= n > 0;
+            let cpu = tenant.cpu();
+            if !self.cpu_runnable {
+                cpu.wake();
+                self.cpu_runnable = true;
+            }
+            let started = self.server.now();
+            self.yield_at = Some(started.saturating_add(cpu.quantum(quantum)));
+            let turn = self.turn(io, cx, &mut staging);
+            cpu.used(self.server.now().saturating_sub(started));
+            match turn {
+                Turn::Yielded => {
+                    // Out of budget or quantum: let other connections run, then continue.
+                    io.yield_cpu(cx);
+                    Poll::Pending
                 }
-                let parked = self.parked.is_some();
-                let _ = self.poll_requests(cx);
-                // Input parked for memory was resumed: bytes already staged may now be
-                // taken. That is progress, or the task would sleep with them unread,
-                // waiting for a client that sent everything (issue 26).
-                progress |= parked && self.parked.is_none();
-                while !self.output().is_empty() {
-                    match io.poll_write(cx, self.output()) {
-                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),
-                        Poll::Ready(Ok(n)) => {
-                            self.consume_output(n);
-                            progress = true;
-                        }
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                        Poll::Pending => break,
-                    }
+                Turn::Waiting => {
+                    cpu.idle();
+                    self.cpu_runnable = false;
+                    Poll::Pending
                 }
-                if let Some(reason) = self.closing {
-                    let answered = !reason.finishes_requests() || self.in_flight.is_empty();
-                    if self.output().is_empty() && answered {
-                        return Poll::Ready(Ok(Some(reason)));
-                    }
-                }
-                if staged_from == staged_to && self.wants_input() {
-                    let direct = self.read_buf().len() >= DIRECT_READ_MIN;
-                    let buf = if direct {
-                        self.read_buf()
-                    } else {
-                        &mut staging[..]
-                    };
-                    match io.poll_read(cx, buf) {
-                        Poll::Ready(Ok(0)) => return Poll::Ready(Ok(None)),
-                        Poll::Ready(Ok(n)) if direct => {
-                            self.advance(n);
-                            progress = true;
-                        }
-                        Poll::Ready(Ok(n)) => {
-                            (staged_from, staged_to) = (0, n);
-                            progress = true;
-                        }
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                        Poll::Pending => {}
-                    }
-                }
-                if !progress {
-                    return Poll::Pending;
-                }
-                if self.past_quantum() {
-                    self.server.counters().cpu_yields();
-                    break;
+                Turn::Done(result) => {
+                    cpu.idle();
+                    self.cpu_runnable = false;
+                    Poll::Ready(result)
                 }
             }
-            // Out of budget or quantum: let other connections run, then continue.
-            io.yield_cpu(cx);
-            Poll::Pending
         })
         .await;
         if let Ok(Some(reason)) = result {
@@ -783,5 +799,76 @@ impl<F: FileSystem + 'static> Connection<F> {
         }
         self.shutdown().await;
         result
+    }
+
+    /// One turn of [`Connection::run`]: moves bytes and serves requests until nothing
+    /// can progress (waiting for the client or the filesystem), the connection ends, or
+    /// the turn's budget or quantum is used up with work left.
+    fn turn<T: Transport>(
+        &mut self,
+        io: &mut T,
+        cx: &mut Context<'_>,
+        staging: &mut Staging,
+    ) -> Turn<T::Error> {
+        for _ in 0..BUDGET {
+            let mut progress = false;
+            if staging.from < staging.to {
+                let n = self.receive(&staging.buf[staging.from..staging.to]);
+                staging.from += n;
+                progress |= n > 0;
+            }
+            let parked = self.parked.is_some();
+            let _ = self.poll_requests(cx);
+            // Input parked for memory was resumed: bytes already staged may now be
+            // taken. That is progress, or the task would sleep with them unread,
+            // waiting for a client that sent everything (issue 26).
+            progress |= parked && self.parked.is_none();
+            while !self.output().is_empty() {
+                match io.poll_write(cx, self.output()) {
+                    Poll::Ready(Ok(0)) => return Turn::Done(Ok(None)),
+                    Poll::Ready(Ok(n)) => {
+                        self.consume_output(n);
+                        progress = true;
+                    }
+                    Poll::Ready(Err(e)) => return Turn::Done(Err(e)),
+                    Poll::Pending => break,
+                }
+            }
+            if let Some(reason) = self.closing {
+                let answered = !reason.finishes_requests() || self.in_flight.is_empty();
+                if self.output().is_empty() && answered {
+                    return Turn::Done(Ok(Some(reason)));
+                }
+            }
+            if staging.from == staging.to && self.wants_input() {
+                let direct = self.read_buf().len() >= DIRECT_READ_MIN;
+                let buf = if direct {
+                    self.read_buf()
+                } else {
+                    &mut staging.buf[..]
+                };
+                match io.poll_read(cx, buf) {
+                    Poll::Ready(Ok(0)) => return Turn::Done(Ok(None)),
+                    Poll::Ready(Ok(n)) if direct => {
+                        self.advance(n);
+                        progress = true;
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        (staging.from, staging.to) = (0, n);
+                        progress = true;
+                    }
+                    Poll::Ready(Err(e)) => return Turn::Done(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            if !progress {
+                return Turn::Waiting;
+            }
+            if self.past_quantum() {
+                self.server.counters().cpu_yields();
+                break;
+            }
+        }
+        Turn::Yielded
     }
 }

@@ -13,14 +13,19 @@
 //! refusal means is the caller's business (the connection stops reading its socket for
 //! frames and replies, a request that wants to hold state gets `ENOMEM`).
 //!
+//! Accounts belong to a [`Group`]: the connections of one tenant (`crate::server::tenant`).
+//! A group may hold at most [`MemoryConfig::per_tenant`] bytes together, so one tenant's
+//! connections, however many, leave the rest of the budget to the others.
+//!
 //! Each account **reserves** [`MemoryConfig::reserve`] bytes of the budget when it is
 //! opened (while the budget has room): charges are taken from the reservation first, so
 //! a connection that stays within it — a few hundred fids and small requests — is served
 //! whatever the other connections hold. Beyond its reservation a connection draws on the
 //! shared rest of the budget. A refusal by the shared budget says whether the refused
 //! connection was below its fair share (the budget divided evenly among the open
-//! accounts): then the server should reclaim memory from a connection that holds more
-//! than its share and is not using it (see `Server::reclaim`).
+//! accounts) or its tenant below the tenant's (the budget divided evenly among the groups
+//! with open accounts): then the server should reclaim memory from a connection that
+//! holds more than its share and is not using it (see `Server::reclaim_memory`).
 //!
 //! Shared by connections on every CPU and kept exact: the budget's committed bytes rise
 //! only by compare-and-swap against the limit, so charges taken at once on several CPUs
@@ -96,6 +101,8 @@ pub struct MemoryConfig {
     pub held_per_connection: usize,
     /// Bytes of [`MemoryConfig::limit`] set aside for each open connection.
     pub reserve: usize,
+    /// Bytes the connections of one tenant (one [`Group`]) may hold together.
+    pub per_tenant: usize,
 }
 
 impl MemoryConfig {
@@ -106,13 +113,15 @@ impl MemoryConfig {
     /// Sizes for a server that may spend `limit` bytes: a connection may take a quarter
     /// of it in work in progress (so at least four must misbehave to exhaust it), but
     /// never less than `min_per_connection` (what one request of the largest msize needs:
-    /// frame and reply), and an eighth in held state.
+    /// frame and reply), and an eighth in held state; a tenant all of it (tenants share
+    /// by reclaim: one below its fair share takes memory back from one above).
     pub fn for_limit(limit: usize, min_per_connection: usize) -> MemoryConfig {
         MemoryConfig {
             limit,
             per_connection: (limit / 4).max(min_per_connection).min(limit),
             held_per_connection: limit / 8,
             reserve: Self::DEFAULT_RESERVE.min(limit / 64),
+            per_tenant: limit,
         }
     }
 }
@@ -123,11 +132,19 @@ pub enum Refused {
     /// The connection would exceed its limit for this use
     /// ([`MemoryConfig::per_connection`] or [`MemoryConfig::held_per_connection`]).
     Connection,
-    /// The server's budget is spent. `below_share`: the connection held less than its
-    /// fair share before this charge, so memory should be reclaimed from one that holds
-    /// more.
+    /// The connection's tenant would exceed [`MemoryConfig::per_tenant`]. `below_share`:
+    /// the connection held less than its share of the tenant's (the tenant's divided
+    /// among its connections), so memory should be reclaimed from another connection of
+    /// the tenant that holds more.
+    Tenant {
+        /// The refused connection was below its share of its tenant's memory.
+        below_share: bool,
+    },
+    /// The server's budget is spent. `below_share`: the connection (or its tenant) held
+    /// less than its fair share before this charge, so memory should be reclaimed from
+    /// one that holds more.
     Server {
-        /// The refused connection was below its fair share.
+        /// The refused connection, or its tenant, was below its fair share.
         below_share: bool,
     },
 }
@@ -136,6 +153,7 @@ impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refused::Connection => f.write_str("connection's memory limit reached"),
+            Refused::Tenant { .. } => f.write_str("tenant's memory share reached"),
             Refused::Server { .. } => f.write_str("server's memory budget spent"),
         }
     }
@@ -208,6 +226,8 @@ pub struct Budget {
     committed: AtomicUsize,
     peak: AtomicUsize,
     accounts: AtomicUsize,
+    /// Groups with at least one open account.
+    groups: AtomicUsize,
     /// Σ over accounts of their bytes by use.
     charged: [AtomicUsize; 5],
     refused: [AtomicU64; 5],
@@ -224,6 +244,7 @@ impl Budget {
             committed: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             accounts: AtomicUsize::new(0),
+            groups: AtomicUsize::new(0),
             charged: Default::default(),
             refused: Default::default(),
             unreserved: AtomicU64::new(0),
@@ -241,9 +262,15 @@ impl Budget {
         self.committed.load(Relaxed)
     }
 
-    /// What one of `accounts` open accounts may fairly hold.
+    /// What one of the open accounts may fairly hold.
     pub fn fair_share(&self) -> usize {
         self.config.limit / self.accounts.load(Relaxed).max(1)
+    }
+
+    /// What the accounts of one of the groups with open accounts may fairly hold
+    /// together.
+    pub fn group_share(&self) -> usize {
+        self.config.limit / self.groups.load(Relaxed).max(1)
     }
 
     /// The counters.
@@ -258,9 +285,15 @@ impl Budget {
         }
     }
 
-    /// Opens an account, reserving [`MemoryConfig::reserve`] bytes if the budget has
-    /// them.
+    /// Opens an account in a group of its own, reserving [`MemoryConfig::reserve`] bytes
+    /// if the budget has them.
     pub fn open(self: &Arc<Self>) -> Account {
+        self.open_in(&Arc::new(Group::default()))
+    }
+
+    /// Opens an account in `group` (a tenant's), reserving [`MemoryConfig::reserve`]
+    /// bytes if the budget has them.
+    pub fn open_in(self: &Arc<Self>, group: &Arc<Group>) -> Account {
         let want = self.config.reserve;
         let reserved = if self.try_commit(want) {
             want
@@ -269,8 +302,12 @@ impl Budget {
             0
         };
         self.accounts.fetch_add(1, Relaxed);
+        if group.accounts.fetch_add(1, Relaxed) == 0 {
+            self.groups.fetch_add(1, Relaxed);
+        }
         Account {
             budget: self.clone(),
+            group: group.clone(),
             reserved,
             books: Locked::new(Books::default()),
         }
@@ -335,6 +372,41 @@ impl Budget {
     }
 }
 
+/// The accounts of one tenant: what they hold together, checked against
+/// [`MemoryConfig::per_tenant`]. Shared by the tenant's accounts on every CPU: its bytes
+/// rise only by compare-and-swap against the cap.
+#[derive(Debug, Default)]
+pub struct Group {
+    charged: AtomicUsize,
+    accounts: AtomicUsize,
+}
+
+impl Group {
+    /// Bytes its accounts hold now.
+    pub fn charged(&self) -> usize {
+        self.charged.load(Relaxed)
+    }
+
+    /// Its open accounts.
+    pub fn accounts(&self) -> usize {
+        self.accounts.load(Relaxed)
+    }
+
+    /// Adds `bytes` if that keeps the group within `cap`.
+    fn try_add(&self, bytes: usize, cap: usize) -> bool {
+        self.charged
+            .fetch_update(Relaxed, Relaxed, |now| {
+                (now.saturating_add(bytes) <= cap).then_some(now + bytes)
+            })
+            .is_ok()
+    }
+
+    fn sub(&self, bytes: usize) {
+        let before = self.charged.fetch_sub(bytes, Relaxed);
+        debug_assert!(before >= bytes, "a group gave back more than it held");
+    }
+}
+
 /// An account's bytes: what its checks and updates read and write together.
 #[derive(Debug, Default)]
 struct Books {
@@ -362,6 +434,7 @@ impl Books {
 #[derive(Debug)]
 pub struct Account {
     budget: Arc<Budget>,
+    group: Arc<Group>,
     reserved: usize,
     books: Locked<Books>,
 }
@@ -370,6 +443,11 @@ impl Account {
     /// The budget it draws on.
     pub fn budget(&self) -> &Arc<Budget> {
         &self.budget
+    }
+
+    /// The group (tenant) it belongs to.
+    pub fn group(&self) -> &Arc<Group> {
+        &self.group
     }
 
     /// Bytes charged now.
@@ -415,11 +493,19 @@ impl Account {
             if used.saturating_add(bytes) > cap {
                 return Err(Refused::Connection);
             }
+            if !self.group.try_add(bytes, b.config.per_tenant) {
+                let share = b.config.per_tenant / self.group.accounts().max(1);
+                return Err(Refused::Tenant {
+                    below_share: before < share,
+                });
+            }
             if !b.try_commit(to - from) {
-                // Judged by what the connection holds before this charge: one that holds
-                // little may ask for a large reply.
+                self.group.sub(bytes);
+                // Judged by what the connection and its tenant hold before this charge:
+                // one that holds little may ask for a large reply.
+                let group_before = self.group.charged();
                 return Err(Refused::Server {
-                    below_share: before < b.fair_share(),
+                    below_share: before < b.fair_share() || group_before < b.group_share(),
                 });
             }
             books.charged = after;
@@ -444,6 +530,7 @@ impl Account {
             let after = books.charged.saturating_add(bytes);
             let (from, to) = self.beyond_reservation(books.charged, after);
             b.force_commit(to - from);
+            self.group.charged.fetch_add(bytes, Relaxed);
             books.charged = after;
             books.by_use[what.index()] += bytes;
         });
@@ -461,6 +548,7 @@ impl Account {
             let after = books.charged - bytes;
             let (from, to) = self.beyond_reservation(books.charged, after);
             b.uncommit(from - to);
+            self.group.sub(bytes);
             books.charged = after;
             bytes
         });
@@ -488,6 +576,9 @@ impl Drop for Account {
         let b = &self.budget;
         b.uncommit(self.reserved.max(charged));
         b.accounts.fetch_sub(1, Relaxed);
+        if self.group.accounts.fetch_sub(1, Relaxed) == 1 {
+            b.groups.fetch_sub(1, Relaxed);
+        }
         b.wake_waiters();
     }
 }
@@ -585,6 +676,7 @@ mod tests {
             per_connection,
             held_per_connection: per_connection,
             reserve,
+            per_tenant: limit,
         })
     }
 
@@ -632,6 +724,7 @@ mod tests {
             per_connection: 20 * KIB,
             held_per_connection: 10 * KIB,
             reserve: 0,
+            per_tenant: 100 * KIB,
         });
         let a = Arc::new(b.open());
         let _fids = a.charge(Use::Fids, 10 * KIB).unwrap();
@@ -651,6 +744,45 @@ mod tests {
         // The quiet connection still has its 10 KiB.
         let _fid = quiet.charge(Use::Fids, 10 * KIB).unwrap();
         assert!(quiet.take(Use::Fids, 1).is_err());
+    }
+
+    #[test]
+    fn a_tenant_holds_at_most_its_share_and_a_lean_tenant_is_below_share() {
+        let b = Budget::new(MemoryConfig {
+            limit: 100 * KIB,
+            per_connection: 45 * KIB,
+            held_per_connection: 45 * KIB,
+            reserve: 0,
+            per_tenant: 60 * KIB,
+        });
+        let (hogs, lean) = (Arc::new(Group::default()), Arc::new(Group::default()));
+        let a: Vec<Arc<Account>> = (0..3).map(|_| Arc::new(b.open_in(&hogs))).collect();
+        let _x = a[0].charge(Use::Xattrs, 30 * KIB).unwrap();
+        let _y = a[1].charge(Use::Xattrs, 30 * KIB).unwrap();
+        // Each connection is within its own limit; the tenant is at its share.
+        assert_eq!(
+            a[2].take(Use::Fids, 1),
+            Err(Refused::Tenant { below_share: true }),
+            "it holds nothing of the tenant's 60 KiB"
+        );
+        assert_eq!(hogs.charged(), 60 * KIB);
+        assert_eq!((hogs.accounts(), b.group_share()), (3, 100 * KIB));
+        let l = Arc::new(b.open_in(&lean));
+        assert_eq!(b.group_share(), 50 * KIB);
+        let _z = l.charge(Use::Frames, 40 * KIB).unwrap();
+        // Out of budget: the lean tenant (40 KiB of a 50 KiB share) is below its share
+        // although its connection holds more than a connection's (25 KiB).
+        assert_eq!(
+            l.take(Use::Replies, 1),
+            Err(Refused::Server { below_share: true })
+        );
+        assert_eq!(lean.charged(), 40 * KIB, "a refused charge is not kept");
+        drop(a);
+        assert_eq!(
+            b.group_share(),
+            50 * KIB,
+            "the hogs' charges keep their group open"
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::{frame, model_server, Model};
 use futures_util::future::join;
 use ninep::conn::Transport;
-use ninep::server::{AllowList, Config};
+use ninep::server::{AllowList, Config, Export};
 use ninep::service::{Endpoint, Refusal, Runtime, Service, ServiceConfig};
 use ninep::wire::{Rmsg, Tmsg, NOTAG};
 
@@ -158,6 +158,7 @@ fn service(config: Config, max_conns: usize, workers: usize) -> Arc<Service<Mode
         model_server(config),
         ServiceConfig {
             max_conns,
+            max_conns_per_tenant: max_conns,
             workers,
             stack_worker: None,
             worker_noun: "worker",
@@ -187,16 +188,20 @@ fn admission_refuses_unknown_clients_and_a_full_house_and_spreads_the_rest() {
     };
     let s = service(config, 3, 3);
     assert_eq!(
-        s.admit(peer("192.0.2.1:700"), 0..3),
+        s.admit(peer("192.0.2.1:700"), 0..3).map(|a| a.worker),
         Err(Refusal::NotAllowed)
     );
     assert_eq!(s.server().stats().refused_connections, 1);
-    let workers: Vec<_> = (0..3)
+    let admitted: Vec<_> = (0..3)
         .map(|i| s.admit(peer(&format!("10.0.0.{i}:700")), 0..3).unwrap())
         .collect();
+    let workers: Vec<_> = admitted.iter().map(|a| a.worker).collect();
     assert_eq!(workers, [0, 1, 2], "one connection per worker");
     // At the limit, with no idle connection whose slot could be reclaimed.
-    assert_eq!(s.admit(peer("10.0.0.9:700"), 0..3), Err(Refusal::Full));
+    assert_eq!(
+        s.admit(peer("10.0.0.9:700"), 0..3).map(|a| a.worker),
+        Err(Refusal::Full)
+    );
     assert_eq!(s.stats().refused.get(), 1);
     assert_eq!(s.stats().active(), 3);
     // A connection that never reached its worker counts as ended.
@@ -204,7 +209,7 @@ fn admission_refuses_unknown_clients_and_a_full_house_and_spreads_the_rest() {
     assert_eq!(s.stats().active(), 2);
     assert_eq!(s.stats().worker(1).active(), 0);
     assert_eq!(
-        s.admit(peer("10.0.0.9:700"), [1, 2]),
+        s.admit(peer("10.0.0.9:700"), [1, 2]).map(|a| a.worker),
         Ok(1),
         "only the workers offered"
     );
@@ -215,8 +220,8 @@ fn a_connection_its_peer_closes_is_answered_closed_politely_and_released() {
     let s = service(Config::default(), 4, 2);
     let pipe = Pipe::with_input(&version());
     pipe.hang_up();
-    let worker = s.admit(peer("127.0.0.1:1"), 0..2).unwrap();
-    pollster::block_on(s.serve(&Timeless, pipe.clone(), peer("127.0.0.1:1"), worker));
+    let admitted = s.admit(peer("127.0.0.1:1"), 0..2).unwrap();
+    pollster::block_on(s.serve(&Timeless, pipe.clone(), peer("127.0.0.1:1"), admitted));
     assert_eq!(pipe.reply_types(), [RVERSION]);
     assert_eq!(
         pipe.state(),
@@ -235,9 +240,9 @@ fn a_connection_its_peer_closes_is_answered_closed_politely_and_released() {
 fn a_shutdown_closes_idle_connections_politely() {
     let s = service(Config::default(), 4, 1);
     let pipe = Pipe::with_input(&version());
-    let worker = s.admit(peer("127.0.0.1:1"), [0]).unwrap();
+    let admitted = s.admit(peer("127.0.0.1:1"), [0]).unwrap();
     let (_, drained) = pollster::block_on(join(
-        s.serve(&Timeless, pipe.clone(), peer("127.0.0.1:1"), worker),
+        s.serve(&Timeless, pipe.clone(), peer("127.0.0.1:1"), admitted),
         s.drain(&Timeless, Duration::from_secs(5)),
     ));
     assert_eq!((drained.asked, drained.shed), (1, 0));
@@ -251,8 +256,8 @@ fn a_shutdown_closes_idle_connections_politely() {
 fn a_shutdown_resets_what_has_not_closed_after_the_grace_time() {
     let s = service(Config::default(), 4, 1);
     let pipe = Pipe::with_input(&version());
-    let worker = s.admit(peer("127.0.0.1:1"), [0]).unwrap();
-    let mut serve = pin!(s.serve(&Timeless, pipe.clone(), peer("127.0.0.1:1"), worker));
+    let admitted = s.admit(peer("127.0.0.1:1"), [0]).unwrap();
+    let mut serve = pin!(s.serve(&Timeless, pipe.clone(), peer("127.0.0.1:1"), admitted));
     // The connection has answered and waits for its client.
     let mut cx = Context::from_waker(Waker::noop());
     assert!(serve.as_mut().poll(&mut cx).is_pending());
@@ -270,12 +275,93 @@ fn the_listener_hears_of_ended_connections_and_of_the_stop() {
     s.clear_ended();
     assert!(s.poll_ended(&mut cx).is_pending());
     assert!(s.poll_stop(&mut cx).is_pending());
-    let worker = s.admit(peer("127.0.0.1:1"), [0]).unwrap();
-    s.abandon(worker);
+    let admitted = s.admit(peer("127.0.0.1:1"), [0]).unwrap();
+    s.abandon(admitted.worker);
     assert!(s.poll_ended(&mut cx).is_ready());
     assert!(s.poll_ended(&mut cx).is_pending(), "cleared by the wait");
     s.stop_listening();
     assert!(s.stopping());
     assert!(s.poll_stop(&mut cx).is_ready());
     assert!(s.poll_stop(&mut cx).is_ready(), "stays stopped");
+}
+
+/// Two exports, each with its own allow-list: two tenants.
+fn two_tenants() -> Config {
+    let export = |name: &str, allow: &str| Export {
+        allow: Some(AllowList::parse(allow).unwrap()),
+        ..Export::root(name)
+    };
+    Config {
+        exports: vec![export("a", "10.1.0.0/16"), export("b", "10.2.0.0/16")],
+        // A clock that stands still: no connection has been quiet long enough to lose
+        // its slot for being idle, so only the tenant rule takes slots.
+        clock: Some(|| 0),
+        ..Config::default()
+    }
+}
+
+fn tenant_service(max_conns: usize, max_conns_per_tenant: usize) -> Arc<Service<Model>> {
+    Arc::new(Service::new(
+        model_server(two_tenants()),
+        ServiceConfig {
+            max_conns,
+            max_conns_per_tenant,
+            workers: 1,
+            stack_worker: None,
+            worker_noun: "worker",
+        },
+    ))
+}
+
+#[test]
+fn a_tenant_on_many_addresses_holds_at_most_its_share_of_connections() {
+    let s = tenant_service(8, 3);
+    // Tenant a from three addresses takes its three slots; a fourth is refused whatever
+    // the address.
+    let a: Vec<_> = (1..=3)
+        .map(|i| s.admit(peer(&format!("10.1.0.{i}:700")), [0]).unwrap())
+        .collect();
+    assert_eq!(
+        s.admit(peer("10.1.0.9:700"), [0]).map(|a| a.worker),
+        Err(Refusal::TenantFull)
+    );
+    assert_eq!(s.stats().tenant_refused.get(), 1);
+    // Tenant b is let in.
+    let b = s.admit(peer("10.2.0.1:700"), [0]).unwrap();
+    let tenants = s.server().tenant_stats();
+    let conns = |name: &str| tenants.iter().find(|t| t.tenant == name).unwrap().conns;
+    assert_eq!((conns("export:a"), conns("export:b")), (3, 1));
+    // A slot goes back with its ticket.
+    drop(a);
+    assert!(s.admit(peer("10.1.0.9:700"), [0]).is_ok());
+    drop(b);
+}
+
+#[test]
+fn at_the_limit_a_tenant_below_its_share_takes_a_slot_from_the_tenant_above_its_own() {
+    let s = tenant_service(4, 8);
+    let server = s.server().clone();
+    // Tenant a fills every slot.
+    let a: Vec<_> = (1..=4)
+        .map(|i| s.admit(peer(&format!("10.1.0.{i}:700")), [0]).unwrap())
+        .collect();
+    let sessions: Vec<_> = (0..4)
+        .map(|i| server.new_session(peer(&format!("10.1.0.{}:700", i + 1)).map(|p| p.ip())))
+        .collect();
+    // Tenant b (no slot: below its fair share of 2) gets one: a's newest connection is
+    // asked to close.
+    let b = s.admit(peer("10.2.0.1:700"), [0]);
+    assert!(b.is_ok(), "{b:?}");
+    let closing: Vec<_> = sessions
+        .iter()
+        .filter_map(|x| x.close_requested())
+        .collect();
+    assert_eq!(closing, [ninep::conn::CloseReason::SlotReclaimed]);
+    assert_eq!(server.stats().slot_reclaims, 1);
+    // Tenant a, above its share, is refused at the limit: nothing is taken from b.
+    assert_eq!(
+        s.admit(peer("10.1.0.9:700"), [0]).map(|a| a.worker),
+        Err(Refusal::Full)
+    );
+    drop((a, b));
 }

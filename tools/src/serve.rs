@@ -29,10 +29,10 @@ use ninefs::volume::report::FsReport;
 use ninefs::volume::{MountOptions, NineFs};
 use ninep::admin::AdminFs;
 use ninep::conn::Transport;
-use ninep::server::{AccessConfig, Config, Export, Server, Squash, Timeouts};
+use ninep::server::{AccessConfig, Config, Export, Server, Squash, TenantLimits, Timeouts};
 use ninep::service::report::NinepReport;
 use ninep::service::stats::ServiceStats;
-use ninep::service::{Endpoint, Runtime, Service, ServiceConfig};
+use ninep::service::{Admitted, Endpoint, Runtime, Service, ServiceConfig};
 use testkit::model::ModelFs;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -111,6 +111,26 @@ pub struct ServeArgs {
     /// values, locks), in MiB; a connection may use a quarter of it.
     #[arg(long, default_value_t = ninep::server::DEFAULT_MEMORY_LIMIT >> 20)]
     memory_mib: usize,
+    /// Most simultaneous connections of one tenant (an export with its own allow=, else
+    /// a client address; docs/9p.md "Tenants"); default: --max-connections (at the
+    /// limit a tenant below its fair share takes a slot from the tenant most above).
+    #[arg(long)]
+    max_connections_per_tenant: Option<usize>,
+    /// Most fids one tenant's connections may hold together (`EMFILE` beyond); default:
+    /// 16 x --max-fids.
+    #[arg(long)]
+    max_fids_per_tenant: Option<usize>,
+    /// Most POSIX locks one tenant may hold (`ENOLCK` beyond); default: a quarter of
+    /// --max-locks.
+    #[arg(long)]
+    max_locks_per_tenant: Option<usize>,
+    /// Most requests one tenant may have in flight; default: 16 x --max-in-flight.
+    #[arg(long)]
+    max_in_flight_per_tenant: Option<usize>,
+    /// Memory one tenant's connections may hold together, in MiB; default: all of
+    /// --memory-mib (a tenant below its fair share takes memory back from one above).
+    #[arg(long)]
+    memory_mib_per_tenant: Option<usize>,
     /// Seconds a new connection has to complete `Tversion`.
     #[arg(long, default_value_t = Timeouts::default().handshake_ns / NS_PER_SEC)]
     handshake_timeout: u64,
@@ -232,6 +252,16 @@ impl ServeArgs {
         };
         let mut config = access.server_config(implicit, base);
         config.memory = config.memory_for(self.memory_mib << 20);
+        if let Some(mib) = self.memory_mib_per_tenant {
+            config.memory.per_tenant = mib << 20;
+        }
+        let tenant = &mut config.tenant;
+        *tenant = TenantLimits::for_server(self.max_fids, self.max_in_flight, self.max_locks);
+        tenant.max_fids = self.max_fids_per_tenant.unwrap_or(tenant.max_fids);
+        tenant.max_locks = self.max_locks_per_tenant.unwrap_or(tenant.max_locks);
+        tenant.max_in_flight = self
+            .max_in_flight_per_tenant
+            .unwrap_or(tenant.max_in_flight);
         Ok(config)
     }
 }
@@ -254,6 +284,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     });
     let service_config = ServiceConfig {
         max_conns: args.max_connections,
+        max_conns_per_tenant: args
+            .max_connections_per_tenant
+            .unwrap_or(args.max_connections),
         workers: threads.max(1),
         // The host's kernel runs TCP: no worker carries it.
         stack_worker: None,
@@ -396,7 +429,7 @@ impl Runtime for Tokio {
 }
 
 /// A connection for a worker: the accepted socket and its peer.
-type Accepted = (std::net::TcpStream, SocketAddr);
+type Accepted = (std::net::TcpStream, SocketAddr, Admitted);
 
 /// The threads that serve connections. See the module documentation.
 struct Workers {
@@ -477,12 +510,12 @@ fn work<F: FileSystem + Send + Sync + 'static>(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async {
-        while let Some((stream, peer)) = inbox.recv().await {
+        while let Some((stream, peer, admitted)) = inbox.recv().await {
             let service = service.clone();
             tokio::task::spawn_local(async move {
                 match Tcp::new(stream, service.stats().clone(), worker) {
                     Ok(io) => {
-                        service.serve(&Tokio, io, Some(peer), worker).await;
+                        service.serve(&Tokio, io, Some(peer), admitted).await;
                     }
                     Err(e) => {
                         log::warn!("9p: {peer}: {e}");
@@ -546,8 +579,8 @@ where
                 continue;
             }
         };
-        let worker = match service.admit(Some(peer), 0..service.config().workers) {
-            Ok(worker) => worker,
+        let admitted = match service.admit(Some(peer), 0..service.config().workers) {
+            Ok(admitted) => admitted,
             Err(_) => {
                 // Reset, as the appliance does: the client learns at once.
                 let _ = stream.set_zero_linger();
@@ -556,8 +589,9 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
+        let worker = admitted.worker;
         match stream.into_std() {
-            Ok(stream) => workers.hand_off(service, worker, (stream, peer)),
+            Ok(stream) => workers.hand_off(service, worker, (stream, peer, admitted)),
             Err(e) => {
                 log::warn!("9p: {peer}: {e}");
                 service.abandon(worker);

@@ -99,10 +99,12 @@ impl<F: FileSystem + 'static> Listener<F> {
         port: u16,
         buffer: usize,
         max_conns: usize,
+        max_conns_per_tenant: usize,
         serve_cpus: Option<CpuMask>,
     ) -> Rc<Self> {
         let config = ServiceConfig {
             max_conns,
+            max_conns_per_tenant,
             workers: MAX_CPUS,
             // The stack's poll task runs on the CPU of the NIC's interrupt, CPU 0.
             stack_worker: Some(0),
@@ -337,23 +339,25 @@ impl<F: FileSystem + Send + Sync + 'static> Listener<F> {
     async fn admit(&self, handle: SockId) {
         let peer = self.stack.peek_tcp(handle, |s| s.remote_endpoint());
         let peer = peer.map(|ep| SocketAddr::new(ip_of(ep.addr), ep.port));
-        let cpu = match self.service.admit(peer, self.serving_cpus()) {
-            Ok(cpu) => cpu,
-            Err(Refusal::NotAllowed | Refusal::Full) => {
+        let admitted = match self.service.admit(peer, self.serving_cpus()) {
+            Ok(admitted) => admitted,
+            Err(Refusal::NotAllowed | Refusal::TenantFull | Refusal::Full) => {
                 self.stack.reset_and_remove(handle).await;
                 return;
             }
         };
+        let cpu = admitted.worker;
         let (service, stack) = (self.service.clone(), self.stack.clone());
-        let serve = move || async move {
+        let serve = move |admitted| async move {
             let io = TcpTransport::new(stack, handle, service.stats().clone(), cpu);
-            let served = service.serve(&Tasks, io, peer, cpu).await;
+            let served = service.serve(&Tasks, io, peer, admitted).await;
             crate::event::emit(crate::event::conn_closed(&served));
         };
         if cpu == percpu::index() {
-            task::spawn(serve());
-        } else if smp::spawn_on(cpu, serve).is_err() {
-            // Chosen among the CPUs online, which never go offline: the client is reset.
+            task::spawn(serve(admitted));
+        } else if smp::spawn_on(cpu, move || serve(admitted)).is_err() {
+            // Chosen among the CPUs online, which never go offline: the client is reset
+            // (its slot went back with the closure).
             self.service.abandon(cpu);
             self.stack.reset_and_remove(handle).await;
         }

@@ -45,7 +45,7 @@ mod serve_impl {
     use core::fmt;
 
     use ninep::admin::AdminFs;
-    use ninep::server::{Config as NinepConfig, Export, Server, Timeouts};
+    use ninep::server::{Config as NinepConfig, Export, Server, TenantLimits, Timeouts};
     use vfs::FileSystem;
 
     use super::limits::{client_memory, max_sockets, socket_buffer};
@@ -120,6 +120,17 @@ mod serve_impl {
             None => client_memory(heap_bytes),
         };
         config9p.memory = config9p.memory_for(client_mem);
+        if let Some(mib) = limits.client_mem_per_tenant_mib {
+            config9p.memory.per_tenant = (mib as usize) << 20;
+        }
+        let tenant = &mut config9p.tenant;
+        *tenant =
+            TenantLimits::for_server(limits.max_fids, limits.max_in_flight, config9p.max_locks);
+        tenant.max_fids = limits.max_fids_per_tenant.unwrap_or(tenant.max_fids);
+        tenant.max_locks = limits.max_locks_per_tenant.unwrap_or(tenant.max_locks);
+        tenant.max_in_flight = limits
+            .max_in_flight_per_tenant
+            .unwrap_or(tenant.max_in_flight);
         let memory = config9p.memory;
         // The administration tree is reachable only through its export (`admin_allow=`).
         let server = Arc::new(Server::new(AdminFs::new(fs), config9p));
@@ -130,6 +141,7 @@ mod serve_impl {
             config.port,
             buffer,
             limits.max_conns,
+            limits.max_conns_per_tenant.unwrap_or(limits.max_conns),
             config.serve_cpus,
         );
         task::spawn(listener.clone().run());

@@ -12,6 +12,7 @@ use super::locks::{
 };
 use super::perm::{without_set_id, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::session::Session;
+use super::tenant::Tenant;
 use super::{check_name, qid_of, reply, Server};
 use crate::memory::Use;
 use crate::wire::{lock, open_flags, Data, ReadReply, Rmsg, RDATA_HEADER_LEN};
@@ -366,7 +367,8 @@ impl<F: FileSystem> Server<F> {
         })?;
         let owner = req.owner(s);
         let (result, held) = self.with_locks(|t| {
-            let result = self.lock_or_unlock(t, f.ino, fid, mode, &owner, &req);
+            t.bind_tenant(s.id(), s.tenant().id());
+            let result = self.lock_or_unlock(t, s.tenant(), f.ino, fid, mode, &owner, &req);
             (result, t.conn_bytes(s.id()))
         });
         self.settle_lock_memory(s, held);
@@ -380,9 +382,11 @@ impl<F: FileSystem> Server<F> {
     }
 
     /// The lock table's part of `Tlock`: whether the lock was granted.
+    #[allow(clippy::too_many_arguments)]
     fn lock_or_unlock(
         &self,
         table: &mut LockTable,
+        tenant: &Tenant,
         ino: Ino,
         fid: u32,
         mode: OpenMode,
@@ -402,7 +406,12 @@ impl<F: FileSystem> Server<F> {
             }
             _ => return Err(Errno::EINVAL),
         }
-        .map_err(|e| self.lock_refused(e))
+        .map_err(|e| {
+            if e == LockError::TenantLimit {
+                tenant.lock_refused();
+            }
+            self.lock_refused(e)
+        })
     }
 
     /// Brings the connection's memory charge for lock records in line with `held`, what
@@ -477,6 +486,7 @@ impl<F: FileSystem> Server<F> {
     fn lock_refused(&self, e: LockError) -> Errno {
         match e {
             LockError::ConnLimit => self.counters.conn_lock_limit_hits(),
+            LockError::TenantLimit => self.counters.tenant_lock_limit_hits(),
             LockError::TotalLimit => self.counters.lock_limit_hits(),
             LockError::ClientIdTooLong => self.counters.long_client_ids(),
         }

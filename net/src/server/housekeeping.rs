@@ -15,9 +15,14 @@
 //!   and without outstanding requests that has been quiet longest, if it has been quiet
 //!   for [`Timeouts::slot_grace_ns`] (a mount between its connect and its attach is not
 //!   quiet), if there is one;
-//! - when a charge is refused although the connection holds less than its fair share of
-//!   the memory budget, the connection holding the most memory beyond its fair share
-//!   *that it is not using* — state it holds (fids, xattr values, locks) beyond its share,
+//! - at the connection limit, a new client whose tenant holds less than its fair share
+//!   of the slots (the limit divided among the tenants holding slots) takes a slot from
+//!   the tenant most above its own: that tenant's connection without fids quiet longest,
+//!   else its newest;
+//! - when a charge is refused although the connection (or its tenant) holds less than
+//!   its fair share of the memory budget, the connection holding the most memory beyond
+//!   its fair share — within a tenant above the tenant's share, the tenant's share
+//!   divided among its connections — *that it is not using* — state it holds (fids, xattr values, locks) beyond its share,
 //!   or replies it has not read or a frame it has not finished sending for
 //!   [`Timeouts::stall_ns`] — is closed, and its memory comes back when its teardown
 //!   ends. Work in progress is never reclaimed: it gives its memory back by itself.
@@ -30,8 +35,10 @@ use core::sync::atomic::Ordering::Relaxed;
 use vfs::FileSystem;
 
 use super::session::Session;
+use super::tenant::Tenant;
 use super::Server;
 use crate::conn::CloseReason;
+use crate::memory::Refused;
 
 /// Deadlines, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +156,16 @@ impl<F: FileSystem> Server<F> {
     /// [`Timeouts::slot_grace_ns`]). Returns whether one was found (its slot is free once
     /// its teardown ends).
     pub fn reclaim_slot(&self) -> bool {
+        self.reclaim_idle_slot(None)
+    }
+
+    /// As [`Server::reclaim_slot`], among the connections of `tenant` only: for a tenant
+    /// at its own connection cap.
+    pub fn reclaim_slot_in(&self, tenant: &Tenant) -> bool {
+        self.reclaim_idle_slot(Some(tenant))
+    }
+
+    fn reclaim_idle_slot(&self, tenant: Option<&Tenant>) -> bool {
         let now = self.now();
         let grace = if self.config.clock.is_some() {
             self.config.timeouts.slot_grace_ns
@@ -159,6 +176,7 @@ impl<F: FileSystem> Server<F> {
             .live_sessions()
             .into_iter()
             .filter(|s| s.close_requested().is_none())
+            .filter(|s| tenant.is_none_or(|t| s.tenant().id() == t.id()))
             .filter(|s| s.fid_count() == 0 && s.activity().outstanding == 0)
             .filter(|s| now.saturating_sub(s.activity().last) >= grace)
             .min_by_key(|s| s.activity().last);
@@ -174,19 +192,119 @@ impl<F: FileSystem> Server<F> {
         true
     }
 
-    /// Reclaims memory for `requester`, which was refused a charge while holding less
-    /// than its fair share: closes the connection that holds the most memory beyond its
-    /// share without using it (see the module documentation). Returns whether one was
-    /// closed, or is already closing and will give memory back.
+    /// Frees a connection slot at the connection limit `total` for a new connection of
+    /// `tenant` (its slot already taken), if the tenant holds no more than its fair share:
+    /// closes a connection of the tenant most above its own share (see the module
+    /// documentation). Returns whether one was found (its slot is free once its teardown
+    /// ends).
+    pub fn reclaim_slot_for(&self, tenant: &Tenant, total: usize) -> bool {
+        let tenants = &self.tenants;
+        if tenant.conns() > tenants.fair_slots(tenant, total) {
+            return false;
+        }
+        let over = tenants
+            .all()
+            .into_iter()
+            .filter(|t| t.id() != tenant.id() && t.conns() > tenants.fair_slots(t, total))
+            .max_by_key(|t| t.conns());
+        let Some(over) = over else {
+            return false;
+        };
+        let now = self.now();
+        let victim = self
+            .live_sessions()
+            .into_iter()
+            .filter(|s| s.tenant().id() == over.id() && s.close_requested().is_none())
+            // Without fids and quiet longest first, else the newest.
+            .max_by_key(|s| {
+                let quiet = now.saturating_sub(s.activity().last);
+                (
+                    s.fid_count() == 0,
+                    if s.fid_count() == 0 { quiet } else { 0 },
+                    s.id(),
+                )
+            });
+        let Some(victim) = victim else {
+            return false;
+        };
+        self.counters.slot_reclaims();
+        tenants.slot_refused(&over);
+        log::warn!(
+            "9p: conn {}: closing: tenant {} holds {} connections, more than its share; the slot goes to tenant {}",
+            victim.id(),
+            over.key(),
+            over.conns(),
+            tenant.key()
+        );
+        victim.request_close(CloseReason::SlotReclaimed);
+        true
+    }
+
+    /// What a refused charge `r` of `requester` asks of housekeeping: memory reclaimed
+    /// from the server's connections ([`Server::reclaim_memory`]) or from its tenant's
+    /// ([`Server::reclaim_in_tenant`]) if it was below its share. Returns whether memory
+    /// will come back.
+    pub fn reclaim_for(&self, requester: &Session, r: Refused) -> bool {
+        match r {
+            Refused::Server { below_share: true } => self.reclaim_memory(requester),
+            Refused::Tenant { below_share: true } => self.reclaim_in_tenant(requester),
+            _ => false,
+        }
+    }
+
+    /// Reclaims memory for `requester`, which was refused a charge while it (or its
+    /// tenant) held less than its fair share: closes the connection that holds the most
+    /// memory beyond its share without using it (see the module documentation). Returns
+    /// whether one was closed, or is already closing and will give memory back.
     pub fn reclaim_memory(&self, requester: &Session) -> bool {
+        let share = self.budget.fair_share();
+        let group_share = self.budget.group_share();
+        let lean_tenant = requester.tenant().memory().charged() < group_share;
+        self.reclaim_from(requester, |s| {
+            let group = s.tenant().memory();
+            // A connection of another tenant above its share, reclaimed for a tenant
+            // below: its share is its tenant's, divided among the tenant's connections.
+            let over_tenant = lean_tenant
+                && s.tenant().id() != requester.tenant().id()
+                && group.charged() > group_share;
+            if over_tenant {
+                Some((true, share.min(group_share / group.accounts().max(1))))
+            } else {
+                Some((false, share))
+            }
+        })
+    }
+
+    /// Reclaims memory for `requester`, refused a charge at its tenant's share while
+    /// holding less than its part of it: as [`Server::reclaim_memory`], among the
+    /// tenant's connections, each with the tenant's share divided among them.
+    pub fn reclaim_in_tenant(&self, requester: &Session) -> bool {
+        let tenant = requester.tenant();
+        let share = self.config.memory.per_tenant / tenant.memory().accounts().max(1);
+        self.reclaim_from(requester, |s| {
+            (s.tenant().id() == tenant.id()).then_some((false, share))
+        })
+    }
+
+    /// Closes, for `requester`, the connection that holds the most memory beyond its
+    /// share without using it: `share_of` says for each connection whether it may be a
+    /// victim, with what share, and whether it ranks first (its tenant is above its own
+    /// share).
+    fn reclaim_from(
+        &self,
+        requester: &Session,
+        share_of: impl Fn(&Session) -> Option<(bool, usize)>,
+    ) -> bool {
         let now = self.now();
         let stall = self.config.timeouts.stall_ns;
-        let share = self.budget.fair_share();
-        let mut victim: Option<(usize, Arc<Session>)> = None;
+        let mut victim: Option<((bool, usize), usize, Arc<Session>)> = None;
         for s in self.live_sessions() {
             if s.id() == requester.id() {
                 continue;
             }
+            let Some((over_tenant, share)) = share_of(&s) else {
+                continue;
+            };
             let account = s.account();
             let charged = account.charged();
             if charged <= share {
@@ -205,11 +323,12 @@ impl<F: FileSystem> Server<F> {
             if !(s.activity().stalled(now, grace) || account.held() > share) {
                 continue;
             }
-            if victim.as_ref().is_none_or(|(most, _)| charged > *most) {
-                victim = Some((charged, s));
+            let rank = (over_tenant, charged);
+            if victim.as_ref().is_none_or(|(most, _, _)| rank > *most) {
+                victim = Some((rank, share, s));
             }
         }
-        let Some((charged, victim)) = victim else {
+        let Some(((_, charged), share, victim)) = victim else {
             return false;
         };
         self.counters.memory_reclaims();

@@ -44,6 +44,7 @@ pub mod locks;
 pub mod perm;
 mod session;
 mod stats;
+pub mod tenant;
 mod walk;
 mod xattr;
 
@@ -68,6 +69,7 @@ pub use session::{Activity, Session};
 pub(crate) use stats::Received;
 use stats::{Counters, RequestCells, TimingCells};
 pub use stats::{RequestStats, Stats, Timings};
+pub use tenant::{Tenant, TenantKey, TenantLimits, TenantStats, Tenants};
 
 /// Largest msize the server agrees to by default (what Linux asks for with
 /// `msize=1048576`).
@@ -93,6 +95,8 @@ pub struct Config {
     pub max_locks_per_conn: usize,
     /// Most POSIX locks all connections together may hold; past it, `ENOLCK`.
     pub max_locks: usize,
+    /// What one tenant's connections may hold together ([`tenant`]).
+    pub tenant: TenantLimits,
     /// Longest client id a `Tlock`/`Tgetlock` may carry, in bytes (Linux sends its
     /// nodename: at most 64); longer gets `EINVAL`.
     pub max_lock_client_id: usize,
@@ -148,6 +152,7 @@ impl Default for Config {
             max_conns_per_client: DEFAULT_MAX_CONNS_PER_CLIENT,
             max_locks_per_conn: 4096,
             max_locks: 32768,
+            tenant: TenantLimits::for_server(4096, 128, 32768),
             max_lock_client_id: 256,
             exports: vec![Export::root("")],
             allow: AllowList::Any,
@@ -182,6 +187,7 @@ pub struct Server<F> {
     requests: RequestCells,
     next_conn: AtomicU64,
     budget: Arc<Budget>,
+    tenants: Tenants,
     /// Open sessions, for housekeeping.
     sessions: Locked<BTreeMap<u64, Weak<Session>>>,
     /// [`Server::shut_down`] was called: every connection, new ones too, is closing.
@@ -206,6 +212,7 @@ impl<F: FileSystem> Server<F> {
     pub fn new(fs: F, config: Config) -> Self {
         let limits = locks::LockLimits {
             per_conn: config.max_locks_per_conn,
+            per_tenant: config.tenant.max_locks,
             total: config.max_locks,
             client_id_len: config.max_lock_client_id,
         };
@@ -217,6 +224,7 @@ impl<F: FileSystem> Server<F> {
             requests: RequestCells::default(),
             next_conn: AtomicU64::new(1),
             budget: Budget::new(config.memory),
+            tenants: Tenants::new(&config.exports, config.tenant),
             sessions: Locked::new(BTreeMap::new()),
             shutting_down: AtomicBool::new(false),
             config,
@@ -259,6 +267,31 @@ impl<F: FileSystem> Server<F> {
         if self.config.clock.is_some() {
             self.requests.answer(request, self.now());
         }
+    }
+
+    /// The tenants.
+    pub fn tenants(&self) -> &Tenants {
+        &self.tenants
+    }
+
+    /// The tenant of a client at `peer` ([`tenant`]).
+    pub fn tenant_of(&self, peer: Option<IpAddr>) -> Arc<Tenant> {
+        self.tenants.tenant_of(&self.config.exports, peer)
+    }
+
+    /// What every tenant holds and was refused.
+    pub fn tenant_stats(&self) -> Vec<TenantStats> {
+        let tenants = self.tenants.all();
+        let locks: Vec<usize> =
+            self.with_locks(|t| tenants.iter().map(|x| t.tenant_len(x.id())).collect());
+        tenants
+            .iter()
+            .zip(locks)
+            .map(|(t, locks)| TenantStats {
+                locks: locks as u64,
+                ..t.stats()
+            })
+            .collect()
     }
 
     /// Number of POSIX locks held by all connections.
@@ -328,11 +361,13 @@ impl<F: FileSystem> Server<F> {
     pub fn new_session(&self, peer: Option<IpAddr>) -> Arc<Session> {
         let id = self.next_conn.fetch_add(1, Relaxed);
         self.counters.connections_opened();
+        let tenant = self.tenant_of(peer);
         let session = Arc::new(Session::new(
             id,
             peer,
             self.config.max_msize.max(MIN_MSIZE),
-            self.budget.open(),
+            self.budget.open_in(tenant.memory()),
+            tenant,
             self.now(),
         ));
         let shutting_down = self.sessions.with(|registry| {
@@ -606,9 +641,7 @@ impl<F: FileSystem> Server<F> {
     pub(crate) fn refused(&self, s: &Session, r: Refused) -> Errno {
         self.counters.enomem_replies();
         log::debug!("9p: conn {}: ENOMEM: {r}", s.id());
-        if let Refused::Server { below_share: true } = r {
-            self.reclaim_memory(s);
-        }
+        self.reclaim_for(s, r);
         Errno::ENOMEM
     }
 }

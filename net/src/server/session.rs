@@ -18,6 +18,7 @@ use core::task::Waker;
 use vfs::{Errno, FsResult, NAME_MAX};
 
 use super::fid::{Fid, FidState};
+use super::tenant::Tenant;
 use crate::conn::CloseReason;
 use crate::memory::{Account, Refused, Use};
 use crate::sync::Locked;
@@ -66,6 +67,7 @@ pub struct Session {
     /// Locked before the account's books when a new entry is charged.
     fids: Locked<BTreeMap<u32, Fid>>,
     account: Arc<Account>,
+    tenant: Arc<Tenant>,
     activity: Locked<Activity>,
     close: Locked<CloseSignal>,
 }
@@ -84,6 +86,7 @@ impl Session {
         peer: Option<IpAddr>,
         msize: u32,
         account: Account,
+        tenant: Arc<Tenant>,
         now: u64,
     ) -> Self {
         Session {
@@ -93,6 +96,7 @@ impl Session {
             versioned: AtomicBool::new(false),
             fids: Locked::new(BTreeMap::new()),
             account: Arc::new(account),
+            tenant,
             activity: Locked::new(Activity {
                 opened: now,
                 last: now,
@@ -136,6 +140,11 @@ impl Session {
     /// to.
     pub fn account(&self) -> &Arc<Account> {
         &self.account
+    }
+
+    /// The tenant it belongs to.
+    pub fn tenant(&self) -> &Arc<Tenant> {
+        &self.tenant
     }
 
     /// Number of fids in use.
@@ -189,16 +198,27 @@ impl Session {
         self.fids.with(|f| f.get(&fid).cloned()).ok_or(Errno::EBADF)
     }
 
-    /// Binds a new fid: `EBADF` if `fid` is in use, `EMFILE` at `max` fids, and the
-    /// refusal if the entry's memory cannot be charged.
-    pub(crate) fn insert(&self, fid: u32, entry: Fid, max: usize) -> Result<(), BindError> {
+    /// Binds a new fid: `EBADF` if `fid` is in use, `EMFILE` at `max` fids or when the
+    /// tenant holds `tenant_max`, and the refusal if the entry's memory cannot be
+    /// charged.
+    pub(crate) fn insert(
+        &self,
+        fid: u32,
+        entry: Fid,
+        max: usize,
+        tenant_max: usize,
+    ) -> Result<(), BindError> {
         // The check and the charge under the table's lock: two binds of one fid cannot
         // both pass it.
         let refused = self.fids.with(|fids| {
             if let Err(e) = free_slot(fids, fid, max) {
                 return Some((BindError::Errno(e), entry));
             }
+            if !self.tenant.take_fids(1, tenant_max) {
+                return Some((BindError::TenantFids, entry));
+            }
             if let Err(r) = self.account.take(Use::Fids, FID_ENTRY_BYTES) {
+                self.tenant.release_fids(1);
                 return Some((BindError::Memory(r), entry));
             }
             fids.insert(fid, entry);
@@ -250,6 +270,7 @@ impl Session {
     pub(crate) fn remove(&self, fid: u32) -> FsResult<Fid> {
         let f = self.fids.with(|f| f.remove(&fid)).ok_or(Errno::EBADF)?;
         self.account.release(Use::Fids, FID_ENTRY_BYTES);
+        self.tenant.release_fids(1);
         Ok(f)
     }
 
@@ -257,6 +278,7 @@ impl Session {
     pub(crate) fn take_all(&self) -> Vec<(u32, Fid)> {
         let all = self.fids.with(core::mem::take);
         self.account.release(Use::Fids, all.len() * FID_ENTRY_BYTES);
+        self.tenant.release_fids(all.len());
         all.into_iter().collect()
     }
 }
@@ -278,6 +300,7 @@ impl Drop for Session {
         // still gives its fids' memory back.
         let n = self.fids.get_mut().len();
         self.account.release(Use::Fids, n * FID_ENTRY_BYTES);
+        self.tenant.release_fids(n);
     }
 }
 
@@ -286,6 +309,8 @@ impl Drop for Session {
 pub(crate) enum BindError {
     /// The protocol's answer (`EBADF`, `EMFILE`).
     Errno(Errno),
+    /// The tenant holds its share of fids (`EMFILE`).
+    TenantFids,
     /// Its memory could not be charged.
     Memory(Refused),
 }

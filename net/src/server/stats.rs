@@ -103,8 +103,15 @@ counters! {
     refused_attaches,
     /// Lock requests refused for the per-connection lock limit (`ENOLCK`).
     conn_lock_limit_hits,
+    /// Lock requests refused for the tenant's lock limit (`ENOLCK`).
+    tenant_lock_limit_hits,
     /// Lock requests refused for the server-wide lock limit (`ENOLCK`).
     lock_limit_hits,
+    /// Fids refused for the tenant's fid limit (`EMFILE`).
+    tenant_fid_limit_hits,
+    /// Times a connection stopped reading because its tenant's in-flight limit was
+    /// reached.
+    tenant_in_flight_waits,
     /// `Tlock`/`Tgetlock` requests refused for a client id over the length limit
     /// (`EINVAL`).
     long_client_ids,

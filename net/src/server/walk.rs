@@ -17,11 +17,20 @@ impl<F: FileSystem> Server<F> {
     /// Binds `fid` (counting fid-limit refusals; `ENOMEM` if its memory cannot be
     /// charged).
     pub(super) fn bind(&self, s: &Session, fid: u32, entry: Fid) -> FsResult<()> {
-        match s.insert(fid, entry, self.config.max_fids) {
+        match s.insert(
+            fid,
+            entry,
+            self.config.max_fids,
+            self.config.tenant.max_fids,
+        ) {
             Ok(()) => Ok(()),
             Err(BindError::Errno(e)) => {
                 self.count_fid_limit(e);
                 Err(e)
+            }
+            Err(BindError::TenantFids) => {
+                self.counters.tenant_fid_limit_hits();
+                Err(Errno::EMFILE)
             }
             Err(BindError::Memory(r)) => Err(self.refused(s, r)),
         }

@@ -8,9 +8,13 @@
 //! decisions are here:
 //!
 //! - **admission** ([`Service::admit`]): some export must allow the client's address
-//!   (`Server::admit`); at the connection limit a new client takes the slot of the
-//!   quietest connection without fids (`Server::reclaim_slot`: an idle flood cannot keep
-//!   mounts out) or is refused;
+//!   (`Server::admit`); its tenant (`crate::server::tenant`) must hold fewer than
+//!   [`ServiceConfig::max_conns_per_tenant`] connections (or give up the slot of its own
+//!   quietest connection without fids); at the connection limit a new
+//!   client takes the slot of the quietest connection without fids
+//!   (`Server::reclaim_slot`: an idle flood cannot keep mounts out) or, if its tenant
+//!   holds less than its fair share of the slots, one of the tenant most above its own
+//!   (`Server::reclaim_slot_for`), or is refused;
 //! - **placement**: the admitted connection is handed whole to the worker serving fewest
 //!   ([`placement`]); its fid table, request futures and replies live there for its life;
 //! - **a connection's life** ([`Service::serve`]): [`Connection::run`] until the peer
@@ -41,6 +45,7 @@ use core::time::Duration;
 use vfs::FileSystem;
 
 use crate::conn::{CloseReason, Connection, Transport};
+use crate::server::tenant::SlotTicket;
 use crate::server::Server;
 use crate::sync::Signal;
 use stats::ServiceStats;
@@ -110,6 +115,9 @@ pub struct ServiceConfig {
     /// Most connections open at once; past it a new client takes a reclaimed slot or is
     /// refused.
     pub max_conns: usize,
+    /// Most connections one tenant may have open at once; past it its clients are
+    /// refused.
+    pub max_conns_per_tenant: usize,
     /// Workers that serve connections (indices `0..workers`).
     pub workers: usize,
     /// The worker that also runs the network stack for every connection (the appliance's
@@ -174,12 +182,25 @@ pub struct Served {
     pub active: u64,
 }
 
+/// A connection [`Service::admit`] let in: the worker to serve it on and its tenant's
+/// slot, which it holds until [`Service::serve`] returns or it is
+/// [`Service::abandon`]ed.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The worker chosen to serve it.
+    pub worker: usize,
+    slot: SlotTicket,
+}
+
 /// Why [`Service::admit`] turned a client away: the caller resets the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// No export allows the client's address (counted by the server,
     /// `refused_connections`).
     NotAllowed,
+    /// The client's tenant has [`ServiceConfig::max_conns_per_tenant`] connections open
+    /// (counted: `tenant_refused`).
+    TenantFull,
     /// The connection limit is reached and no slot could be reclaimed (counted:
     /// `refused`).
     Full,
@@ -254,13 +275,39 @@ impl<F: FileSystem + 'static> Service<F> {
         &self,
         peer: Option<SocketAddr>,
         workers: impl IntoIterator<Item = usize>,
-    ) -> Result<usize, Refusal> {
-        if !self.server.admit(peer.map(|p| p.ip())) {
+    ) -> Result<Admitted, Refusal> {
+        let ip = peer.map(|p| p.ip());
+        if !self.server.admit(ip) {
             log::debug!("9p: {peer:?} refused: no export allows its address");
             return Err(Refusal::NotAllowed);
         }
-        if self.stats.active() as usize >= self.config.max_conns && !self.server.reclaim_slot() {
+        let tenant = self.server.tenant_of(ip);
+        let tenants = self.server.tenants();
+        let cap = self.config.max_conns_per_tenant;
+        let slot = tenants.take_slot(&tenant, cap).or_else(|| {
+            // At its cap, the tenant's own quietest connection without fids gives way.
+            self.server
+                .reclaim_slot_in(&tenant)
+                .then(|| tenants.take_slot(&tenant, usize::MAX))
+                .flatten()
+        });
+        let Some(slot) = slot else {
+            self.stats.tenant_refused.inc();
+            tenants.slot_refused(&tenant);
+            log::warn!(
+                "9p: {peer:?}: refused: tenant {} has {} connections open",
+                tenant.key(),
+                tenant.conns()
+            );
+            return Err(Refusal::TenantFull);
+        };
+        let max = self.config.max_conns;
+        if self.stats.active() as usize >= max
+            && !self.server.reclaim_slot()
+            && !self.server.reclaim_slot_for(&tenant, max)
+        {
             self.stats.refused.inc();
+            tenants.slot_refused(&tenant);
             log::warn!(
                 "9p: {peer:?}: refused: {} connections open, none idle",
                 self.stats.active()
@@ -274,11 +321,12 @@ impl<F: FileSystem + 'static> Service<F> {
         let worker = placement::least_loaded(candidates, self.config.stack_worker).unwrap_or(0);
         self.stats.accepted.inc();
         self.stats.worker(worker).accepted.inc();
-        Ok(worker)
+        Ok(Admitted { worker, slot })
     }
 
-    /// An admitted connection that never reached its worker (the worker is gone): it
-    /// counts as closed; the caller resets it.
+    /// An admitted connection that never reached its worker `worker` (the worker is
+    /// gone): it counts as closed; the caller resets it (its [`Admitted`], dropped, gives
+    /// the tenant's slot back).
     pub fn abandon(&self, worker: usize) {
         log::error!(
             "9p: a connection could not be handed to {} {worker}",
@@ -295,8 +343,9 @@ impl<F: FileSystem + 'static> Service<F> {
         rt: &R,
         mut io: E,
         peer: Option<SocketAddr>,
-        worker: usize,
+        admitted: Admitted,
     ) -> Served {
+        let Admitted { worker, slot } = admitted;
         let conn = match peer {
             Some(p) => Connection::from_peer(self.server.clone(), p.ip()),
             None => Connection::new(self.server.clone()),
@@ -348,6 +397,7 @@ impl<F: FileSystem + 'static> Service<F> {
         }
         let (rx, tx) = (io.rx_bytes(), io.tx_bytes());
         io.release();
+        drop(slot);
         self.ended(worker);
         let active = s.active();
         log::info!(

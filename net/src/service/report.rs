@@ -21,6 +21,8 @@ pub struct NinepReport {
     pub shed: u64,
     /// Clients reset at once at the connection limit (no slot could be reclaimed).
     pub refused: u64,
+    /// Clients reset at once because their tenant had its share of connections open.
+    pub tenant_refused: u64,
     /// Connection requests held back because no listening socket was free (the
     /// appliance's SYN gate: a burst of clients connecting together; each client
     /// retransmits and is served). 0 where the OS accepts.
@@ -43,6 +45,8 @@ pub struct NinepReport {
     /// The memory budget for clients: limit, committed and peak bytes, bytes charged and
     /// charges refused per use.
     pub memory: crate::memory::MemoryStats,
+    /// What each tenant holds and was refused (`crate::server::tenant`).
+    pub tenants: alloc::vec::Vec<crate::server::TenantStats>,
 }
 
 impl<F: FileSystem + 'static> Service<F> {
@@ -54,6 +58,7 @@ impl<F: FileSystem + 'static> Service<F> {
             accepted: s.accepted.get(),
             shed: s.shed.get(),
             refused: s.refused.get(),
+            tenant_refused: s.tenant_refused.get(),
             syns_held: 0,
             rx_bytes: s.rx_bytes(),
             tx_bytes: s.tx_bytes(),
@@ -61,6 +66,7 @@ impl<F: FileSystem + 'static> Service<F> {
             timings: server.timings(),
             requests: server.request_stats(),
             memory: server.memory(),
+            tenants: server.tenant_stats(),
         }
     }
 }
@@ -110,4 +116,38 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::keys("9p.memory.refused", "use")
         .named("9p_memory_refused")
         .help("Charges to the 9P memory budget refused, by use."),
+    Rule::counter("9p.tenant_refused")
+        .named("9p_connections_tenant_refused")
+        .help("9P clients reset at once because their tenant had its share of connections open (max_conns_per_tenant=)."),
+    Rule::elements("9p.tenants", "tenant", "tenant").named("9p_tenant"),
+    Rule::gauge("9p.tenants.*.conns")
+        .named("9p_tenant_connections")
+        .help("9P connections open, by tenant."),
+    Rule::gauge("9p.tenants.*.memory")
+        .named("9p_tenant_memory_bytes")
+        .help("Memory of the 9P budget held, by tenant."),
+    Rule::gauge("9p.tenants.*.fids")
+        .named("9p_tenant_fids")
+        .help("Fids held, by tenant."),
+    Rule::gauge("9p.tenants.*.in_flight")
+        .named("9p_tenant_requests_in_flight")
+        .help("Requests in flight, by tenant."),
+    Rule::gauge("9p.tenants.*.locks")
+        .named("9p_tenant_locks")
+        .help("POSIX locks held, by tenant."),
+    Rule::counter("9p.tenants.*.cpu_ns")
+        .named("9p_tenant_cpu_seconds")
+        .help("Time spent serving each tenant's connections."),
+    Rule::counter("9p.tenants.*.refused_conns")
+        .named("9p_tenant_connections_refused")
+        .help("Connections refused or shed for the tenant's share of slots."),
+    Rule::counter("9p.tenants.*.refused_fids")
+        .named("9p_tenant_fids_refused")
+        .help("Fids refused for the tenant's cap (EMFILE)."),
+    Rule::counter("9p.tenants.*.refused_locks")
+        .named("9p_tenant_locks_refused")
+        .help("Locks refused for the tenant's cap (ENOLCK)."),
+    Rule::counter("9p.tenants.*.in_flight_waits")
+        .named("9p_tenant_in_flight_waits")
+        .help("Times a connection stopped reading at its tenant's in-flight cap."),
 ];

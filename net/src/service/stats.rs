@@ -61,6 +61,8 @@ pub struct ServiceStats {
     /// Clients reset at once: the connection limit was reached and no slot could be
     /// reclaimed.
     pub refused: Counter,
+    /// Clients reset at once: their tenant had its share of connections open.
+    pub tenant_refused: Counter,
     /// Listening sockets that could not be created (memory) or bound.
     pub listen_errors: Counter,
     /// What the connections of each worker did, by worker index.
@@ -81,6 +83,7 @@ impl ServiceStats {
             shutdown_closed: Counter::default(),
             shutdown_shed: Counter::default(),
             refused: Counter::default(),
+            tenant_refused: Counter::default(),
             listen_errors: Counter::default(),
             workers: (0..workers.max(1))
                 .map(|_| WorkerServing::default())

@@ -17,8 +17,9 @@
 //!   unlocking, replacing and merging walk, and by `(connection, fid)`, which is what a
 //!   clunk releases; a connection's locks are a range of the former.
 //!
-//! Limits: most locks per connection and overall (`ENOLCK` beyond), longest client id
-//! (`EINVAL` beyond). Client ids are interned per connection (`clients`).
+//! Limits: most locks per connection, per tenant (the connections
+//! [`LockTable::bind_tenant`] put together) and overall (`ENOLCK` beyond), longest client
+//! id (`EINVAL` beyond). Client ids are interned per connection (`clients`).
 
 mod clients;
 mod tree;
@@ -80,6 +81,8 @@ pub struct HeldLock {
 pub struct LockLimits {
     /// Most locks one connection may hold.
     pub per_conn: usize,
+    /// Most locks the connections of one tenant may hold together.
+    pub per_tenant: usize,
     /// Most locks all connections together may hold.
     pub total: usize,
     /// Longest client id accepted, in bytes.
@@ -91,6 +94,8 @@ pub struct LockLimits {
 pub enum LockError {
     /// The connection holds [`LockLimits::per_conn`] locks.
     ConnLimit,
+    /// The connection's tenant holds [`LockLimits::per_tenant`] locks.
+    TenantLimit,
     /// The server holds [`LockLimits::total`] locks.
     TotalLimit,
     /// The client id is longer than [`LockLimits::client_id_len`].
@@ -102,7 +107,7 @@ impl LockError {
     /// lock table is full), `EINVAL` for the id.
     pub fn errno(self) -> Errno {
         match self {
-            LockError::ConnLimit | LockError::TotalLimit => Errno::ENOLCK,
+            LockError::ConnLimit | LockError::TenantLimit | LockError::TotalLimit => Errno::ENOLCK,
             LockError::ClientIdTooLong => Errno::EINVAL,
         }
     }
@@ -185,6 +190,8 @@ pub const LOCK_RECORD_BYTES: usize =
 struct ConnLocks {
     locks: usize,
     clients: ClientIds,
+    /// Its tenant, if bound.
+    tenant: Option<u64>,
 }
 
 /// What a lock or unlock does to its owner's locks on one inode: the locks that go (by
@@ -214,6 +221,8 @@ pub struct LockTable {
     by_fid: BTreeSet<FidKey>,
     /// Per connection holding locks: their count and client ids.
     conns: BTreeMap<u64, ConnLocks>,
+    /// Locks held per tenant.
+    tenants: BTreeMap<u64, usize>,
     /// Locks held in all.
     len: usize,
 }
@@ -227,6 +236,7 @@ impl LockTable {
             held: BTreeMap::new(),
             by_fid: BTreeSet::new(),
             conns: BTreeMap::new(),
+            tenants: BTreeMap::new(),
             len: 0,
         }
     }
@@ -300,6 +310,22 @@ impl LockTable {
         }
     }
 
+    /// Counts connection `conn`'s locks, from now on, against tenant `tenant`'s share
+    /// ([`LockLimits::per_tenant`]). A connection is bound once, before its first lock;
+    /// one never bound is a tenant by itself.
+    pub fn bind_tenant(&mut self, conn: u64, tenant: u64) {
+        let c = self.conns.entry(conn).or_default();
+        if c.tenant.is_none() {
+            debug_assert_eq!(c.locks, 0, "bound after taking locks");
+            c.tenant = Some(tenant);
+        }
+    }
+
+    /// Number of locks the connections of tenant `tenant` hold.
+    pub fn tenant_len(&self, tenant: u64) -> usize {
+        self.tenants.get(&tenant).copied().unwrap_or(0)
+    }
+
     /// Drops every lock of connection `conn`.
     pub fn release_conn(&mut self, conn: u64) {
         let (low, high) = OwnerKey::bounds(conn);
@@ -343,12 +369,16 @@ impl LockTable {
         }
     }
 
-    /// Whether connection `conn` and the server have room for `growth` more locks.
+    /// Whether connection `conn`, its tenant and the server have room for `growth` more
+    /// locks.
     fn check_room(&self, conn: u64, growth: usize) -> Result<(), LockError> {
+        let tenant = self.conns.get(&conn).and_then(|c| c.tenant);
         if growth == 0 {
             Ok(())
         } else if self.conn_len(conn) + growth > self.limits.per_conn {
             Err(LockError::ConnLimit)
+        } else if tenant.is_some_and(|t| self.tenant_len(t) + growth > self.limits.per_tenant) {
+            Err(LockError::TenantLimit)
         } else if self.len + growth > self.limits.total {
             Err(LockError::TotalLimit)
         } else {
@@ -497,6 +527,9 @@ impl LockTable {
         let conn = self.conns.entry(owner.conn).or_default();
         conn.locks += 1;
         conn.clients.add_user(owner.client);
+        if let Some(t) = conn.tenant {
+            *self.tenants.entry(t).or_default() += 1;
+        }
         self.len += 1;
     }
 
@@ -522,6 +555,12 @@ impl LockTable {
         if let Some(conn) = self.conns.get_mut(&owner.conn) {
             conn.locks -= 1;
             conn.clients.drop_user(owner.client);
+            if let Some(Entry::Occupied(mut t)) = conn.tenant.map(|t| self.tenants.entry(t)) {
+                *t.get_mut() -= 1;
+                if *t.get() == 0 {
+                    t.remove();
+                }
+            }
         }
         self.len -= 1;
     }

@@ -125,6 +125,7 @@ impl LockTable {
 
 const LIMITS: LockLimits = LockLimits {
     per_conn: 4096,
+    per_tenant: usize::MAX,
     total: 32768,
     client_id_len: 256,
 };
@@ -221,9 +222,43 @@ fn relocks_replace_split_and_merge() {
 }
 
 #[test]
+fn a_tenant_holds_at_most_its_share_of_the_table() {
+    let mut t = LockTable::new(LockLimits {
+        per_conn: 3,
+        per_tenant: 4,
+        total: 10,
+        client_id_len: 8,
+    });
+    // Connections 1 and 2 are one tenant (7), connection 3 another (8).
+    for (conn, tenant) in [(1, 7), (2, 7), (3, 8)] {
+        t.bind_tenant(conn, tenant);
+    }
+    let (a, b, c) = (who(1, 1), who(2, 1), who(3, 1));
+    // Locks apart from each other (neighbours of one kind would merge).
+    for i in 0..3 {
+        assert_eq!(t.lock(1, &a, 1, LockKind::Read, 10 * i, 10 * i), Ok(true));
+    }
+    assert_eq!(t.lock(1, &b, 1, LockKind::Read, 100, 100), Ok(true));
+    assert_eq!(
+        t.lock(1, &b, 1, LockKind::Read, 200, 200),
+        Err(LockError::TenantLimit),
+        "connection 2 is below its own limit, its tenant is not"
+    );
+    assert_eq!(t.tenant_len(7), 4);
+    for i in 0..3 {
+        assert_eq!(t.lock(2, &c, 1, LockKind::Read, 10 * i, 10 * i), Ok(true));
+    }
+    t.release_conn(1);
+    assert_eq!((t.tenant_len(7), t.tenant_len(8)), (1, 3));
+    assert_eq!(t.lock(1, &b, 1, LockKind::Read, 200, 200), Ok(true));
+    t.check();
+}
+
+#[test]
 fn limits_refuse_growth_not_shrinkage() {
     let mut t = LockTable::new(LockLimits {
         per_conn: 3,
+        per_tenant: usize::MAX,
         total: 4,
         client_id_len: 8,
     });
@@ -321,6 +356,7 @@ fn forty_thousand_locks_cost_a_lookup_not_a_scan() {
     let (a, b) = (who(1, 1), who(2, 1));
     let mut t = LockTable::new(LockLimits {
         per_conn: 50_000,
+        per_tenant: usize::MAX,
         total: 100_000,
         client_id_len: 256,
     });
@@ -511,6 +547,7 @@ impl Model {
 const CLIENTS: [&[u8]; 3] = [b"a", b"bb", b"too-long"];
 const TEST_LIMITS: LockLimits = LockLimits {
     per_conn: 7,
+    per_tenant: usize::MAX,
     total: 12,
     client_id_len: 4,
 };
