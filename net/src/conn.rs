@@ -55,6 +55,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use vfs::FileSystem;
 
 use crate::memory::{Charge, Refused, Use};
+use crate::server::tenant::CpuWaker;
 use crate::server::{lerror, reply, Received, Server, Session};
 use crate::wire::{self, Header, Rmsg, Tmsg, TmsgType, HEADER_LEN};
 
@@ -187,9 +188,11 @@ pub struct Connection<F: FileSystem + 'static> {
     /// The tenant's in-flight limit stopped input (counted once per stop; the task waits
     /// for one of the tenant's requests to complete).
     tenant_throttled: bool,
-    /// The connection counts among its tenant's runnable ones
+    /// What [`Connection::run`]'s task is woken through: its tenant's CPU share
     /// ([`CpuShare`](crate::server::tenant::CpuShare)).
-    cpu_runnable: bool,
+    cpu: Option<Arc<CpuWaker>>,
+    /// The worker (CPU, thread) that runs it ([`Connection::on_worker`]).
+    worker: usize,
     /// When [`Connection::run`] must let other tasks run (server clock), so a long run of
     /// completing requests yields too.
     yield_at: Option<u64>,
@@ -213,8 +216,8 @@ impl<F: FileSystem + 'static> Drop for Connection<F> {
     /// `release`.)
     fn drop(&mut self) {
         self.server.drop_locks(&self.session);
-        if self.cpu_runnable {
-            self.session.tenant().cpu().idle();
+        if let Some(cpu) = &self.cpu {
+            cpu.idle();
         }
     }
 }
@@ -298,9 +301,17 @@ impl<F: FileSystem + 'static> Connection<F> {
             closing: None,
             throttled: false,
             tenant_throttled: false,
-            cpu_runnable: false,
+            cpu: None,
+            worker: 0,
             yield_at: None,
         }
+    }
+
+    /// Says which worker (CPU, thread) runs the connection: its tenant's CPU share is
+    /// compared with the other tenants' on that worker (default 0).
+    pub fn on_worker(mut self, worker: usize) -> Self {
+        self.worker = worker;
+        self
     }
 
     /// The connection's session (fids, msize).
@@ -754,9 +765,9 @@ impl<F: FileSystem + 'static> Connection<F> {
     /// fails, or the server closes it (`Ok(Some(reason))`: a protocol violation, or the
     /// server shedding it), then [`Connection::shutdown`]s.
     ///
-    /// Each poll is a *turn* of at most a quantum, [`crate::server::Config::cpu_quantum_ns`]
-    /// divided among the tenant's runnable connections
-    /// ([`CpuShare`](crate::server::tenant::CpuShare)).
+    /// Each poll is a *turn* of at most a quantum ([`crate::server::Config::cpu_quantum_ns`]),
+    /// taken when the tenant's CPU share allows
+    /// ([`CpuShare`](crate::server::tenant::CpuShare)): else the turn is let go.
     pub async fn run<T: Transport>(mut self, io: &mut T) -> Result<Option<CloseReason>, T::Error> {
         let mut staging = Staging {
             buf: vec![0u8; STAGING],
@@ -764,15 +775,24 @@ impl<F: FileSystem + 'static> Connection<F> {
             to: 0,
         };
         let quantum = self.server.config().cpu_quantum_ns;
-        let tenant = self.session.tenant().clone();
+        let cpu = CpuWaker::new(
+            self.server.tenants().clone(),
+            self.session.tenant().clone(),
+            self.worker,
+        );
+        self.cpu = Some(cpu.clone());
         let result = poll_fn(|cx| {
-            let cpu = tenant.cpu();
-            if !self.cpu_runnable {
-                cpu.wake();
-                self.cpu_runnable = true;
+            let waker = cpu.wrap(cx.waker());
+            let cx = &mut Context::from_waker(&waker);
+            cpu.runnable();
+            if !cpu.may_serve() && self.closing.is_none() {
+                // Another tenant waits for this worker and is behind: it goes first.
+                self.server.counters().cpu_deferrals();
+                io.yield_cpu(cx);
+                return Poll::Pending;
             }
             let started = self.server.now();
-            self.yield_at = Some(started.saturating_add(cpu.quantum(quantum)));
+            self.yield_at = Some(started.saturating_add(quantum));
             let turn = self.turn(io, cx, &mut staging);
             cpu.used(self.server.now().saturating_sub(started));
             match turn {
@@ -783,12 +803,10 @@ impl<F: FileSystem + 'static> Connection<F> {
                 }
                 Turn::Waiting => {
                     cpu.idle();
-                    self.cpu_runnable = false;
                     Poll::Pending
                 }
                 Turn::Done(result) => {
                     cpu.idle();
-                    self.cpu_runnable = false;
                     Poll::Ready(result)
                 }
             }

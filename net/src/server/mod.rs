@@ -187,7 +187,7 @@ pub struct Server<F> {
     requests: RequestCells,
     next_conn: AtomicU64,
     budget: Arc<Budget>,
-    tenants: Tenants,
+    tenants: Arc<Tenants>,
     /// Open sessions, for housekeeping.
     sessions: Locked<BTreeMap<u64, Weak<Session>>>,
     /// [`Server::shut_down`] was called: every connection, new ones too, is closing.
@@ -224,7 +224,12 @@ impl<F: FileSystem> Server<F> {
             requests: RequestCells::default(),
             next_conn: AtomicU64::new(1),
             budget: Budget::new(config.memory),
-            tenants: Tenants::new(&config.exports, config.tenant),
+            // A tenant may run a quarter quantum ahead of another on a worker.
+            tenants: Arc::new(Tenants::new(
+                &config.exports,
+                config.tenant,
+                config.cpu_quantum_ns / 4,
+            )),
             sessions: Locked::new(BTreeMap::new()),
             shutting_down: AtomicBool::new(false),
             config,
@@ -270,7 +275,7 @@ impl<F: FileSystem> Server<F> {
     }
 
     /// The tenants.
-    pub fn tenants(&self) -> &Tenants {
+    pub fn tenants(&self) -> &Arc<Tenants> {
         &self.tenants
     }
 

@@ -95,6 +95,9 @@ counters! {
     enomem_replies,
     /// Times a connection's task gave the CPU to others after its quantum.
     cpu_yields,
+    /// Turns a connection let go because its tenant was ahead of another tenant on its
+    /// worker (`tenant::CpuShare`).
+    cpu_deferrals,
     /// Connections refused at accept: their address had `max_conns_per_client` open.
     client_conn_limit_hits,
     /// Connections refused at accept: no export's allow-list admits the client's address.

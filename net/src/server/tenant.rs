@@ -292,23 +292,25 @@ impl Drop for SlotTicket {
     }
 }
 
-/// A tenant's CPU share: fair between tenants, then between a tenant's connections.
+/// A tenant's CPU share: fair between tenants (by virtual time, as group scheduling
+/// does), then between a tenant's connections (the executor's round robin).
 ///
-/// A connection serves for at most a quantum per turn before the executor runs the next
-/// task in its round robin (`crate::conn`); per tenant, that quantum is divided among the
-/// tenant's connections that want the CPU now (*runnable*: in a turn, or yielded with
-/// work left), so that in one round a tenant's connections together get about one
-/// quantum, however many there are. Where tenants compete on a CPU they share it about
-/// evenly; a CPU with one tenant's work only is still used to the full (the shares
-/// never leave a CPU idle, and no task spins waiting for its turn). The grain is one
-/// request: a turn serves at least one, so a tenant whose requests each take longer
-/// than its divided quantum gets more than its share.
+/// Each turn a connection serves ([`crate::conn::Connection::run`]) adds its time to its
+/// tenant's virtual time. On each worker (CPU or thread), a tenant is *runnable* while
+/// one of its connections there is in a turn or yielded with work left; a connection
+/// whose tenant is more than a slack ahead of the least of the other tenants runnable on
+/// its worker lets its turn go (it yields without serving) until they catch up. So
+/// tenants competing for a worker share it evenly however many connections each has,
+/// while a worker with one tenant's work only serves it to the full (the comparison is
+/// per worker, the virtual time global: a tenant busy on two workers is ahead of one busy
+/// on one, and yields to it where they meet). A tenant that becomes runnable starts no
+/// further behind than the slack, so idling banks no CPU time. The grain is one turn.
 #[derive(Debug, Default)]
 pub struct CpuShare {
     /// Service time, ns.
     used_ns: AtomicU64,
-    /// Its connections in a turn or waiting for one.
-    runnable: AtomicUsize,
+    /// Virtual time: service time, ns, plus the catch-ups when it became runnable.
+    vtime: AtomicU64,
 }
 
 impl CpuShare {
@@ -317,32 +319,13 @@ impl CpuShare {
         self.used_ns.load(Relaxed)
     }
 
-    /// Its connections waiting for the CPU or in a turn.
-    pub fn runnable(&self) -> usize {
-        self.runnable.load(Relaxed)
-    }
-
-    /// A connection becomes runnable.
-    pub(crate) fn wake(&self) {
-        self.runnable.fetch_add(1, Relaxed);
-    }
-
-    /// A runnable connection waits for its client, or ended.
-    pub(crate) fn idle(&self) {
-        lower(&self.runnable, 1);
-    }
-
-    /// A turn's quantum for one of its runnable connections: `quantum` divided among
-    /// them.
-    pub(crate) fn quantum(&self, quantum: u64) -> u64 {
-        quantum / self.runnable().max(1) as u64
-    }
-
-    /// A turn served for `ns`.
-    pub(crate) fn used(&self, ns: u64) {
-        self.used_ns.fetch_add(ns, Relaxed);
+    fn vtime(&self) -> u64 {
+        self.vtime.load(Relaxed)
     }
 }
+
+/// The tenants runnable on one worker: their runnable connections there.
+type Busy = BTreeMap<u64, (usize, Arc<Tenant>)>;
 
 /// The tenants of a server. See the module documentation.
 #[derive(Debug)]
@@ -353,11 +336,16 @@ pub struct Tenants {
     /// Client and local tenants, while they have connections.
     others: Locked<BTreeMap<TenantKey, Weak<Tenant>>>,
     next_id: AtomicU64,
+    /// Per worker, the tenants runnable there ([`CpuShare`]).
+    busy: Locked<BTreeMap<usize, Busy>>,
+    /// How far ahead of the others a tenant may run on a worker, ns.
+    cpu_slack_ns: u64,
 }
 
 impl Tenants {
-    /// The tenants of a server with `exports` and `limits`.
-    pub fn new(exports: &[Export], limits: TenantLimits) -> Tenants {
+    /// The tenants of a server with `exports` and `limits`; a tenant may run
+    /// `cpu_slack_ns` ahead of the others on a worker ([`CpuShare`]).
+    pub fn new(exports: &[Export], limits: TenantLimits, cpu_slack_ns: u64) -> Tenants {
         let exports: Vec<Arc<Tenant>> = exports
             .iter()
             .filter(|e| e.allow.is_some() && e.name != ADMIN_EXPORT)
@@ -369,6 +357,8 @@ impl Tenants {
             next_id: AtomicU64::new(exports.len() as u64),
             exports,
             others: Locked::new(BTreeMap::new()),
+            busy: Locked::new(BTreeMap::new()),
+            cpu_slack_ns,
         }
     }
 
@@ -442,6 +432,144 @@ impl Tenants {
             .count();
         total / holders.max(1)
     }
+
+    /// A connection of `tenant` on `worker` became runnable (woken, or starting a turn
+    /// unannounced): if the tenant was not runnable there, its virtual time catches up to
+    /// within the slack of the least of the others'.
+    fn cpu_runnable(&self, tenant: &Arc<Tenant>, worker: usize) {
+        let slack = self.cpu_slack_ns;
+        self.busy.with(|busy| {
+            let here = busy.entry(worker).or_default();
+            let least = least_other(here, tenant.id);
+            let (n, _) = here.entry(tenant.id).or_insert((0, tenant.clone()));
+            *n += 1;
+            if let (1, Some(least)) = (*n, least) {
+                tenant
+                    .cpu
+                    .vtime
+                    .fetch_max(least.saturating_sub(slack), Relaxed);
+            }
+        });
+    }
+
+    /// Whether a runnable connection of `tenant` on `worker` may take its turn: its tenant
+    /// is not more than the slack ahead of any other tenant runnable there.
+    pub fn cpu_may_serve(&self, tenant: &Tenant, worker: usize) -> bool {
+        let mine = tenant.cpu.vtime();
+        self.busy.with(|busy| {
+            busy.get(&worker)
+                .and_then(|here| least_other(here, tenant.id))
+                .is_none_or(|least| mine <= least.saturating_add(self.cpu_slack_ns))
+        })
+    }
+
+    /// A turn of a connection of `tenant` served for `ns`.
+    pub fn cpu_used(&self, tenant: &Tenant, ns: u64) {
+        tenant.cpu.used_ns.fetch_add(ns, Relaxed);
+        tenant.cpu.vtime.fetch_add(ns, Relaxed);
+    }
+
+    /// A runnable connection of `tenant` on `worker` waits for its client, or ended.
+    fn cpu_idle(&self, tenant: &Tenant, worker: usize) {
+        self.busy.with(|busy| {
+            let Some(here) = busy.get_mut(&worker) else {
+                return;
+            };
+            if let Some((n, _)) = here.get_mut(&tenant.id) {
+                *n -= 1;
+                if *n == 0 {
+                    here.remove(&tenant.id);
+                }
+            }
+            if here.is_empty() {
+                busy.remove(&worker);
+            }
+        });
+    }
+}
+
+/// The least virtual time among the tenants runnable on a worker but `tenant`.
+fn least_other(here: &Busy, tenant: u64) -> Option<u64> {
+    here.values()
+        .filter(|(_, t)| t.id != tenant)
+        .map(|(_, t)| t.cpu.vtime())
+        .min()
+}
+
+/// What a connection's task is woken through: it counts the connection among its
+/// tenant's runnable ones on its worker from the wake (or the start of a turn) until its
+/// turn ends with nothing to do ([`CpuWaker::idle`]), so that tenants waiting for the CPU
+/// are seen by the turns of the others ([`CpuShare`]).
+#[derive(Debug)]
+pub struct CpuWaker {
+    tenants: Arc<Tenants>,
+    tenant: Arc<Tenant>,
+    worker: usize,
+    /// Counted as runnable.
+    runnable: core::sync::atomic::AtomicBool,
+    /// The task's own waker.
+    inner: Locked<Option<Waker>>,
+}
+
+impl CpuWaker {
+    /// For a connection of `tenant` on `worker`.
+    pub fn new(tenants: Arc<Tenants>, tenant: Arc<Tenant>, worker: usize) -> Arc<CpuWaker> {
+        Arc::new(CpuWaker {
+            tenants,
+            tenant,
+            worker,
+            runnable: core::sync::atomic::AtomicBool::new(false),
+            inner: Locked::new(None),
+        })
+    }
+
+    /// The waker to poll with, waking `task` (updated when the task's waker changes).
+    pub fn wrap(self: &Arc<Self>, task: &Waker) -> Waker {
+        self.inner.with(|w| {
+            if !w.as_ref().is_some_and(|old| old.will_wake(task)) {
+                *w = Some(task.clone());
+            }
+        });
+        Waker::from(self.clone())
+    }
+
+    /// Counts the connection runnable (if it was not).
+    pub fn runnable(&self) {
+        if !self.runnable.swap(true, Relaxed) {
+            self.tenants.cpu_runnable(&self.tenant, self.worker);
+        }
+    }
+
+    /// The connection has nothing to do until woken, or ended.
+    pub fn idle(&self) {
+        if self.runnable.swap(false, Relaxed) {
+            self.tenants.cpu_idle(&self.tenant, self.worker);
+        }
+    }
+
+    /// Whether the connection may take its turn now ([`Tenants::cpu_may_serve`]).
+    pub fn may_serve(&self) -> bool {
+        self.tenants.cpu_may_serve(&self.tenant, self.worker)
+    }
+
+    /// A turn served for `ns`.
+    pub fn used(&self, ns: u64) {
+        self.tenants.cpu_used(&self.tenant, ns);
+    }
+}
+
+impl alloc::task::Wake for CpuWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.runnable();
+        let task = self.inner.with(|w| w.clone());
+        if let Some(task) = task {
+            task.wake();
+        }
+    }
 }
 
 /// Raises `cell` by `n` if that keeps it at most `max`.
@@ -456,4 +584,107 @@ fn try_raise(cell: &AtomicUsize, n: usize, max: usize) -> bool {
 fn lower(cell: &AtomicUsize, n: usize) {
     let before = cell.fetch_sub(n, Relaxed);
     debug_assert!(before >= n, "a tenant gave back more than it held");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::AllowList;
+
+    fn exports() -> Vec<Export> {
+        let export = |name: &str, allow: &str| Export {
+            allow: Some(AllowList::parse(allow).unwrap()),
+            ..Export::root(name)
+        };
+        vec![
+            Export::admin(AllowList::parse("10.0.0.0/8").unwrap()),
+            export("a", "10.1.0.0/16"),
+            export("b", "10.2.0.0/16"),
+            Export::root("open"),
+        ]
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn an_export_with_its_own_allow_list_is_a_tenant_else_a_client_address() {
+        let e = exports();
+        let t = Tenants::new(&e, TenantLimits::for_server(10, 10, 100), 1000);
+        let a1 = t.tenant_of(&e, ip("10.1.0.1"));
+        let a2 = t.tenant_of(&e, ip("10.1.9.9"));
+        assert!(Arc::ptr_eq(&a1, &a2), "one tenant from two addresses");
+        assert_eq!(*a1.key(), TenantKey::Export("a".into()));
+        // The administration export is never a tenant: its clients are by address.
+        let admin = t.tenant_of(&e, ip("10.9.0.1"));
+        assert_eq!(*admin.key(), TenantKey::Client("10.9.0.1".parse().unwrap()));
+        assert!(Arc::ptr_eq(&admin, &t.tenant_of(&e, ip("10.9.0.1"))));
+        // Unknown peers are each a tenant by themselves.
+        let (x, y) = (t.tenant_of(&e, None), t.tenant_of(&e, None));
+        assert_ne!(x.id(), y.id());
+        // Client tenants go when their last holder does; export tenants stay.
+        drop(admin);
+        let keys: Vec<_> = t.all().iter().map(|t| t.key().clone()).collect();
+        assert_eq!(
+            keys,
+            [TenantKey::Export("a".into()), TenantKey::Export("b".into())]
+        );
+    }
+
+    #[test]
+    fn a_tenant_ahead_of_another_on_its_worker_lets_its_turn_go() {
+        let e = exports();
+        let t = Arc::new(Tenants::new(
+            &e,
+            TenantLimits::for_server(10, 10, 100),
+            1000,
+        ));
+        let (a, b) = (
+            t.tenant_of(&e, ip("10.1.0.1")),
+            t.tenant_of(&e, ip("10.2.0.1")),
+        );
+        let a0 = CpuWaker::new(t.clone(), a.clone(), 0);
+        let b0 = CpuWaker::new(t.clone(), b.clone(), 0);
+        a0.runnable();
+        assert!(a0.may_serve(), "alone on the worker");
+        a0.used(10_000);
+        // B becomes runnable 10 µs behind: it catches up to the slack (1 µs) behind.
+        b0.runnable();
+        assert_eq!(b.cpu().vtime(), 9_000);
+        assert!(b0.may_serve() && a0.may_serve());
+        a0.used(1);
+        assert!(!a0.may_serve(), "more than the slack ahead of B");
+        assert!(b0.may_serve());
+        // On a worker where B is not runnable, A serves to the full.
+        let a1 = CpuWaker::new(t.clone(), a.clone(), 1);
+        a1.runnable();
+        assert!(a1.may_serve());
+        b0.used(2_000);
+        assert!(a0.may_serve() && b0.may_serve());
+        // B goes idle: A is alone again; B banks nothing for its idle time.
+        b0.idle();
+        a0.used(100_000);
+        assert!(a0.may_serve());
+        b0.runnable();
+        assert_eq!(b.cpu().vtime(), a.cpu().vtime() - 1_000);
+        // A waker wakes its task and counts it runnable.
+        b0.idle();
+        let woken = Arc::new(core::sync::atomic::AtomicUsize::new(0));
+        struct Count(Arc<core::sync::atomic::AtomicUsize>);
+        impl alloc::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Relaxed);
+            }
+        }
+        let waker = b0.wrap(&Waker::from(Arc::new(Count(woken.clone()))));
+        waker.wake_by_ref();
+        assert_eq!(woken.load(Relaxed), 1);
+        a0.used(2_000);
+        assert!(!a0.may_serve(), "B, woken, is runnable and behind");
+        b0.idle();
+        a0.idle();
+        a1.idle();
+        assert!(t.busy.with(|b| b.is_empty()), "nothing left runnable");
+    }
 }

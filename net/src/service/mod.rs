@@ -349,7 +349,8 @@ impl<F: FileSystem + 'static> Service<F> {
         let conn = match peer {
             Some(p) => Connection::from_peer(self.server.clone(), p.ip()),
             None => Connection::new(self.server.clone()),
-        };
+        }
+        .on_worker(worker);
         let id = conn.session().id();
         let noun = self.config.worker_noun;
         log::debug!("9p: conn {id}: accepted from {peer:?}, served on {noun} {worker}");
