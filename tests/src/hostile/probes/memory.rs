@@ -1,7 +1,7 @@
 //! Probes that make the server hold memory: values bound into fids, replies the client
 //! never reads, fids by the thousand.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ninep::wire::{open_flags, Tmsg};
 use vfs::Errno;
@@ -71,6 +71,91 @@ pub fn xattr_flood(ctx: &Ctx<'_>, conns: usize) -> Outcome {
     let refused = out.findings.get("ENOMEM").copied().unwrap_or(0);
     out.check(refused > 0, || {
         "no xattr walk was refused: the values are not bounded".into()
+    });
+    out
+}
+
+/// Issue 26's sequence: twelve hogs each walk the 64 KiB xattr into fids until `ENOMEM`
+/// (the budget spent) and hold them; a client that attached before sends a 512 KiB
+/// `Twrite` in one frame. The server must reclaim memory from a hog and answer the write,
+/// and the next request on that connection, while the hogs still hold theirs (a lost
+/// wake-up left it unanswered for good).
+pub fn parked_writer(ctx: &Ctx<'_>) -> Outcome {
+    const HOGS: usize = 12;
+    const SIZE: usize = 512 << 10;
+    let mut out = Outcome::default();
+    let mut writer = match attached(ctx.port, 0, "") {
+        Ok(c) => c,
+        Err(e) => {
+            out.fail(format!("the writer could not attach: {e}"));
+            return out;
+        }
+    };
+    let setup = writer.walk(0, 1, fixture::OPEN_DIR).and_then(|_| {
+        writer.lcreate(
+            1,
+            "parked-writer",
+            open_flags::RDWR | open_flags::TRUNC,
+            0o644,
+        )
+    });
+    if let Err(e) = setup {
+        out.fail(format!("the writer could not create its file: {e}"));
+        return out;
+    }
+    let spent = std::sync::Barrier::new(HOGS + 1);
+    std::thread::scope(|scope| {
+        let hogs = scope.spawn(|| {
+            in_parallel(HOGS, |_| {
+                let mut out = Outcome::default();
+                let c = attached(ctx.port, 0, "").and_then(|mut c| {
+                    c.walk(0, 1, fixture::XATTR)?;
+                    Ok(c)
+                });
+                let mut c = match c {
+                    Ok(c) => c,
+                    Err(e) => {
+                        out.fail(format!("a hog could not attach: {e}"));
+                        spent.wait();
+                        return out;
+                    }
+                };
+                let mut held = 0;
+                for newfid in 2..ctx.limits.max_fids {
+                    match c.xattrwalk(1, newfid, fixture::XATTR_NAME) {
+                        Ok(_) => held += 1,
+                        Err(Errno::ENOMEM | Errno::EMFILE) => break,
+                        Err(e) => {
+                            out.add(format!("hog {e}"), 1);
+                            break;
+                        }
+                    }
+                }
+                out.add("values held", held);
+                spent.wait();
+                ctx.hold();
+                out
+            })
+        });
+        spent.wait();
+        // Every hog was refused: the budget is spent. The writer's frame now waits for
+        // memory until the server reclaims some.
+        let sent = Instant::now();
+        let answered = writer
+            .write(1, 0, &vec![7u8; SIZE])
+            .and_then(|n| writer.getattr(1).map(|_| n));
+        let took = sent.elapsed();
+        out.note("write answered ms", took.as_millis() as u64);
+        match answered {
+            Ok(n) => out.check(n as usize == SIZE, || format!("wrote {n} of {SIZE} bytes")),
+            Err(e) => out.fail(format!("the parked write got {e}")),
+        }
+        out.check(Instant::now() < ctx.deadline(), || {
+            format!("the write was answered only after {took:?}, when the hogs let go")
+        });
+        for h in hogs.join().unwrap() {
+            out.merge(h);
+        }
     });
     out
 }

@@ -213,6 +213,11 @@ pub fn all(scale: &Scale) -> Vec<Probe> {
             move |ctx| memory::xattr_flood(ctx, n),
         ));
     }
+    v.push(Probe::new(
+        "parked writer",
+        "12 connections hold 64 KiB xattr values until ENOMEM; a connection attached before sends a 512 KiB Twrite in one frame",
+        memory::parked_writer,
+    ));
     for &n in scale.read_flood_conns {
         v.push(Probe::new(
             format!("unread reads x{n}"),
