@@ -32,7 +32,8 @@ pub const MAX_SNAPSHOTS: usize = 64;
 /// A snapshot, as [`NineFs::snapshots`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotInfo {
-    /// Its id (unique among existing snapshots; increasing).
+    /// Its id (unique among existing snapshots; reused only after every other id was,
+    /// [`next_id`]).
     pub id: u64,
     /// Its name.
     pub name: String,
@@ -54,6 +55,26 @@ pub fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// The id for a new snapshot, given the ids in use (ascending) and the largest an id may
+/// be: the one after the highest in use, or once that passes `max`, the lowest free —
+/// so an id is reused only after every other has been (a client's cached inode numbers
+/// of a deleted snapshot, which carry its id, stay unambiguous as long as possible), and
+/// snapshots can be rotated forever. `None`: every id is in use.
+pub fn next_id(used: impl Iterator<Item = u64> + Clone, max: u64) -> Option<u64> {
+    let after_highest = used.clone().last().map_or(1, |id| id + 1);
+    if after_highest <= max {
+        return Some(after_highest);
+    }
+    let mut want = 1;
+    for id in used {
+        if id > want {
+            break;
+        }
+        want = id + 1;
+    }
+    (want <= max).then_some(want)
 }
 
 fn snapshot_key(id: u64) -> Key {
@@ -200,11 +221,14 @@ impl<D: BlockDevice> NineFs<D> {
             if items.iter().any(|(_, i)| i.name == name.as_bytes()) {
                 return Err(Errno::EEXIST);
             }
-            let id = items.last().map_or(1, |(id, _)| id + 1);
-            if items.len() >= self.max_snapshots || id > super::snapdir::MAX_SNAPSHOT_ID {
+            let id = next_id(
+                items.iter().map(|(id, _)| *id),
+                super::snapdir::MAX_SNAPSHOT_ID,
+            );
+            let Some(id) = id.filter(|_| items.len() < self.max_snapshots) else {
                 self.core.lock().stats.snapshot_limit_hits += 1;
                 return Err(Errno::ENOSPC);
-            }
+            };
             // No checkpoint runs while we hold its lock: the committed roots stay put.
             let sb = self.core.lock().sb.clone();
             let roots = tree_roots(|t| sb.root(t));
@@ -356,5 +380,27 @@ impl<D: BlockDevice> NineFs<D> {
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));
         self.views.lock().insert(id, view.clone());
         view
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_id;
+
+    #[test]
+    fn ids_grow_then_wrap_to_the_lowest_free() {
+        assert_eq!(next_id([].into_iter(), 5), Some(1));
+        assert_eq!(next_id([1, 2].into_iter(), 5), Some(3));
+        // A rotation that keeps one snapshot: ids go up to the maximum, then start over.
+        assert_eq!(next_id([5].into_iter(), 5), Some(1));
+        assert_eq!(next_id([1, 5].into_iter(), 5), Some(2));
+        assert_eq!(next_id([1, 2, 4, 5].into_iter(), 5), Some(3));
+        assert_eq!(next_id([1, 2, 3, 4, 5].into_iter(), 5), None);
+        // Rotating forever never runs out.
+        let mut kept = 1;
+        for _ in 0..20 {
+            kept = next_id([kept].into_iter(), 5).unwrap();
+        }
+        assert_eq!(kept, 1 + 20 % 5);
     }
 }
