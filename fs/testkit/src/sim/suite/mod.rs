@@ -79,6 +79,16 @@ fn make_image() -> Vec<u8> {
         ..FormatOptions::default()
     };
     pollster::block_on(mkfs(&disk, &opts)).expect("format");
+    // The root is a quota root (no limits): every inode is charged to its project, so
+    // fsck checks in every crash state that mount left the usage exact.
+    let fs = mount(&disk, ManualClock::new(op_time(0))).expect("mounts the fresh image");
+    pollster::block_on(vfs::FileSystem::set_quota(
+        &fs,
+        vfs::ROOT_INO,
+        vfs::QuotaLimits::default(),
+    ))
+    .expect("a quota on the root");
+    pollster::block_on(fs.unmount()).expect("unmount");
     disk.snapshot()
 }
 
