@@ -579,3 +579,42 @@ fn a_full_disk_leaves_deletes_and_fsyncs_working() {
     let disk = block_on(fs.unmount()).unwrap();
     assert_clean(disk);
 }
+
+/// The log may hold a file's growth without the shrink of another that made room for it
+/// (never synced): replay takes the project past its limit rather than fail the mount,
+/// with exact usage, and growth is refused from then on.
+#[test]
+fn replay_may_pass_a_limit_and_never_fails_on_one() {
+    let disk = formatted(4096);
+    let fs = mount(&disk);
+    let a = block_on(async {
+        let a = fs.mkdir(ROOT_INO, b"a", 0o755, OWNER).await.unwrap();
+        fs.set_quota(a.ino, limits(Some(16 * BS), None))
+            .await
+            .unwrap();
+        let y = fs.create(a.ino, b"y", 0o644, OWNER).await.unwrap();
+        fs.write(y.ino, 0, &[1; 12 * BS as usize]).await.unwrap();
+        fs.sync().await.unwrap();
+        // Room made, not synced; the growth it made room for is.
+        fs.setattr(y.ino, size(0)).await.unwrap();
+        let x = fs.create(a.ino, b"x", 0o644, OWNER).await.unwrap();
+        fs.write(x.ino, 0, &[2; 12 * BS as usize]).await.unwrap();
+        fs.fsync(x.ino, false).await.unwrap();
+        a.ino
+    });
+    let crashed = MemDisk::from_bytes(4096, disk.snapshot());
+    drop(fs);
+    let fs = mount(&crashed);
+    block_on(async {
+        assert_eq!(usage(&fs, a).await, (24 * BS, 3));
+        assert_exact(&fs, a).await;
+        let x = fs.lookup(a, b"x").await.unwrap();
+        assert_eq!(fs.write(x.ino, 12 * BS, b"z").await, Err(Errno::EDQUOT));
+        // Shrinking is allowed over the limit, and makes room again.
+        let y = fs.lookup(a, b"y").await.unwrap();
+        fs.setattr(y.ino, size(0)).await.unwrap();
+        fs.write(x.ino, 12 * BS, b"z").await.unwrap();
+    });
+    let disk = block_on(fs.unmount()).unwrap();
+    assert_clean(disk);
+}
