@@ -543,6 +543,10 @@ fn counters_and_metrics_are_served() {
     let image = dir.join("disk.img");
     let image = image.to_str().unwrap();
     assert!(ninefold(&["mkfs", image, "--size", "64M"]).status.success());
+    // A quota on the root: its project's usage is in the counters too.
+    assert!(ninefold(&["quota", image, "/", "--bytes", "32M"])
+        .status
+        .success());
     let mut served = spawn_server(&[image, "--stats", "127.0.0.1:0"]);
     let mut line = String::new();
     served.stdout.read_line(&mut line).unwrap();
@@ -576,6 +580,9 @@ fn counters_and_metrics_are_served() {
         "ninefold_fsyncs_total 1",
         "# TYPE ninefold_fs_free_bytes gauge",
         "# TYPE ninefold_uptime_seconds gauge",
+        "ninefold_fs_quota_bytes{project=\"1\"} 8192",
+        "ninefold_fs_quota_inodes{project=\"1\"} 2",
+        "ninefold_fs_quota_byte_limit{project=\"1\"} 33554432",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
