@@ -376,6 +376,14 @@ fn record(w: &Workload) -> Result<Recorded, String> {
                     end: recorder.now(),
                 });
             }
+            Step::Quota(path) => {
+                let fs = runner.fs();
+                pollster::block_on(async {
+                    let dir = crate::testing::resolve(fs, path).await?;
+                    vfs::FileSystem::set_quota(fs, dir, vfs::QuotaLimits::default()).await
+                })
+                .map_err(|e| format!("set_quota {path:?}: {e}"))?;
+            }
             Step::DeleteSnapshot(name) => {
                 pollster::block_on(runner.fs().snapshot_delete(name))
                     .map_err(|e| format!("snapshot delete {name}: {e}"))?;
@@ -429,6 +437,7 @@ pub fn show_steps(w: &Workload) -> String {
             Step::DeleteSnapshot(name) => {
                 notes.push((flat.len(), format!("snapshot delete {name}")))
             }
+            Step::Quota(path) => notes.push((flat.len(), format!("set_quota {path:?}"))),
         }
     }
     let mut text = format_ops(&flat);
