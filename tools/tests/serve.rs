@@ -561,6 +561,9 @@ fn counters_and_metrics_are_served() {
     c.lcreate(1, "f", open_flags::RDWR, 0o644).unwrap();
     c.write(1, 0, &[1u8; 8192]).unwrap();
     c.fsync(1, false).unwrap();
+    // Statfs inside the project shows its limit as the size.
+    let (bsize, blocks, _) = c.statfs(1).unwrap();
+    assert_eq!(u64::from(bsize) * blocks, 32 << 20);
 
     let (head, json) = http_get(&stats, "/");
     assert!(head.contains("application/json"), "{head}");
