@@ -618,3 +618,46 @@ fn replay_may_pass_a_limit_and_never_fails_on_one() {
     let disk = block_on(fs.unmount()).unwrap();
     assert_clean(disk);
 }
+
+/// Removing a quota root ends its project: its item goes with the last inode charged to
+/// it (a file linked elsewhere keeps it until then).
+#[test]
+fn a_removed_quota_root_takes_its_item_with_its_last_inode() {
+    let fs = mount(formatted(4096));
+    block_on(async {
+        let a = fs.mkdir(ROOT_INO, b"a", 0o755, OWNER).await.unwrap();
+        let b = fs.mkdir(ROOT_INO, b"b", 0o755, OWNER).await.unwrap();
+        fs.set_quota(a.ino, limits(None, None)).await.unwrap();
+        fs.set_quota(b.ino, limits(None, None)).await.unwrap();
+        let f = fs.create(b.ino, b"f", 0o644, OWNER).await.unwrap();
+        fs.write(f.ino, 0, &[1; 5000]).await.unwrap();
+        let keep = fs.create(ROOT_INO, b"keep", 0o644, OWNER).await.unwrap();
+        fs.rmdir(ROOT_INO, b"a").await.unwrap();
+        assert_eq!(fs.quotas().await.unwrap().len(), 1);
+        fs.unlink(b.ino, b"f").await.unwrap();
+        assert_eq!(usage(&fs, b.ino).await, (0, 1));
+        fs.rmdir(ROOT_INO, b"b").await.unwrap();
+        assert!(fs.quotas().await.unwrap().is_empty());
+        assert_eq!(fs.quota(keep.ino).await.unwrap(), None);
+    });
+    let disk = block_on(fs.unmount()).unwrap();
+    assert_clean(&disk);
+    // A root removed while a file of its project is linked elsewhere.
+    let fs = mount(&disk);
+    block_on(async {
+        let c = fs.mkdir(ROOT_INO, b"c", 0o755, OWNER).await.unwrap();
+        let d = fs.mkdir(c.ino, b"d", 0o755, OWNER).await.unwrap();
+        let f = fs.create(d.ino, b"f", 0o644, OWNER).await.unwrap();
+        fs.write(f.ino, 0, &[2; 5000]).await.unwrap();
+        fs.link(f.ino, c.ino, b"g").await.unwrap();
+        fs.set_quota(d.ino, limits(None, None)).await.unwrap();
+        fs.unlink(d.ino, b"f").await.unwrap();
+        fs.rmdir(c.ino, b"d").await.unwrap();
+        let q = fs.quota(f.ino).await.unwrap().unwrap();
+        assert_eq!((q.root, q.bytes, q.inodes), (d.ino, 8192, 1));
+        fs.unlink(c.ino, b"g").await.unwrap();
+        assert!(fs.quotas().await.unwrap().is_empty());
+    });
+    let disk = block_on(fs.unmount()).unwrap();
+    assert_clean(disk);
+}

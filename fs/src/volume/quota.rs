@@ -20,7 +20,9 @@
 //! - Making a directory a quota root labels its subtree in bounded steps
 //!   ([`Core::label_step`]) after a checkpoint made its item durable with the
 //!   [`QuotaItem::LABELING`] flag; a mount that finds the flag finishes the labeling.
-//!   A quota root stays one: lifting its limits leaves the project, unlimited.
+//!   A quota root stays one: lifting its limits leaves the project, unlimited. Its
+//!   item goes with the last inode charged to it once the root is removed (files
+//!   linked elsewhere keep it until then).
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
@@ -161,7 +163,13 @@ impl Core {
             }
             q.bytes = bytes as u64;
             q.inodes = inodes as u64;
-            tx.put(TreeId::Fs, quota_key(project), q.encode());
+            let root = tx.get(self, TreeId::Fs, &super::core::inode_key(project))?;
+            if root.is_none() && inodes == 0 {
+                // The root was removed and nothing is charged any more: the project ends.
+                tx.del(TreeId::Fs, quota_key(project));
+            } else {
+                tx.put(TreeId::Fs, quota_key(project), q.encode());
+            }
         }
         Ok(())
     }
@@ -272,10 +280,21 @@ impl Core {
     ) -> Step<Option<LabelCursor>> {
         self.writable()?;
         let mut tx = Txn::unlimited();
-        let from = self
-            .quota_item(&tx, project)?
-            .ok_or(Stop::Corrupt("labeling a project without a quota item"))?
-            .from;
+        let Some(mut q) = self.quota_item(&tx, project)? else {
+            return Ok(None); // the root was removed with everything charged to it
+        };
+        if tx
+            .get(self, TreeId::Fs, &super::core::inode_key(project))?
+            .is_none()
+        {
+            // The root was removed (empty): nothing is left to label.
+            q.flags &= !QuotaItem::LABELING;
+            q.from = 0;
+            tx.put(TreeId::Fs, quota_key(project), q.encode());
+            self.commit(tx)?;
+            return Ok(None);
+        }
+        let from = q.from;
         let mut cur = match cursor {
             Some(c) => c.clone(),
             None => {
