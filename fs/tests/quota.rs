@@ -661,3 +661,104 @@ fn a_removed_quota_root_takes_its_item_with_its_last_inode() {
     let disk = block_on(fs.unmount()).unwrap();
     assert_clean(disk);
 }
+
+/// One step of [`limits_are_exact`].
+#[derive(Clone, Debug)]
+enum QuotaOp {
+    Create(u8),
+    Mkdir(u8),
+    /// File, offset, length in bytes.
+    Write(u8, u64, usize),
+    Truncate(u8, u64),
+    Unlink(u8),
+    /// Source, destination, blocks.
+    Clone(u8, u8, u64),
+}
+
+fn quota_op() -> impl proptest::strategy::Strategy<Value = QuotaOp> {
+    use proptest::prelude::*;
+    let f = 0u8..5;
+    prop_oneof![
+        f.clone().prop_map(QuotaOp::Create),
+        f.clone().prop_map(QuotaOp::Mkdir),
+        (f.clone(), 0u64..12 * BS, 1usize..6 * BS as usize)
+            .prop_map(|(i, o, n)| QuotaOp::Write(i, o, n)),
+        (f.clone(), 0u64..10 * BS).prop_map(|(i, s)| QuotaOp::Truncate(i, s)),
+        f.clone().prop_map(QuotaOp::Unlink),
+        (f.clone(), f, 1u64..4).prop_map(|(s, d, n)| QuotaOp::Clone(s, d, n)),
+    ]
+}
+
+async fn apply_quota_op<F: FileSystem>(fs: &F, dir: Ino, op: &QuotaOp) -> Result<(), Errno> {
+    let name = |i: &u8| format!("n{i}").into_bytes();
+    let ino = |i: &u8| {
+        let n = name(i);
+        async move { fs.lookup(dir, &n).await.map(|a| a.ino) }
+    };
+    match op {
+        QuotaOp::Create(i) => fs.create(dir, &name(i), 0o644, OWNER).await.map(|_| ()),
+        QuotaOp::Mkdir(i) => fs.mkdir(dir, &name(i), 0o755, OWNER).await.map(|_| ()),
+        QuotaOp::Write(i, off, len) => {
+            let data = vec![*i + 1; *len];
+            let n = fs.write(ino(i).await?, *off, &data).await?;
+            assert_eq!(n, *len, "one chunk: whole or refused");
+            Ok(())
+        }
+        QuotaOp::Truncate(i, s) => fs.setattr(ino(i).await?, size(*s)).await.map(|_| ()),
+        QuotaOp::Unlink(i) => match fs.unlink(dir, &name(i)).await {
+            Err(Errno::EISDIR) => fs.rmdir(dir, &name(i)).await,
+            r => r,
+        },
+        QuotaOp::Clone(s, d, n) => {
+            let (src, dst) = (ino(s).await?, ino(d).await?);
+            fs.clone_range(src, 0, dst, 0, n * BS).await
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 96, ..Default::default() })]
+
+    /// Random operations in a project with small limits: after each, the usage is what
+    /// the inodes hold; growth stays within the limits; and an operation refused with
+    /// `EDQUOT` changed nothing and, run again with the limits lifted, does take the
+    /// project past a limit (so `EDQUOT` is exactly "would pass a limit").
+    #[test]
+    fn limits_are_exact(ops in proptest::collection::vec(quota_op(), 1..40)) {
+        let fs = mount(formatted(4096));
+        let (byte_limit, inode_limit) = (14 * BS, 5);
+        let set = limits(Some(byte_limit), Some(inode_limit));
+        block_on(async {
+            let a = fs.mkdir(ROOT_INO, b"a", 0o755, OWNER).await.unwrap();
+            fs.set_quota(a.ino, set).await.unwrap();
+            for i in 0..3 {
+                apply_quota_op(&fs, a.ino, &QuotaOp::Create(i)).await.unwrap();
+            }
+            for op in &ops {
+                let before = usage(&fs, a.ino).await;
+                match apply_quota_op(&fs, a.ino, op).await {
+                    Ok(()) => {
+                        let after = usage(&fs, a.ino).await;
+                        assert!(after.0 <= before.0 || after.0 <= byte_limit, "{op:?}: {after:?}");
+                        assert!(after.1 <= before.1 || after.1 <= inode_limit, "{op:?}: {after:?}");
+                    }
+                    Err(Errno::EDQUOT) => {
+                        assert_eq!(usage(&fs, a.ino).await, before, "{op:?} refused");
+                        fs.set_quota(a.ino, limits(None, None)).await.unwrap();
+                        apply_quota_op(&fs, a.ino, op).await.unwrap();
+                        let after = usage(&fs, a.ino).await;
+                        assert!(
+                            after.0 > byte_limit || after.1 > inode_limit,
+                            "{op:?} was refused but fits: {before:?} -> {after:?}"
+                        );
+                        fs.set_quota(a.ino, set).await.unwrap();
+                    }
+                    Err(_) => assert_eq!(usage(&fs, a.ino).await, before, "{op:?} failed"),
+                }
+                assert_exact(&fs, a.ino).await;
+            }
+        });
+        let disk = block_on(fs.unmount()).unwrap();
+        assert_clean(disk);
+    }
+}
