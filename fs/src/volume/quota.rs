@@ -103,8 +103,9 @@ impl Core {
     /// Moves the charges of the inode items `tx` changes into their projects' quota
     /// items, in `tx` (called by [`Core::commit`] before it changes anything). Fails
     /// with `EDQUOT` when a project would grow past a limit (unless `tx` is
-    /// [`Txn::unlimited`]); a usage that would go below zero, or an inode charged to a
-    /// project without an item, fails the filesystem.
+    /// [`Txn::unlimited`]). A usage that would go below zero fails the filesystem (a
+    /// production check); an inode charged to a project without an item is corruption
+    /// (`EIO`). A removed root's item goes when nothing is charged to it any more.
     pub(super) fn charge_quotas(&mut self, tx: &mut Txn) -> Step<()> {
         if !self.quotas_on() {
             return Ok(());
