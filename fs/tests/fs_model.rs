@@ -50,18 +50,34 @@ fn check(
     cache_limit: usize,
     early: bool,
 ) -> Result<(), TestCaseError> {
+    check_with(ops, cache_limit, early, false)
+}
+
+/// [`check`], with the root made a quota root (no limits) first when `quota`: every
+/// inode is charged, and fsck at each remount and at the end recomputes the usage.
+fn check_with(
+    ops: &[testkit::testing::Op],
+    cache_limit: usize,
+    early: bool,
+    quota: bool,
+) -> Result<(), TestCaseError> {
     let clock: Rc<RefCell<Option<ManualClock>>> = Rc::default();
     let make_clock = clock.clone();
     let make = move |c: ManualClock| {
         *make_clock.borrow_mut() = Some(c.clone());
         let disk = MemDisk::new(4096, 8192);
         pollster::block_on(format(&disk, &format_opts(c.now()))).unwrap();
-        pollster::block_on(NineFs::mount(
+        let fs = pollster::block_on(NineFs::mount(
             disk,
             mount_opts(cache_limit, early),
             Box::new(c),
         ))
-        .unwrap()
+        .unwrap();
+        if quota {
+            let limits = vfs::QuotaLimits::default();
+            pollster::block_on(vfs::FileSystem::set_quota(&fs, vfs::ROOT_INO, limits)).unwrap();
+        }
+        fs
     };
     let remount = move |fs: NineFs<MemDisk>| {
         let disk = pollster::block_on(fs.unmount()).expect("clean unmount");
@@ -104,6 +120,12 @@ proptest! {
     #[test]
     fn matches_model_with_tiny_cache(ops in strategy::ops(GenConfig::default(), 1..80)) {
         check(&ops, 48 * 1024, false)?;
+    }
+
+    /// Every inode charged to a project: the usage fsck recomputes matches.
+    #[test]
+    fn matches_model_under_a_quota(ops in strategy::ops(GenConfig::default(), 1..80)) {
+        check_with(&ops, 16 << 20, false, true)?;
     }
 
     /// Nodes written ahead of checkpoints whenever 4 KiB of them is dirty.

@@ -18,8 +18,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use vfs::{
-    mode, Attr, Control, DirEntry, Errno, FileSystem, FileType, FsResult, Ino, Owner, SetAttr,
-    Timespec, XattrMode,
+    mode, Attr, Control, DirEntry, Errno, FileSystem, FileType, FsResult, Ino, Owner, QuotaInfo,
+    QuotaLimits, SetAttr, StatFs, Timespec, XattrMode,
 };
 
 use crate::sync::Locked;
@@ -434,5 +434,27 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
 
     async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         route!(self, ino, |_n| Ok(()), self.fs.fsync(ino, datasync).await)
+    }
+
+    async fn set_quota(&self, dir: Ino, limits: QuotaLimits) -> FsResult<QuotaInfo> {
+        route!(
+            self,
+            dir,
+            |_n| Err(Errno::EPERM),
+            self.fs.set_quota(dir, limits).await
+        )
+    }
+
+    async fn quota(&self, ino: Ino) -> FsResult<Option<QuotaInfo>> {
+        route!(self, ino, |_n| Ok(None), self.fs.quota(ino).await)
+    }
+
+    async fn statfs_at(&self, ino: Ino) -> FsResult<StatFs> {
+        route!(
+            self,
+            ino,
+            |_n| self.fs.statfs().await,
+            self.fs.statfs_at(ino).await
+        )
     }
 }

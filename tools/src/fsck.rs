@@ -54,6 +54,9 @@ pub fn run(args: FsckArgs) -> ExitCode {
     for e in &report.errors {
         println!("error: {e}");
     }
+    for (root, q) in &report.quotas {
+        println!("quota {}", crate::quota::describe(*root, q));
+    }
     let s = report.stats;
     println!(
         "{}: {} inodes ({} directories), {} data extents ({} blocks), {} nodes, {} items, {} snapshots ({} blocks only they hold), {} blocks free: {}",

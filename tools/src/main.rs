@@ -10,6 +10,7 @@ mod dump;
 mod fsck;
 mod image;
 mod mkfs;
+mod quota;
 mod replay_trace;
 mod serve;
 mod snapshot;
@@ -48,6 +49,8 @@ enum Command {
     ReplayTrace(replay_trace::ReplayTraceArgs),
     /// Create, list or delete snapshots of an image.
     Snapshot(snapshot::SnapshotArgs),
+    /// List project quotas, show the one of a path, or set a directory's limits.
+    Quota(quota::QuotaArgs),
 }
 
 /// Prints an error from subcommand `name` and fails.
@@ -77,5 +80,6 @@ fn main() -> ExitCode {
         Command::CrashTrace(args) => crash_trace::run(args),
         Command::ReplayTrace(args) => report("replay-trace", replay_trace::run(args)),
         Command::Snapshot(args) => report("snapshot", snapshot::run(args)),
+        Command::Quota(args) => report("quota", quota::run(args)),
     }
 }

@@ -220,3 +220,49 @@ fn snapshot_create_list_delete_on_an_image() {
     assert!(ok && out.contains("1 snapshots"), "{out}");
     let _ = std::fs::remove_file(&img);
 }
+
+#[test]
+fn quota_set_show_list_on_an_image() {
+    let img = temp("quota.img");
+    let path = img.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = ninefold().args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(run(&["mkfs", path, "--size", "64M"]).0);
+    let (ok, out, _) = run(&["quota", path]);
+    assert!(ok && out.is_empty(), "{out}");
+    let (ok, out, _) = run(&["quota", path, "/"]);
+    assert!(ok && out.contains("no quota"), "{out}");
+    let (ok, out, err) = run(&["quota", path, "/", "--bytes", "1G", "--inodes", "1000"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "/: root 1: bytes 0 of 1073741824, inodes 1 of 1000"
+    );
+    // A limit not given is kept; `none` lifts one.
+    let (ok, out, _) = run(&["quota", path, "/", "--inodes", "none"]);
+    assert!(
+        ok && out.contains("bytes 0 of 1073741824, inodes 1 of none"),
+        "{out}"
+    );
+    let (ok, out, _) = run(&["quota", path]);
+    assert!(
+        ok && out.trim() == "root 1: bytes 0 of 1073741824, inodes 1 of none",
+        "{out}"
+    );
+    let (ok, out, _) = run(&["fsck", path]);
+    assert!(
+        ok && out.contains("quota root 1: bytes 0 of 1073741824"),
+        "{out}"
+    );
+    let (ok, _, err) = run(&["quota", path, "/missing", "--bytes", "1M"]);
+    assert!(!ok && err.contains("ENOENT"), "{err}");
+    let (ok, _, err) = run(&["quota", path, "/", "--bytes", "12x"]);
+    assert!(!ok && err.contains("bad size"), "{err}");
+    let _ = std::fs::remove_file(&img);
+}

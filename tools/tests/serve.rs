@@ -543,6 +543,10 @@ fn counters_and_metrics_are_served() {
     let image = dir.join("disk.img");
     let image = image.to_str().unwrap();
     assert!(ninefold(&["mkfs", image, "--size", "64M"]).status.success());
+    // A quota on the root: its project's usage is in the counters too.
+    assert!(ninefold(&["quota", image, "/", "--bytes", "32M"])
+        .status
+        .success());
     let mut served = spawn_server(&[image, "--stats", "127.0.0.1:0"]);
     let mut line = String::new();
     served.stdout.read_line(&mut line).unwrap();
@@ -557,6 +561,9 @@ fn counters_and_metrics_are_served() {
     c.lcreate(1, "f", open_flags::RDWR, 0o644).unwrap();
     c.write(1, 0, &[1u8; 8192]).unwrap();
     c.fsync(1, false).unwrap();
+    // Statfs inside the project shows its limit as the size.
+    let (bsize, blocks, _) = c.statfs(1).unwrap();
+    assert_eq!(u64::from(bsize) * blocks, 32 << 20);
 
     let (head, json) = http_get(&stats, "/");
     assert!(head.contains("application/json"), "{head}");
@@ -576,6 +583,9 @@ fn counters_and_metrics_are_served() {
         "ninefold_fsyncs_total 1",
         "# TYPE ninefold_fs_free_bytes gauge",
         "# TYPE ninefold_uptime_seconds gauge",
+        "ninefold_fs_quota_bytes{project=\"1\"} 8192",
+        "ninefold_fs_quota_inodes{project=\"1\"} 2",
+        "ninefold_fs_quota_byte_limit{project=\"1\"} 33554432",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }

@@ -44,6 +44,9 @@ pub struct InodeItem {
     pub next_seq: u64,
     /// Checkpoint sequence in which the inode last changed.
     pub transid: u64,
+    /// The project (quota root directory) the inode is charged to; 0: none. Stored in
+    /// the last 8 bytes, zero in images made before quotas.
+    pub project: u64,
 }
 
 fn put_time(w: &mut Writer, t: Timespec) {
@@ -80,7 +83,8 @@ impl InodeItem {
         w.u64(self.generation)
             .u64(self.flags)
             .u64(self.next_seq)
-            .u64(self.transid);
+            .u64(self.transid)
+            .u64(self.project);
         w.zeros(INODE_ITEM_LEN - w.buf.len());
         w.finish()
     }
@@ -107,6 +111,7 @@ impl InodeItem {
             flags: r.u64()?,
             next_seq: r.u64()?,
             transid: r.u64()?,
+            project: r.u64()?,
         };
         item.file_type()?;
         Some(item)
@@ -472,9 +477,97 @@ impl SnapshotItem {
     }
 }
 
+/// `(0, QUOTA, project)`: a quota root's limits and usage. The project's id is the root
+/// directory's inode number; every inode whose [`InodeItem::project`] is that id is
+/// charged to it: one inode, and its [`InodeItem::bytes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaItem {
+    /// Most bytes (`None`: no limit; stored as `u64::MAX`).
+    pub byte_limit: Option<u64>,
+    /// Most inodes (`None`: no limit; stored as `u64::MAX`).
+    pub inode_limit: Option<u64>,
+    /// Bytes charged now.
+    pub bytes: u64,
+    /// Inodes charged now.
+    pub inodes: u64,
+    /// [`QuotaItem::LABELING`].
+    pub flags: u64,
+    /// While labeling: the project the subtree is taken from (the root's before it was
+    /// made one). Only inodes of that project are relabeled; those of other projects
+    /// (nested quota roots, reached through hard links) keep theirs.
+    pub from: u64,
+}
+
+impl QuotaItem {
+    /// Encoded size.
+    pub const LEN: usize = 48;
+    /// Flag: the subtree is still being labeled with the project (set when the root is
+    /// made, cleared when every inode under it is charged; a mount that finds it set
+    /// finishes the labeling).
+    pub const LABELING: u64 = 1;
+
+    /// Encodes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(Self::LEN);
+        w.u64(self.byte_limit.unwrap_or(u64::MAX))
+            .u64(self.inode_limit.unwrap_or(u64::MAX))
+            .u64(self.bytes)
+            .u64(self.inodes)
+            .u64(self.flags)
+            .u64(self.from);
+        w.finish()
+    }
+
+    /// Decodes.
+    pub fn decode(b: &[u8]) -> Option<QuotaItem> {
+        if b.len() != Self::LEN {
+            return None;
+        }
+        let mut r = Reader::new(b);
+        let limit = |v: u64| (v != u64::MAX).then_some(v);
+        let item = QuotaItem {
+            byte_limit: limit(r.u64()?),
+            inode_limit: limit(r.u64()?),
+            bytes: r.u64()?,
+            inodes: r.u64()?,
+            flags: r.u64()?,
+            from: r.u64()?,
+        };
+        (item.flags & !Self::LABELING == 0).then_some(item)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quota_round_trip() {
+        let q = QuotaItem {
+            byte_limit: Some(1 << 30),
+            inode_limit: None,
+            bytes: 4096,
+            inodes: 3,
+            flags: QuotaItem::LABELING,
+            from: 1,
+        };
+        assert_eq!(QuotaItem::decode(&q.encode()), Some(q));
+        assert_eq!(QuotaItem::decode(&q.encode()[1..]), None);
+        let unknown = QuotaItem { flags: 2, ..q };
+        assert_eq!(QuotaItem::decode(&unknown.encode()), None);
+    }
+
+    #[test]
+    fn inode_project_is_stored_in_the_last_bytes() {
+        let i = InodeItem {
+            mode: 0o100644,
+            project: 0x0102_0304,
+            ..Default::default()
+        };
+        let b = i.encode();
+        assert_eq!(&b[120..128], &0x0102_0304u64.to_le_bytes());
+        assert_eq!(InodeItem::decode(&b), Some(i));
+    }
 
     #[test]
     fn inode_round_trip() {

@@ -106,6 +106,9 @@ pub mod kind {
     /// Snapshot `(0, SNAPSHOT, id)`: a read-only point-in-time root set
     /// ([`SnapshotItem`](crate::format::items::SnapshotItem)).
     pub const SNAPSHOT: u8 = 56;
+    /// Quota root `(0, QUOTA, project)`: limits and usage of a project
+    /// ([`QuotaItem`](crate::format::items::QuotaItem)).
+    pub const QUOTA: u8 = 64;
     /// Directory entries by name hash `(dir, DIR_ENTRY, hash(name))`.
     pub const DIR_ENTRY: u8 = 84;
     /// Directory entries by index `(dir, DIR_INDEX, index)`: readdir order.
@@ -128,6 +131,7 @@ pub mod kind {
             XATTR_CHUNK => "XATTR_CHUNK",
             ORPHAN => "ORPHAN",
             SNAPSHOT => "SNAPSHOT",
+            QUOTA => "QUOTA",
             DIR_ENTRY => "DIR_ENTRY",
             DIR_INDEX => "DIR_INDEX",
             SYMLINK => "SYMLINK",

@@ -48,8 +48,12 @@ pub const MAX_EXTENT_BLOCKS: u32 = 256;
 pub mod features {
     /// Compatible features this code knows (none yet).
     pub const COMPAT_SUPPORTED: u64 = 0;
-    /// Read-only-compatible features this code knows (none yet).
-    pub const RO_COMPAT_SUPPORTED: u64 = 0;
+    /// Quotas exist: inodes carry a project and `QUOTA` items keep each project's usage
+    /// in step with them. Code that does not know quotas can read the image but would
+    /// let the usage drift if it wrote (set once the first quota root is made).
+    pub const RO_COMPAT_QUOTA: u64 = 1;
+    /// Read-only-compatible features this code knows.
+    pub const RO_COMPAT_SUPPORTED: u64 = RO_COMPAT_QUOTA;
     /// The log region holds an fsync log that must be replayed at mount (set by mkfs
     /// and by every mount; code that does not know the log must not mount the image).
     pub const INCOMPAT_LOG: u64 = 1;

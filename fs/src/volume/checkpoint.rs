@@ -46,11 +46,13 @@ pub enum CheckpointCause {
     Grow,
     /// A snapshot is taken or deleted: it starts from, and is committed by, a checkpoint.
     Snapshot,
+    /// A quota root is made or its limits change (`set_quota`): committed by a checkpoint.
+    Quota,
 }
 
 impl CheckpointCause {
     /// All causes, in counter order.
-    pub const ALL: [CheckpointCause; 11] = [
+    pub const ALL: [CheckpointCause; 12] = [
         CheckpointCause::Sync,
         CheckpointCause::Fsync,
         CheckpointCause::Unmount,
@@ -62,6 +64,7 @@ impl CheckpointCause {
         CheckpointCause::Discard,
         CheckpointCause::Grow,
         CheckpointCause::Snapshot,
+        CheckpointCause::Quota,
     ];
 
     /// The cause counted for leaf writes of such a checkpoint.
@@ -87,6 +90,7 @@ impl CheckpointCause {
             CheckpointCause::Discard => "discard",
             CheckpointCause::Grow => "grow",
             CheckpointCause::Snapshot => "snapshot",
+            CheckpointCause::Quota => "quota",
         }
     }
 

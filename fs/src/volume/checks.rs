@@ -16,6 +16,8 @@
 //!   superblock it commits, and its log tail does not move backwards.
 //! - **An early node write** (the `DirtyThresholdPolicy` baseline): [`node_write`].
 //! - **A log commit**, before its first block is written: [`log_commit`].
+//! - **Quota usage**, in every transaction that charges a project
+//!   (`volume/quota.rs`): it never goes below zero.
 //!
 //! A failed check is handled as a failed device write is (`docs/durability.md`,
 //! "Device errors" and "Broken invariants"): it is logged with what failed and the
@@ -203,6 +205,7 @@ mod tests {
 
     use super::*;
     use crate::format::bset::{NodeId, UnsealedBset};
+    use crate::volume::core::Txn;
     use crate::volume::{format, FormatOptions, MountOptions, NineFs};
 
     type Fs = NineFs<CountingDisk<MemDisk>>;
@@ -261,6 +264,32 @@ mod tests {
             sent(&before),
             "nothing written after the check"
         );
+    }
+
+    #[test]
+    fn a_quota_usage_going_below_zero_fails_the_transaction() {
+        let (fs, disk, ino) = mounted();
+        pollster::block_on(fs.set_quota(ROOT_INO, vfs::QuotaLimits::default())).unwrap();
+        {
+            // The project's item forgets what it holds, as a bug would.
+            let mut c = fs.core.lock();
+            let key = super::super::quota::quota_key(ROOT_INO);
+            let mut tx = Txn::new();
+            let q = c.quota_item(&tx, ROOT_INO).unwrap().unwrap();
+            let lost = crate::format::items::QuotaItem {
+                bytes: 0,
+                inodes: 0,
+                ..q
+            };
+            tx.put(TreeId::Fs, key, lost.encode());
+            c.commit(tx).unwrap();
+        }
+        let before = disk.get();
+        assert_eq!(
+            pollster::block_on(fs.unlink(ROOT_INO, b"f")),
+            Err(Errno::EIO)
+        );
+        refused(&fs, &disk, before, ino, "quota usage never negative");
     }
 
     #[test]

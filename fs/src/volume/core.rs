@@ -116,12 +116,34 @@ pub struct Txn {
     pub extent_marks: Vec<(Ino, Range<u64>)>,
     /// Directory entries removed: `(directory, name hash, child)` (for the log).
     pub removals: Vec<(Ino, u64, Ino)>,
+    /// Charged to projects without their limits checked ([`Txn::unlimited`]).
+    pub unlimited: bool,
 }
 
 impl Txn {
     /// An empty transaction.
     pub fn new() -> Txn {
         Txn::default()
+    }
+
+    /// An empty transaction whose charges never fail on a quota limit: log replay (which
+    /// restores what was charged before a crash) and labeling a new quota root's subtree.
+    pub fn unlimited() -> Txn {
+        Txn {
+            unlimited: true,
+            ..Txn::default()
+        }
+    }
+
+    /// The inode items this transaction changes: `(ino, final value)`, `None` for a
+    /// deleted one.
+    pub fn inode_changes(&self) -> impl Iterator<Item = (Ino, Option<&[u8]>)> {
+        self.last_op
+            .iter()
+            .filter(|((tree, key), _)| {
+                *tree == TreeId::Fs && key.kind == kind::INODE && key.offset == 0
+            })
+            .map(|((_, key), &i)| (key.objectid, self.ops[i].2.as_deref()))
     }
 
     /// Puts `val` at `key`.
@@ -261,6 +283,9 @@ impl core::fmt::Debug for Core {
 /// the commits in between check what they touched ([`Core::check_invariants`]).
 pub const FULL_CHECK_EVERY: u64 = 1024;
 
+/// Largest [`Core::user_reserve`], in blocks (32 MiB).
+const USER_RESERVE_MAX: u64 = 8192;
+
 /// Blocks a btree node occupies.
 pub fn node_blocks(sb: &Superblock) -> u64 {
     u64::from(sb.node_size) / BLOCK_SIZE as u64
@@ -346,7 +371,23 @@ impl Core {
         Ok(())
     }
 
-    /// Fails with `NoSpace` unless metadata may grow by a few nodes.
+    /// Blocks kept back from what users add (data written, inodes and xattrs created),
+    /// on top of [`Core::meta_reserve`]: what deletes, renames, truncations and the
+    /// checkpoints and log reclaim they cause may still use when users have filled the
+    /// disk, so one tenant filling it never makes another's delete or fsync fail. 1/64
+    /// of the data area, at least 4 nodes, at most 32 MiB.
+    pub fn user_reserve(&self) -> u64 {
+        let nb = node_blocks(&self.sb);
+        (self.sb.layout.data_blocks() / 64).clamp(4 * nb, USER_RESERVE_MAX.max(4 * nb))
+    }
+
+    /// Blocks a data write must leave free: both reserves.
+    pub fn data_keep(&self) -> u64 {
+        self.meta_reserve() + self.user_reserve()
+    }
+
+    /// Fails with `NoSpace` unless metadata may grow by a few nodes: for changes that
+    /// add nothing users keep (rename), which may use the user reserve.
     pub fn check_meta_space(&self) -> Step<()> {
         if self.space.available() < self.meta_reserve() + 4 * node_blocks(&self.sb) {
             return Err(Stop::NoSpace);
@@ -354,9 +395,23 @@ impl Core {
         Ok(())
     }
 
+    /// Fails with `NoSpace` unless metadata may grow by a few nodes and the user reserve
+    /// stays free: for what adds inodes, names, xattrs or extents (create, link,
+    /// setxattr, clone).
+    pub fn check_user_space(&self) -> Step<()> {
+        let need = self.data_keep() + 4 * node_blocks(&self.sb);
+        if self.space.available() < need {
+            return Err(Stop::NoSpace);
+        }
+        Ok(())
+    }
+
     /// Applies `tx` atomically.
-    pub fn commit(&mut self, tx: Txn) -> Step<()> {
-        // Every check comes before the first change. An item too large for a node can only
+    pub fn commit(&mut self, mut tx: Txn) -> Step<()> {
+        // Every check comes before the first change. The projects' usage follows the
+        // inode items changed, in the same transaction (`quota.rs`); it may refuse.
+        self.charge_quotas(&mut tx)?;
+        // An item too large for a node can only
         // come from a pile of hash collisions in one directory or xattr bucket.
         if tx.ops.iter().any(|(_, _, v)| {
             v.as_ref()

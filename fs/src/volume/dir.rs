@@ -4,6 +4,7 @@
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
+use super::quota::same_project;
 use crate::format::items::{
     decode_dir_entries, decode_inode_refs, encode_dir_entries, encode_inode_refs, DirEntryRec,
     DirIndexRec, InodeItem, InodeRefRec,
@@ -352,10 +353,11 @@ impl Core {
         self.writable()?;
         let mut tx = Txn::new();
         let mut item = tx.inode(self, ino)?;
-        self.live_dir(&tx, new_dir)?;
+        let nd = self.live_dir(&tx, new_dir)?;
         if item.is_dir() {
             return Err(Errno::EPERM.into());
         }
+        same_project(ino, &item, &nd)?;
         if item.nlink == 0 {
             return Err(Errno::ENOENT.into());
         }
@@ -363,7 +365,7 @@ impl Core {
             return Err(Errno::EEXIST.into());
         }
         self.check_link_limit(item.nlink)?;
-        self.check_meta_space()?;
+        self.check_user_space()?;
         let ft = item.file_type().ok_or(Stop::Corrupt("inode type"))?;
         self.add_entry(&mut tx, new_dir, name, ino, ft, now)?;
         item = tx.inode(self, ino)?;
@@ -428,6 +430,9 @@ impl Core {
             .find_entry(&tx, old_dir, old_name)?
             .ok_or(Stop::Errno(Errno::ENOENT))?;
         let src = tx.inode(self, source.ino)?;
+        if old_dir != new_dir {
+            same_project(source.ino, &src, &nd)?;
+        }
         let src_is_dir = src.is_dir();
         if src_is_dir && self.is_within(&tx, new_dir, source.ino)? {
             return Err(Errno::EINVAL.into());

@@ -364,7 +364,7 @@ impl CloneRange {
     /// destination, in one commit. Returns where the next step starts.
     fn step(&self, c: &mut Core, s: u64) -> Result<u64, Stop> {
         let (sb0, sb1, db0) = (self.src_blocks.start, self.src_blocks.end, self.dst_block);
-        c.check_meta_space()?;
+        c.check_user_space()?;
         let found = c.extents_in(self.src, s, sb1, BATCH)?;
         let next = match found.last() {
             Some((fb, fe)) if found.len() >= BATCH => (fb + u64::from(fe.num_blocks)).min(sb1),
@@ -569,7 +569,10 @@ impl<D: BlockDevice> NineFs<D> {
                         }
                     }
                 }
-                let keep = c.meta_reserve();
+                c.check_write_quota(ino, &item, b0, b1)?;
+                // New data leaves both reserves free; the copy of a truncated last
+                // block (`zero_tail`) only the metadata reserve.
+                let keep = c.data_keep();
                 let runs = c.space.alloc_data(nblocks, keep)?;
                 Ok(WritePlan { old, runs })
             })

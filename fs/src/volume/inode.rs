@@ -78,7 +78,7 @@ impl Core {
         if is_dir {
             self.check_link_limit(d.nlink)?;
         }
-        self.check_meta_space()?;
+        self.check_user_space()?;
         let (ft, rdev, size) = match what {
             NewInode::Regular => (FileType::Regular, 0, 0),
             NewInode::Directory => (FileType::Directory, 0, 0),
@@ -100,6 +100,8 @@ impl Core {
             generation: self.seq,
             next_seq: super::dir::FIRST_INDEX,
             transid: self.seq,
+            // Charged to the directory's project, as XFS's project inheritance does.
+            project: d.project,
             ..Default::default()
         };
         tx.put_inode(ino, &item);
@@ -227,7 +229,8 @@ impl Core {
     /// needs them runs that checkpoint (`NineFs::run`).
     pub fn op_statfs(&self) -> StatFs {
         let free = self.space.free_after_checkpoint();
-        let avail = free.saturating_sub(self.meta_reserve());
+        // What users may still fill: both reserves are kept from them.
+        let avail = free.saturating_sub(self.data_keep());
         let mut fsid = [0u8; 8];
         fsid.copy_from_slice(&self.sb.uuid[..8]);
         StatFs {

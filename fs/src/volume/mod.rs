@@ -49,6 +49,7 @@ mod inode;
 mod lock;
 mod mkfs;
 mod ops;
+pub mod quota;
 pub mod report;
 pub mod scrub;
 pub mod snapdir;
@@ -234,6 +235,8 @@ pub struct NineFs<D: BlockDevice> {
     checkpoint_lock: async_lock::Mutex<()>,
     /// [`MountOptions::max_snapshots`].
     max_snapshots: usize,
+    /// Serialises `set_quota` (one labeling walk at a time).
+    quota_lock: async_lock::Mutex<()>,
     /// Held by the log committer across one commit's I/O.
     commit_lock: async_lock::Mutex<()>,
     inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
@@ -321,6 +324,7 @@ impl<D: BlockDevice> NineFs<D> {
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             max_snapshots: opts.max_snapshots,
+            quota_lock: async_lock::Mutex::new(()),
             commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(HashMap::new()),
             trimmed: Mutex::new(file::TrimmedInodes::default()),
@@ -379,6 +383,7 @@ impl<D: BlockDevice> NineFs<D> {
             };
             fs.start_epoch(end, replayed.commits > 0).await?;
             fs.clean_orphans().await.map_err(MountError::Errno)?;
+            fs.finish_labeling().await.map_err(MountError::Errno)?;
             // A device that got bigger is used at once.
             fs.grow().await.map_err(MountError::Errno)?;
         }

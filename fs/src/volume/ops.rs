@@ -12,7 +12,10 @@ use super::snapdir::{is_reserved, is_snapshot_ino, Place};
 use super::xattr::check_xattr_name;
 use super::NineFs;
 use block::BlockDevice;
-use vfs::{Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, SetAttr, StatFs, XattrMode};
+use vfs::{
+    Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, QuotaInfo, QuotaLimits, SetAttr,
+    StatFs, XattrMode,
+};
 
 impl<D: BlockDevice> NineFs<D> {
     async fn make(
@@ -287,5 +290,17 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
 
     async fn sync(&self) -> FsResult<()> {
         self.checkpoint(CheckpointCause::Sync).await
+    }
+
+    async fn set_quota(&self, dir: Ino, limits: QuotaLimits) -> FsResult<QuotaInfo> {
+        self.set_quota_at(dir, limits).await
+    }
+
+    async fn quota(&self, ino: Ino) -> FsResult<Option<QuotaInfo>> {
+        if is_snapshot_ino(ino) {
+            // Snapshots are read-only: nothing under them is charged.
+            return Ok(None);
+        }
+        self.run(|c| c.op_quota(ino)).await
     }
 }

@@ -2,7 +2,8 @@
 //! `ninefold serve`'s): its state beside its counters ([`FsStats`]), and how they become
 //! metrics ([`METRIC_RULES`], applied by `metrics::document`).
 
-use alloc::string::String;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
 
 use block::BlockDevice;
 use metrics::rule::Rule;
@@ -28,9 +29,28 @@ pub struct FsReport {
     pub cache_nodes: u64,
     /// The node cache's limit.
     pub cache_limit: u64,
+    /// Every quota root's limits and usage, in project order.
+    pub quotas: Vec<QuotaReport>,
     /// The counters.
     #[cfg_attr(feature = "serde", serde(flatten))]
     pub stats: FsStats,
+}
+
+/// One project's limits and usage (an element of [`FsReport::quotas`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct QuotaReport {
+    /// The project: its root directory's inode number (a string: it labels the
+    /// element's metrics).
+    pub root: String,
+    /// Bytes of file data charged.
+    pub bytes: u64,
+    /// Inodes charged.
+    pub inodes: u64,
+    /// The byte limit (`None`: none).
+    pub byte_limit: Option<u64>,
+    /// The inode limit (`None`: none).
+    pub inode_limit: Option<u64>,
 }
 
 impl<D: BlockDevice> NineFs<D> {
@@ -45,6 +65,7 @@ impl<D: BlockDevice> NineFs<D> {
             .unwrap_or(sb.label.len());
         let statfs = self.statfs().await.ok();
         let (cache_bytes, cache_nodes) = self.cache_usage();
+        let quotas = self.quotas().await.unwrap_or_default();
         FsReport {
             label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
             size_bytes: sb.layout.total_blocks * crate::format::BLOCK_SIZE as u64,
@@ -52,6 +73,16 @@ impl<D: BlockDevice> NineFs<D> {
             cache_bytes: cache_bytes as u64,
             cache_nodes: cache_nodes as u64,
             cache_limit,
+            quotas: quotas
+                .into_iter()
+                .map(|(root, q)| QuotaReport {
+                    root: root.to_string(),
+                    bytes: q.bytes,
+                    inodes: q.inodes,
+                    byte_limit: q.byte_limit,
+                    inode_limit: q.inode_limit,
+                })
+                .collect(),
             stats: self.stats(),
         }
     }
@@ -67,6 +98,21 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::gauge("fs.cache_limit")
         .named("fs_cache_limit_bytes")
         .help("Limit of the node cache (sized from the heap)."),
+    Rule::elements("fs.quotas", "project", "root"),
+    Rule::gauge("fs.quotas.*.bytes")
+        .named("fs_quota_bytes")
+        .help("Bytes of file data charged to a project (quota root, by its inode number)."),
+    Rule::gauge("fs.quotas.*.inodes")
+        .named("fs_quota_inodes")
+        .help("Inodes charged to a project."),
+    Rule::gauge("fs.quotas.*.byte_limit")
+        .named("fs_quota_byte_limit")
+        .help("A project's byte limit (absent: none)."),
+    Rule::gauge("fs.quotas.*.inode_limit")
+        .named("fs_quota_inode_limit")
+        .help("A project's inode limit (absent: none)."),
+    Rule::counter("fs.quota_exceeded")
+        .help("Writes, clones and creates refused with EDQUOT at a project's limit."),
     Rule::keys("fs.checkpoints", "cause")
         .named("fs_checkpoints")
         .help("Checkpoints committed, by what caused them."),

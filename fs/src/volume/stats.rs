@@ -42,6 +42,8 @@ pub struct FsStats {
     pub corruptions: u64,
     /// `link`, `mkdir` and directory `rename` refused with `EMLINK` at the link limit.
     pub link_limit_hits: u64,
+    /// Writes, clones and creates refused with `EDQUOT` at a project's limit.
+    pub quota_exceeded: u64,
     /// Discard requests sent to the device for freed blocks.
     pub discards: u64,
     /// Blocks discarded.

@@ -107,7 +107,7 @@ impl Core {
             (XattrMode::Replace, false) => return Err(Errno::ENODATA.into()),
             _ => {}
         }
-        self.check_meta_space()?;
+        self.check_user_space()?;
         let id = match existing {
             Some(i) => {
                 let old = bucket.remove(i);

@@ -155,6 +155,13 @@ macro_rules! forward_filesystem {
         $crate::forward_filesystem!(@one $a release(ino: $crate::Ino) -> ());
         $crate::forward_filesystem!(@one $a fsync(ino: $crate::Ino, datasync: bool) -> ());
         $crate::forward_filesystem!(@one $a sync() -> ());
+        $crate::forward_filesystem!(
+            @one $a set_quota(dir: $crate::Ino, limits: $crate::QuotaLimits) -> $crate::QuotaInfo
+        );
+        $crate::forward_filesystem!(
+            @one $a quota(ino: $crate::Ino) -> ::core::option::Option<$crate::QuotaInfo>
+        );
+        $crate::forward_filesystem!(@one $a statfs_at(ino: $crate::Ino) -> $crate::StatFs);
     };
 
     // One method: is it named?
@@ -203,6 +210,13 @@ macro_rules! forward_filesystem {
     (@find release [release $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
     (@find fsync [fsync $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
     (@find sync [sync $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
+    (@find set_quota [set_quota $($n:ident)*] $f:tt) => {
+        $crate::forward_filesystem!(@is named $f);
+    };
+    (@find quota [quota $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
+    (@find statfs_at [statfs_at $($n:ident)*] $f:tt) => {
+        $crate::forward_filesystem!(@is named $f);
+    };
     (@find $m:ident [$other:ident $($n:ident)*] $f:tt) => {
         $crate::forward_filesystem!(@find $m [$($n)*] $f);
     };

@@ -97,6 +97,7 @@ errnos! {
     EPROTO = 71, "Protocol error";
     EOVERFLOW = 75, "Value too large for defined data type";
     EOPNOTSUPP = 95, "Operation not supported";
+    EDQUOT = 122, "Disk quota exceeded";
 }
 
 impl fmt::Debug for Errno {
@@ -339,6 +340,61 @@ pub struct StatFs {
     pub name_max: u32,
 }
 
+/// The limits of a quota root (a directory whose subtree is charged to one project, as an
+/// XFS project quota): `None` is no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaLimits {
+    /// Most bytes of file data the project may hold.
+    pub bytes: Option<u64>,
+    /// Most inodes the project may hold (the root directory counts).
+    pub inodes: Option<u64>,
+}
+
+/// A quota root's limits and what its project holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaInfo {
+    /// The quota root directory (its inode number is the project's id).
+    pub root: Ino,
+    /// The limits.
+    pub limits: QuotaLimits,
+    /// Bytes of file data charged to the project.
+    pub bytes: u64,
+    /// Inodes charged to the project.
+    pub inodes: u64,
+}
+
+impl QuotaInfo {
+    /// What `statfs` of a directory in this project shows (as an NFS client of an XFS
+    /// project quota or a ZFS dataset sees): the limits as the size, what is left under
+    /// them as free (never more than the whole filesystem, `fs`, has free).
+    pub fn statfs(&self, fs: StatFs) -> StatFs {
+        let bs = u64::from(fs.block_size.max(1));
+        let (blocks, bfree, bavail) = match self.limits.bytes {
+            Some(limit) => {
+                let left = limit.saturating_sub(self.bytes) / bs;
+                (
+                    limit.div_ceil(bs),
+                    left.min(fs.blocks_free),
+                    left.min(fs.blocks_avail),
+                )
+            }
+            None => (fs.blocks, fs.blocks_free, fs.blocks_avail),
+        };
+        let (files, ffree) = match self.limits.inodes {
+            Some(limit) => (limit, limit.saturating_sub(self.inodes).min(fs.files_free)),
+            None => (fs.files, fs.files_free),
+        };
+        StatFs {
+            blocks,
+            blocks_free: bfree,
+            blocks_avail: bavail,
+            files,
+            files_free: ffree,
+            ..fs
+        }
+    }
+}
+
 /// The operations a 9P2000.L server needs from a filesystem.
 ///
 /// Name arguments are raw bytes. A valid name is 1..=[`NAME_MAX`] bytes, contains neither
@@ -464,6 +520,32 @@ pub trait FileSystem {
 
     /// Makes everything durable (a full checkpoint).
     async fn sync(&self) -> FsResult<()>;
+
+    /// Makes directory `dir` a quota root with `limits`, or changes the limits of one.
+    /// Everything in its subtree (but nested quota roots) is then charged to it; a write,
+    /// clone or create that would pass a limit fails with `EDQUOT`, and a `rename` or
+    /// `link` between projects with `EXDEV`. Returns the limits and usage. Default:
+    /// `EOPNOTSUPP` (a filesystem without quotas).
+    async fn set_quota(&self, dir: Ino, limits: QuotaLimits) -> FsResult<QuotaInfo> {
+        let _ = (dir, limits);
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// The quota of the project `ino` is charged to, if it is in one. Default: none.
+    async fn quota(&self, ino: Ino) -> FsResult<Option<QuotaInfo>> {
+        let _ = ino;
+        Ok(None)
+    }
+
+    /// Statistics as seen from `ino`: [`FileSystem::statfs`], bounded by the quota of the
+    /// project `ino` is in ([`QuotaInfo::statfs`]).
+    async fn statfs_at(&self, ino: Ino) -> FsResult<StatFs> {
+        let fs = self.statfs().await?;
+        Ok(match self.quota(ino).await? {
+            Some(q) => q.statfs(fs),
+            None => fs,
+        })
+    }
 }
 
 /// The administration side of a filesystem: commands written to the administration

@@ -85,9 +85,12 @@ impl<F: FileSystem> Server<F> {
         Ok(reply(tag, &Rmsg::Setattr {}))
     }
 
+    /// `Tstatfs` answers as seen from the fid's inode: inside a project (an export whose
+    /// root is a quota root) its limits and usage, as an NFS client of an XFS project
+    /// quota or a ZFS dataset sees them; elsewhere the whole filesystem.
     pub(super) async fn statfs(&self, s: &Session, tag: u16, fid: u32) -> FsResult<Vec<u8>> {
-        s.get(fid)?;
-        let st = self.fs.statfs().await?;
+        let f = s.get(fid)?;
+        let st = self.fs.statfs_at(f.ino).await?;
         Ok(reply(
             tag,
             &Rmsg::Statfs {

@@ -14,7 +14,7 @@ use crate::{Checker, MAX_LISTED};
 use block::BlockDevice;
 use ninefs::format::items::{
     decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, FileExtent, InodeItem,
-    SnapshotItem, XATTR_CHUNK_LEN,
+    QuotaItem, SnapshotItem, XATTR_CHUNK_LEN,
 };
 use ninefs::format::key::kind;
 use ninefs::format::{Key, TreeId, BLOCK_SIZE};
@@ -44,6 +44,8 @@ struct FsTree {
     xattr_needs: Vec<(u64, u64, u32)>,
     /// `(file block, extent)` by inode, in key order.
     file_extents: BTreeMap<u64, Vec<(u64, FileExtent)>>,
+    /// Quota items by project.
+    quotas: BTreeMap<u64, QuotaItem>,
 }
 
 /// What the names say about each inode and directory.
@@ -74,6 +76,7 @@ impl<D: BlockDevice> Checker<D> {
         self.check_links(&t, &counts);
         self.check_orphans(&t);
         self.check_xattr_chunks(&mut t);
+        self.check_quotas(&t);
         let counted = self.check_file_extents(&t);
         self.check_refs(counted);
     }
@@ -84,6 +87,13 @@ impl<D: BlockDevice> Checker<D> {
         if k.objectid == 0 {
             if k.kind == kind::ORPHAN {
                 t.orphans.insert(k.offset);
+            } else if k.kind == kind::QUOTA {
+                match QuotaItem::decode(v) {
+                    Some(q) => {
+                        t.quotas.insert(k.offset, q);
+                    }
+                    None => self.error(bad("quota item")),
+                }
             } else if k.kind == kind::SNAPSHOT {
                 match SnapshotItem::decode(v) {
                     Some(s) => {
@@ -164,6 +174,59 @@ impl<D: BlockDevice> Checker<D> {
                 _ => self.error(bad("file extent")),
             },
             _ => self.error(format!("unknown item {k:?}")),
+        }
+    }
+
+    /// Quotas: every project's usage is what its inodes add up to (one inode each, and
+    /// their bytes), every charged inode's project has a quota item whose root is a
+    /// directory of that project, and the feature bit is set if any exists. The usage
+    /// is listed in the report.
+    fn check_quotas(&mut self, t: &FsTree) {
+        let mut usage: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for (&ino, i) in &t.inodes {
+            if i.project == 0 {
+                continue;
+            }
+            if !t.quotas.contains_key(&i.project) {
+                self.error(format!(
+                    "inode {ino} is charged to project {}, which has no quota item",
+                    i.project
+                ));
+                continue;
+            }
+            let u = usage.entry(i.project).or_default();
+            u.0 += i.bytes;
+            u.1 += 1;
+        }
+        let feature = ninefs::format::features::RO_COMPAT_QUOTA;
+        if !t.quotas.is_empty() && self.img.sb.ro_compat & feature == 0 {
+            self.error(String::from(
+                "quota items exist but the superblock lacks the QUOTA feature",
+            ));
+        }
+        for (&project, q) in &t.quotas {
+            let (bytes, inodes) = usage.get(&project).copied().unwrap_or_default();
+            match t.inodes.get(&project) {
+                Some(root) if root.is_dir() && root.project == project => {}
+                Some(root) if root.is_dir() && q.flags & QuotaItem::LABELING != 0 => {}
+                // A removed root's item stays while files linked elsewhere are charged.
+                None if inodes > 0 => {}
+                _ => self.error(format!(
+                    "quota item of project {project}: its root is not a directory of the project"
+                )),
+            }
+            if (q.bytes, q.inodes) != (bytes, inodes) {
+                self.error(format!(
+                    "project {project}: quota item records {} bytes and {} inodes, its inodes hold {bytes} bytes and {inodes} inodes",
+                    q.bytes, q.inodes
+                ));
+            }
+            if q.flags & QuotaItem::LABELING != 0 {
+                self.warn(format!(
+                    "project {project}: its subtree is not labeled yet (the next writable mount finishes it)"
+                ));
+            }
+            self.report.quotas.push((project, *q));
         }
     }
 

@@ -5,7 +5,8 @@
 //!   its parent gives it, levels, fill;
 //! - the fs tree: inode items, directory entries against the directory index and the
 //!   inodes' back-references, link counts, directory sizes, orphans, symlinks, xattrs,
-//!   file extents (no overlaps, within their data extent);
+//!   file extents (no overlaps, within their data extent), project quotas (each
+//!   project's usage recomputed from its inodes);
 //! - data extents: reference counts against the file extents pointing into them, a
 //!   checksum item of the right length for each, and (optionally) every data block
 //!   against its checksum;
@@ -41,7 +42,7 @@ use crate::inspect::{Image, NodeError};
 use block::BlockDevice;
 use ninefs::format::bitmap::{test_bit, BLOCKS_PER_GROUP};
 use ninefs::format::bset::HEADER_LEN;
-use ninefs::format::items::{decode_csums, ExtentItem, SnapshotItem, SNAPSHOT_TREES};
+use ninefs::format::items::{decode_csums, ExtentItem, QuotaItem, SnapshotItem, SNAPSHOT_TREES};
 use ninefs::format::key::kind;
 use ninefs::format::layout::Layout;
 use ninefs::format::superblock::NodePtr;
@@ -98,6 +99,9 @@ pub struct Report {
     pub metadata_blocks: Vec<(u64, u64)>,
     /// Blocks holding referenced data: `(first block, count)`.
     pub data_blocks: Vec<(u64, u64)>,
+    /// The quota items of the live filesystem, by project (root inode); their usage is
+    /// checked against the inodes.
+    pub quotas: Vec<(u64, QuotaItem)>,
 }
 
 impl Report {

@@ -23,6 +23,11 @@
 //! reading that block gives `EIO` as any read error does (`docs/durability.md`,
 //! "Device errors").
 //!
+//! Every transaction here is [`Txn::unlimited`]: replay charges quota usage for what it
+//! changes (the usage follows the inode items, `volume/quota.rs`) but never refuses on a
+//! limit. The log may hold an inode's growth without the shrink of another that made
+//! room for it (never synced), and a mount must not fail on that.
+//!
 //! Nothing is written here; the caller runs a checkpoint that commits the result and
 //! starts a new log epoch. A crash before that checkpoint commits replays the same log
 //! again from the same committed checkpoint: replay is idempotent.
@@ -419,7 +424,7 @@ impl Core {
     fn replay_inode(&mut self, ino: Ino, item: &[u8]) -> Step<()> {
         Self::valid_ino(ino)?;
         let decoded = InodeItem::decode(item).ok_or(Stop::Corrupt("undecodable logged inode"))?;
-        let mut tx = Txn::new();
+        let mut tx = Txn::unlimited();
         let existed = tx.get(self, TreeId::Fs, &inode_key(ino))?.is_some();
         tx.put_inode(ino, &decoded);
         if !existed {
@@ -434,7 +439,7 @@ impl Core {
     /// exists (a later record or the checkpoint removed it: the record has nothing to do).
     fn txn_for(&mut self, ino: Ino) -> Step<Option<Txn>> {
         Self::valid_ino(ino)?;
-        let tx = Txn::new();
+        let tx = Txn::unlimited();
         Ok(self.exists(&tx, ino)?.then_some(tx))
     }
 
@@ -650,7 +655,7 @@ impl Core {
             ));
         }
         let range = disk..disk + u64::from(len);
-        let mut tx = Txn::new();
+        let mut tx = Txn::unlimited();
         if now == 0 {
             tx.del(TreeId::Extent, key);
             tx.del(TreeId::Csum, Key::new(disk, kind::CSUM, 0));
@@ -697,7 +702,7 @@ impl Core {
     /// its remaining entries and becomes an orphan; returns the inodes that lost those
     /// names (to fix up in turn).
     fn replay_fixup(&mut self, ino: Ino) -> Step<Vec<Ino>> {
-        let mut tx = Txn::new();
+        let mut tx = Txn::unlimited();
         let mut item = match tx.inode(self, ino) {
             Ok(i) => i,
             Err(Stop::Errno(Errno::ENOENT)) => return Ok(Vec::new()),

@@ -79,6 +79,16 @@ fn make_image() -> Vec<u8> {
         ..FormatOptions::default()
     };
     pollster::block_on(mkfs(&disk, &opts)).expect("format");
+    // The root is a quota root (no limits): every inode is charged to its project, so
+    // fsck checks in every crash state that mount left the usage exact.
+    let fs = mount(&disk, ManualClock::new(op_time(0))).expect("mounts the fresh image");
+    pollster::block_on(vfs::FileSystem::set_quota(
+        &fs,
+        vfs::ROOT_INO,
+        vfs::QuotaLimits::default(),
+    ))
+    .expect("a quota on the root");
+    pollster::block_on(fs.unmount()).expect("unmount");
     disk.snapshot()
 }
 
@@ -366,6 +376,14 @@ fn record(w: &Workload) -> Result<Recorded, String> {
                     end: recorder.now(),
                 });
             }
+            Step::Quota(path) => {
+                let fs = runner.fs();
+                pollster::block_on(async {
+                    let dir = crate::testing::resolve(fs, path).await?;
+                    vfs::FileSystem::set_quota(fs, dir, vfs::QuotaLimits::default()).await
+                })
+                .map_err(|e| format!("set_quota {path:?}: {e}"))?;
+            }
             Step::DeleteSnapshot(name) => {
                 pollster::block_on(runner.fs().snapshot_delete(name))
                     .map_err(|e| format!("snapshot delete {name}: {e}"))?;
@@ -419,6 +437,7 @@ pub fn show_steps(w: &Workload) -> String {
             Step::DeleteSnapshot(name) => {
                 notes.push((flat.len(), format!("snapshot delete {name}")))
             }
+            Step::Quota(path) => notes.push((flat.len(), format!("set_quota {path:?}"))),
         }
     }
     let mut text = format_ops(&flat);

@@ -31,6 +31,10 @@ pub enum Step {
     Snapshot(String),
     /// Delete the snapshot of this name.
     DeleteSnapshot(String),
+    /// Make the directory at this path a quota root with no limits
+    /// (`FileSystem::set_quota`): its subtree is labeled and charged to it. The model
+    /// knows no quotas, so such a workload keeps renames and links within a project.
+    Quota(Path),
 }
 
 /// A named workload.
@@ -50,7 +54,7 @@ impl Workload {
             .map(|s| match s {
                 Step::Op(_) => 1,
                 Step::Together(v) => v.len(),
-                Step::Snapshot(_) | Step::DeleteSnapshot(_) => 0,
+                Step::Snapshot(_) | Step::DeleteSnapshot(_) | Step::Quota(_) => 0,
             })
             .sum()
     }
@@ -762,6 +766,27 @@ pub fn scenarios() -> Vec<Workload> {
                 Step::Op(write(&[B, C], 0, 5000, 44)),
                 Step::Op(fsync(&[B, C])),
                 Step::DeleteSnapshot(String::from("new")),
+            ],
+        ),
+        // A quota root made over a directory with unsynced and synced changes, then
+        // changes in it synced: its labeling (charges moved from the root's project,
+        // which the suite's image has) and the usage fsck recomputes hold in every
+        // crash state.
+        scenario(
+            "quota-label",
+            vec![
+                Step::Op(write(&[A, C], 0, 9000, 50)),
+                Step::Op(create(&[A], E)),
+                Step::Op(write(&[A, E], 0, 5000, 51)),
+                Step::Op(fsync(&[A, E])),
+                Step::Quota(p(&[A])),
+                Step::Op(write(&[A, D], 5000, 9000, 52)),
+                Step::Op(fsync(&[A, D])),
+                Step::Op(truncate(&[A, C], 100)),
+                Step::Op(create(&[A], B)),
+                Step::Op(fsync(&[A, C])),
+                Step::Op(unlink(&[A], E)),
+                Step::Op(fsync_dir(&[A])),
             ],
         ),
         // Concurrent syncs of one file, with a directory fsync among them.
