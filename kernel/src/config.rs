@@ -43,7 +43,7 @@
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
 //! | `poweroff` | power off once boot is complete (for probes) | off |
 //! | `shutdown_timeout=SECS` | longest clean shutdown after the ACPI power button (1..=3600): past it the appliance powers off anyway (the log keeps what was fsynced) | `30` |
-//! | `export=NAME:PATH[:OPT]...` | export directory PATH under aname NAME (repeatable; NAME may be empty); OPT: `ro`, `rw`, `squash=root\|all\|none`, `anonuid=N`, `anongid=N`, `allow=CIDR[,CIDR...]` | the whole filesystem at aname `""` (only while no `export=` is given) |
+//! | `export=NAME:PATH[:OPT]...` | export directory PATH under aname NAME (repeatable; NAME may be empty); OPT: `ro`, `rw`, `squash=root\|all\|none`, `anonuid=N`, `anongid=N`, `allow=CIDR[,CIDR...]`, `quota=SIZE`, `inodes=N` (the export's directory becomes a quota root: `EDQUOT` past them; `Tstatfs` shows them) | the whole filesystem at aname `""` (only while no `export=` is given) |
 //! | `allow=CIDR[,CIDR...]` | clients allowed by exports that name no `allow=` (`any`, an address, or a network) | `any` |
 //! | `group=UID:GID[,GID...]` | a uid's groups for permission checks (repeatable) | none |
 //! | `stats_allow=CIDR[,CIDR...]` | clients allowed on the counters port | the `allow=` list |

@@ -20,7 +20,7 @@ pub struct CtlArgs {
     pub image: PathBuf,
     /// The command, as written to the appliance's `ctl` file: `sync`, `scrub start` (or
     /// `scrub`: on the host the pass runs to its end), `grow`, `snapshot create NAME`,
-    /// `snapshot delete NAME`, `snapshot list`.
+    /// `snapshot delete NAME`, `snapshot list`, `quota list`.
     #[arg(required = true, num_args = 1..)]
     pub command: Vec<String>,
 }

@@ -13,22 +13,9 @@ pub fn open(path: &Path, writable: bool) -> Result<FileDisk, String> {
     FileDisk::open(path, block, writable).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Parses a size such as `1G`, `512MiB`, `4096`, `64k`.
+/// Parses a size such as `1G`, `512MiB`, `4096`, `64k` (as export options do).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("bad size unit in {s:?} (use K, M, G or T)")),
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?} is too large"))
+    ninep::server::access::parse_size(s).map_err(|e| format!("bad size {s:?}: {e}"))
 }
 
 #[cfg(test)]

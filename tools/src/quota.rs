@@ -28,22 +28,7 @@ pub struct QuotaArgs {
     pub inodes: Option<String>,
 }
 
-/// One quota root as `quota` and `fsck` print it.
-pub fn describe(root: Ino, q: &QuotaItem) -> String {
-    let limit = |l: Option<u64>| l.map_or_else(|| String::from("none"), |v| v.to_string());
-    let labeling = if q.flags & QuotaItem::LABELING != 0 {
-        " (labeling)"
-    } else {
-        ""
-    };
-    format!(
-        "root {root}: bytes {} of {}, inodes {} of {}{labeling}",
-        q.bytes,
-        limit(q.byte_limit),
-        q.inodes,
-        limit(q.inode_limit)
-    )
-}
+pub use ninefs::volume::quota::describe;
 
 /// A limit from the command line: a size (or count), or `none`.
 fn parse_limit(s: &str, size: bool) -> Result<Option<u64>, String> {

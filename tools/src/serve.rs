@@ -29,6 +29,7 @@ use ninefs::volume::report::FsReport;
 use ninefs::volume::{MountOptions, NineFs};
 use ninep::admin::AdminFs;
 use ninep::conn::Transport;
+use ninep::server::export::apply_quotas;
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, TenantLimits, Timeouts};
 use ninep::service::report::NinepReport;
 use ninep::service::stats::ServiceStats;
@@ -64,7 +65,9 @@ pub struct ServeArgs {
     #[arg(long)]
     anon_gid: Option<u32>,
     /// Export directory PATH under aname NAME, as the kernel's `export=`; repeatable.
-    /// OPTs: ro, rw, squash=root|all|none, anonuid=N, anongid=N, allow=CIDR[,CIDR...].
+    /// OPTs: ro, rw, squash=root|all|none, anonuid=N, anongid=N, allow=CIDR[,CIDR...],
+    /// quota=SIZE, inodes=N (the export's directory becomes a quota root: EDQUOT past
+    /// them, Tstatfs shows them).
     /// Without any, the whole filesystem is exported at aname "".
     #[arg(long = "export", value_name = "NAME:PATH[:OPT]...")]
     exports: Vec<String>,
@@ -294,6 +297,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     };
     let limit = std::time::Duration::from_secs(args.shutdown_timeout);
     if args.model {
+        if config.exports.iter().any(|e| e.quota.is_some()) {
+            return Err("quota= and inodes= need an image (the model keeps no quotas)".into());
+        }
         let server = Arc::new(Server::new(ModelFs::new(SystemClock), config));
         log_exports(server.config());
         let service = Arc::new(Service::new(server, service_config));
@@ -312,6 +318,16 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
     log::info!("mounted {}", image.display());
+    let quotas = runtime.block_on(apply_quotas(&fs, &config.exports));
+    for (export, q) in quotas.map_err(|(export, e)| format!("export {export:?}: quota: {e}"))? {
+        log::info!(
+            "export {export:?}: quota {:?} bytes, {:?} inodes; holds {} bytes, {} inodes",
+            q.limits.bytes,
+            q.limits.inodes,
+            q.bytes,
+            q.inodes
+        );
+    }
     let server = Arc::new(Server::new(AdminFs::new(fs), config));
     log_exports(server.config());
     let service = Arc::new(Service::new(server.clone(), service_config));

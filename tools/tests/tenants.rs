@@ -61,19 +61,18 @@ impl Drop for Tenancy {
 
 impl Tenancy {
     fn start(extra: &[&str]) -> Tenancy {
+        let mut args = vec!["--model", "--export", "a:/:allow=127.0.1.0/24"];
+        args.extend(["--export", "b:/:allow=127.0.2.0/24"]);
+        args.extend(extra);
+        Tenancy::serve(&args)
+    }
+
+    /// `ninefold serve ARGS`, listening and counting on loopback ports of its choice.
+    fn serve(args: &[&str]) -> Tenancy {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ninefold"))
-            .args([
-                "serve",
-                "--model",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-level",
-                "error",
-            ])
-            .args(["--export", "a:/:allow=127.0.1.0/24"])
-            .args(["--export", "b:/:allow=127.0.2.0/24"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-level", "error"])
             .args(["--stats", "127.0.0.1:0"])
-            .args(extra)
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -94,6 +93,14 @@ impl Tenancy {
             .unwrap_or_else(|| panic!("unexpected second line {second:?}"))
             .to_string();
         Tenancy { child, addr, stats }
+    }
+
+    /// Stops the server politely (SIGTERM: a clean unmount).
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(killed.success());
+        assert!(self.child.wait().unwrap().success());
     }
 
     /// The `9p` part of the counters document.
@@ -389,4 +396,108 @@ fn a_tenant_that_hogs_the_cpu_leaves_the_other_served() {
     );
     assert!(p99 < Duration::from_secs(2), "B's p99 {p99:?}");
     assert!(slowest < SLOWEST, "B's slowest {slowest:?}");
+}
+
+/// Quotas: tenant A fills its export's space and inode quotas and gets `EDQUOT`; tenant
+/// B, on another export of the same filesystem, still writes and creates, and each sees
+/// its own export's size in `Tstatfs`.
+#[test]
+fn a_tenant_that_fills_its_quota_leaves_the_other_space_and_inodes() {
+    let dir = std::env::temp_dir().join(format!("ninefold-tenants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("quota.img");
+    let mkfs = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args(["mkfs", image.to_str().unwrap(), "--size", "64M"])
+        .output()
+        .unwrap();
+    assert!(mkfs.status.success(), "{mkfs:?}");
+    let image = image.to_str().unwrap();
+    // The exports' directories, made over 9P.
+    let plain = Tenancy::serve(&[image, "--export", ":/"]);
+    let mut c = Client::new(Tcp(plain.socket("127.0.0.1").unwrap()));
+    c.version(1 << 20, b"9P2000.L").unwrap();
+    c.attach(0, 0, "").unwrap();
+    c.mkdir(0, "a", 0o777).unwrap();
+    c.mkdir(0, "b", 0o777).unwrap();
+    drop(c);
+    plain.stop();
+
+    let t = Tenancy::serve(&[
+        image,
+        "--export",
+        "a:/a:allow=127.0.1.0/24:quota=1M:inodes=20",
+        "--export",
+        "b:/b:allow=127.0.2.0/24",
+    ]);
+    let mut a = t.client(&a_addr(0), "a").unwrap();
+    let mut b = t.client(B, "b").unwrap();
+    // What each sees as its filesystem's size.
+    let (bsize, a_blocks, _) = a.statfs(0).unwrap();
+    assert_eq!(
+        u64::from(bsize) * a_blocks,
+        1 << 20,
+        "A's export is its quota"
+    );
+    let (bsize, b_blocks, _) = b.statfs(0).unwrap();
+    assert!(
+        u64::from(bsize) * b_blocks > 32 << 20,
+        "B's is the filesystem"
+    );
+    // Space: A writes until refused, with 1 MiB at most.
+    a.walk(0, 1, "").unwrap();
+    a.lcreate(1, "big", open_flags::RDWR, 0o644).unwrap();
+    let chunk = vec![1u8; 64 << 10];
+    let mut written = 0u64;
+    let refused = loop {
+        match a.write(1, written, &chunk) {
+            Ok(0) => break None,
+            Ok(n) => written += u64::from(n),
+            Err(e) => break Some(e),
+        }
+        assert!(
+            written <= 1 << 20,
+            "wrote {written} bytes under a 1 MiB quota"
+        );
+    };
+    assert_eq!(refused, Some(Errno::EDQUOT), "after {written} bytes");
+    // Inodes: A creates until refused.
+    let mut created = 0;
+    let refused = loop {
+        a.walk(0, 2, "").unwrap();
+        match a.lcreate(2, &format!("f{created}"), open_flags::RDWR, 0o644) {
+            Ok(_) => created += 1,
+            Err(e) => break e,
+        }
+        a.clunk(2).unwrap();
+        assert!(
+            created <= 20,
+            "created {created} files under a 20-inode quota"
+        );
+    };
+    assert_eq!(refused, Errno::EDQUOT, "after {created} files");
+    // A's fsync of what it wrote still works; B writes and creates as it likes.
+    a.fsync(1, false).unwrap();
+    b.walk(0, 1, "").unwrap();
+    b.lcreate(1, "big", open_flags::RDWR, 0o644).unwrap();
+    for i in 0..48u64 {
+        assert_eq!(b.write(1, i * (64 << 10), &chunk), Ok(64 << 10));
+    }
+    b.fsync(1, false).unwrap();
+    for i in 0..40 {
+        b.walk(0, 2, "").unwrap();
+        b.lcreate(2, &format!("f{i}"), open_flags::RDWR, 0o644)
+            .unwrap();
+        b.clunk(2).unwrap();
+    }
+    drop((a, b));
+    t.stop();
+    // The export's quota root, as `ctl` lists it.
+    let listed = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args(["ctl", image, "quota", "list"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.starts_with("1 quota root(s)"), "{listed}");
+    assert!(listed.contains("of 1048576, inodes 20 of 20"), "{listed}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

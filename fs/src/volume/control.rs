@@ -31,6 +31,8 @@ pub enum Command {
     SnapshotDelete(String),
     /// List the snapshots.
     SnapshotList,
+    /// List the quota roots: limits and usage.
+    QuotaList,
 }
 
 /// One entry of the command table.
@@ -89,6 +91,12 @@ pub const COMMANDS: &[CommandSpec] = &[
         args: 0,
         help: "list the snapshots: id, name, checkpoint, creation time",
         build: |_| Command::SnapshotList,
+    },
+    CommandSpec {
+        words: &["quota", "list"],
+        args: 0,
+        help: "list the quota roots (export quota=, inodes=): limits and usage",
+        build: |_| Command::QuotaList,
     },
 ];
 
@@ -192,6 +200,14 @@ impl<D: BlockDevice> NineFs<D> {
                 }
                 Ok(out)
             }
+            Command::QuotaList => {
+                let list = self.quotas().await.map_err(|e| e.to_string())?;
+                let mut out = format!("{} quota root(s)", list.len());
+                for (root, q) in list {
+                    let _ = write!(out, "\n{}", super::quota::describe(root, &q));
+                }
+                Ok(out)
+            }
         }
     }
 
@@ -286,6 +302,7 @@ mod tests {
             Ok(Command::SnapshotDelete("nightly".into()))
         );
         assert_eq!(Command::parse("snapshot list"), Ok(Command::SnapshotList));
+        assert_eq!(Command::parse("quota list"), Ok(Command::QuotaList));
         assert_eq!(
             Command::parse("snapshot create"),
             Err(CommandError::Arguments(&["snapshot", "create"], 1))

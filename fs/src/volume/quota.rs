@@ -416,3 +416,21 @@ impl<D: BlockDevice> NineFs<D> {
         self.run(|c| c.op_quotas()).await
     }
 }
+
+/// One quota root as `quota list` (ctl), `ninefold quota` and `fsck` print it:
+/// `root INO: bytes USED of LIMIT, inodes USED of LIMIT`.
+pub fn describe(root: vfs::Ino, q: &QuotaItem) -> alloc::string::String {
+    let limit = |l: Option<u64>| l.map_or_else(|| "none".into(), |v| alloc::format!("{v}"));
+    let labeling = if q.flags & QuotaItem::LABELING != 0 {
+        " (labeling)"
+    } else {
+        ""
+    };
+    alloc::format!(
+        "root {root}: bytes {} of {}, inodes {} of {}{labeling}",
+        q.bytes,
+        limit(q.byte_limit),
+        q.inodes,
+        limit(q.inode_limit)
+    )
+}

@@ -45,6 +45,7 @@ mod serve_impl {
     use core::fmt;
 
     use ninep::admin::AdminFs;
+    use ninep::server::export::apply_quotas;
     use ninep::server::{Config as NinepConfig, Export, Server, TenantLimits, Timeouts};
     use vfs::FileSystem;
 
@@ -132,6 +133,21 @@ mod serve_impl {
             .max_in_flight_per_tenant
             .unwrap_or(tenant.max_in_flight);
         let memory = config9p.memory;
+        match apply_quotas(&fs, &config9p.exports).await {
+            Ok(applied) => {
+                for (export, q) in applied {
+                    log::info!(
+                        "9p: export {export:?}: quota {:?} bytes, {:?} inodes; holds {} bytes, {} inodes",
+                        q.limits.bytes,
+                        q.limits.inodes,
+                        q.bytes,
+                        q.inodes
+                    );
+                }
+            }
+            // Served anyway, without that export's limits: the log says which.
+            Err((export, e)) => log::error!("9p: export {export:?}: quota not applied: {e}"),
+        }
         // The administration tree is reachable only through its export (`admin_allow=`).
         let server = Arc::new(Server::new(AdminFs::new(fs), config9p));
         let buffer = socket_buffer(heap_bytes, max_sockets(limits.max_conns));

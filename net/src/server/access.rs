@@ -348,8 +348,35 @@ impl fmt::Display for Export {
         if let Some(list) = &self.allow {
             write!(f, ":allow={list}")?;
         }
+        if let Some(q) = &self.quota {
+            if let Some(bytes) = q.bytes {
+                write!(f, ":quota={bytes}")?;
+            }
+            if let Some(inodes) = q.inodes {
+                write!(f, ":inodes={inodes}")?;
+            }
+        }
         Ok(())
     }
+}
+
+/// Parses a size such as `4096`, `64k`, `512MiB`, `1G`, `2T` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, &'static str> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| "expected a size such as 4096, 64K, 512M, 1G")?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err("bad size unit (use K, M, G or T)"),
+    };
+    n.checked_mul(1u64 << shift).ok_or("size too large")
 }
 
 /// A uid or gid: decimal digits only.
@@ -363,9 +390,11 @@ fn parse_id(s: &str) -> Option<u32> {
 /// The option keywords of an export (fields that start otherwise continue an `allow=`).
 fn is_export_option(field: &str) -> bool {
     matches!(field, "ro" | "rw")
-        || ["squash=", "anonuid=", "anongid=", "allow="]
-            .iter()
-            .any(|k| field.starts_with(k))
+        || [
+            "squash=", "anonuid=", "anongid=", "allow=", "quota=", "inodes=",
+        ]
+        .iter()
+        .any(|k| field.starts_with(k))
 }
 
 /// Parses `NAME:PATH[:OPT]...`.
@@ -405,7 +434,16 @@ fn parse_export(spec: &str) -> Result<Export, &'static str> {
             ("anonuid", Some(v)) => export.anon_uid = parse_id(v).ok_or("anonuid: not a uid")?,
             ("anongid", Some(v)) => export.anon_gid = parse_id(v).ok_or("anongid: not a gid")?,
             ("allow", Some(v)) => export.allow = Some(AllowList::parse(v)?),
-            _ => return Err("unknown export option (ro, rw, squash=, anonuid=, anongid=, allow=)"),
+            ("quota", Some(v)) => {
+                export.quota.get_or_insert_with(Default::default).bytes = Some(parse_size(v)?)
+            }
+            ("inodes", Some(v)) => {
+                let n = v.parse().map_err(|_| "inodes: expected a number")?;
+                export.quota.get_or_insert_with(Default::default).inodes = Some(n)
+            }
+            _ => return Err(
+                "unknown export option (ro, rw, squash=, anonuid=, anongid=, allow=, quota=, inodes=)",
+            ),
         }
     }
     Ok(export)
@@ -527,10 +565,21 @@ mod tests {
             ),
             ("export", "six:/:allow=fd00::1:ro:allow=::1"),
             ("export", "rw:/x:ro:rw:squash=root:squash=none"),
+            ("export", "q:/q:quota=1G:inodes=5000:allow=fd00::1"),
         ])
         .unwrap();
         let e = c.named_exports();
-        assert_eq!(e.len(), 4);
+        assert_eq!(e.len(), 5);
+        let quota = vfs::QuotaLimits {
+            bytes: Some(1 << 30),
+            inodes: Some(5000),
+        };
+        assert_eq!(e[4].quota, Some(quota));
+        assert_eq!(
+            e[4].to_string(),
+            "q:/q:allow=fd00::1:quota=1073741824:inodes=5000"
+        );
+        assert_eq!(e[0].quota, None);
         assert_eq!((e[0].name.as_str(), e[0].path.as_str()), ("", "/srv"));
         assert!(e[0].read_only && e[0].allow.is_none());
         assert_eq!(e[1].path, "/srv/data");
@@ -569,6 +618,9 @@ mod tests {
             "name:/:allow=",
             "name:/:allow=10.0.0.1/40",
             "name:/::ro",
+            "name:/:quota=",
+            "name:/:quota=1X",
+            "name:/:inodes=many",
         ] {
             assert!(config(&[("export", bad)]).is_err(), "{bad:?}");
         }
@@ -642,7 +694,10 @@ mod tests {
     #[test]
     fn display_parses_back_to_the_same_config() {
         let c = config(&[
-            ("export", "data:/srv/data:squash=root:allow=10.0.2.0/24"),
+            (
+                "export",
+                "data:/srv/data:squash=root:allow=10.0.2.0/24:quota=1048576",
+            ),
             ("export", ":/:ro"),
             ("allow", "10.0.2.2,fd00::/8"),
             ("stats_allow", "127.0.0.1"),
@@ -652,7 +707,7 @@ mod tests {
         let text = c.to_string();
         assert_eq!(
             text,
-            "export=data:/srv/data:squash=root:allow=10.0.2.0/24 export=:/:ro \
+            "export=data:/srv/data:squash=root:allow=10.0.2.0/24:quota=1048576 export=:/:ro \
              allow=10.0.2.2,fd00::/8 stats_allow=127.0.0.1 group=1000:100,200"
         );
         let options: Vec<(&str, &str)> = text

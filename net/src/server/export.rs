@@ -39,6 +39,10 @@ pub struct Export {
     /// it): a synthetic tree served beside the filesystem, such as the administration
     /// tree ([`Export::admin`]).
     pub root_ino: Option<vfs::Ino>,
+    /// Space and inodes the export's tree may hold (`quota=`, `inodes=`): its directory
+    /// is made a quota root at start-up ([`apply_quotas`]); past them `EDQUOT`, and
+    /// `Tstatfs` inside it answers with them. `None`: no quota root is made.
+    pub quota: Option<vfs::QuotaLimits>,
 }
 
 /// The `aname` of the administration export.
@@ -60,6 +64,7 @@ impl Export {
             anon_gid: NOBODY,
             allow: None,
             root_ino: None,
+            quota: None,
         }
     }
 
@@ -98,4 +103,29 @@ impl Export {
 pub fn select<'a>(exports: &'a [Export], aname: &[u8]) -> Option<&'a Export> {
     let by_name = exports.iter().find(|e| e.name.as_bytes() == aname);
     by_name.or_else(|| exports.iter().find(|e| e.path.as_bytes() == aname))
+}
+
+/// Makes the directory of every export with a quota (`quota=`, `inodes=`) a quota root
+/// with its limits (`FileSystem::set_quota`: durable when it returns; an existing tree is
+/// labelled and charged first), so the export's usage is what its tree holds. Returns
+/// each such export with what its project holds, or the first error with the export it
+/// concerns.
+pub async fn apply_quotas<F: vfs::FileSystem>(
+    fs: &F,
+    exports: &[Export],
+) -> Result<Vec<(String, vfs::QuotaInfo)>, (String, vfs::Errno)> {
+    let mut applied = Vec::new();
+    for e in exports {
+        let Some(limits) = e.quota else {
+            continue;
+        };
+        let fail = |errno| (e.name.clone(), errno);
+        let mut dir = e.root_ino.unwrap_or(vfs::ROOT_INO);
+        for name in e.components() {
+            dir = fs.lookup(dir, name).await.map_err(fail)?.ino;
+        }
+        let info = fs.set_quota(dir, limits).await.map_err(fail)?;
+        applied.push((e.name.clone(), info));
+    }
+    Ok(applied)
 }
