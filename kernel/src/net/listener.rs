@@ -170,7 +170,7 @@ impl<F: FileSystem + 'static> Listener<F> {
         }
         // Sockets mid-handshake are in the pool but take no new SYN.
         let listening = pool.iter().filter(|&&h| self.listening(h)).count();
-        self.stack.syn_gate().arm(self.port, listening);
+        self.stack.syn_gate().arm(self.port, listening, pool.len());
     }
 
     /// Frees the pool's sockets, resetting those a client has reached.

@@ -23,11 +23,22 @@ use atomic_waker::AtomicWaker;
 
 use smoltcp::wire::{EthernetFrame, EthernetProtocol, IpProtocol, Ipv4Packet, TcpPacket};
 
+use crate::report::ListenerReport;
+
 /// The gate in front of one listening port. See the [module documentation](self).
 #[derive(Debug, Default)]
 pub struct SynGate {
     /// The gated port, with the SYNs it may still let through; `None`: open.
     armed: spin::Mutex<Option<(u16, usize)>>,
+    /// The port, once armed (kept while open, to count its SYNs).
+    port: spin::Mutex<Option<u16>>,
+    /// The pool as last armed: sockets, and those of them listening.
+    pool: AtomicUsize,
+    listening: AtomicUsize,
+    /// Connection requests for the port since boot.
+    syns: AtomicU64,
+    /// Of them, those that reached the stack with no socket listening (answered RST).
+    refused: AtomicU64,
     /// SYNs held back (dropped) since boot.
     held: AtomicU64,
     /// SYNs held back since the listener last asked ([`SynGate::take_held`]).
@@ -38,25 +49,53 @@ pub struct SynGate {
 
 impl SynGate {
     /// Lets `listening` more SYNs for `port` through, holding back the rest (all of
-    /// them with none listening: the pool is being refilled).
-    pub fn arm(&self, port: u16, listening: usize) {
+    /// them with none listening: the pool of `pool` sockets is being refilled).
+    pub fn arm(&self, port: u16, listening: usize, pool: usize) {
         *self.armed.lock() = Some((port, listening));
+        *self.port.lock() = Some(port);
+        self.pool.store(pool, Relaxed);
+        self.listening.store(listening, Relaxed);
     }
 
-    /// Opens the gate: every SYN goes through.
+    /// Opens the gate: every SYN goes through (there is no pool).
     pub fn open(&self) {
         *self.armed.lock() = None;
+        self.pool.store(0, Relaxed);
+        self.listening.store(0, Relaxed);
+    }
+
+    /// Counts a connection request for the port that the stack found no listening
+    /// socket for (smoltcp answers it with a reset): `frame` is one the stack could not
+    /// route to a socket.
+    pub fn unrouted(&self, frame: &[u8]) {
+        if syn_to(frame).is_some() && syn_to(frame) == *self.port.lock() {
+            self.refused.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The gate's counters and the pool as last armed.
+    pub fn report(&self) -> ListenerReport {
+        ListenerReport {
+            pool: self.pool.load(Relaxed) as u64,
+            listening: self.listening.load(Relaxed) as u64,
+            syns: self.syns.load(Relaxed),
+            syns_refused: self.refused.load(Relaxed),
+        }
     }
 
     /// Whether the Ethernet `frame` may go on to the stack: anything but a connection
     /// request (SYN without ACK) to the gated port, or one a listening socket can still
     /// take. A held-back frame is counted.
     pub fn admits(&self, frame: &[u8]) -> bool {
+        let syn = syn_to(frame);
+        if syn.is_some() && syn == *self.port.lock() {
+            self.syns.fetch_add(1, Relaxed);
+        }
         let mut armed = self.armed.lock();
         let Some((port, left)) = *armed else {
             return true;
         };
-        if syn_to(frame) != Some(port) {
+        if syn != Some(port) {
             return true;
         }
         if left == 0 {
@@ -118,7 +157,7 @@ mod tests {
     fn lets_through_as_many_syns_as_sockets_listen() {
         let gate = SynGate::default();
         let syn = segment(564, TcpControl::Syn, false);
-        gate.arm(564, 2);
+        gate.arm(564, 2, 4);
         assert!(gate.admits(&syn));
         assert!(gate.admits(&syn));
         assert!(!gate.admits(&syn), "a third SYN is held back");
@@ -134,7 +173,7 @@ mod tests {
         );
         assert!(gate.admits(&[0u8; 10]), "not a frame smoltcp would take");
         // The listener refilled its pool.
-        gate.arm(564, 1);
+        gate.arm(564, 1, 4);
         assert!(gate.admits(&syn));
         assert!(!gate.admits(&syn));
         assert_eq!(gate.held(), 2);
@@ -146,7 +185,7 @@ mod tests {
         let syn = segment(564, TcpControl::Syn, false);
         // Every socket of the pool mid-handshake: the client retransmits, and a socket
         // listens by then (smoltcp would refuse it).
-        gate.arm(564, 0);
+        gate.arm(564, 0, 4);
         assert!(!gate.admits(&syn));
         assert_eq!((gate.held(), gate.take_held()), (1, 1));
         // No pool at all (the hard cap, a shutdown): through, and smoltcp answers RST,
