@@ -163,10 +163,17 @@ pub struct ListenerReport {
     pub pool: u64,
     /// Of them, those listening (the others are mid-handshake).
     pub listening: u64,
+    /// Connection requests the gate keeps now, waiting for a listening socket.
+    pub backlog: u64,
     /// Connection requests (SYN without ACK) that reached the 9P port.
     pub syns: u64,
-    /// Of them, those the stack found no listening socket for, answered with a reset
-    /// (none while a pool exists: the gate holds them back).
+    /// Requests held back and kept that went in later, once a socket listened.
+    pub syns_replayed: u64,
+    /// Requests held back but not kept (the backlog full, or a SYN carrying data): their
+    /// clients retransmit.
+    pub syns_dropped: u64,
+    /// Requests the stack found no listening socket for, answered with a reset (none
+    /// while a pool exists: the gate holds them back).
     pub syns_refused: u64,
 }
 
@@ -278,9 +285,18 @@ const KERNEL_RULES: &[Rule] = &[
     Rule::gauge("listener.listening")
         .named("9p_listen_pool_listening")
         .help("Sockets of the 9P listener's pool waiting for a client."),
+    Rule::gauge("listener.backlog")
+        .named("9p_syn_backlog")
+        .help("Connection requests to the 9P port kept until a socket listens for them."),
     Rule::counter("listener.syns")
         .named("9p_syns")
         .help("Connection requests (SYN) that reached the 9P port."),
+    Rule::counter("listener.syns_replayed")
+        .named("9p_syns_replayed")
+        .help("Connection requests to the 9P port held back, kept, and let in once a socket listened."),
+    Rule::counter("listener.syns_dropped")
+        .named("9p_syns_dropped")
+        .help("Connection requests to the 9P port held back but not kept (backlog full): their clients retransmit."),
     Rule::counter("listener.syns_refused")
         .named("9p_syns_refused")
         .help("Connection requests to the 9P port answered with a reset: no socket listened."),
@@ -482,7 +498,10 @@ mod tests {
             listener: ListenerReport {
                 pool: 6,
                 listening: 2,
+                backlog: 3,
                 syns: 9,
+                syns_replayed: 4,
+                syns_dropped: 0,
                 syns_refused: 1,
             },
             heap: HeapReport::default(),
@@ -581,6 +600,8 @@ mod tests {
             "ninefold_stats_connections_refused_total 2".to_string(),
             "ninefold_9p_listen_pool_listening 2".to_string(),
             "ninefold_9p_syns_total 9".to_string(),
+            "ninefold_9p_syn_backlog 3".to_string(),
+            "ninefold_9p_syns_replayed_total 4".to_string(),
             "ninefold_9p_syns_refused_total 1".to_string(),
             "# TYPE ninefold_9p_connections gauge".to_string(),
             "# TYPE ninefold_fs_free_bytes gauge".to_string(),
