@@ -190,7 +190,8 @@ crash-kill: deps image tool
 ## soak: the hostile-client suite in full (docs/testing.md, "Hostile clients"): every
 ## probe at 128 MiB and at 512 MiB while honest clients work, ~40 s each; prints the honest
 ## latency table and writes it to build/soak/report.json. ~25 min.
-## NINEFOLD_HOSTILE_PROBES=name,... runs some probes; NINEFOLD_HOSTILE_SEED=N repeats a fuzz run.
+## NINEFOLD_HOSTILE_PROBES=name,... runs some probes; NINEFOLD_SOAK_MEMORY=128M one size;
+## NINEFOLD_HOSTILE_SEED=N repeats a fuzz run.
 .PHONY: soak
 soak: deps image tool
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \

@@ -125,6 +125,7 @@ impl<V: ServedVolume> Source for Monitor<V> {
                 syns_held: self.listener.stack().syn_gate().held(),
                 ..self.listener.service().report()
             }),
+            listener: self.listener.stack().syn_gate().report(),
             heap: HeapReport {
                 bytes: heap.claimed,
                 allocated: heap.allocated,

@@ -49,6 +49,9 @@ pub struct Snapshot {
     /// The 9P service (absent before it starts).
     #[serde(rename = "9p")]
     pub ninep: Option<NinepReport>,
+    /// The 9P listener's pool and the SYN gate in front of it (`9p.syns_held` counts
+    /// the requests it held back).
+    pub listener: ListenerReport,
     /// The kernel heap.
     pub heap: HeapReport,
     /// Clients refused by the allow-lists.
@@ -152,6 +155,28 @@ pub struct DeviceReport {
     pub injected_faults: Option<FaultCounters>,
 }
 
+/// The 9P listener's pool of listening sockets and its SYN gate (`net/listener.rs`,
+/// `net/syn_gate.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ListenerReport {
+    /// Sockets in the pool when the listener last armed the gate.
+    pub pool: u64,
+    /// Of them, those listening (the others are mid-handshake).
+    pub listening: u64,
+    /// Connection requests the gate keeps now, waiting for a listening socket.
+    pub backlog: u64,
+    /// Connection requests (SYN without ACK) that reached the 9P port.
+    pub syns: u64,
+    /// Requests held back and kept that went in later, once a socket listened.
+    pub syns_replayed: u64,
+    /// Requests held back but not kept (the backlog full, or a SYN carrying data): their
+    /// clients retransmit.
+    pub syns_dropped: u64,
+    /// Requests the stack found no listening socket for, answered with a reset (none
+    /// while a pool exists: the gate holds them back).
+    pub syns_refused: u64,
+}
+
 /// Clients refused by the allow-lists (`allow=`, an export's `allow=`, `stats_allow=`).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct AccessReport {
@@ -253,6 +278,28 @@ const KERNEL_RULES: &[Rule] = &[
     Rule::counter("nic.notifications_suppressed")
         .named("nic_notifications_suppressed")
         .help("Queue notifications skipped because the device had not asked for them (event index)."),
+    // The 9P listener and its SYN gate.
+    Rule::gauge("listener.pool")
+        .named("9p_listen_pool_sockets")
+        .help("Sockets in the 9P listener's pool (listening or mid-handshake)."),
+    Rule::gauge("listener.listening")
+        .named("9p_listen_pool_listening")
+        .help("Sockets of the 9P listener's pool waiting for a client."),
+    Rule::gauge("listener.backlog")
+        .named("9p_syn_backlog")
+        .help("Connection requests to the 9P port kept until a socket listens for them."),
+    Rule::counter("listener.syns")
+        .named("9p_syns")
+        .help("Connection requests (SYN) that reached the 9P port."),
+    Rule::counter("listener.syns_replayed")
+        .named("9p_syns_replayed")
+        .help("Connection requests to the 9P port held back, kept, and let in once a socket listened."),
+    Rule::counter("listener.syns_dropped")
+        .named("9p_syns_dropped")
+        .help("Connection requests to the 9P port held back but not kept (backlog full): their clients retransmit."),
+    Rule::counter("listener.syns_refused")
+        .named("9p_syns_refused")
+        .help("Connection requests to the 9P port answered with a reset: no socket listened."),
     // CPUs, labelled by index.
     Rule::elements("cpus", "cpu", "cpu").named("cpu"),
     Rule::gauge("cpus.*.apic_id")
@@ -448,6 +495,15 @@ mod tests {
                 },
                 ..NinepReport::default()
             }),
+            listener: ListenerReport {
+                pool: 6,
+                listening: 2,
+                backlog: 3,
+                syns: 9,
+                syns_replayed: 4,
+                syns_dropped: 0,
+                syns_refused: 1,
+            },
             heap: HeapReport::default(),
             access: AccessReport { refused_stats: 2 },
             power: PowerReport {
@@ -477,6 +533,7 @@ mod tests {
         assert_eq!(v["9p"]["write_ns"], 0);
         assert_eq!(v["9p"]["memory"]["charged"]["fids"], 0);
         assert_eq!(v["access"]["refused_stats"], 2);
+        assert_eq!(v["listener"]["syns_refused"], 1);
         assert_eq!(v["power"]["button_presses"], 2);
         assert_eq!(v["power"]["shutdown"]["ignored_presses"], 1);
         assert_eq!(v["power"]["shutdown"]["connections_closed"], 3);
@@ -541,6 +598,11 @@ mod tests {
             "ninefold_9p_memory_charged_bytes{use=\"fids\"} 0".to_string(),
             "ninefold_9p_memory_refused_total{use=\"locks\"} 0".to_string(),
             "ninefold_stats_connections_refused_total 2".to_string(),
+            "ninefold_9p_listen_pool_listening 2".to_string(),
+            "ninefold_9p_syns_total 9".to_string(),
+            "ninefold_9p_syn_backlog 3".to_string(),
+            "ninefold_9p_syns_replayed_total 4".to_string(),
+            "ninefold_9p_syns_refused_total 1".to_string(),
             "# TYPE ninefold_9p_connections gauge".to_string(),
             "# TYPE ninefold_fs_free_bytes gauge".to_string(),
             "# TYPE ninefold_heap_allocated_bytes gauge".to_string(),

@@ -59,6 +59,12 @@ pub fn connect_lossy(port: u16, wait: Duration) -> Client<Lossy> {
     Client::new(Lossy(versioned(port, wait)))
 }
 
+/// [`connect_lossy`], and how the connection was made (`None`: no server answered).
+pub fn connect_lossy_timed(port: u16, wait: Duration) -> (Client<Lossy>, Option<Handshake>) {
+    let (stream, handshake) = versioned_timed(port, wait).unzip();
+    (Client::new(Lossy(stream)), handshake)
+}
+
 /// A connection to a server that may die at any moment (the kill test): once the socket
 /// fails, every request (the one in flight included) gets `Rlerror(ECONNRESET)`, so a
 /// reply is seen only if the server really sent it.
@@ -102,18 +108,46 @@ impl Exchange for Lossy {
     }
 }
 
+/// How a connection was made ([`versioned_timed`]): the successful try's `connect()` and
+/// `Tversion` exchange, and the time lost to failed tries before it. Through QEMU's user
+/// network `connect()` completes when QEMU's host socket accepts, before the appliance
+/// has seen a SYN: a connection request the appliance loses shows in `version` (its reply
+/// waits for QEMU to retransmit the SYN), one the host drops (QEMU's listen backlog
+/// full) in `connect`, and one refused (reset) as a failed try.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handshake {
+    /// Tries (`connect` and `Tversion`), the successful one included.
+    pub tries: u32,
+    /// Time spent in failed tries and the pauses after them.
+    pub retrying: Duration,
+    /// The successful try's `connect()`.
+    pub connect: Duration,
+    /// Its `Tversion` exchange.
+    pub version: Duration,
+}
+
 /// A TCP connection to `127.0.0.1:port` on which `Tversion` (msize 1 MiB) succeeded,
 /// tried for up to `wait`.
 fn versioned(port: u16, wait: Duration) -> Option<TcpStream> {
-    let deadline = Instant::now() + wait;
+    versioned_timed(port, wait).map(|(s, _)| s)
+}
+
+/// [`versioned`], and how long each part of it took.
+pub fn versioned_timed(port: u16, wait: Duration) -> Option<(TcpStream, Handshake)> {
+    let started = Instant::now();
+    let deadline = started + wait;
+    let mut tries = 0;
     loop {
         if Instant::now() >= deadline {
             return None;
         }
+        tries += 1;
+        let before = Instant::now();
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
+        let connected = Instant::now();
         s.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
         s.set_nodelay(true).unwrap();
         let mut frame = Vec::new();
@@ -125,7 +159,13 @@ fn versioned(port: u16, wait: Duration) -> Option<TcpStream> {
         .unwrap();
         let ok = s.write_all(&frame).is_ok() && read_frame(&mut s).is_ok();
         if ok {
-            return Some(s);
+            let handshake = Handshake {
+                tries,
+                retrying: before - started,
+                connect: connected - before,
+                version: connected.elapsed(),
+            };
+            return Some((s, handshake));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

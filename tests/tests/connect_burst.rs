@@ -2,9 +2,9 @@
 //! appliance's network stack, more than its pool of listening sockets holds, must all be
 //! served. smoltcp answers a SYN no listening socket takes with a RST, and a Linux client
 //! then fails its mount at once ("connection refused"); the appliance's SYN gate
-//! (`kernel/src/net/syn_gate.rs`) holds such SYNs back instead, so the client retransmits
-//! and finds a socket listening (the pool grows for the burst). Without the gate, 24 of 32
-//! clients connecting together were reset.
+//! (`kernel/src/net/syn_gate.rs`) holds such SYNs back instead, keeps them, and lets them
+//! in once the pool (grown for the burst) has a socket listening for them. Without the
+//! gate, 24 of 32 clients connecting together were reset.
 //!
 //! Host port: 9P on 16670.
 

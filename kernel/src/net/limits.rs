@@ -11,6 +11,11 @@ pub const LISTEN_POOL: usize = 4;
 /// held back, `super::syn_gate`) after the last request held back: longer than Linux's
 /// SYN retransmissions up to the fourth (1 + 2 + 4 + 8 s).
 pub const BURST_HOLD: core::time::Duration = core::time::Duration::from_secs(20);
+/// Connection requests the SYN gate keeps while no socket listens for them, to let them
+/// in once the pool is refilled (`super::syn_gate`): as many as the default connection
+/// limit, so a burst of that many clients waits for the listener, not for their own
+/// retransmissions.
+pub const SYN_BACKLOG: usize = DEFAULT_MAX_CONNECTIONS;
 /// Smallest and largest per-direction socket buffer.
 pub const MIN_SOCKET_BUFFER: usize = 64 << 10;
 /// See [`MIN_SOCKET_BUFFER`]. A 1 MiB window covers a whole 1 MiB-msize message.

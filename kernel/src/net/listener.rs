@@ -9,11 +9,12 @@
 //! listener keeps a pool of [`LISTEN_POOL`] listening sockets on the port; each one a
 //! client connects to is handed to a new connection task and replaced, and the NIC's
 //! SYN gate (`super::syn_gate`) holds back the connection requests of a burst larger than
-//! the pool until it is refilled, so clients connecting at the same time are all
-//! accepted. The pool stays open at the connection limit (`max_conns=`: a new client may
-//! still take the slot of the quietest connection without fids), and stops only at the
-//! hard cap of [`LISTEN_POOL`] connections beyond the limit (slots given away whose old
-//! connection is still closing).
+//! the pool, keeps them until it is refilled and then lets them in, so clients connecting
+//! at the same time are all accepted without waiting for a retransmission. The pool stays
+//! open at the connection limit (`max_conns=`: a new client may still take the slot of
+//! the quietest connection without fids), and stops only at the hard cap of
+//! [`LISTEN_POOL`] connections beyond the limit (slots given away whose old connection is
+//! still closing).
 //!
 //! Each accepted connection is handed whole to one CPU (`serve_cpus=`, default every CPU
 //! online): the one serving fewest connections, CPU 0's counting double because it also
@@ -162,23 +163,30 @@ impl<F: FileSystem + 'static> Listener<F> {
             .filter(|&cpu| self.serve_cpus.is_none_or(|m| m.contains(cpu)))
     }
 
-    /// Lets as many connection requests through as the pool has sockets listening;
-    /// those past it are held back until the pool is refilled (`super::syn_gate`). With
-    /// no pool at all (the hard cap) the gate opens: clients are refused at once.
+    /// Lets as many connection requests in as the pool has sockets listening, those the
+    /// gate kept first; those past it are held back and kept until the pool is refilled
+    /// (`super::syn_gate`). With no pool at all (the hard cap) the gate opens: clients
+    /// are refused at once.
     fn arm_syn_gate(&self, pool: &[SockId]) {
-        if pool.is_empty() {
-            self.stack.syn_gate().open();
-            return;
+        let replay = if pool.is_empty() {
+            self.stack.syn_gate().open()
+        } else {
+            // Sockets mid-handshake are in the pool but take no new SYN.
+            let listening = pool.iter().filter(|&&h| self.listening(h)).count();
+            self.stack.syn_gate().arm(self.port, listening, pool.len())
+        };
+        if replay {
+            // Kept SYNs can go in: the stack's poll takes them before the device's frames.
+            self.stack.kick();
         }
-        // Sockets mid-handshake are in the pool but take no new SYN.
-        let listening = pool.iter().filter(|&&h| self.listening(h)).count();
-        self.stack.syn_gate().arm(self.port, listening);
     }
 
     /// Frees the pool's sockets, resetting those a client has reached.
     async fn close_pool(&self, pool: Vec<SockId>) {
-        // Nothing will listen again: clients are refused at once.
-        self.stack.syn_gate().open();
+        // Nothing will listen again: clients are refused at once, the kept ones too.
+        if self.stack.syn_gate().open() {
+            self.stack.kick();
+        }
         for h in pool {
             if self.listening(h) {
                 self.stack.remove(h);
@@ -215,10 +223,10 @@ impl<F: FileSystem + 'static> Listener<F> {
         self.stack.peek_tcp(h, |s| s.state()) == State::Listen
     }
 
-    /// Counts the clients the SYN gate held back: they retransmit (Linux after 1, 3, 7, 15
-    /// s), so the pool keeps a listening socket for each until [`BURST_HOLD`] has passed
-    /// without one held back. A retransmission held back again counts again, which only
-    /// makes the pool larger for a while; the connection limit bounds it.
+    /// Counts the clients the SYN gate held back: the gate keeps their SYNs (or they
+    /// retransmit, if its backlog was full), so the pool keeps a listening socket for each
+    /// until [`BURST_HOLD`] has passed without one held back. The connection limit bounds
+    /// it.
     fn plan_burst(&self) {
         let held = self.stack.syn_gate().take_held();
         let now = clock::uptime();

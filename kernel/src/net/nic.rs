@@ -81,7 +81,7 @@ pub struct Nic {
     /// Connection requests no listening socket could take are held back here.
     syn_gate: Arc<SynGate>,
     /// A received frame [`Nic::peek`] looked at, which `receive` hands out first.
-    peeked: Option<RxFrame>,
+    peeked: Option<Received>,
     /// Kept for as long as the NIC lives: they own the vector and the table mapping.
     _irq: Option<(IrqHandle, MsixTable)>,
 }
@@ -176,31 +176,61 @@ impl Nic {
         if self.peeked.is_none() {
             self.peeked = self.next_frame();
         }
-        self.peeked.as_ref().map(RxFrame::data)
+        self.peeked.as_ref().map(Received::data)
     }
 
-    /// The next received frame the SYN gate lets through (those it holds back go back to
-    /// the device at once), counted.
-    fn next_frame(&mut self) -> Option<RxFrame> {
-        let frame = loop {
-            match self.queues.get_mut().receive()? {
-                Ok(frame) if self.syn_gate.admits(frame.data()) => break frame,
-                Ok(held) => {
-                    if let Err(e) = self.queues.get_mut().recycle(held) {
-                        self.stats.rx_errors.inc();
-                        log::error!("net: reposting a receive buffer: {e:?}");
-                    }
-                }
+    /// The next frame for the stack: a connection request the SYN gate kept, if a
+    /// socket listens for it now, before the device's; of the device's, those the gate
+    /// lets through (it copies those it holds back, and their buffers go back to the
+    /// device at once). Frames are counted as the device delivers them.
+    fn next_frame(&mut self) -> Option<Received> {
+        if let Some(kept) = self.syn_gate.replay() {
+            return Some(Received::Kept(kept));
+        }
+        loop {
+            let frame = match self.queues.get_mut().receive()? {
+                Ok(frame) => frame,
                 Err(e) => {
                     self.stats.rx_errors.inc();
                     log::warn!("net: receive: {e:?}");
+                    continue;
                 }
+            };
+            let len = frame.data().len() as u64;
+            self.stats.rx_frames.inc();
+            self.stats.rx_bytes.add(len);
+            self.stats.rx_longest.raise_to(len);
+            if self.syn_gate.admits(frame.data()) {
+                return Some(Received::Device(frame));
             }
-        };
-        self.stats.rx_frames.inc();
-        self.stats.rx_bytes.add(frame.data().len() as u64);
-        self.stats.rx_longest.raise_to(frame.data().len() as u64);
-        Some(frame)
+            self.recycle(frame);
+        }
+    }
+
+    /// Gives a receive buffer back to the device.
+    fn recycle(&self, frame: RxFrame) {
+        if let Err(e) = self.queues.borrow_mut().recycle(frame) {
+            self.stats.rx_errors.inc();
+            log::error!("net: reposting a receive buffer: {e:?}");
+        }
+    }
+}
+
+/// A frame for the stack.
+#[derive(Debug)]
+enum Received {
+    /// In a receive buffer of the device, which gets it back once the stack has read it.
+    Device(RxFrame),
+    /// A connection request the SYN gate held back and kept, now let in.
+    Kept(alloc::vec::Vec<u8>),
+}
+
+impl Received {
+    fn data(&self) -> &[u8] {
+        match self {
+            Received::Device(frame) => frame.data(),
+            Received::Kept(frame) => frame,
+        }
     }
 }
 
@@ -233,7 +263,7 @@ fn route_msix(
 #[derive(Debug)]
 pub struct RxToken<'a> {
     nic: &'a Nic,
-    frame: RxFrame,
+    frame: Received,
 }
 
 /// smoltcp's transmit token.
@@ -246,9 +276,8 @@ impl phy::RxToken for RxToken<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         let r = f(self.frame.data());
         // smoltcp may have transmitted with the paired token inside `f`: borrow only now.
-        if let Err(e) = self.nic.queues.borrow_mut().recycle(self.frame) {
-            self.nic.stats.rx_errors.inc();
-            log::error!("net: reposting a receive buffer: {e:?}");
+        if let Received::Device(frame) = self.frame {
+            self.nic.recycle(frame);
         }
         r
     }

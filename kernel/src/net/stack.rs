@@ -32,7 +32,7 @@ use smoltcp::socket::{dhcpv4, tcp, AnySocket};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Cidr};
 
 use super::nic::{Interrupts, Nic};
-use super::sockets::{SockId, SocketCell, Sockets};
+use super::sockets::{Route, SockId, SocketCell, Sockets};
 use super::stats::NicStats;
 use super::syn_gate::SynGate;
 use crate::config::IpConfig;
@@ -325,6 +325,9 @@ impl Poller {
                     break;
                 };
                 let route = sockets.route(frame);
+                if route == Route::Nowhere {
+                    stack.syn_gate.unrouted(frame);
+                }
                 let taken = sockets.ingress(route, |set| iface.poll_ingress_single(now, nic, set));
                 debug_assert!(taken != PollIngressSingleResult::None, "the peeked frame");
                 ingress += 1;

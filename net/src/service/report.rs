@@ -24,8 +24,9 @@ pub struct NinepReport {
     /// Clients reset at once because their tenant had its share of connections open.
     pub tenant_refused: u64,
     /// Connection requests held back because no listening socket was free (the
-    /// appliance's SYN gate: a burst of clients connecting together; each client
-    /// retransmits and is served). 0 where the OS accepts.
+    /// appliance's SYN gate: a burst of clients connecting together; the gate keeps
+    /// them and lets them in once a socket listens, or the client retransmits). 0 where
+    /// the OS accepts.
     pub syns_held: u64,
     /// Bytes received from clients.
     pub rx_bytes: u64,
@@ -85,7 +86,7 @@ pub const METRIC_RULES: &[Rule] = &[
         .help("9P connections the server reset: deadline passed, memory or slot reclaimed."),
     Rule::counter("9p.syns_held")
         .named("9p_syns_held")
-        .help("Connection requests held back until a listening socket was free (clients connecting together; each retransmits)."),
+        .help("Connection requests held back until a listening socket was free (clients connecting together; kept and let in then, or retransmitted)."),
     Rule::counter("9p.refused")
         .named("9p_connections_refused")
         .help("9P clients reset at once at the connection limit (max_conns=)."),

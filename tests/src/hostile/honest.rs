@@ -12,7 +12,7 @@ use ninep::testing::Client;
 use ninep::wire::open_flags;
 use vfs::Errno;
 
-use super::raw::{attached, is_gone};
+use super::raw::{attached, attached_timed, is_gone};
 use crate::ninep::Lossy;
 
 /// Where honest client `id` works: `HONEST_DIR/id`, made by [`prepare`].
@@ -82,8 +82,43 @@ pub struct LoadReport {
     /// By request kind (`create`, `write`, `fsync`, ...; `attach` is connect, version and
     /// attach of a new connection).
     pub by_op: BTreeMap<&'static str, Percentiles>,
+    /// The parts of the `attach` requests (`connect`, `version`, `attach`, `retrying`:
+    /// [`AttachSplit`]).
+    pub attach_parts: BTreeMap<&'static str, Percentiles>,
+    /// The slowest `attach`, in parts.
+    pub slowest_attach: Option<AttachSplit>,
     /// Everything that went wrong: errors, wrong data, lost connections.
     pub errors: Vec<String>,
+}
+
+/// One `attach` (connect, version, attach and walk of a new connection) in parts, so a
+/// slow one says where its time went (`crate::ninep::Handshake`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttachSplit {
+    /// The whole of it.
+    pub total: Duration,
+    /// Connection tries (a refused or reset try is tried again after 100 ms).
+    pub tries: u32,
+    /// Time lost to failed tries.
+    pub retrying: Duration,
+    /// The successful try's `connect()`.
+    pub connect: Duration,
+    /// Its `Tversion` exchange.
+    pub version: Duration,
+    /// `Tattach` and the walk to the client's directory.
+    pub attach: Duration,
+}
+
+impl AttachSplit {
+    /// The parts by name, as [`LoadReport::attach_parts`] keys them.
+    pub fn parts(&self) -> [(&'static str, Duration); 4] {
+        [
+            ("retrying", self.retrying),
+            ("connect", self.connect),
+            ("version", self.version),
+            ("attach", self.attach),
+        ]
+    }
 }
 
 /// Honest clients at work; [`HonestLoad::stop`] ends them and reports.
@@ -98,6 +133,7 @@ pub struct HonestLoad {
 #[derive(Debug, Default)]
 struct Record {
     samples: Vec<(&'static str, Duration)>,
+    attaches: Vec<AttachSplit>,
     cycles: usize,
     errors: Vec<String>,
 }
@@ -138,11 +174,13 @@ impl HonestLoad {
     pub fn stop(self) -> LoadReport {
         self.stop.store(true, Ordering::SeqCst);
         let mut samples = Vec::new();
+        let mut attaches = Vec::new();
         let mut report = LoadReport::default();
         for t in self.threads {
             match t.join() {
                 Ok(r) => {
                     samples.extend(r.samples);
+                    attaches.extend(r.attaches);
                     report.cycles += r.cycles;
                     report.errors.extend(r.errors);
                 }
@@ -160,6 +198,17 @@ impl HonestLoad {
             .into_iter()
             .map(|(op, v)| (op, Percentiles::of(&v)))
             .collect();
+        let mut parts: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
+        for a in &attaches {
+            for (part, d) in a.parts() {
+                parts.entry(part).or_default().push(d);
+            }
+        }
+        report.attach_parts = parts
+            .into_iter()
+            .map(|(part, v)| (part, Percentiles::of(&v)))
+            .collect();
+        report.slowest_attach = attaches.into_iter().max_by_key(|a| a.total);
         report
     }
 }
@@ -182,10 +231,23 @@ fn work(port: u16, id: usize, stop: &AtomicBool) -> Record {
         let c = match client.as_mut() {
             Some(c) if !c.io.is_gone() => c,
             _ => {
+                let t = Instant::now();
                 let connected = rec.timed("attach", || {
-                    let mut c = attached(port, 0, "")?;
+                    let (mut c, handshake, attach) = attached_timed(port, 0, "")?;
+                    let walk = Instant::now();
                     c.walk(0, 1, &dir)?;
-                    Ok(c)
+                    Ok((c, handshake, attach + walk.elapsed()))
+                });
+                let connected = connected.map(|(c, handshake, attach)| {
+                    rec.attaches.push(AttachSplit {
+                        total: t.elapsed(),
+                        tries: handshake.tries,
+                        retrying: handshake.retrying,
+                        connect: handshake.connect,
+                        version: handshake.version,
+                        attach,
+                    });
+                    c
                 });
                 match connected {
                     Ok(c) => client.insert(c),

@@ -14,7 +14,7 @@ use ninep::testing::Client;
 use ninep::wire::{Rmsg, Tmsg};
 use vfs::Errno;
 
-use crate::ninep::{connect_lossy, Lossy, GONE};
+use crate::ninep::{connect_lossy_timed, Handshake, Lossy, GONE};
 
 /// The symbolic name of errno `e` (`E37` for one that `vfs::Errno` cannot name).
 pub fn errno_name(e: u32) -> String {
@@ -46,9 +46,20 @@ pub fn cycling_tag(i: usize) -> u16 {
 /// at the export's root. `Err` says why not (the errno of a refused attach, or that no
 /// connection could be made).
 pub fn attached(port: u16, uid: u32, aname: &str) -> Result<Client<Lossy>, Errno> {
-    let mut c = connect_lossy(port, CONNECT_WAIT);
+    attached_timed(port, uid, aname).map(|(c, _, _)| c)
+}
+
+/// [`attached`], and how long its parts took: making the connection ([`Handshake`]:
+/// `connect()`, `Tversion`, failed tries) and the `Tattach` exchange.
+pub fn attached_timed(
+    port: u16,
+    uid: u32,
+    aname: &str,
+) -> Result<(Client<Lossy>, Handshake, Duration), Errno> {
+    let (mut c, handshake) = connect_lossy_timed(port, CONNECT_WAIT);
+    let t = Instant::now();
     c.attach(0, uid, aname)?;
-    Ok(c)
+    Ok((c, handshake.unwrap_or_default(), t.elapsed()))
 }
 
 /// A clone of the client's socket, for raw frames; `None` once the connection is gone.

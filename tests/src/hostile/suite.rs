@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::honest::{self, time_to_attach, HonestLoad, LoadReport, Percentiles};
+use super::honest::{self, time_to_attach, AttachSplit, HonestLoad, LoadReport, Percentiles};
 use super::probes::{self, access, Ctx, Outcome, Probe};
 use super::raw::attached;
 use super::{Limits, Scale};
@@ -63,24 +63,31 @@ impl Bounds {
     }
 }
 
-/// The server counters whose change each step records (under `/9p`).
-const COUNTERS: [&str; 16] = [
-    "requests",
-    "error_replies",
-    "decode_errors",
-    "bad_frame_sizes",
-    "duplicate_tags",
-    "fid_limit_hits",
-    "in_flight_limit_hits",
-    "memory_waits",
-    "enomem_replies",
-    "memory_reclaims",
-    "slot_reclaims",
-    "handshake_timeouts",
-    "idle_timeouts",
-    "cpu_yields",
-    "shed",
-    "refused",
+/// The counters whose change each step records, by name: the server's (under `/9p`)
+/// and the listener's (under `/listener`: connection requests that reached the port,
+/// and what the SYN gate did with those no socket listened for).
+const COUNTERS: [(&str, &str); 21] = [
+    ("requests", "/9p/requests"),
+    ("error_replies", "/9p/error_replies"),
+    ("decode_errors", "/9p/decode_errors"),
+    ("bad_frame_sizes", "/9p/bad_frame_sizes"),
+    ("duplicate_tags", "/9p/duplicate_tags"),
+    ("fid_limit_hits", "/9p/fid_limit_hits"),
+    ("in_flight_limit_hits", "/9p/in_flight_limit_hits"),
+    ("memory_waits", "/9p/memory_waits"),
+    ("enomem_replies", "/9p/enomem_replies"),
+    ("memory_reclaims", "/9p/memory_reclaims"),
+    ("slot_reclaims", "/9p/slot_reclaims"),
+    ("handshake_timeouts", "/9p/handshake_timeouts"),
+    ("idle_timeouts", "/9p/idle_timeouts"),
+    ("cpu_yields", "/9p/cpu_yields"),
+    ("shed", "/9p/shed"),
+    ("refused", "/9p/refused"),
+    ("syns", "/listener/syns"),
+    ("syns_held", "/9p/syns_held"),
+    ("syns_replayed", "/listener/syns_replayed"),
+    ("syns_dropped", "/listener/syns_dropped"),
+    ("syns_refused", "/listener/syns_refused"),
 ];
 
 /// One step of a run: honest load alone, or with a probe.
@@ -217,10 +224,11 @@ pub fn run(memory: &str, scale: &Scale, port: u16, stats_port: u16) -> Run {
             .fail(&format!("setting up the hostile suite: {e}"));
     }
     let chosen = chosen_probes(scale);
-    run.rows
-        .push(target.step("none (before)", "honest clients alone", |_| {
-            Outcome::default()
-        }));
+    let before = target.step("none (before)", "honest clients alone", |_| {
+        Outcome::default()
+    });
+    eprintln!("{}", row_line(&before));
+    run.rows.push(before);
     for p in &chosen {
         if !target.vm.is_running() {
             run.skipped.push(p.name.clone());
@@ -231,11 +239,13 @@ pub fn run(memory: &str, scale: &Scale, port: u16, stats_port: u16) -> Run {
         run.rows.push(row);
     }
     if target.vm.is_running() {
-        run.rows.push(target.step(
+        let after = target.step(
             "none (after)",
             "honest clients alone, after every probe",
             |_| Outcome::default(),
-        ));
+        );
+        eprintln!("{}", row_line(&after));
+        run.rows.push(after);
     }
     let boot = target.vm.stop();
     if let Some(path) = std::env::var_os("NINEFOLD_HOSTILE_CONSOLE") {
@@ -374,9 +384,8 @@ impl Target<'_> {
                         row.memory_peak, row.memory_limit
                     ));
                 }
-                for name in COUNTERS {
-                    let p = format!("/9p/{name}");
-                    let delta = m(&p).saturating_sub(stats::counter_or_zero(before, &p));
+                for (name, p) in COUNTERS {
+                    let delta = m(p).saturating_sub(stats::counter_or_zero(before, p));
                     row.counters.insert(name, delta);
                 }
             }
@@ -454,15 +463,31 @@ fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
+/// The slowest honest `attach` in parts, e.g. `6012.3 ms = connect 0.2 + version 6009.1 +
+/// attach 2.9 (1 try)`.
+fn attach_line(a: &AttachSplit) -> String {
+    format!(
+        "{:.1} ms = retrying {:.1} + connect {:.1} + version {:.1} + attach {:.1} ({} tries)",
+        ms(a.total),
+        ms(a.retrying),
+        ms(a.connect),
+        ms(a.version),
+        ms(a.attach),
+        a.tries
+    )
+}
+
 /// One line for the progress log.
 fn row_line(r: &Row) -> String {
     format!(
-        "hostile: {:<24} honest p50 {:>7.1} ms p99 {:>7.1} ms max {:>7.1} ms, {} cycles; {}",
+        "hostile: {:<24} honest p50 {:>7.1} ms p99 {:>7.1} ms max {:>7.1} ms, {} cycles; slowest attach {}; {}; {}",
         r.probe,
         ms(r.load.all.p50),
         ms(r.load.all.p99),
         ms(r.load.all.max),
         r.load.cycles,
+        r.load.slowest_attach.as_ref().map_or("-".into(), attach_line),
+        notable(r),
         if r.failures.is_empty() {
             "ok".to_string()
         } else {
@@ -482,6 +507,10 @@ fn notable(r: &Row) -> String {
         ("shed", "shed"),
         ("refused", "refused"),
         ("cpu_yields", "yields"),
+        ("syns_held", "SYNs held"),
+        ("syns_replayed", "replayed"),
+        ("syns_dropped", "SYNs dropped"),
+        ("syns_refused", "SYNs refused"),
     ];
     names
         .iter()
@@ -579,6 +608,15 @@ impl Run {
                         "cycles": r.load.cycles,
                         "all": pct(&r.load.all),
                         "by_op": r.load.by_op.iter().map(|(k, p)| (k.to_string(), pct(p))).collect::<BTreeMap<_, _>>(),
+                        "attach_parts": r.load.attach_parts.iter().map(|(k, p)| (k.to_string(), pct(p))).collect::<BTreeMap<_, _>>(),
+                        "slowest_attach": r.load.slowest_attach.as_ref().map(|a| json!({
+                            "ms": ms(a.total),
+                            "tries": a.tries,
+                            "retrying_ms": ms(a.retrying),
+                            "connect_ms": ms(a.connect),
+                            "version_ms": ms(a.version),
+                            "attach_ms": ms(a.attach),
+                        })),
                         "errors": r.load.errors.len(),
                     },
                     "new_attach_ms": r.attach.map(ms),
