@@ -225,11 +225,7 @@ impl<F: FileSystem> Server<F> {
             next_conn: AtomicU64::new(1),
             budget: Budget::new(config.memory),
             // A tenant may run a quarter quantum ahead of another on a worker.
-            tenants: Arc::new(Tenants::new(
-                &config.exports,
-                config.tenant,
-                config.cpu_quantum_ns / 4,
-            )),
+            tenants: Arc::new(Tenants::new(&config.exports, config.cpu_quantum_ns / 4)),
             sessions: Locked::new(BTreeMap::new()),
             shutting_down: AtomicBool::new(false),
             config,

@@ -279,13 +279,6 @@ impl Drop for InFlight {
 #[derive(Debug)]
 pub struct SlotTicket(Arc<Tenant>);
 
-impl SlotTicket {
-    /// The tenant whose slot it is.
-    pub fn tenant(&self) -> &Arc<Tenant> {
-        &self.0
-    }
-}
-
 impl Drop for SlotTicket {
     fn drop(&mut self) {
         lower(&self.0.conns, 1);
@@ -330,7 +323,6 @@ type Busy = BTreeMap<u64, (usize, Arc<Tenant>)>;
 /// The tenants of a server. See the module documentation.
 #[derive(Debug)]
 pub struct Tenants {
-    limits: TenantLimits,
     /// Export tenants, created with the server and kept (their counters persist).
     exports: Vec<Arc<Tenant>>,
     /// Client and local tenants, while they have connections.
@@ -343,9 +335,9 @@ pub struct Tenants {
 }
 
 impl Tenants {
-    /// The tenants of a server with `exports` and `limits`; a tenant may run
+    /// The tenants of a server with `exports`; a tenant may run
     /// `cpu_slack_ns` ahead of the others on a worker ([`CpuShare`]).
-    pub fn new(exports: &[Export], limits: TenantLimits, cpu_slack_ns: u64) -> Tenants {
+    pub fn new(exports: &[Export], cpu_slack_ns: u64) -> Tenants {
         let exports: Vec<Arc<Tenant>> = exports
             .iter()
             .filter(|e| e.allow.is_some() && e.name != ADMIN_EXPORT)
@@ -353,18 +345,12 @@ impl Tenants {
             .map(|(i, e)| Arc::new(Tenant::new(i as u64, TenantKey::Export(e.name.clone()))))
             .collect();
         Tenants {
-            limits,
             next_id: AtomicU64::new(exports.len() as u64),
             exports,
             others: Locked::new(BTreeMap::new()),
             busy: Locked::new(BTreeMap::new()),
             cpu_slack_ns,
         }
-    }
-
-    /// The caps.
-    pub fn limits(&self) -> &TenantLimits {
-        &self.limits
     }
 
     /// The tenant of a client at `peer`, given the server's `exports` (see the module
@@ -611,7 +597,7 @@ mod tests {
     #[test]
     fn an_export_with_its_own_allow_list_is_a_tenant_else_a_client_address() {
         let e = exports();
-        let t = Tenants::new(&e, TenantLimits::for_server(10, 10, 100), 1000);
+        let t = Tenants::new(&e, 1000);
         let a1 = t.tenant_of(&e, ip("10.1.0.1"));
         let a2 = t.tenant_of(&e, ip("10.1.9.9"));
         assert!(Arc::ptr_eq(&a1, &a2), "one tenant from two addresses");
@@ -635,11 +621,7 @@ mod tests {
     #[test]
     fn a_tenant_ahead_of_another_on_its_worker_lets_its_turn_go() {
         let e = exports();
-        let t = Arc::new(Tenants::new(
-            &e,
-            TenantLimits::for_server(10, 10, 100),
-            1000,
-        ));
+        let t = Arc::new(Tenants::new(&e, 1000));
         let (a, b) = (
             t.tenant_of(&e, ip("10.1.0.1")),
             t.tenant_of(&e, ip("10.2.0.1")),
