@@ -109,6 +109,7 @@ for m in $(seq 1 "${NF_TENANT_A_MOUNTS:-12}"); do
 	timeout 20 mount -t 9p -o "$opts" "$server" "/a$m" 2>/dev/null
 done
 honest_b "A took every slot"
+mkdir -p /b2
 nf_check "B mounts again while A holds every slot" \
 	as_b timeout "$bound" mount -t 9p -o "trans=tcp,port=$port,version=9p2000.L,aname=b" "$server" /b2
 nf_check "B's new mount reads" b "[ -f /b2/f1 ]"
