@@ -375,6 +375,7 @@ impl<D: BlockDevice> NineFs<D> {
             policy: alloc::boxed::Box::new(super::PressurePolicy),
             discard: None,
             hold_clock: self.core.clock(),
+            refuse_degraded: false,
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));
