@@ -12,8 +12,9 @@ use crate::image;
 /// Arguments of `ninefold fsck`.
 #[derive(Debug, Args)]
 pub struct FsckArgs {
-    /// The image file.
-    pub image: PathBuf,
+    /// The image file, or the legs of a mirrored volume (any order; legs may be missing).
+    #[arg(required = true, num_args = 1..)]
+    pub images: Vec<PathBuf>,
     /// Make no changes (the checker never changes anything; accepted for e2fsck habits).
     #[arg(short = 'n')]
     pub no_changes: bool,
@@ -31,7 +32,7 @@ pub const OPERATIONAL: u8 = 8;
 
 /// Runs `fsck`.
 pub fn run(args: FsckArgs) -> ExitCode {
-    let disk = match image::open(&args.image, false) {
+    let disk = match image::open_volume(&args.images, false) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("ninefold fsck: {e}");
@@ -44,7 +45,7 @@ pub fn run(args: FsckArgs) -> ExitCode {
     let report = match pollster::block_on(fsck(&disk, &opts)) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("ninefold fsck: {}: {e}", args.image.display());
+            eprintln!("ninefold fsck: {}: {e}", args.images[0].display());
             return ExitCode::from(OPERATIONAL);
         }
     };
@@ -57,10 +58,11 @@ pub fn run(args: FsckArgs) -> ExitCode {
     for (root, q) in &report.quotas {
         println!("quota {}", crate::quota::describe(*root, q));
     }
+    print!("{}", image::describe_legs(&disk));
     let s = report.stats;
     println!(
         "{}: {} inodes ({} directories), {} data extents ({} blocks), {} nodes, {} items, {} snapshots ({} blocks only they hold), {} blocks free: {}",
-        args.image.display(),
+        args.images[0].display(),
         s.inodes,
         s.dirs,
         s.extents,
