@@ -184,16 +184,8 @@ impl<D: BlockDevice> Dev<D> {
 
     /// Writes `buf`, good, over copy `copy` at `block` (see [`BlockDevice::repair_copy`]).
     async fn repair(&self, copy: usize, block: u64, buf: &[u8]) -> Result<(), IoError> {
-        let mut done = 0;
-        while done < buf.len() {
-            let n = (buf.len() - done).min(self.max_bytes);
-            let lba = (block + (done / BLOCK_SIZE) as u64) << self.shift;
-            self.dev
-                .repair_copy(copy, lba, &buf[done..done + n])
-                .await?;
-            done += n;
-        }
-        Ok(())
+        self.write_to(Some(copy), block, buf, WriteFlags::NONE)
+            .await
     }
 
     /// How many copies the device keeps (1 unless it is a mirror).
@@ -213,14 +205,27 @@ impl<D: BlockDevice> Dev<D> {
 
     /// Writes `buf` (a multiple of 4 KiB) at filesystem block `block`.
     pub async fn write(&self, block: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
+        self.write_to(None, block, buf, flags).await
+    }
+
+    /// [`Dev::write`] to every copy (`None`), or a repair of one.
+    async fn write_to(
+        &self,
+        copy: Option<usize>,
+        block: u64,
+        buf: &[u8],
+        flags: WriteFlags,
+    ) -> Result<(), IoError> {
         debug_assert!(buf.len().is_multiple_of(BLOCK_SIZE));
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(self.max_bytes);
-            let b = block + (done / BLOCK_SIZE) as u64;
-            self.dev
-                .write(b << self.shift, &buf[done..done + n], flags)
-                .await?;
+            let lba = (block + (done / BLOCK_SIZE) as u64) << self.shift;
+            let part = &buf[done..done + n];
+            match copy {
+                None => self.dev.write(lba, part, flags).await?,
+                Some(c) => self.dev.repair_copy(c, lba, part).await?,
+            }
             done += n;
         }
         Ok(())
