@@ -308,3 +308,150 @@ fn a_crash_that_loses_one_legs_writes_since_the_flush_keeps_every_fsync() {
         fsck_clean(&images[1]);
     }
 }
+
+/// A leg that keeps an image of itself at every point where what it holds becomes
+/// durable (each FLUSH and FUA write): a crash between two points leaves the first
+/// plus any subset of the blocks written since.
+#[derive(Debug)]
+struct Snapping {
+    disk: MemDisk,
+    points: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl Snapping {
+    fn new(image: Vec<u8>) -> Snapping {
+        Snapping {
+            points: std::sync::Mutex::new(vec![image.clone()]),
+            disk: MemDisk::from_bytes(4096, image),
+        }
+    }
+
+    fn point(&self) {
+        self.points.lock().unwrap().push(self.disk.snapshot());
+    }
+}
+
+impl BlockDevice for Snapping {
+    fn geometry(&self) -> block::Geometry {
+        self.disk.geometry()
+    }
+
+    async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.disk.read(lba, buf).await
+    }
+
+    async fn write(&self, lba: u64, buf: &[u8], flags: block::WriteFlags) -> Result<(), IoError> {
+        self.disk.write(lba, buf, flags).await?;
+        if flags.fua {
+            self.point();
+        }
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), IoError> {
+        self.disk.flush().await?;
+        self.point();
+        Ok(())
+    }
+
+    async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
+        self.disk.discard(lba, blocks).await
+    }
+}
+
+/// `from` with the blocks of `chosen` (a subset of those that differ) taken from `to`.
+fn between(from: &[u8], to: &[u8], differ: &[usize], chosen: u64) -> Vec<u8> {
+    let mut image = from.to_vec();
+    for (k, &b) in differ.iter().enumerate() {
+        if chosen & 1 << (k % 64) != 0 {
+            image[b * 4096..(b + 1) * 4096].copy_from_slice(&to[b * 4096..(b + 1) * 4096]);
+        }
+    }
+    image
+}
+
+#[test]
+fn crashes_that_leave_the_legs_different_keep_every_acknowledged_fsync() {
+    let base = build();
+    let legs = MirrorDisk::new(
+        base.iter()
+            .cloned()
+            .map(|i| Some(Snapping::new(i)))
+            .collect(),
+    )
+    .unwrap();
+    let fs = pollster::block_on(NineFs::mount(
+        legs,
+        MountOptions::default(),
+        Box::new(clock()),
+    ))
+    .unwrap();
+    // File `i` is acknowledged once leg 0 has `acked[i]` points.
+    let mut acked = Vec::new();
+    let data = |i: usize| vec![i as u8 + 1; 5000 + i * 3000];
+    for i in 0..12 {
+        pollster::block_on(async {
+            let name = format!("s{i}");
+            let f = fs
+                .create(ROOT_INO, name.as_bytes(), 0o644, OWNER)
+                .await
+                .unwrap();
+            fs.write(f.ino, 0, &data(i)).await.unwrap();
+            fs.fsync(f.ino, false).await.unwrap();
+            fs.fsync(ROOT_INO, false).await.unwrap();
+            if i % 4 == 3 {
+                fs.sync().await.unwrap();
+            }
+        });
+        acked.push(fs.device().leg(0).unwrap().points.lock().unwrap().len());
+    }
+    let points: Vec<Vec<Vec<u8>>> = (0..2)
+        .map(|l| fs.device().leg(l).unwrap().points.lock().unwrap().clone())
+        .collect();
+    drop(fs);
+    assert_eq!(
+        points[0].len(),
+        points[1].len(),
+        "every FLUSH reached both legs"
+    );
+    let mut rng = oorandom::Rand64::new(27);
+    let mut states = 0;
+    for p in 0..points[0].len() - 1 {
+        let (from, to) = (&points[0][p], &points[0][p + 1]);
+        assert_eq!(from, &points[1][p]);
+        let differ: Vec<usize> = (0..BLOCKS as usize)
+            .filter(|&b| from[b * 4096..(b + 1) * 4096] != to[b * 4096..(b + 1) * 4096])
+            .collect();
+        // Each leg keeps its own subset of what was written since point `p`: none,
+        // all, and random ones.
+        let mut choices = vec![(0, u64::MAX), (u64::MAX, 0), (0, 0)];
+        choices.extend((0..4).map(|_| (rng.rand_u64(), rng.rand_u64())));
+        for (c0, c1) in choices {
+            states += 1;
+            let crashed = vec![
+                Some(between(from, to, &differ, c0)),
+                Some(between(from, to, &differ, c1)),
+            ];
+            let fs = mount(mirror(crashed));
+            pollster::block_on(async {
+                for (i, &at) in acked.iter().enumerate() {
+                    let name = format!("s{i}");
+                    match fs.lookup(ROOT_INO, name.as_bytes()).await {
+                        Ok(f) => {
+                            let mut buf = vec![0u8; f.size as usize];
+                            let n = fs.read(f.ino, 0, &mut buf).await.unwrap();
+                            assert_eq!(buf[..n], data(i)[..], "{name} at point {p}");
+                        }
+                        Err(e) => assert!(at > p + 1, "{name} lost at point {p}: {e}"),
+                    }
+                }
+            });
+            check_files(&fs, 30);
+            let images = images(pollster::block_on(fs.unmount()).unwrap());
+            fsck_clean(&images[0]);
+            fsck_clean(&images[1]);
+        }
+    }
+    eprintln!("{states} crash states, each leg its own subset of the writes since a FLUSH");
+    assert!(states > 100, "{states} crash states");
+}
