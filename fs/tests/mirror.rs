@@ -3,8 +3,8 @@
 //! other and mended, by reads and by scrub; a leg whose writes fail is taken out,
 //! recorded in the superblock before the fsync that follows is acknowledged, and never
 //! trusted again; a leg missing at mount leaves the volume serving (or refused, on
-//! request); a crash that leaves the legs different (one leg's writes since the last
-//! FLUSH lost) keeps every acknowledged fsync.
+//! request); crashes that leave the legs different (each leg its own subset of the
+//! writes since the last FLUSH, a torn block on one) keep every acknowledged fsync.
 
 use block::{Fault, FaultDisk, IoError, LegState, MemDisk, MirrorDisk};
 use fsck::{fsck, FsckOptions};
@@ -428,10 +428,17 @@ fn crashes_that_leave_the_legs_different_keep_every_acknowledged_fsync() {
         choices.extend((0..4).map(|_| (rng.rand_u64(), rng.rand_u64())));
         for (c0, c1) in choices {
             states += 1;
-            let crashed = vec![
+            let mut crashed = vec![
                 Some(between(from, to, &differ, c0)),
                 Some(between(from, to, &differ, c1)),
             ];
+            // And a torn write on one leg: one block half new, half old.
+            if let (Some(leg), false) = (crashed[(c0 % 2) as usize].as_mut(), differ.is_empty()) {
+                let b = differ[(c1 as usize) % differ.len()] * 4096;
+                let (first, second) = if c0 & 4 != 0 { (to, from) } else { (from, to) };
+                leg[b..b + 2048].copy_from_slice(&first[b..b + 2048]);
+                leg[b + 2048..b + 4096].copy_from_slice(&second[b + 2048..b + 4096]);
+            }
             let fs = mount(mirror(crashed));
             pollster::block_on(async {
                 for (i, &at) in acked.iter().enumerate() {
@@ -452,6 +459,6 @@ fn crashes_that_leave_the_legs_different_keep_every_acknowledged_fsync() {
             fsck_clean(&images[1]);
         }
     }
-    eprintln!("{states} crash states, each leg its own subset of the writes since a FLUSH");
+    eprintln!("{states} crash states: each leg its own subset of the writes since a FLUSH, one torn block");
     assert!(states > 100, "{states} crash states");
 }
