@@ -322,17 +322,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let fs = runtime
         .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
-    let stats = fs.stats();
-    if stats.legs > 0 {
-        log::info!(
-            "mounted {} (mirror of {} legs, {} out of service)",
-            image.display(),
-            stats.legs,
-            stats.failed_legs
-        );
-    } else {
-        log::info!("mounted {}", image.display());
+    if fs.stats().legs > 0 {
+        log::info!("{}", crate::image::describe_legs(fs.device()).trim_end());
     }
+    log::info!("mounted {}", image.display());
     let quotas = runtime.block_on(apply_quotas(&fs, &config.exports));
     for (export, q) in quotas.map_err(|(export, e)| format!("export {export:?}: quota: {e}"))? {
         log::info!(
