@@ -125,15 +125,19 @@ pub async fn referenced_blocks<D: BlockDevice>(
             return Err(Errno::EIO);
         }
         let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
-        dev.read(ptr.addr, &mut buf).await.map_err(|e| {
-            log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
-            Errno::EIO
-        })?;
         let id = NodeId {
             tree,
             level,
             nonce: ptr.nonce,
         };
+        // On a mirror, a copy that fails is read from another leg and mended.
+        let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
+        dev.read_verified(ptr.addr, &mut buf, good)
+            .await
+            .map_err(|e| {
+                log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
+                Errno::EIO
+            })?;
         let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
             log::error!(
                 "{} tree: corrupt node at {}: {}",
