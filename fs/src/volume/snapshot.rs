@@ -130,14 +130,20 @@ pub async fn referenced_blocks<D: BlockDevice>(
             level,
             nonce: ptr.nonce,
         };
-        // On a mirror, a copy that fails is read from another leg and mended.
-        let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
-        dev.read_verified(ptr.addr, &mut buf, good)
-            .await
-            .map_err(|e| {
-                log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
-                Errno::EIO
-            })?;
+        let read = dev.read(ptr.addr, &mut buf).await;
+        // On a mirror, a copy that fails is read from another leg and mended (one copy:
+        // parsed once, below).
+        let read =
+            if dev.copies() > 1 && (read.is_err() || parse_node(&buf, id, ptr.blocks).is_err()) {
+                let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
+                dev.check_copies(ptr.addr, &mut buf, good).await.map(drop)
+            } else {
+                read
+            };
+        read.map_err(|e| {
+            log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
+            Errno::EIO
+        })?;
         let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
             log::error!(
                 "{} tree: corrupt node at {}: {}",
