@@ -51,7 +51,8 @@ fn content(i: u32) -> Vec<u8> {
         .collect()
 }
 
-/// A mirrored filesystem with 30 files, cleanly unmounted: the two legs' images.
+/// A mirrored filesystem with 30 files and a snapshot, cleanly unmounted: the two legs'
+/// images.
 fn build() -> Vec<Vec<u8>> {
     let dev = mirror(vec![Some(vec![0; 4096 * BLOCKS as usize]); 2]);
     let opts = FormatOptions {
@@ -72,6 +73,8 @@ fn build() -> Vec<Vec<u8>> {
                 .unwrap();
             fs.write(f.ino, 0, &content(i)).await.unwrap();
         }
+        // Its nodes are walked at every mount.
+        fs.snapshot_create("made").await.unwrap();
     });
     images(pollster::block_on(fs.unmount()).unwrap())
 }
