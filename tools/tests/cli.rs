@@ -304,6 +304,11 @@ fn a_mirrored_volume_takes_its_legs_in_any_order_mends_a_bad_copy_and_runs_with_
     let mut bad = bytes;
     bad[fs_root * 4096 + 100] ^= 0x40;
     std::fs::write(&a, &bad).unwrap();
+    // fsck checks each leg alone: A has an error, B is clean.
+    let (code, text) = fsck(&[a_s, b_s]);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(text.contains("blocks free: ERRORS\nleg 1: "), "{text}");
+    assert!(text.ends_with("blocks free: clean\n"), "{text}");
     let out = ninefold().args(["scrub", a_s, b_s]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
