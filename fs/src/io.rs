@@ -1,8 +1,25 @@
 //! The filesystem's view of a block device: 4 KiB filesystem blocks, whatever the
-//! device's logical block size, and requests split to the device's transfer limit.
+//! device's logical block size, and requests split to the device's transfer limit; and
+//! verified reads, which on a device with several copies (a mirror) take a copy that
+//! passes verification and mend the others.
+
+use alloc::vec;
+use alloc::vec::Vec;
 
 use crate::format::{BLOCK_SHIFT, BLOCK_SIZE};
 use block::{BlockDevice, IoError, WriteFlags};
+
+/// What a verified read found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verified {
+    /// The buffer holds data that passed verification (every copy checked did).
+    Good,
+    /// The buffer holds data that passed verification; copies that did not were
+    /// rewritten with it.
+    Mended,
+    /// Every copy read passed no verification: the buffer holds one of them.
+    Bad,
+}
 
 /// A block device addressed in filesystem blocks.
 #[derive(Debug)]
@@ -60,29 +77,155 @@ impl<D: BlockDevice> Dev<D> {
 
     /// Reads `buf.len()` bytes (a multiple of 4 KiB) from filesystem block `block`.
     pub async fn read(&self, block: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.read_from(None, block, buf).await
+    }
+
+    /// Reads from copy `copy` only (see [`BlockDevice::read_copy`]).
+    pub async fn read_copy(&self, copy: usize, block: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.read_from(Some(copy), block, buf).await
+    }
+
+    /// [`Dev::read`] from any copy (`None`) or one.
+    async fn read_from(
+        &self,
+        copy: Option<usize>,
+        block: u64,
+        buf: &mut [u8],
+    ) -> Result<(), IoError> {
         debug_assert!(buf.len().is_multiple_of(BLOCK_SIZE));
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(self.max_bytes);
-            let b = block + (done / BLOCK_SIZE) as u64;
-            self.dev
-                .read(b << self.shift, &mut buf[done..done + n])
-                .await?;
+            let lba = (block + (done / BLOCK_SIZE) as u64) << self.shift;
+            let part = &mut buf[done..done + n];
+            match copy {
+                None => self.dev.read(lba, part).await?,
+                Some(c) => self.dev.read_copy(c, lba, part).await?,
+            }
             done += n;
         }
         Ok(())
     }
 
+    /// Reads `buf` from `block` and checks it with `good`; when that fails (or the
+    /// read does) on a device with several copies, [`Dev::check_copies`]. With one copy
+    /// this is a read and a check. `Err` only when nothing could be read.
+    pub async fn read_verified(
+        &self,
+        block: u64,
+        buf: &mut [u8],
+        good: impl Fn(&[u8]) -> bool,
+    ) -> Result<Verified, IoError> {
+        let first = self.read(block, buf).await;
+        if first.is_ok() && good(buf) {
+            return Ok(Verified::Good);
+        }
+        if self.dev.copies() < 2 {
+            return first.map(|()| Verified::Bad);
+        }
+        self.check_copies(block, buf, good).await
+    }
+
+    /// Reads every copy in service of `buf.len()` bytes at `block`, keeps one that
+    /// passes `good` in `buf` and writes it over those that did not (a repair, counted
+    /// by the device per copy). `Err` only when no copy could be read; `Bad` (the
+    /// buffer holding one of them) when none passed.
+    pub async fn check_copies(
+        &self,
+        block: u64,
+        buf: &mut [u8],
+        good: impl Fn(&[u8]) -> bool,
+    ) -> Result<Verified, IoError> {
+        let mut scratch = vec![0u8; buf.len()];
+        let (mut found, mut read_any, mut last) = (false, false, IoError::Dead);
+        let mut bad: Vec<usize> = Vec::new();
+        for c in 0..self.dev.copies() {
+            if self.dev.failed_copies() & 1 << c != 0 {
+                continue;
+            }
+            match self.read_copy(c, block, &mut scratch).await {
+                Ok(()) if good(&scratch) => {
+                    if !found {
+                        buf.copy_from_slice(&scratch);
+                    }
+                    found = true;
+                }
+                Ok(()) => {
+                    if !found && !read_any {
+                        buf.copy_from_slice(&scratch);
+                    }
+                    read_any = true;
+                    bad.push(c);
+                }
+                Err(e) => {
+                    last = e;
+                    bad.push(c);
+                }
+            }
+        }
+        if !found {
+            return if read_any {
+                Ok(Verified::Bad)
+            } else {
+                Err(last)
+            };
+        }
+        let mended = bad.len();
+        for c in bad {
+            // A repair that fails takes the copy out of service: nothing more to do.
+            let _ = self.repair(c, block, buf).await;
+        }
+        Ok(if mended == 0 {
+            Verified::Good
+        } else {
+            Verified::Mended
+        })
+    }
+
+    /// Writes `buf`, good, over copy `copy` at `block` (see [`BlockDevice::repair_copy`]).
+    async fn repair(&self, copy: usize, block: u64, buf: &[u8]) -> Result<(), IoError> {
+        self.write_to(Some(copy), block, buf, WriteFlags::NONE)
+            .await
+    }
+
+    /// How many copies the device keeps (1 unless it is a mirror).
+    pub fn copies(&self) -> usize {
+        self.dev.copies()
+    }
+
+    /// The copies out of service (bit `i`: copy `i`).
+    pub fn failed_copies(&self) -> u64 {
+        self.dev.failed_copies()
+    }
+
+    /// Takes copy `copy` out of service (found stale).
+    pub fn fail_copy(&self, copy: usize) {
+        self.dev.fail_copy(copy)
+    }
+
     /// Writes `buf` (a multiple of 4 KiB) at filesystem block `block`.
     pub async fn write(&self, block: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
+        self.write_to(None, block, buf, flags).await
+    }
+
+    /// [`Dev::write`] to every copy (`None`), or a repair of one.
+    async fn write_to(
+        &self,
+        copy: Option<usize>,
+        block: u64,
+        buf: &[u8],
+        flags: WriteFlags,
+    ) -> Result<(), IoError> {
         debug_assert!(buf.len().is_multiple_of(BLOCK_SIZE));
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(self.max_bytes);
-            let b = block + (done / BLOCK_SIZE) as u64;
-            self.dev
-                .write(b << self.shift, &buf[done..done + n], flags)
-                .await?;
+            let lba = (block + (done / BLOCK_SIZE) as u64) << self.shift;
+            let part = &buf[done..done + n];
+            match copy {
+                None => self.dev.write(lba, part, flags).await?,
+                Some(c) => self.dev.repair_copy(c, lba, part).await?,
+            }
             done += n;
         }
         Ok(())
@@ -117,5 +260,39 @@ mod tests {
         assert_eq!(back, data);
         assert_eq!(dev.inner().snapshot()[5 * BLOCK_SIZE], 0);
         assert!(Dev::new(MemDisk::new(8192, 4)).is_err());
+    }
+
+    #[test]
+    fn verified_reads_take_a_good_copy_and_mend_the_bad() {
+        use block::MirrorDisk;
+        let legs = (0..2).map(|_| Some(MemDisk::new(512, 64 * 8))).collect();
+        let dev = Dev::new(MirrorDisk::new(legs).unwrap()).unwrap();
+        let leg = |i| dev.inner().leg(i).unwrap();
+        // Written long ago; leg 0 has a flipped bit since.
+        for i in 0..2 {
+            leg(i).with_bytes(|b| b[3 * BLOCK_SIZE..4 * BLOCK_SIZE].fill(7));
+        }
+        leg(0).with_bytes(|b| b[3 * BLOCK_SIZE + 5] ^= 1);
+        let good = |b: &[u8]| b.iter().all(|&x| x == 7);
+        let mut buf = alloc::vec![0u8; BLOCK_SIZE];
+        let got = pollster::block_on(dev.read_verified(3, &mut buf, good)).unwrap();
+        assert_eq!(got, Verified::Mended);
+        assert!(good(&buf));
+        assert!(
+            good(&leg(0).snapshot()[3 * BLOCK_SIZE..4 * BLOCK_SIZE]),
+            "mended"
+        );
+        assert_eq!(dev.inner().legs()[0].repairs, 1);
+        // Both bad: said so, nothing written.
+        for i in 0..2 {
+            leg(i).with_bytes(|b| b[3 * BLOCK_SIZE] = 1);
+        }
+        let got = pollster::block_on(dev.read_verified(3, &mut buf, good)).unwrap();
+        assert_eq!(got, Verified::Bad);
+        assert_eq!(dev.inner().legs()[0].repairs, 1);
+        // One copy: a read and a check.
+        let single = Dev::new(MemDisk::new(512, 64 * 8)).unwrap();
+        let got = pollster::block_on(single.read_verified(3, &mut buf, good)).unwrap();
+        assert_eq!(got, Verified::Bad);
     }
 }

@@ -28,18 +28,29 @@ pub struct CtlArgs {
 /// Arguments of `ninefold scrub`.
 #[derive(Debug, Args)]
 pub struct ScrubArgs {
-    /// The image file (opened read-only).
-    pub image: PathBuf,
+    /// The image file (opened read-only), or the legs of a mirrored volume (opened for
+    /// writing, so that bad copies are mended; the filesystem is mounted read-only).
+    #[arg(required = true, num_args = 1..)]
+    pub images: Vec<PathBuf>,
 }
 
-fn mount(path: &Path, read_only: bool) -> Result<NineFs<block::FileDisk>, String> {
-    let disk = image::open(path, !read_only)?;
+fn mount(paths: &[PathBuf], read_only: bool) -> Result<NineFs<image::Volume>, String> {
+    mount_volume(paths, read_only, !read_only)
+}
+
+/// Mounts the volume of `paths`, its devices opened for writing if `writable`.
+fn mount_volume(
+    paths: &[PathBuf],
+    read_only: bool,
+    writable: bool,
+) -> Result<NineFs<image::Volume>, String> {
+    let disk = image::open_volume(paths, writable)?;
     let opts = MountOptions {
         read_only,
         ..MountOptions::default()
     };
     pollster::block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
-        .map_err(|e| format!("{}: mount: {e}", path.display()))
+        .map_err(|e| format!("{}: mount: {e}", paths[0].display()))
 }
 
 /// Runs `ctl`: mounts the image, runs the command, unmounts cleanly.
@@ -49,7 +60,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
         line = "scrub start".into();
     }
     let cmd = Command::parse(&line).map_err(|e| e.to_string())?;
-    let fs = mount(&args.image, false)?;
+    let fs = mount(std::slice::from_ref(&args.image), false)?;
     let result = pollster::block_on(async {
         let reply = fs.execute(&cmd).await?;
         println!("{reply}");
@@ -65,11 +76,15 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
 
 /// Runs `scrub`: a whole pass over a read-only mount; exit 4 when it finds errors.
 pub fn scrub(args: ScrubArgs) -> ExitCode {
-    let result = mount(&args.image, true)
-        .and_then(|fs| pollster::block_on(fs.scrub_all()).map_err(|e| format!("scrub: {e}")));
+    // A mirror's legs are opened for writing: scrub mends what it can.
+    let mirrored = args.images.len() > 1;
+    let result = mount_volume(&args.images, true, mirrored).and_then(|fs| {
+        let report = pollster::block_on(fs.scrub_all()).map_err(|e| format!("scrub: {e}"))?;
+        Ok((report, image::describe_legs(fs.device())))
+    });
     match result {
-        Ok(report) => {
-            print!("{report}");
+        Ok((report, legs)) => {
+            print!("{report}{legs}");
             if report.error_count > 0 {
                 ExitCode::from(ERRORS)
             } else {
@@ -108,7 +123,7 @@ pub fn grow_image(path: &Path, size: u64) -> Result<(), String> {
         .and_then(|f| f.set_len(size))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     // The mount grows the filesystem to the device.
-    let fs = mount(path, false)?;
+    let fs = mount(&[path.to_path_buf()], false)?;
     let grown = fs.stats().grown_blocks;
     let total = fs.superblock().layout.total_blocks;
     pollster::block_on(fs.unmount()).map_err(|e| format!("unmount: {e}"))?;

@@ -13,8 +13,9 @@ use crate::image;
 /// Arguments of `ninefold dump`.
 #[derive(Debug, Args)]
 pub struct DumpArgs {
-    /// The image file.
-    pub image: PathBuf,
+    /// The image file, or the legs of a mirrored volume (any order; legs may be missing).
+    #[arg(required = true, num_args = 1..)]
+    pub images: Vec<PathBuf>,
     /// Print this tree's nodes and items: fs, extent, csum or log.
     #[arg(long)]
     pub tree: Option<String>,
@@ -25,7 +26,7 @@ pub struct DumpArgs {
 
 /// Runs `dump`.
 pub fn run(args: DumpArgs) -> Result<(), String> {
-    let disk = image::open(&args.image, false)?;
+    let disk = image::open_volume(&args.images, false)?;
     let img = pollster::block_on(Image::open(&disk)).map_err(|e| e.to_string())?;
     print_superblock(&img);
     for (id, snap) in pollster::block_on(img.snapshots())? {
@@ -67,6 +68,18 @@ fn print_superblock<D: block::BlockDevice>(img: &Image<D>) {
         sb.next_ino,
         sb.mount_count
     );
+    if sb.leg_count() > 0 {
+        use ninefs::format::superblock::leg;
+        let states: Vec<&str> = sb.legs[..sb.leg_count()]
+            .iter()
+            .map(|&s| match s {
+                leg::ACTIVE => "active",
+                leg::REBUILDING => "rebuilding",
+                _ => "failed",
+            })
+            .collect();
+        println!("  legs: {}", states.join(" "));
+    }
     for tree in TreeId::ALL {
         let r = sb.root(tree);
         println!(

@@ -73,7 +73,7 @@ pub fn run(args: QuotaArgs) -> Result<(), String> {
             .transpose()?
             .flatten(),
     };
-    let disk = image::open(&args.image, set)?;
+    let disk = image::open_volume(std::slice::from_ref(&args.image), set)?;
     let opts = MountOptions {
         read_only: !set,
         ..MountOptions::default()

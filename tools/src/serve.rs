@@ -42,14 +42,18 @@ use vfs::{Clock, FileSystem, Timespec};
 /// `ninefold serve` options.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Filesystem image to serve.
-    #[arg(required_unless_present = "model")]
-    image: Option<PathBuf>,
+    /// Filesystem image to serve, or the legs of a mirrored volume (any order; the
+    /// volume serves with legs missing, unless --refuse-degraded).
+    #[arg(required_unless_present = "model", num_args = 1..)]
+    images: Vec<PathBuf>,
+    /// Refuse to serve a mirrored volume with a leg missing, failed or stale.
+    #[arg(long)]
+    refuse_degraded: bool,
     /// Address to listen on (port 0: any free port; the bound address is printed).
     #[arg(long, default_value = "127.0.0.1:5640")]
     listen: SocketAddr,
     /// Serve an empty in-memory reference filesystem instead of an image (development).
-    #[arg(long, conflicts_with = "image")]
+    #[arg(long, conflicts_with = "images")]
     model: bool,
     /// Open the image read-only; the implicit export refuses every change (`EROFS`).
     #[arg(long)]
@@ -306,10 +310,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         let counters = Counters::new(service.clone(), args.stats, || async { None });
         return serve(&runtime, &local, &service, args.listen, counters, limit);
     }
-    let image = args.image.as_deref().unwrap_or_else(|| unreachable!());
-    let disk = crate::image::open(image, !args.read_only)?;
+    let image = args.images[0].as_path();
+    let disk = crate::image::open_volume(&args.images, !args.read_only)?;
     let opts = MountOptions {
         read_only: args.read_only,
+        refuse_degraded: args.refuse_degraded,
         cache_limit: args.cache_mib << 20,
         max_snapshots: args.max_snapshots,
         ..MountOptions::default()
@@ -317,6 +322,9 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let fs = runtime
         .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
+    if fs.stats().legs > 0 {
+        log::info!("{}", crate::image::describe_legs(fs.device()).trim_end());
+    }
     log::info!("mounted {}", image.display());
     let quotas = runtime.block_on(apply_quotas(&fs, &mut config.exports));
     for (export, q) in quotas.map_err(|(export, e)| format!("export {export:?}: quota: {e}"))? {

@@ -46,7 +46,7 @@ pub fn run(args: SnapshotArgs) -> Result<(), String> {
         Action::Create { image, .. } | Action::Delete { image, .. } => (image, true),
         Action::List { image } => (image, false),
     };
-    let disk = image::open(path, writable)?;
+    let disk = image::open_volume(std::slice::from_ref(path), writable)?;
     let opts = MountOptions {
         read_only: !writable,
         ..MountOptions::default()

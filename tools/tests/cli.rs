@@ -266,3 +266,75 @@ fn quota_set_show_list_on_an_image() {
     assert!(!ok && err.contains("bad size"), "{err}");
     let _ = std::fs::remove_file(&img);
 }
+
+#[test]
+fn a_mirrored_volume_takes_its_legs_in_any_order_mends_a_bad_copy_and_runs_with_a_leg_missing() {
+    let (a, b) = (temp("leg-a.img"), temp("leg-b.img"));
+    let (a_s, b_s) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = ninefold()
+        .args(["mkfs", a_s, b_s, "--size", "64M"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (path, place) in [(&a, 0u32), (&b, 1)] {
+        let bytes = std::fs::read(path).unwrap();
+        let label = ninefs::format::label::DeviceLabel::decode(&bytes[..4096])
+            .unwrap()
+            .expect("a label");
+        assert_eq!((label.place, label.legs), (place, 2));
+    }
+    let fsck = |args: &[&str]| {
+        let out = ninefold().arg("fsck").args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = fsck(&[b_s, a_s]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("leg 1: Active"), "{text}");
+
+    // The fs root node rots on leg A: scrub (legs opened for writing) mends it from B.
+    let bytes = std::fs::read(&a).unwrap();
+    let sb = ninefs::format::Superblock::decode(&bytes[8192..12288]).unwrap();
+    let fs_root = sb.root(ninefs::format::TreeId::Fs).ptr.addr as usize;
+    let mut bad = bytes;
+    bad[fs_root * 4096 + 100] ^= 0x40;
+    std::fs::write(&a, &bad).unwrap();
+    // fsck checks each leg alone: A has an error, B is clean.
+    let (code, text) = fsck(&[a_s, b_s]);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(text.contains("blocks free: ERRORS\nleg 1: "), "{text}");
+    assert!(text.ends_with("blocks free: clean\n"), "{text}");
+    let out = ninefold().args(["scrub", a_s, b_s]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("errors 0"), "{text}");
+    assert!(
+        text.contains("leg 0: Active, 0 read errors, 0 write errors, 1 repairs"),
+        "{text}"
+    );
+    assert_ne!(std::fs::read(&a).unwrap(), bad, "mended on disk");
+
+    // Leg B missing: every tool still works on A alone, and says so.
+    let (code, text) = fsck(&[a_s]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("leg 1 of 2 missing"), "{text}");
+    let out = ninefold().args(["dump", a_s]).output().unwrap();
+    assert!(out.status.success());
+    // Two legs of different volumes are refused.
+    let c = temp("leg-c.img");
+    let out = ninefold()
+        .args(["mkfs", c.to_str().unwrap(), b_s, "--size", "64M"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (code, text) = fsck(&[a_s, c.to_str().unwrap()]);
+    assert_eq!(code, Some(8), "{text}");
+    for p in [a, b, c] {
+        std::fs::remove_file(p).unwrap();
+    }
+}

@@ -13,6 +13,7 @@
 //! - [`FaultDisk`] fails requests or flips bits by rule.
 //! - [`TraceDisk`] logs requests through `log`.
 //! - [`YieldDisk`] makes every request yield once, so joined futures overlap.
+//! - [`MirrorDisk`] keeps a copy of every block on each of several devices (legs).
 //!
 //! `no_std + alloc`; [`FileDisk`] needs the `std` feature.
 //!
@@ -65,6 +66,7 @@ mod fault;
 #[cfg(any(test, feature = "std"))]
 mod file;
 mod mem;
+mod mirror;
 mod recording;
 mod trace;
 mod yielding;
@@ -74,6 +76,7 @@ pub use fault::{Fault, FaultCounters, FaultDisk};
 #[cfg(any(test, feature = "std"))]
 pub use file::FileDisk;
 pub use mem::MemDisk;
+pub use mirror::{LegCounters, LegState, MirrorDisk, MirrorError};
 pub use recording::{Recorder, Recording, RecordingDisk, Request, RequestKind};
 pub use trace::TraceDisk;
 pub use yielding::YieldDisk;
@@ -175,6 +178,38 @@ pub trait BlockDevice {
     /// content of discarded blocks is unspecified afterwards. Fails with
     /// [`IoError::Unsupported`] when `geometry().discard` is false.
     async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError>;
+
+    /// How many copies of each block the device keeps: one, unless it is redundant (a
+    /// [`MirrorDisk`]: one per leg). The copy methods below let a caller that can verify
+    /// what it reads (the filesystem, by checksums) pick a good copy and mend bad ones.
+    fn copies(&self) -> usize {
+        1
+    }
+
+    /// Reads from copy `copy` only. Fails with [`IoError::Dead`] when that copy is out of
+    /// service. A device with one copy reads as [`BlockDevice::read`].
+    async fn read_copy(&self, copy: usize, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let _ = copy;
+        self.read(lba, buf).await
+    }
+
+    /// Writes `buf`, read good from another copy, over copy `copy`, which read bad: a
+    /// repair (counted by the device). Not durable until a later flush.
+    async fn repair_copy(&self, copy: usize, lba: u64, buf: &[u8]) -> Result<(), IoError> {
+        let _ = copy;
+        self.write(lba, buf, WriteFlags::NONE).await
+    }
+
+    /// The copies out of service (bit `i`: copy `i`): failed, stale or missing.
+    fn failed_copies(&self) -> u64 {
+        0
+    }
+
+    /// Takes copy `copy` out of service (the caller found it stale). The last copy in
+    /// service is never taken out.
+    fn fail_copy(&self, copy: usize) {
+        let _ = copy;
+    }
 }
 
 /// A shared reference to a device is a device too (so tools and `fsck` can borrow one).
@@ -198,6 +233,26 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &T {
     async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
         (**self).discard(lba, blocks).await
     }
+
+    fn copies(&self) -> usize {
+        (**self).copies()
+    }
+
+    async fn read_copy(&self, copy: usize, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        (**self).read_copy(copy, lba, buf).await
+    }
+
+    async fn repair_copy(&self, copy: usize, lba: u64, buf: &[u8]) -> Result<(), IoError> {
+        (**self).repair_copy(copy, lba, buf).await
+    }
+
+    fn failed_copies(&self) -> u64 {
+        (**self).failed_copies()
+    }
+
+    fn fail_copy(&self, copy: usize) {
+        (**self).fail_copy(copy)
+    }
 }
 
 /// Every middleware is `Send + Sync` over a device that is, and so are the devices of
@@ -210,6 +265,7 @@ const _: () = {
         shared::<FaultDisk<D>>();
         shared::<TraceDisk<D>>();
         shared::<YieldDisk<D>>();
+        shared::<MirrorDisk<D>>();
         shared::<&D>();
     }
     shared::<CounterHandle>();
@@ -263,7 +319,7 @@ mod tests {
     }
 
     /// The behaviour every implementation shares, run against one device.
-    async fn exercise(dev: &impl BlockDevice) {
+    pub(crate) async fn exercise(dev: &impl BlockDevice) {
         let g = dev.geometry();
         let bs = g.block_size as usize;
         let last = g.num_blocks - 1;

@@ -12,6 +12,7 @@ pub mod bitmap;
 pub mod bset;
 pub mod items;
 pub mod key;
+pub mod label;
 pub mod layout;
 pub mod log;
 pub mod superblock;
@@ -63,8 +64,13 @@ pub mod features {
     /// Snapshots exist: blocks they hold must not be freed by the live filesystem, which
     /// code that does not know snapshots would do (set while any snapshot exists).
     pub const INCOMPAT_SNAPSHOTS: u64 = 4;
+    /// The volume is mirrored over several devices (legs): the superblock's leg table
+    /// says which are in service and each device's block 0 holds its label (code that
+    /// does not know mirrors would write one leg alone and let it pass for current).
+    pub const INCOMPAT_MIRROR: u64 = 8;
     /// Incompatible features this code knows.
-    pub const INCOMPAT_SUPPORTED: u64 = INCOMPAT_LOG | INCOMPAT_GROWN | INCOMPAT_SNAPSHOTS;
+    pub const INCOMPAT_SUPPORTED: u64 =
+        INCOMPAT_LOG | INCOMPAT_GROWN | INCOMPAT_SNAPSHOTS | INCOMPAT_MIRROR;
 }
 
 /// Why an on-disk structure failed to decode.

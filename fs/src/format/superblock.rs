@@ -28,6 +28,23 @@ pub mod state {
     pub const CLEAN: u32 = 1;
 }
 
+/// The most legs a mirrored volume has.
+pub const MAX_LEGS: usize = 8;
+
+/// States of a mirrored volume's legs in the superblock's leg table
+/// ([`Superblock::legs`]); a single-device filesystem has an all-zero table.
+pub mod leg {
+    /// No such leg (the table ends here).
+    pub const NONE: u8 = 0;
+    /// In service: holds every block of the checkpoint.
+    pub const ACTIVE: u8 = 1;
+    /// Being rebuilt from the others: not yet to be read (replacement; later).
+    pub const REBUILDING: u8 = 2;
+    /// Out of service: failed, missing or stale since this superblock's generation or
+    /// before; never read again until rebuilt.
+    pub const FAILED: u8 = 3;
+}
+
 /// A pointer to a btree node: where it is, which allocation it must be, and how much of
 /// it is committed. Readers read exactly `blocks` blocks; anything a node holds past that
 /// (an append of a checkpoint that never committed) is invisible.
@@ -142,6 +159,9 @@ pub struct Superblock {
     /// The log epoch: log blocks carry it, and blocks of another epoch are stale. Each
     /// mount picks a new one before writing to the log.
     pub log_epoch: u64,
+    /// A mirrored volume's legs by place: a [`leg`] state each (all [`leg::NONE`] on a
+    /// single device).
+    pub legs: [u8; MAX_LEGS],
 }
 
 /// The superblock's on-disk layout (little-endian, no padding), at the start of its
@@ -176,6 +196,7 @@ struct SuperblockDisk {
     mount_count: U64,
     log_tail: U64,
     log_epoch: U64,
+    legs: [u8; MAX_LEGS],
 }
 
 /// Where the superblock's checksum starts: everything after the magic and the checksum.
@@ -203,6 +224,14 @@ impl Superblock {
     /// The root of `tree`.
     pub fn root(&self, tree: TreeId) -> Root {
         self.roots[tree as usize]
+    }
+
+    /// How many legs the volume has (0: a single device, not a mirror).
+    pub fn leg_count(&self) -> usize {
+        self.legs
+            .iter()
+            .position(|&l| l == leg::NONE)
+            .unwrap_or(MAX_LEGS)
     }
 
     /// The label as bytes, without padding.
@@ -254,6 +283,7 @@ impl Superblock {
             mount_count: self.mount_count.into(),
             log_tail: self.log_tail.into(),
             log_epoch: self.log_epoch.into(),
+            legs: self.legs,
         }
     }
 
@@ -303,6 +333,7 @@ impl Superblock {
             mount_count: d.mount_count.get(),
             log_tail: d.log_tail.get(),
             log_epoch: d.log_epoch.get(),
+            legs: d.legs,
         }
     }
 
@@ -340,6 +371,14 @@ impl Superblock {
         }
         if self.created.nsec >= 1_000_000_000 {
             return Err(Corrupt::Field("created"));
+        }
+        let count = self.leg_count();
+        let mirrored = self.incompat & super::features::INCOMPAT_MIRROR != 0;
+        if self.legs[count..].iter().any(|&l| l != leg::NONE)
+            || self.legs.iter().any(|&l| l > leg::FAILED)
+            || mirrored != (count > 0)
+        {
+            return Err(Corrupt::Field("legs"));
         }
         Ok(self)
     }
@@ -380,6 +419,7 @@ pub(crate) mod tests {
             mount_count: 2,
             log_tail: 77,
             log_epoch: 3,
+            legs: [0; MAX_LEGS],
         }
     }
 
@@ -391,6 +431,25 @@ pub(crate) mod tests {
         let b = sb.encode();
         assert_eq!(Superblock::decode(&b), Ok(sb.clone()));
         assert_eq!(sb.label_bytes(), b"test");
+    }
+
+    #[test]
+    fn leg_table() {
+        let mut sb = sample();
+        assert_eq!(sb.leg_count(), 0);
+        sb.legs[..2].copy_from_slice(&[leg::ACTIVE, leg::FAILED]);
+        assert!(
+            Superblock::decode(&sb.encode()).is_err(),
+            "legs without the feature"
+        );
+        sb.incompat |= crate::format::features::INCOMPAT_MIRROR;
+        assert_eq!(Superblock::decode(&sb.encode()), Ok(sb.clone()));
+        assert_eq!(sb.leg_count(), 2);
+        sb.legs[3] = leg::ACTIVE;
+        assert!(
+            Superblock::decode(&sb.encode()).is_err(),
+            "a gap in the table"
+        );
     }
 
     #[test]

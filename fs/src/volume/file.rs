@@ -17,6 +17,7 @@ use super::{NineFs, MAX_FILE_SIZE};
 use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent, InodeItem};
 use crate::format::key::kind;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::io::Verified;
 use crate::util::crc::crc32c;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FileType, FsResult, Ino, Timespec};
@@ -404,21 +405,25 @@ impl<D: BlockDevice> NineFs<D> {
     /// mismatch is reported as `EAGAIN` (the caller re-plans once before failing).
     async fn read_piece(&self, piece: &Piece, out: &mut [u8]) -> FsResult<()> {
         debug_assert_eq!(out.len() as u64, piece.len * BS);
-        if let Err(e) = self.dev.read(piece.disk_block, out).await {
-            log::error!(
-                "reading data blocks {}..{}: {e}",
-                piece.disk_block,
-                piece.disk_block + piece.len
-            );
-            return Err(Errno::EIO);
-        }
+        let good = |b: &[u8]| {
+            b.chunks(BLOCK_SIZE)
+                .zip(&piece.csums)
+                .all(|(block, &sum)| crc32c(block) == sum)
+        };
+        let read = self.dev.read_verified(piece.disk_block, out, good).await;
         self.core.lock().stats.data_bytes_read += out.len() as u64;
-        for (i, block) in out.chunks(BLOCK_SIZE).enumerate() {
-            if crc32c(block) != piece.csums[i] {
-                return Err(Errno::EAGAIN);
+        match read {
+            Ok(Verified::Good | Verified::Mended) => Ok(()),
+            Ok(Verified::Bad) => Err(Errno::EAGAIN),
+            Err(e) => {
+                log::error!(
+                    "reading data blocks {}..{}: {e}",
+                    piece.disk_block,
+                    piece.disk_block + piece.len
+                );
+                Err(Errno::EIO)
             }
         }
-        Ok(())
     }
 
     /// `read`.

@@ -7,7 +7,7 @@ use crate::btree::write::FlushResult;
 use crate::btree::{Trees, WriteCause};
 use crate::format::items::InodeItem;
 use crate::format::layout::{Layout, MIN_BLOCKS, SUPERBLOCK_BLOCKS};
-use crate::format::superblock::{state, Root, Superblock, LABEL_LEN};
+use crate::format::superblock::{leg, state, Root, Superblock, LABEL_LEN, MAX_LEGS};
 use crate::format::{
     features, TreeId, BLOCK_SIZE, DEFAULT_NODE_SIZE, FORMAT_VERSION, MAX_NODE_SIZE, MIN_NODE_SIZE,
 };
@@ -61,6 +61,8 @@ pub enum FormatError {
     Label,
     /// Writing failed.
     Io(IoError),
+    /// A mirror of more legs than the superblock's table holds.
+    TooManyLegs(usize),
 }
 
 impl core::fmt::Display for FormatError {
@@ -74,6 +76,7 @@ impl core::fmt::Display for FormatError {
             ),
             FormatError::Label => write!(f, "label longer than {LABEL_LEN} bytes"),
             FormatError::Io(e) => write!(f, "write failed: {e}"),
+            FormatError::TooManyLegs(n) => write!(f, "{n} devices: at most {MAX_LEGS}"),
         }
     }
 }
@@ -81,6 +84,9 @@ impl core::fmt::Display for FormatError {
 /// Makes a filesystem on `dev`.
 pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(), FormatError> {
     let dev = Dev::new(dev).map_err(FormatError::Device)?;
+    if dev.copies() > MAX_LEGS {
+        return Err(FormatError::TooManyLegs(dev.copies()));
+    }
     let layout = checked_layout(dev.blocks(), opts)?;
     // The initial trees, built in memory and written like a checkpoint (sequence 1).
     let seq = 1;
@@ -101,6 +107,12 @@ pub async fn format<D: BlockDevice>(dev: &D, opts: &FormatOptions) -> Result<(),
         write(&dev, layout.bitmap_block(g, 1), &data).await?;
     }
     let mut sb = initial_superblock(opts, layout, roots, free, seq);
+    let copies = dev.copies();
+    if copies > 1 {
+        // A mirror: every leg in service (each device's own place is in its label).
+        sb.legs[..copies].fill(leg::ACTIVE);
+        sb.incompat |= features::INCOMPAT_MIRROR;
+    }
     // Copy B (generation 0) and copy A (generation 1): both valid, A current.
     write(&dev, SUPERBLOCK_BLOCKS[0], &sb.encode()).await?;
     sb.generation = 1;
@@ -203,6 +215,7 @@ fn initial_superblock(
         mount_count: 0,
         log_tail: 0,
         log_epoch: 0,
+        legs: [0; MAX_LEGS],
     }
 }
 

@@ -46,6 +46,7 @@ mod dir;
 mod file;
 mod grow;
 mod inode;
+mod legs;
 mod lock;
 mod mkfs;
 mod ops;
@@ -106,6 +107,9 @@ pub struct MountOptions {
     /// ([`FsStats::core_lock`]: total and longest hold); `None`: holds are counted,
     /// not timed. Read twice per hold, so it must be cheap (a TSC, `Instant`).
     pub hold_clock: Option<fn() -> u64>,
+    /// Refuse to mount a mirrored volume with a leg out of service (missing, failed
+    /// or stale) instead of serving from the others.
+    pub refuse_degraded: bool,
 }
 
 /// Default of [`MountOptions::discard`]: freed blocks go back to the device within
@@ -127,6 +131,7 @@ impl Default for MountOptions {
             policy: Box::new(PressurePolicy),
             discard: Some(DEFAULT_DISCARD_DELAY),
             hold_clock: None,
+            refuse_degraded: false,
         }
     }
 }
@@ -157,6 +162,11 @@ pub enum MountError {
     TooSmall,
     /// Something else failed while mounting (recovery, orphan cleanup).
     Errno(Errno),
+    /// The superblock names this many legs, not as many as the device has copies.
+    Legs(usize),
+    /// Legs are out of service (bit `i`: leg `i`) and
+    /// [`MountOptions::refuse_degraded`] is set.
+    Degraded(u64),
 }
 
 impl ::core::fmt::Display for MountError {
@@ -168,20 +178,40 @@ impl ::core::fmt::Display for MountError {
             MountError::Features(bits) => write!(f, "unknown incompatible features {bits:#x}"),
             MountError::TooSmall => f.write_str("device smaller than the filesystem"),
             MountError::Errno(e) => write!(f, "mount failed: {e}"),
+            MountError::Legs(n) => write!(f, "the volume has {n} legs, not as many as given"),
+            MountError::Degraded(mask) => {
+                write!(f, "legs out of service (mask {mask:#x}): refused")
+            }
         }
     }
 }
 
 /// Reads both superblock copies and returns the valid one with the highest generation,
-/// with the validity of each copy.
+/// with the validity of each copy. On a mirror, of every leg in service; legs found
+/// stale are taken out of service ([`legs`]).
 pub async fn read_superblock<D: BlockDevice>(
     dev: &Dev<D>,
+) -> Result<(Superblock, [bool; 2]), MountError> {
+    if dev.copies() > 1 {
+        return legs::choose(dev).await;
+    }
+    read_superblock_copy(dev, None).await
+}
+
+/// [`read_superblock`] of the device (`None`) or of one copy.
+async fn read_superblock_copy<D: BlockDevice>(
+    dev: &Dev<D>,
+    copy: Option<usize>,
 ) -> Result<(Superblock, [bool; 2]), MountError> {
     let mut best: Option<Superblock> = None;
     let mut valid = [false; 2];
     for (i, &b) in SUPERBLOCK_BLOCKS.iter().enumerate() {
         let mut buf = vec![0u8; BLOCK_SIZE];
-        dev.read(b, &mut buf).await.map_err(MountError::Io)?;
+        match copy {
+            None => dev.read(b, &mut buf).await,
+            Some(c) => dev.read_copy(c, b, &mut buf).await,
+        }
+        .map_err(MountError::Io)?;
         match Superblock::decode(&buf) {
             Ok(sb) => {
                 valid[i] = true;
@@ -351,6 +381,13 @@ impl<D: BlockDevice> NineFs<D> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, _) = read_superblock(&dev).await?;
         let read_only = mount_read_only(&sb, &dev, &opts)?;
+        let out = dev.failed_copies();
+        if out != 0 {
+            if opts.refuse_degraded {
+                return Err(MountError::Degraded(out));
+            }
+            log::warn!("mounting degraded: legs out of service (mask {out:#x}); the others serve");
+        }
         let clean = sb.state & state::CLEAN != 0;
         if !read_only && !clean {
             scrub_groups(&dev, &sb).await.map_err(MountError::Errno)?;
@@ -418,11 +455,12 @@ impl<D: BlockDevice> NineFs<D> {
                 .await
                 .map_err(MountError::Errno);
         }
-        let sb = {
+        let mut sb = {
             let mut c = self.core.lock();
             c.sb.generation += 1;
             c.sb.clone()
         };
+        self.stamp_legs(&mut sb);
         debug_assert_eq!(sb.generation, epoch);
         let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
         self.dev
@@ -482,6 +520,10 @@ impl<D: BlockDevice> NineFs<D> {
             s.failed = u64::from(c.failed);
             s
         };
+        if self.dev.copies() > 1 {
+            s.legs = self.dev.copies() as u64;
+            s.failed_legs = u64::from(self.dev.failed_copies().count_ones());
+        }
         s.log = self.log.lock().stats;
         s
     }
@@ -590,42 +632,68 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(Errno::EIO);
         }
         let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
-        if let Err(e) = self.dev.read(ptr.addr, &mut buf).await {
-            log::error!(
-                "{} tree: reading node at block {}: {e}",
-                tree.name(),
-                ptr.addr
-            );
-            return Err(Errno::EIO);
-        }
         let id = NodeId {
             tree,
             level,
             nonce: ptr.nonce,
         };
-        match parse_node(&buf, id, ptr.blocks) {
-            Ok(sets) => {
-                let node = Node::from_disk(id, ptr.addr, ptr.blocks, &sets);
-                let mut c = self.core.lock();
-                c.stats.node_loads += 1;
-                c.stats.node_load_bytes += buf.len() as u64;
-                let committed = c.committed_seq;
-                c.trees.cache.insert_loaded(node, committed);
-                Ok(())
-            }
-            Err(e) if last_try => {
+        let mut read = self.dev.read(ptr.addr, &mut buf).await;
+        // Another copy (of a mirror) is asked for only when this one fails.
+        let mut other_copies = self.dev.copies() > 1;
+        loop {
+            if let Err(e) = read {
+                if ::core::mem::take(&mut other_copies) {
+                    read = self.read_other_copies(id, ptr, &mut buf).await;
+                    continue;
+                }
                 log::error!(
-                    "{} tree: corrupt node at block {} (bset at block {}): {}",
+                    "{} tree: reading node at block {}: {e}",
                     tree.name(),
-                    ptr.addr,
-                    ptr.addr + u64::from(e.offset_blocks),
-                    e.what
+                    ptr.addr
                 );
-                self.core.lock().stats.corruptions += 1;
-                Err(Errno::EIO)
+                return Err(Errno::EIO);
             }
-            Err(_) => Err(Errno::EAGAIN),
+            let corrupt = match parse_node(&buf, id, ptr.blocks) {
+                Ok(sets) => {
+                    let node = Node::from_disk(id, ptr.addr, ptr.blocks, &sets);
+                    let mut c = self.core.lock();
+                    c.stats.node_loads += 1;
+                    c.stats.node_load_bytes += buf.len() as u64;
+                    let committed = c.committed_seq;
+                    c.trees.cache.insert_loaded(node, committed);
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            if ::core::mem::take(&mut other_copies) {
+                read = self.read_other_copies(id, ptr, &mut buf).await;
+                continue;
+            }
+            if !last_try {
+                return Err(Errno::EAGAIN);
+            }
+            log::error!(
+                "{} tree: corrupt node at block {} (bset at block {}): {}",
+                tree.name(),
+                ptr.addr,
+                ptr.addr + u64::from(corrupt.offset_blocks),
+                corrupt.what
+            );
+            self.core.lock().stats.corruptions += 1;
+            return Err(Errno::EIO);
         }
+    }
+
+    /// Reads node `ptr` from every copy of a mirror, keeping one that parses in `buf`
+    /// (and mending the others).
+    async fn read_other_copies(
+        &self,
+        id: NodeId,
+        ptr: NodePtr,
+        buf: &mut [u8],
+    ) -> Result<(), block::IoError> {
+        let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
+        self.dev.check_copies(ptr.addr, buf, good).await.map(drop)
     }
 
     async fn load_group(&self, g: u32) -> FsResult<()> {
@@ -637,7 +705,8 @@ impl<D: BlockDevice> NineFs<D> {
             (c.sb.layout.bitmap_block(g, 0), c.committed_seq)
         };
         let mut buf = vec![0u8; 2 * BLOCK_SIZE];
-        if let Err(e) = self.dev.read(block, &mut buf).await {
+        let good = |b: &[u8]| choose_group(b, g, committed, true).is_ok();
+        if let Err(e) = self.dev.read_verified(block, &mut buf, good).await {
             log::error!("reading bitmap group {g} at block {block}: {e}");
             return Err(Errno::EIO);
         }
@@ -769,6 +838,8 @@ impl<D: BlockDevice> NineFs<D> {
                 self.dev.write(*block, data, WriteFlags::NONE).await?;
             }
             self.dev.flush().await?;
+            // Legs that failed up to here are out of what this checkpoint committed.
+            self.stamp_legs(&mut plan.sb);
             let slot = SUPERBLOCK_BLOCKS[(plan.sb.generation % 2) as usize];
             self.dev
                 .write(slot, &plan.sb.encode(), WriteFlags::FUA)

@@ -157,6 +157,10 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::gauge("fs.failed").help(
         "1 once a failed device write or FLUSH made the filesystem refuse every request with EIO: reboot on a healthy disk.",
     ),
+    Rule::gauge("fs.legs").help("Devices of a mirrored volume (0: a single device)."),
+    Rule::gauge("fs.failed_legs").help(
+        "Devices of a mirrored volume out of service (failed, missing or stale): the volume serves from the others; replace them.",
+    ),
     Rule::counter("fs.grows")
         .named("fs_grows")
         .help("Times the filesystem grew to a larger device."),

@@ -27,6 +27,7 @@ use crate::format::items::{decode_csums, decode_inode_refs, FileExtent};
 use crate::format::key::kind;
 use crate::format::superblock::NodePtr;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::io::Verified;
 use crate::util::crc::crc32c;
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Ino, ROOT_INO};
@@ -143,6 +144,9 @@ pub struct ScrubReport {
     pub error_count: u64,
     /// The errors, as found.
     pub errors: Vec<ScrubError>,
+    /// Nodes and data extents a copy of which (on a mirror) failed and was rewritten
+    /// from a good one; those with no good copy left are errors.
+    pub repaired: u64,
     /// Failures not counted as errors: seen once a newer checkpoint was made, so the
     /// block may have been freed and discarded or reused.
     pub skipped: u64,
@@ -167,6 +171,7 @@ impl core::fmt::Display for ScrubReport {
         writeln!(f, "data_blocks {}", self.data_blocks)?;
         writeln!(f, "bytes {}", self.bytes)?;
         writeln!(f, "errors {}", self.error_count)?;
+        writeln!(f, "repaired {}", self.repaired)?;
         writeln!(f, "skipped {}", self.skipped)?;
         for e in &self.errors {
             writeln!(f, "error {e}")?;
@@ -307,11 +312,12 @@ impl<D: BlockDevice> NineFs<D> {
         drop(c);
         if let Some(r) = report {
             log::info!(
-                "scrub: complete: {} nodes, {} data blocks, {} bytes, {} errors, {} skipped",
+                "scrub: complete: {} nodes, {} data blocks, {} bytes, {} errors, {} repaired, {} skipped",
                 r.nodes,
                 r.data_blocks,
                 r.bytes,
                 r.error_count,
+                r.repaired,
                 r.skipped
             );
         }
@@ -346,7 +352,17 @@ impl<D: BlockDevice> NineFs<D> {
         let mut buf = vec![0u8; blocks as usize * BLOCK_SIZE];
         let bytes = buf.len() as u64;
         self.scrub_count(bytes, 1, 0);
-        if let Err(e) = self.dev.read(ptr.addr, &mut buf).await {
+        let id = NodeId {
+            tree,
+            level,
+            nonce: ptr.nonce,
+        };
+        // Every copy is checked (a mirror's bad ones mended); `buf` holds a good one
+        // when there is one.
+        let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
+        let checked = self.dev.check_copies(ptr.addr, &mut buf, good).await;
+        self.scrub_mended(&checked);
+        if let Err(e) = checked {
             self.scrub_failed(ScrubError::Node {
                 tree,
                 level,
@@ -355,11 +371,6 @@ impl<D: BlockDevice> NineFs<D> {
             });
             return Ok(bytes);
         }
-        let id = NodeId {
-            tree,
-            level,
-            nonce: ptr.nonce,
-        };
         let sets = match parse_node(&buf, id, ptr.blocks) {
             Ok(sets) => sets,
             Err(e) => {
@@ -428,8 +439,15 @@ impl<D: BlockDevice> NineFs<D> {
         let mut buf = vec![0u8; csums.len() * BLOCK_SIZE];
         let bytes = buf.len() as u64;
         self.scrub_count(bytes, 0, len);
-        let bad: Vec<(u64, &str)> = match self.dev.read(start, &mut buf).await {
-            Ok(()) => buf
+        let good = |b: &[u8]| {
+            b.chunks(BLOCK_SIZE)
+                .zip(csums)
+                .all(|(data, &sum)| crc32c(data) == sum)
+        };
+        let checked = self.dev.check_copies(start, &mut buf, good).await;
+        self.scrub_mended(&checked);
+        let bad: Vec<(u64, &str)> = match checked {
+            Ok(_) => buf
                 .chunks(BLOCK_SIZE)
                 .zip(csums)
                 .enumerate()
@@ -456,6 +474,13 @@ impl<D: BlockDevice> NineFs<D> {
             r.data_blocks += data_blocks;
         }
         self.core.lock().stats.scrub_bytes += bytes;
+    }
+
+    /// Counts a piece whose bad copies were mended.
+    fn scrub_mended(&self, checked: &Result<Verified, block::IoError>) {
+        if let (Ok(Verified::Mended), Some(r)) = (checked, self.scrub.lock().report.as_mut()) {
+            r.repaired += 1;
+        }
     }
 
     /// Records a failure: an error, or skipped when a newer checkpoint has been made

@@ -192,15 +192,25 @@ pub async fn referenced_blocks<D: BlockDevice>(
             return Err(Errno::EIO);
         }
         let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
-        dev.read(ptr.addr, &mut buf).await.map_err(|e| {
-            log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
-            Errno::EIO
-        })?;
         let id = NodeId {
             tree,
             level,
             nonce: ptr.nonce,
         };
+        let read = dev.read(ptr.addr, &mut buf).await;
+        // On a mirror, a copy that fails is read from another leg and mended (one copy:
+        // parsed once, below).
+        let read =
+            if dev.copies() > 1 && (read.is_err() || parse_node(&buf, id, ptr.blocks).is_err()) {
+                let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
+                dev.check_copies(ptr.addr, &mut buf, good).await.map(drop)
+            } else {
+                read
+            };
+        read.map_err(|e| {
+            log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
+            Errno::EIO
+        })?;
         let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
             log::error!(
                 "{} tree: corrupt node at {}: {}",
@@ -502,6 +512,7 @@ impl<D: BlockDevice> NineFs<D> {
             policy: alloc::boxed::Box::new(super::PressurePolicy),
             discard: None,
             hold_clock: self.core.clock(),
+            refuse_degraded: false,
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));

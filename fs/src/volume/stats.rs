@@ -66,6 +66,11 @@ pub struct FsStats {
     /// filesystem refuse every request with `EIO` (logged when it happens;
     /// docs/durability.md, "Device errors" and "Broken invariants"), else 0.
     pub failed: u64,
+    /// Devices of a mirrored volume (a gauge; 0 on a single device).
+    pub legs: u64,
+    /// Devices of a mirrored volume out of service: failed, missing or stale (a gauge;
+    /// the volume serves from the others). Per-leg errors and repairs are the mirror's.
+    pub failed_legs: u64,
     /// Snapshots taken.
     pub snapshots_created: u64,
     /// Snapshots deleted.

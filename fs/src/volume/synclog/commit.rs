@@ -186,6 +186,10 @@ impl<D: BlockDevice> NineFs<D> {
             self.dev.flush().await
         }
         .await;
+        // A leg that missed any of it must be on record before the commit counts.
+        if written.is_ok() && self.dev.copies() > 1 {
+            self.record_failed_legs().await?;
+        }
         match written {
             Ok(()) => {
                 self.core.lock().stats.flushes += 1;

@@ -186,7 +186,13 @@ impl ReadLog {
         buf: &mut [u8],
     ) -> Result<Option<(LogBlockHeader, Vec<u8>)>, UnreadableLog> {
         let block = self.start + seq % self.capacity;
-        dev.read(block, buf)
+        let ours = |b: &[u8]| {
+            LogBlockHeader::decode_block(b)
+                .is_ok_and(|(h, _)| h.epoch == self.epoch && h.seq == seq)
+        };
+        // The end of the log reads as "not ours" too: on a mirror every copy is asked
+        // (a crash may have left a commit on one leg only).
+        dev.read_verified(block, buf, ours)
             .await
             .map_err(|error| UnreadableLog { seq, block, error })?;
         let Ok((h, p)) = LogBlockHeader::decode_block(buf) else {
@@ -301,7 +307,18 @@ impl<D: BlockDevice> NineFs<D> {
                     return Ok(DataCheck::Missing);
                 };
                 let mut buf = vec![0u8; n * BLOCK_SIZE];
-                let whole = self.dev.read(fe.first_block(), &mut buf).await.is_ok();
+                let good = |b: &[u8]| {
+                    b.chunks(BLOCK_SIZE)
+                        .zip(want)
+                        .all(|(block, &sum)| crc32c(block) == sum)
+                };
+                // Every copy: a crash may have left the last commit's data on one leg
+                // of a mirror only, and replay is about to make it part of the trees.
+                let whole = self
+                    .dev
+                    .check_copies(fe.first_block(), &mut buf, good)
+                    .await
+                    .is_ok();
                 for (i, (b, &c)) in buf.chunks_mut(BLOCK_SIZE).zip(want).enumerate() {
                     // After a failed read, block by block: which ones the device cannot
                     // read, and whether any readable one differs.

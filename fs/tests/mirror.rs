@@ -1,0 +1,467 @@
+//! A filesystem on a mirror of two devices (`block::MirrorDisk`): each leg is a whole
+//! filesystem; bad copies on one leg (flipped bits, read errors) are served from the
+//! other and mended, by reads and by scrub; a leg whose writes fail is taken out,
+//! recorded in the superblock before the fsync that follows is acknowledged, and never
+//! trusted again; a leg missing at mount leaves the volume serving (or refused, on
+//! request); crashes that leave the legs different (each leg its own subset of the
+//! writes since the last FLUSH, a torn block on one) keep every acknowledged fsync.
+
+use block::{Fault, FaultDisk, IoError, LegState, MemDisk, MirrorDisk};
+use fsck::{fsck, FsckOptions};
+use ninefs::volume::{format, FormatOptions, MountError, MountOptions, NineFs};
+use testkit::testing::ManualClock;
+use vfs::{FileSystem, Ino, Owner, Timespec, ROOT_INO};
+
+const OWNER: Owner = Owner { uid: 1, gid: 2 };
+const BLOCKS: u64 = 4096;
+
+/// Past the superblocks: a leg whose superblocks are all bad is no leg at all.
+const FIRST_BITMAP_BLOCK: u64 = 3;
+
+type Leg = FaultDisk<MemDisk>;
+type Mirror = MirrorDisk<Leg>;
+
+fn clock() -> ManualClock {
+    ManualClock::new(Timespec {
+        sec: 1_700_000_000,
+        nsec: 5,
+    })
+}
+
+fn leg(image: Vec<u8>) -> Leg {
+    FaultDisk::new(MemDisk::from_bytes(4096, image), 1)
+}
+
+fn mirror(legs: Vec<Option<Vec<u8>>>) -> Mirror {
+    MirrorDisk::new(legs.into_iter().map(|l| l.map(leg)).collect()).unwrap()
+}
+
+fn mount_with(dev: Mirror, opts: MountOptions) -> Result<NineFs<Mirror>, MountError> {
+    pollster::block_on(NineFs::mount(dev, opts, Box::new(clock())))
+}
+
+fn mount(dev: Mirror) -> NineFs<Mirror> {
+    mount_with(dev, MountOptions::default()).expect("mounts")
+}
+
+/// The content of file `i`.
+fn content(i: u32) -> Vec<u8> {
+    (0..(i as usize * 3000 + 100))
+        .map(|j| (j as u32 * 31 + i) as u8)
+        .collect()
+}
+
+/// A mirrored filesystem with 30 files and a snapshot, cleanly unmounted: the two legs'
+/// images.
+fn build() -> Vec<Vec<u8>> {
+    let dev = mirror(vec![Some(vec![0; 4096 * BLOCKS as usize]); 2]);
+    let opts = FormatOptions {
+        node_size: 16 * 1024,
+        uuid: [9; 16],
+        secret: 77,
+        ..FormatOptions::default()
+    };
+    pollster::block_on(format(&dev, &opts)).unwrap();
+    let fs = mount(dev);
+    pollster::block_on(async {
+        let d = fs.mkdir(ROOT_INO, b"dir", 0o755, OWNER).await.unwrap();
+        for i in 0..30u32 {
+            let name = format!("file{i}");
+            let f = fs
+                .create(d.ino, name.as_bytes(), 0o644, OWNER)
+                .await
+                .unwrap();
+            fs.write(f.ino, 0, &content(i)).await.unwrap();
+        }
+        // Its nodes are walked at every mount.
+        fs.snapshot_create("made").await.unwrap();
+    });
+    images(pollster::block_on(fs.unmount()).unwrap())
+}
+
+fn images(m: Mirror) -> Vec<Vec<u8>> {
+    (0..m.copies())
+        .filter_map(|i| Some(m.leg(i)?.inner().snapshot()))
+        .collect()
+}
+
+use block::BlockDevice;
+
+/// Every file's content is what was written (no error, no wrong byte).
+fn check_files(fs: &NineFs<Mirror>, files: u32) {
+    pollster::block_on(async {
+        let d = fs.lookup(ROOT_INO, b"dir").await.unwrap();
+        for i in 0..files {
+            let f = fs
+                .lookup(d.ino, format!("file{i}").as_bytes())
+                .await
+                .unwrap();
+            let want = content(i);
+            let mut buf = vec![0u8; want.len() + 10];
+            let n = fs.read(f.ino, 0, &mut buf).await.unwrap();
+            assert_eq!(&buf[..n], &want[..], "file{i}");
+        }
+    });
+}
+
+/// fsck of one leg's image alone: a leg is a whole filesystem.
+fn fsck_clean(image: &[u8]) {
+    let disk = MemDisk::from_bytes(4096, image.to_vec());
+    let report = pollster::block_on(fsck(&disk, &FsckOptions::default())).unwrap();
+    assert!(report.is_clean(), "{:?}", report.errors);
+}
+
+#[test]
+fn every_leg_holds_the_whole_filesystem() {
+    let legs = build();
+    assert_eq!(legs[0], legs[1], "both legs got every write");
+    fsck_clean(&legs[0]);
+    let fs = mount(mirror(legs.into_iter().map(Some).collect()));
+    assert_eq!(fs.stats().legs, 2);
+    assert_eq!(fs.stats().failed_legs, 0);
+    check_files(&fs, 30);
+}
+
+#[test]
+fn flipped_bits_on_one_leg_are_served_from_the_other_and_mended() {
+    let mut legs = build();
+    let data_start = FIRST_BITMAP_BLOCK;
+    // A flipped bit in every block of leg 0 past the superblocks.
+    for b in data_start..BLOCKS {
+        legs[0][b as usize * 4096 + 100] ^= 0x10;
+    }
+    let fs = mount(mirror(legs.into_iter().map(Some).collect()));
+    check_files(&fs, 30);
+    let repaired = fs.device().legs()[0].repairs;
+    assert!(repaired > 0, "reads mended leg 0");
+    assert_eq!(fs.device().legs()[1].repairs, 0);
+    assert_eq!(fs.stats().corruptions, 0, "the client never saw one");
+    // Scrub finds and mends the rest (nodes and data no read reached).
+    let report = pollster::block_on(fs.scrub_all()).unwrap();
+    assert_eq!(report.error_count, 0, "{report}");
+    let images = images(pollster::block_on(fs.unmount()).unwrap());
+    fsck_clean(&images[0]);
+    fsck_clean(&images[1]);
+}
+
+/// The block of `image` that holds the first 4 KiB of file `i`.
+fn first_block_of(image: &[u8], i: u32) -> usize {
+    let want = &content(i)[..4096];
+    (0..BLOCKS as usize)
+        .find(|&b| &image[b * 4096..(b + 1) * 4096] == want)
+        .expect("the file's first block")
+}
+
+#[test]
+fn what_neither_leg_holds_good_is_an_error_for_scrub() {
+    let mut legs = build();
+    // file29's first block is bad on both legs; file28's on leg 1 only.
+    let both = first_block_of(&legs[0], 29);
+    let one = first_block_of(&legs[1], 28);
+    for image in legs.iter_mut() {
+        image[both * 4096 + 7] ^= 1;
+    }
+    legs[1][one * 4096 + 7] ^= 1;
+    let fs = mount(mirror(legs.into_iter().map(Some).collect()));
+    let report = pollster::block_on(fs.scrub_all()).unwrap();
+    assert_eq!(report.error_count, 1, "{report}");
+    assert_eq!(report.repaired, 1, "{report}");
+    assert_eq!(fs.device().legs()[1].repairs, 1);
+}
+
+#[test]
+fn read_errors_on_one_leg_are_served_and_take_it_out_past_the_limit() {
+    let legs = build();
+    let m = mirror(legs.into_iter().map(Some).collect()).with_read_error_limit(1000);
+    let data_start = FIRST_BITMAP_BLOCK;
+    m.leg(0)
+        .unwrap()
+        .inject(Fault::ReadRange(data_start..BLOCKS), IoError::Device(0x281));
+    let fs = mount(m);
+    check_files(&fs, 30);
+    let l = fs.device().legs();
+    assert!(l[0].read_errors > 0);
+    assert!(l[0].repairs > 0, "written back where it could not be read");
+    assert_eq!(l[0].state, LegState::Active);
+    drop(fs);
+
+    let legs = build();
+    let m = mirror(legs.into_iter().map(Some).collect()).with_read_error_limit(3);
+    m.leg(0)
+        .unwrap()
+        .inject(Fault::ReadRange(data_start..BLOCKS), IoError::Timeout);
+    let fs = mount(m);
+    check_files(&fs, 30);
+    assert_eq!(fs.device().legs()[0].state, LegState::Failed);
+    assert_eq!(fs.stats().failed_legs, 1);
+}
+
+/// Creates `name` with `data`, fsyncs it; returns the inode.
+fn create_synced(fs: &NineFs<Mirror>, name: &[u8], data: &[u8]) -> Ino {
+    pollster::block_on(async {
+        let f = fs.create(ROOT_INO, name, 0o644, OWNER).await.unwrap();
+        fs.write(f.ino, 0, data).await.unwrap();
+        fs.fsync(f.ino, false).await.unwrap();
+        fs.fsync(ROOT_INO, false).await.unwrap();
+        f.ino
+    })
+}
+
+fn read_all(fs: &NineFs<Mirror>, name: &[u8]) -> Vec<u8> {
+    pollster::block_on(async {
+        let f = fs.lookup(ROOT_INO, name).await.unwrap();
+        let mut buf = vec![0u8; f.size as usize];
+        let n = fs.read(f.ino, 0, &mut buf).await.unwrap();
+        buf.truncate(n);
+        buf
+    })
+}
+
+#[test]
+fn a_leg_whose_writes_fail_is_taken_out_recorded_and_never_trusted_again() {
+    for bad in [0, 1] {
+        let legs = build();
+        let fs = mount(mirror(legs.into_iter().map(Some).collect()));
+        // From now on every write to leg `bad` fails.
+        fs.device()
+            .leg(bad)
+            .unwrap()
+            .inject(Fault::WriteRange(0..BLOCKS), IoError::Device(0x2));
+        let data = vec![0x5a; 50_000];
+        create_synced(&fs, b"after", &data);
+        assert_eq!(fs.stats().failed_legs, 1);
+        assert_eq!(fs.stats().failed, 0, "the volume serves on");
+        // A crash now (no unmount): the bad leg missed the fsynced file, and its
+        // superblocks still say it is in service, as of an older generation; the good
+        // leg's, newer, say it failed.
+        let images: Vec<Vec<u8>> = (0..2)
+            .map(|i| fs.device().leg(i).unwrap().inner().snapshot())
+            .collect();
+        drop(fs);
+        let fs = mount(mirror(images.iter().cloned().map(Some).collect()));
+        assert_eq!(fs.device().legs()[bad].state, LegState::Failed, "leg {bad}");
+        assert_eq!(read_all(&fs, b"after"), data);
+        check_files(&fs, 30);
+        fsck_clean(&images[1 - bad]);
+    }
+}
+
+#[test]
+fn a_leg_missing_at_mount_serves_degraded_or_is_refused() {
+    let legs = build();
+    let refuse = MountOptions {
+        refuse_degraded: true,
+        ..MountOptions::default()
+    };
+    let err = mount_with(mirror(vec![Some(legs[0].clone()), None]), refuse).err();
+    assert_eq!(err, Some(MountError::Degraded(0b10)));
+    let fs = mount(mirror(vec![Some(legs[0].clone()), None]));
+    assert_eq!(fs.stats().failed_legs, 1);
+    check_files(&fs, 30);
+    let data = vec![7u8; 9000];
+    create_synced(&fs, b"alone", &data);
+    let leg0 = images(pollster::block_on(fs.unmount()).unwrap()).remove(0);
+    // The old leg 1 comes back: stale (the table says so), never read.
+    let fs = mount(mirror(vec![Some(leg0.clone()), Some(legs[1].clone())]));
+    assert_eq!(fs.device().legs()[1].state, LegState::Failed);
+    assert_eq!(read_all(&fs, b"alone"), data);
+    // Alone, the old leg is its old self (it would mount as the volume was).
+    let fs = mount(mirror(vec![None, Some(legs[1].clone())]));
+    check_files(&fs, 30);
+}
+
+#[test]
+fn a_crash_that_loses_one_legs_writes_since_the_flush_keeps_every_fsync() {
+    let legs = build();
+    let fs = mount(mirror(legs.into_iter().map(Some).collect()));
+    let synced = vec![0x33; 20_000];
+    create_synced(&fs, b"synced", &synced);
+    // Leg 1 as of that fsync's FLUSH. The next fsync's writes and FLUSH complete on
+    // leg 0; leg 1 loses all of them (its volatile cache, at a power cut before its
+    // FLUSH completed): so that fsync was never acknowledged.
+    let at_flush = fs.device().leg(1).unwrap().inner().snapshot();
+    let later = vec![1u8; 30_000];
+    pollster::block_on(async {
+        let f = fs.create(ROOT_INO, b"later", 0o644, OWNER).await.unwrap();
+        fs.write(f.ino, 0, &later).await.unwrap();
+        fs.fsync(f.ino, false).await.unwrap();
+        fs.fsync(ROOT_INO, false).await.unwrap();
+    });
+    let leg0 = fs.device().leg(0).unwrap().inner().snapshot();
+    drop(fs);
+    for legs in [
+        vec![Some(leg0.clone()), Some(at_flush.clone())],
+        vec![Some(at_flush.clone()), Some(leg0.clone())],
+    ] {
+        let fs = mount(mirror(legs));
+        assert_eq!(
+            fs.stats().failed_legs,
+            0,
+            "both legs in step as of the flush"
+        );
+        assert_eq!(read_all(&fs, b"synced"), synced);
+        // The unacknowledged fsync: whole or not at all (here whole: the log is read
+        // from whichever leg has it).
+        assert_eq!(read_all(&fs, b"later"), later);
+        check_files(&fs, 30);
+        let report = pollster::block_on(fs.scrub_all()).unwrap();
+        assert_eq!(report.error_count, 0, "{report}");
+        let images = images(pollster::block_on(fs.unmount()).unwrap());
+        fsck_clean(&images[0]);
+        fsck_clean(&images[1]);
+    }
+}
+
+/// A leg that keeps an image of itself at every point where what it holds becomes
+/// durable (each FLUSH and FUA write): a crash between two points leaves the first
+/// plus any subset of the blocks written since.
+#[derive(Debug)]
+struct Snapping {
+    disk: MemDisk,
+    points: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl Snapping {
+    fn new(image: Vec<u8>) -> Snapping {
+        Snapping {
+            points: std::sync::Mutex::new(vec![image.clone()]),
+            disk: MemDisk::from_bytes(4096, image),
+        }
+    }
+
+    fn point(&self) {
+        self.points.lock().unwrap().push(self.disk.snapshot());
+    }
+}
+
+impl BlockDevice for Snapping {
+    fn geometry(&self) -> block::Geometry {
+        self.disk.geometry()
+    }
+
+    async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.disk.read(lba, buf).await
+    }
+
+    async fn write(&self, lba: u64, buf: &[u8], flags: block::WriteFlags) -> Result<(), IoError> {
+        self.disk.write(lba, buf, flags).await?;
+        if flags.fua {
+            self.point();
+        }
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), IoError> {
+        self.disk.flush().await?;
+        self.point();
+        Ok(())
+    }
+
+    async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
+        self.disk.discard(lba, blocks).await
+    }
+}
+
+/// `from` with the blocks of `chosen` (a subset of those that differ) taken from `to`.
+fn between(from: &[u8], to: &[u8], differ: &[usize], chosen: u64) -> Vec<u8> {
+    let mut image = from.to_vec();
+    for (k, &b) in differ.iter().enumerate() {
+        if chosen & 1 << (k % 64) != 0 {
+            image[b * 4096..(b + 1) * 4096].copy_from_slice(&to[b * 4096..(b + 1) * 4096]);
+        }
+    }
+    image
+}
+
+#[test]
+fn crashes_that_leave_the_legs_different_keep_every_acknowledged_fsync() {
+    let base = build();
+    let legs = MirrorDisk::new(
+        base.iter()
+            .cloned()
+            .map(|i| Some(Snapping::new(i)))
+            .collect(),
+    )
+    .unwrap();
+    let fs = pollster::block_on(NineFs::mount(
+        legs,
+        MountOptions::default(),
+        Box::new(clock()),
+    ))
+    .unwrap();
+    // File `i` is acknowledged once leg 0 has `acked[i]` points.
+    let mut acked = Vec::new();
+    let data = |i: usize| vec![i as u8 + 1; 5000 + i * 3000];
+    for i in 0..12 {
+        pollster::block_on(async {
+            let name = format!("s{i}");
+            let f = fs
+                .create(ROOT_INO, name.as_bytes(), 0o644, OWNER)
+                .await
+                .unwrap();
+            fs.write(f.ino, 0, &data(i)).await.unwrap();
+            fs.fsync(f.ino, false).await.unwrap();
+            fs.fsync(ROOT_INO, false).await.unwrap();
+            if i % 4 == 3 {
+                fs.sync().await.unwrap();
+            }
+        });
+        acked.push(fs.device().leg(0).unwrap().points.lock().unwrap().len());
+    }
+    let points: Vec<Vec<Vec<u8>>> = (0..2)
+        .map(|l| fs.device().leg(l).unwrap().points.lock().unwrap().clone())
+        .collect();
+    drop(fs);
+    assert_eq!(
+        points[0].len(),
+        points[1].len(),
+        "every FLUSH reached both legs"
+    );
+    let mut rng = oorandom::Rand64::new(27);
+    let mut states = 0;
+    for p in 0..points[0].len() - 1 {
+        let (from, to) = (&points[0][p], &points[0][p + 1]);
+        assert_eq!(from, &points[1][p]);
+        let differ: Vec<usize> = (0..BLOCKS as usize)
+            .filter(|&b| from[b * 4096..(b + 1) * 4096] != to[b * 4096..(b + 1) * 4096])
+            .collect();
+        // Each leg keeps its own subset of what was written since point `p`: none,
+        // all, and random ones.
+        let mut choices = vec![(0, u64::MAX), (u64::MAX, 0), (0, 0)];
+        choices.extend((0..4).map(|_| (rng.rand_u64(), rng.rand_u64())));
+        for (c0, c1) in choices {
+            states += 1;
+            let mut crashed = vec![
+                Some(between(from, to, &differ, c0)),
+                Some(between(from, to, &differ, c1)),
+            ];
+            // And a torn write on one leg: one block half new, half old.
+            if let (Some(leg), false) = (crashed[(c0 % 2) as usize].as_mut(), differ.is_empty()) {
+                let b = differ[(c1 as usize) % differ.len()] * 4096;
+                let (first, second) = if c0 & 4 != 0 { (to, from) } else { (from, to) };
+                leg[b..b + 2048].copy_from_slice(&first[b..b + 2048]);
+                leg[b + 2048..b + 4096].copy_from_slice(&second[b + 2048..b + 4096]);
+            }
+            let fs = mount(mirror(crashed));
+            pollster::block_on(async {
+                for (i, &at) in acked.iter().enumerate() {
+                    let name = format!("s{i}");
+                    match fs.lookup(ROOT_INO, name.as_bytes()).await {
+                        Ok(f) => {
+                            let mut buf = vec![0u8; f.size as usize];
+                            let n = fs.read(f.ino, 0, &mut buf).await.unwrap();
+                            assert_eq!(buf[..n], data(i)[..], "{name} at point {p}");
+                        }
+                        Err(e) => assert!(at > p + 1, "{name} lost at point {p}: {e}"),
+                    }
+                }
+            });
+            check_files(&fs, 30);
+            let images = images(pollster::block_on(fs.unmount()).unwrap());
+            fsck_clean(&images[0]);
+            fsck_clean(&images[1]);
+        }
+    }
+    eprintln!("{states} crash states: each leg its own subset of the writes since a FLUSH, one torn block");
+    assert!(states > 100, "{states} crash states");
+}
