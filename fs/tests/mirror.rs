@@ -194,6 +194,7 @@ fn read_errors_on_one_leg_are_served_and_take_it_out_past_the_limit() {
     check_files(&fs, 30);
     assert_eq!(fs.device().legs()[0].state, LegState::Failed);
     assert_eq!(fs.stats().failed_legs, 1);
+    assert!(fs.status_text().lines().any(|l| l == "legs 2 failed 1"));
 }
 
 /// Creates `name` with `data`, fsyncs it; returns the inode.

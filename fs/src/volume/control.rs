@@ -237,6 +237,9 @@ impl<D: BlockDevice> NineFs<D> {
         let _ = writeln!(s, "checkpoint {}", sb.checkpoint_seq);
         let _ = writeln!(s, "grows {}", stats.grows);
         let _ = writeln!(s, "snapshots {}", stats.snapshots);
+        if stats.legs > 0 {
+            let _ = writeln!(s, "legs {} failed {}", stats.legs, stats.failed_legs);
+        }
         let _ = writeln!(s, "corruptions {}", stats.corruptions);
         match self.scrub_report() {
             None => {
