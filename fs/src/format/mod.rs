@@ -14,6 +14,7 @@ pub mod items;
 pub mod key;
 pub mod layout;
 pub mod log;
+pub mod stream;
 pub mod superblock;
 
 pub use key::{Key, TreeId};
