@@ -56,6 +56,8 @@ pub mod snapdir;
 pub mod snapshot;
 pub mod stats;
 pub mod synclog;
+pub mod send;
+pub mod treediff;
 mod xattr;
 
 pub use self::core::InodeState;
