@@ -344,11 +344,7 @@ impl Record {
             }
             kind::DATA => Record::Data(get_ref(&mut r)?, r.u64()?, get_bytes32(&mut r)?),
             kind::UNLINK => Record::Unlink(get_ref(&mut r)?, get_bytes16(&mut r)?),
-            kind::LINK => Record::Link(
-                get_ref(&mut r)?,
-                get_bytes16(&mut r)?,
-                get_ref(&mut r)?,
-            ),
+            kind::LINK => Record::Link(get_ref(&mut r)?, get_bytes16(&mut r)?, get_ref(&mut r)?),
             _ => return None,
         };
         (r.remaining() == 0).then_some(rec)

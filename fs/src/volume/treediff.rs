@@ -142,12 +142,24 @@ pub async fn diff<D: BlockDevice>(
         match old_items.remove(&k) {
             Some(o) if o == v => {}
             o => {
-                changes.insert(k, Change { old: o, new: Some(v) });
+                changes.insert(
+                    k,
+                    Change {
+                        old: o,
+                        new: Some(v),
+                    },
+                );
             }
         }
     }
     for (k, o) in old_items {
-        changes.insert(k, Change { old: Some(o), new: None });
+        changes.insert(
+            k,
+            Change {
+                old: Some(o),
+                new: None,
+            },
+        );
     }
     Ok(TreeDiff {
         changes,

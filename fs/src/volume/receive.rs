@@ -1,0 +1,400 @@
+//! Receiving a snapshot stream (`docs/format.md`, "Snapshot streams"): the live tree of
+//! the target is made the sent snapshot's tree, then a snapshot of it is taken under the
+//! sent name. That snapshot is the result: it appears whole (its checkpoint) or not at
+//! all; a receive that stops half way leaves a live tree that no longer matches its
+//! base, which the next receive detects and refuses.
+//!
+//! What a target holds is known from its snapshots: the root of every received one
+//! carries [`RECEIVED_XATTR`] (the sender's uuid and the snapshot's checkpoint there).
+//! An incremental stream applies only if a snapshot with its base's identity exists and
+//! the live tree still equals it (compared with [`treediff`], so the check costs what
+//! differs). The stream is checked whole ([`stream::decode`]) before anything changes.
+//!
+//! Application is in phases, so that no order of renames can cycle or collide: removed
+//! entries are first moved into a staging directory at the root, new inodes are made
+//! there, added entries are linked (directories renamed) into place, what is left in
+//! staging is deleted, and times are set last (every other step changes some).
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+
+use super::core::Txn;
+use super::send::RECEIVED_XATTR;
+use super::snapshot::{read_items, SnapshotInfo};
+use super::treediff;
+use super::{CheckpointCause, NineFs};
+use crate::format::stream::{self, DataMode, Header, InodeRef, InodeState, Record, StreamError};
+use crate::format::TreeId;
+use block::BlockDevice;
+use vfs::{Errno, FileSystem, FileType, Ino, Owner, SetAttr, Timespec, XattrMode, ROOT_INO};
+
+/// Name of the staging directory at the root while a receive runs.
+pub const STAGING: &[u8] = b".ninefold-receive";
+
+/// Why a receive was refused or failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReceiveError {
+    /// The stream is damaged, truncated or not a stream; nothing was applied.
+    Stream(StreamError),
+    /// No snapshot here is the incremental stream's base.
+    BaseMissing(String),
+    /// The live tree changed since the base snapshot (`.0` keys differ), or a receive
+    /// stopped half way: roll back before receiving more.
+    Diverged(usize),
+    /// A full stream needs an empty live tree.
+    NotEmpty,
+    /// A snapshot of that name exists already.
+    Exists(String),
+    /// The stream refers to something it never described (a bug of the sender).
+    Inconsistent(&'static str),
+    /// The filesystem failed an operation.
+    Fs(Errno),
+}
+
+impl From<Errno> for ReceiveError {
+    fn from(e: Errno) -> ReceiveError {
+        ReceiveError::Fs(e)
+    }
+}
+
+impl fmt::Display for ReceiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReceiveError::Stream(e) => write!(f, "{e}; nothing applied"),
+            ReceiveError::BaseMissing(b) => {
+                write!(
+                    f,
+                    "incremental stream: base snapshot {b:?} not received here"
+                )
+            }
+            ReceiveError::Diverged(n) => write!(
+                f,
+                "the live tree differs from the base snapshot ({n} items): it changed, \
+                 or an earlier receive stopped half way"
+            ),
+            ReceiveError::NotEmpty => write!(f, "a full stream needs an empty filesystem"),
+            ReceiveError::Exists(n) => write!(f, "snapshot {n:?} exists already"),
+            ReceiveError::Inconsistent(w) => write!(f, "inconsistent stream: {w}"),
+            ReceiveError::Fs(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The value of [`RECEIVED_XATTR`] for snapshot `seq` of filesystem `source`.
+pub fn received_mark(source: &[u8; 16], seq: u64) -> Vec<u8> {
+    [&source[..], &seq.to_le_bytes()].concat()
+}
+
+const OWNER: Owner = Owner { uid: 0, gid: 0 };
+
+/// The receive in progress: how stream inodes map to inodes here.
+struct Apply<'a, D: BlockDevice> {
+    fs: &'a NineFs<D>,
+    /// The base snapshot here (`None` for a full stream).
+    base: Option<Arc<NineFs<D>>>,
+    staging: Ino,
+    new: BTreeMap<Ino, Ino>,
+    resolved: BTreeMap<Vec<Vec<u8>>, Ino>,
+    /// Directories now in staging, by inode: their name there.
+    staged_dirs: BTreeMap<Ino, Vec<u8>>,
+    next_name: u64,
+}
+
+impl<D: BlockDevice> Apply<'_, D> {
+    async fn resolve(&mut self, r: &InodeRef) -> Result<Ino, ReceiveError> {
+        match r {
+            InodeRef::New(n) => self.new.get(n).copied().ok_or(ReceiveError::Inconsistent(
+                "an inode used before it is made",
+            )),
+            InodeRef::Base(path) if path.is_empty() => Ok(ROOT_INO),
+            InodeRef::Base(path) => {
+                if let Some(&ino) = self.resolved.get(path) {
+                    return Ok(ino);
+                }
+                let base = self
+                    .base
+                    .as_ref()
+                    .ok_or(ReceiveError::Inconsistent("a base path in a full stream"))?;
+                let mut at = ROOT_INO;
+                for name in path {
+                    at = base.lookup(at, name).await?.ino;
+                }
+                self.resolved.insert(path.clone(), at);
+                Ok(at)
+            }
+        }
+    }
+
+    fn stage_name(&mut self) -> Vec<u8> {
+        self.next_name += 1;
+        format!("{}", self.next_name).into_bytes()
+    }
+
+    async fn make(&mut self, s: &InodeState, src: Ino) -> Result<(), ReceiveError> {
+        let name = self.stage_name();
+        let (fs, dir) = (self.fs, self.staging);
+        let perm = s.mode & vfs::mode::PERMISSIONS;
+        let ty = FileType::from_mode(s.mode).ok_or(ReceiveError::Inconsistent("mode"))?;
+        let attr = match ty {
+            FileType::Regular => fs.create(dir, &name, perm, OWNER).await?,
+            FileType::Directory => fs.mkdir(dir, &name, perm, OWNER).await?,
+            FileType::Symlink => fs.symlink(dir, &name, &s.target, OWNER).await?,
+            _ => fs.mknod(dir, &name, s.mode, s.rdev, OWNER).await?,
+        };
+        if ty == FileType::Directory {
+            self.staged_dirs.insert(attr.ino, name);
+        }
+        self.new.insert(src, attr.ino);
+        Ok(())
+    }
+
+    async fn attributes(&mut self, s: &InodeState) -> Result<(), ReceiveError> {
+        let ino = self.resolve(&s.ino).await?;
+        let fs = self.fs;
+        let mut set = SetAttr {
+            uid: Some(s.uid),
+            gid: Some(s.gid),
+            ..SetAttr::default()
+        };
+        if FileType::from_mode(s.mode) != Some(FileType::Symlink) {
+            set.mode = Some(s.mode & vfs::mode::PERMISSIONS);
+        }
+        fs.setattr(ino, set).await?;
+        match s.data {
+            DataMode::Keep => {}
+            DataMode::Whole => {
+                fs.setattr(ino, size(0)).await?;
+                fs.setattr(ino, size(s.size)).await?;
+            }
+            DataMode::Patch => {
+                fs.setattr(ino, size(s.size)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn xattrs(
+        &mut self,
+        r: &InodeRef,
+        list: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<(), ReceiveError> {
+        let ino = self.resolve(r).await?;
+        for name in self.fs.listxattr(ino).await? {
+            if !list.iter().any(|(n, _)| *n == name) {
+                self.fs.removexattr(ino, &name).await?;
+            }
+        }
+        for (name, value) in list {
+            self.fs
+                .setxattr(ino, name, value, XattrMode::Upsert)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn link(
+        &mut self,
+        dir: &InodeRef,
+        name: &[u8],
+        child: &InodeRef,
+    ) -> Result<(), ReceiveError> {
+        let d = self.resolve(dir).await?;
+        let c = self.resolve(child).await?;
+        match self.staged_dirs.remove(&c) {
+            Some(staged) => self.fs.rename(self.staging, &staged, d, name).await?,
+            None => {
+                self.fs.link(c, d, name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn unlink(&mut self, dir: &InodeRef, name: &[u8]) -> Result<(), ReceiveError> {
+        let d = self.resolve(dir).await?;
+        let attr = self.fs.lookup(d, name).await?;
+        let staged = self.stage_name();
+        self.fs.rename(d, name, self.staging, &staged).await?;
+        if attr.file_type() == FileType::Directory {
+            self.staged_dirs.insert(attr.ino, staged);
+        }
+        Ok(())
+    }
+
+    /// Deletes what is left in staging (entries removed for good), then staging.
+    async fn clear_staging(&mut self) -> Result<(), ReceiveError> {
+        let fs = self.fs;
+        loop {
+            let entries = fs.readdir(self.staging, 0, 256).await?;
+            let mut left = false;
+            for e in entries.iter().filter(|e| e.name != b"." && e.name != b"..") {
+                left = true;
+                match e.file_type {
+                    FileType::Directory => fs.rmdir(self.staging, &e.name).await?,
+                    _ => fs.unlink(self.staging, &e.name).await?,
+                }
+            }
+            if !left {
+                break;
+            }
+        }
+        fs.rmdir(ROOT_INO, STAGING).await?;
+        Ok(())
+    }
+}
+
+fn size(n: u64) -> SetAttr {
+    SetAttr {
+        size: Some(n),
+        ..SetAttr::default()
+    }
+}
+
+impl<D: BlockDevice> NineFs<D> {
+    /// Sets all four times of `ino` as given (a receive restores them as sent; `setattr`
+    /// cannot set ctime or btime).
+    pub async fn restore_times(&self, ino: Ino, times: [Timespec; 4]) -> vfs::FsResult<()> {
+        self.run(|c| {
+            c.writable()?;
+            let mut tx = Txn::new();
+            let mut item = tx.inode(c, ino)?;
+            [item.atime, item.mtime, item.ctime, item.btime] = times;
+            tx.put_inode(ino, &item);
+            c.commit(tx)
+        })
+        .await
+    }
+
+    /// The snapshot here whose root carries `mark` (a received snapshot's identity).
+    async fn received_as(
+        &self,
+        mark: &[u8],
+    ) -> Result<Option<(String, Arc<NineFs<D>>)>, ReceiveError> {
+        for (id, item) in self.run(read_items).await? {
+            let view = self.view_of(id, &item);
+            match view.getxattr(ROOT_INO, RECEIVED_XATTR).await {
+                Ok(v) if v == mark => {
+                    return Ok(Some((
+                        String::from_utf8_lossy(&item.name).into_owned(),
+                        view,
+                    )));
+                }
+                Ok(_) | Err(Errno::ENODATA) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Items (not the filesystem's own, objectid 0) in which the live tree differs from
+    /// the snapshot `view` — after a checkpoint, so the live tree is on disk.
+    async fn differs_from(&self, view: &NineFs<D>) -> Result<usize, ReceiveError> {
+        self.checkpoint(CheckpointCause::Snapshot).await?;
+        let (node_size, live) = {
+            let c = self.core.lock();
+            (c.sb.node_size, c.sb.root(TreeId::Fs))
+        };
+        let snap = view.core.lock().sb.root(TreeId::Fs);
+        let d = treediff::diff(&self.dev, node_size, TreeId::Fs, Some(snap), Some(live)).await?;
+        Ok(d.changes.keys().filter(|k| k.objectid != 0).count())
+    }
+
+    /// Receives `stream` (checked whole first): makes the live tree the sent snapshot's
+    /// tree and takes it as a snapshot of the sent name, which it returns.
+    pub async fn receive(&self, stream: &[u8]) -> Result<SnapshotInfo, ReceiveError> {
+        let (header, records) = stream::decode(stream).map_err(ReceiveError::Stream)?;
+        let Header {
+            source,
+            snapshot,
+            base,
+        } = header;
+        if self
+            .snapshots()
+            .await?
+            .iter()
+            .any(|s| s.name == snapshot.name)
+        {
+            return Err(ReceiveError::Exists(snapshot.name));
+        }
+        let base_view = match &base {
+            Some(b) => {
+                let Some((_, view)) = self.received_as(&received_mark(&source, b.seq)).await?
+                else {
+                    return Err(ReceiveError::BaseMissing(b.name.clone()));
+                };
+                let n = self.differs_from(&view).await?;
+                if n != 0 {
+                    return Err(ReceiveError::Diverged(n));
+                }
+                Some(view)
+            }
+            None => {
+                if self.readdir(ROOT_INO, 0, 3).await?.len() > 2 {
+                    return Err(ReceiveError::NotEmpty);
+                }
+                None
+            }
+        };
+        let staging = self.mkdir(ROOT_INO, STAGING, 0o700, OWNER).await?.ino;
+        let mut a = Apply {
+            fs: self,
+            base: base_view,
+            staging,
+            new: BTreeMap::new(),
+            resolved: BTreeMap::new(),
+            staged_dirs: BTreeMap::new(),
+            next_name: 0,
+        };
+        for r in &records {
+            if let Record::Unlink(dir, name) = r {
+                a.unlink(dir, name).await?;
+            }
+        }
+        for r in &records {
+            if let Record::Inode(
+                s @ InodeState {
+                    ino: InodeRef::New(src),
+                    ..
+                },
+            ) = r
+            {
+                a.make(s, *src).await?;
+            }
+        }
+        for r in &records {
+            if let Record::Link(dir, name, child) = r {
+                a.link(dir, name, child).await?;
+            }
+        }
+        for r in &records {
+            match r {
+                Record::Inode(s) => a.attributes(s).await?,
+                Record::Xattrs(ino, list) => a.xattrs(ino, list).await?,
+                Record::Data(ino, offset, data) => {
+                    let ino = a.resolve(ino).await?;
+                    self.write(ino, *offset, data).await?;
+                }
+                _ => {}
+            }
+        }
+        a.clear_staging().await?;
+        self.setxattr(
+            ROOT_INO,
+            RECEIVED_XATTR,
+            &received_mark(&source, snapshot.seq),
+            XattrMode::Upsert,
+        )
+        .await?;
+        for r in &records {
+            if let Record::Inode(s) = r {
+                let ino = a.resolve(&s.ino).await?;
+                self.restore_times(ino, [s.atime, s.mtime, s.ctime, s.btime])
+                    .await?;
+            }
+        }
+        Ok(self.snapshot_create(&snapshot.name).await?)
+    }
+}

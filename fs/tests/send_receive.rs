@@ -1,0 +1,318 @@
+//! Snapshot streams (issue 28): a snapshot sent and received is the same tree (content,
+//! holes, hard links, xattrs, times, modes, owners), in full and through chains of
+//! incrementals; damaged or truncated streams are refused with nothing applied; an
+//! incremental send reads the nodes on the paths to the change, not the filesystem.
+
+use block::{CountingDisk, MemDisk};
+use fsck::{fsck, FsckOptions};
+use ninefs::format::stream::StreamError;
+use ninefs::volume::receive::ReceiveError;
+use ninefs::volume::send::{SendStats, RECEIVED_XATTR};
+use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
+use proptest::prelude::*;
+use testkit::testing::strategy::{self, GenConfig};
+use testkit::testing::{apply, op_time, Handles, ManualClock, Op, VisibleState};
+use vfs::{FileSystem, FileType, Owner, SetAttr, ROOT_INO};
+
+const OWNER: Owner = Owner { uid: 0, gid: 0 };
+
+fn formatted(blocks: u64, secret: u64) -> MemDisk {
+    let disk = MemDisk::new(4096, blocks);
+    let opts = FormatOptions {
+        secret,
+        ..FormatOptions::default()
+    };
+    pollster::block_on(format(&disk, &opts)).unwrap();
+    disk
+}
+
+fn mount<D: block::BlockDevice>(disk: D, clock: &ManualClock) -> NineFs<D> {
+    pollster::block_on(NineFs::mount(
+        disk,
+        MountOptions::default(),
+        Box::new(clock.clone()),
+    ))
+    .unwrap()
+}
+
+fn clock() -> ManualClock {
+    ManualClock::new(op_time(0))
+}
+
+async fn send<D: block::BlockDevice>(
+    fs: &NineFs<D>,
+    name: &str,
+    base: Option<&str>,
+) -> (Vec<u8>, SendStats) {
+    let mut out = Vec::new();
+    let stats = fs
+        .send(name, base, &mut |b: &[u8]| {
+            out.extend_from_slice(b);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    (out, stats)
+}
+
+/// The tree of snapshot `name`, without the receive mark, plus each path's block count
+/// (so holes are compared too).
+async fn tree<D: block::BlockDevice>(fs: &NineFs<D>, name: &str) -> VisibleState {
+    let view = fs.snapshot_view(name).await.unwrap();
+    let mut state = VisibleState::capture(&*view).await;
+    for (path, node) in state.nodes.iter_mut() {
+        node.xattrs.remove(RECEIVED_XATTR);
+        let blocks = view.getattr(node.ino).await.unwrap().blocks;
+        if node.file_type == FileType::Regular {
+            node.xattrs
+                .insert(b"test.blocks".to_vec(), blocks.to_le_bytes().to_vec());
+        }
+        let _ = path;
+    }
+    state
+}
+
+async fn assert_same<D: block::BlockDevice, E: block::BlockDevice>(
+    src: &NineFs<D>,
+    dst: &NineFs<E>,
+    name: &str,
+) {
+    let (a, b) = (tree(src, name).await, tree(dst, name).await);
+    assert!(a.anomalies.is_empty(), "{:?}", a.anomalies);
+    let diff = a.diff(&b, true);
+    assert!(diff.is_empty(), "snapshot {name}: {diff:#?}");
+}
+
+fn check(disk: &MemDisk) {
+    let report = pollster::block_on(fsck(disk, &FsckOptions::default())).unwrap();
+    assert!(report.is_clean(), "{:#?}", report.errors);
+}
+
+fn config() -> GenConfig {
+    GenConfig {
+        remount: false,
+        handles: true,
+        durability: true,
+        invalid: false,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: strategy::cases(16), ..ProptestConfig::default() })]
+
+    /// Random trees, snapshotted after each batch of ops: the first sent in full, each
+    /// next as an incremental from the one before, received into another filesystem;
+    /// every received snapshot equals its source, and a full send of the last does too.
+    #[test]
+    fn chains_of_incrementals_reproduce_every_snapshot(
+        batches in proptest::collection::vec(proptest::collection::vec(strategy::op(config()), 0..30), 1..5)
+    ) {
+        let (src_disk, dst_disk, full_disk) =
+            (formatted(8 * 1024, 1), formatted(8 * 1024, 2), formatted(8 * 1024, 3));
+        let c = clock();
+        let (src, dst, full) = (mount(&src_disk, &c), mount(&dst_disk, &c), mount(&full_disk, &c));
+        pollster::block_on(async {
+            let mut handles = Handles::default();
+            let mut step = 0;
+            let mut prev: Option<String> = None;
+            for (i, batch) in batches.iter().enumerate() {
+                let ops: Vec<Op> = if i == 0 {
+                    strategy::prelude().into_iter().chain(batch.iter().cloned()).collect()
+                } else {
+                    batch.clone()
+                };
+                for op in &ops {
+                    step += 1;
+                    c.set(op_time(step));
+                    apply(&src, &mut handles, op).await;
+                }
+                let name = format!("s{i}");
+                src.snapshot_create(&name).await.unwrap();
+                let (stream, _) = send(&src, &name, prev.as_deref()).await;
+                step += 1;
+                c.set(op_time(step));
+                dst.receive(&stream).await.unwrap();
+                assert_same(&src, &dst, &name).await;
+                prev = Some(name);
+            }
+            let last = prev.unwrap();
+            let (stream, _) = send(&src, &last, None).await;
+            full.receive(&stream).await.unwrap();
+            assert_same(&src, &full, &last).await;
+            dst.unmount().await.unwrap();
+            full.unmount().await.unwrap();
+        });
+        check(&dst_disk);
+        check(&full_disk);
+    }
+}
+
+/// A small tree with every kind of inode, two snapshots of it.
+async fn sample<D: block::BlockDevice>(fs: &NineFs<D>) {
+    let f = fs.create(ROOT_INO, b"f", 0o640, OWNER).await.unwrap();
+    fs.write(f.ino, 1 << 20, b"after a hole").await.unwrap();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).await.unwrap();
+    fs.link(f.ino, d.ino, b"f2").await.unwrap();
+    fs.symlink(d.ino, b"l", b"../f", OWNER).await.unwrap();
+    fs.mknod(d.ino, b"p", 0o010644, 0, OWNER).await.unwrap();
+    fs.setxattr(f.ino, b"user.k", b"v", vfs::XattrMode::Upsert)
+        .await
+        .unwrap();
+    fs.snapshot_create("a").await.unwrap();
+    fs.write(f.ino, 0, b"head").await.unwrap();
+    fs.rename(d.ino, b"l", ROOT_INO, b"l").await.unwrap();
+    fs.snapshot_create("b").await.unwrap();
+}
+
+#[test]
+fn damaged_and_truncated_streams_are_refused_and_nothing_is_applied() {
+    let (src_disk, dst_disk) = (formatted(4096, 1), formatted(4096, 2));
+    let c = clock();
+    let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
+    pollster::block_on(async {
+        sample(&src).await;
+        let (full, _) = send(&src, "a", None).await;
+        let (incr, _) = send(&src, "b", Some("a")).await;
+        // An incremental without its base.
+        assert_eq!(
+            dst.receive(&incr).await,
+            Err(ReceiveError::BaseMissing("a".into()))
+        );
+        let empty = VisibleState::capture(&dst).await;
+        // Every truncation, and a flipped bit at many places.
+        for n in (0..full.len()).step_by(97) {
+            match dst.receive(&full[..n]).await {
+                Err(ReceiveError::Stream(_)) => {}
+                other => panic!("truncated at {n}: {other:?}"),
+            }
+            let mut d = full.clone();
+            d[n] ^= 4;
+            assert!(matches!(
+                dst.receive(&d).await,
+                Err(ReceiveError::Stream(_))
+            ));
+        }
+        assert_eq!(
+            dst.receive(&full[..full.len() - 1]).await,
+            Err(ReceiveError::Stream(StreamError::Truncated(dst_records(
+                &full
+            ))))
+        );
+        assert_eq!(VisibleState::capture(&dst).await, empty);
+        assert!(dst.snapshots().await.unwrap().is_empty());
+        // Whole, both apply; the same again is refused.
+        dst.receive(&full).await.unwrap();
+        dst.receive(&incr).await.unwrap();
+        assert_same(&src, &dst, "a").await;
+        assert_same(&src, &dst, "b").await;
+        assert!(matches!(
+            dst.receive(&incr).await,
+            Err(ReceiveError::Exists(_))
+        ));
+    });
+}
+
+/// The number of records before the trailer (what a stream cut inside it reports).
+fn dst_records(stream: &[u8]) -> u64 {
+    ninefs::format::stream::decode(stream).unwrap().1.len() as u64 + 1
+}
+
+#[test]
+fn a_live_tree_that_diverged_from_the_base_is_refused() {
+    let (src_disk, dst_disk) = (formatted(4096, 1), formatted(4096, 2));
+    let c = clock();
+    let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
+    pollster::block_on(async {
+        sample(&src).await;
+        let (full, _) = send(&src, "a", None).await;
+        let (incr, _) = send(&src, "b", Some("a")).await;
+        dst.receive(&full).await.unwrap();
+        assert_eq!(
+            dst.receive(&full).await,
+            Err(ReceiveError::Exists("a".into()))
+        );
+        dst.create(ROOT_INO, b"local", 0o644, OWNER).await.unwrap();
+        assert!(matches!(
+            dst.receive(&incr).await,
+            Err(ReceiveError::Diverged(_))
+        ));
+        dst.unlink(ROOT_INO, b"local").await.unwrap();
+        // Removing it again is not the same tree either (the root's times changed).
+        assert!(matches!(
+            dst.receive(&incr).await,
+            Err(ReceiveError::Diverged(_))
+        ));
+    });
+}
+
+#[test]
+fn an_incremental_send_costs_the_change_not_the_filesystem() {
+    let disk = CountingDisk::new(formatted(64 * 1024, 1));
+    let c = clock();
+    let fs = mount(&disk, &c);
+    pollster::block_on(async {
+        let mut files = Vec::new();
+        for d in 0..100u32 {
+            let dir = fs
+                .mkdir(ROOT_INO, format!("d{d}").as_bytes(), 0o755, OWNER)
+                .await
+                .unwrap();
+            for f in 0..100u32 {
+                let a = fs
+                    .create(dir.ino, format!("f{f}").as_bytes(), 0o644, OWNER)
+                    .await
+                    .unwrap();
+                fs.write(a.ino, 0, &vec![(d + f) as u8; 4096])
+                    .await
+                    .unwrap();
+                files.push(a.ino);
+            }
+        }
+        fs.snapshot_create("a").await.unwrap();
+        // 1% of the data rewritten (in one directory), one directory renamed, one file
+        // chmodded.
+        for &ino in &files[5000..5100] {
+            fs.write(ino, 0, &[9u8; 4096]).await.unwrap();
+        }
+        fs.rename(ROOT_INO, b"d3", ROOT_INO, b"moved")
+            .await
+            .unwrap();
+        let set = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        fs.setattr(files[7], set).await.unwrap();
+        fs.snapshot_create("b").await.unwrap();
+
+        let before = disk.counters().reads;
+        let (full_stream, full) = send(&fs, "b", None).await;
+        let full_reads = disk.counters().reads - before;
+        let before = disk.counters().reads;
+        let (incr_stream, incr) = send(&fs, "b", Some("a")).await;
+        let incr_reads = disk.counters().reads - before;
+        println!(
+            "full: {} nodes, {} device reads, {} bytes; incremental (1% of files): {} nodes, {} device reads, {} bytes ({:.2}%)",
+            full.nodes_read,
+            full_reads,
+            full_stream.len(),
+            incr.nodes_read,
+            incr_reads,
+            incr_stream.len(),
+            100.0 * incr_stream.len() as f64 / full_stream.len() as f64
+        );
+        assert!(
+            incr.nodes_read * 10 < full.nodes_read,
+            "{incr:?} vs {full:?}"
+        );
+        assert!(incr_reads * 10 < full_reads, "{incr_reads} vs {full_reads}");
+        assert!(incr_stream.len() * 30 < full_stream.len());
+
+        // And it is right: received into another filesystem, both equal the source.
+        let dst_disk = formatted(64 * 1024, 2);
+        let dst = mount(&dst_disk, &c);
+        let (a_stream, _) = send(&fs, "a", None).await;
+        dst.receive(&a_stream).await.unwrap();
+        dst.receive(&incr_stream).await.unwrap();
+        assert_same(&fs, &dst, "b").await;
+    });
+}
