@@ -218,7 +218,7 @@ fn dst_records(stream: &[u8]) -> u64 {
 }
 
 #[test]
-fn a_live_tree_that_diverged_from_the_base_is_refused() {
+fn a_live_tree_that_diverged_from_the_base_is_refused_until_rolled_back() {
     let (src_disk, dst_disk) = (formatted(4096, 1), formatted(4096, 2));
     let c = clock();
     let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
@@ -242,6 +242,21 @@ fn a_live_tree_that_diverged_from_the_base_is_refused() {
             dst.receive(&incr).await,
             Err(ReceiveError::Diverged(_))
         ));
+        // A rollback makes the live tree the last received snapshot again (and drops
+        // its temporary snapshots); then the incremental applies.
+        assert_eq!(dst.receive_rollback().await, Ok("a".to_string()));
+        let names: Vec<String> = dst
+            .snapshots()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["a"]);
+        assert_same(&src, &dst, "a").await;
+        dst.receive(&incr).await.unwrap();
+        assert_same(&src, &dst, "b").await;
+        assert_eq!(dst.receive_rollback().await, Ok("b".to_string()));
     });
 }
 

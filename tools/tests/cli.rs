@@ -336,6 +336,9 @@ fn send_and_receive_full_and_incremental_between_images() {
     assert_eq!(names, ["a", "b"]);
     let (ok, out, _) = run(&["fsck", dst_p], None);
     assert!(ok, "{}", String::from_utf8_lossy(&out));
+    let (ok, out, err) = run(&["receive", dst_p, "--rollback"], None);
+    assert!(ok, "{err}");
+    assert!(String::from_utf8_lossy(&out).contains("rolled back to snapshot b"));
     for p in [&src, &dst, &full, &incr] {
         let _ = std::fs::remove_file(p);
     }

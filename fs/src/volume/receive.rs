@@ -27,6 +27,7 @@ use super::send::RECEIVED_XATTR;
 use super::snapshot::{read_items, SnapshotInfo};
 use super::treediff;
 use super::{CheckpointCause, NineFs};
+use crate::format::items::SnapshotItem;
 use crate::format::stream::{self, DataMode, Header, InodeRef, InodeState, Record, StreamError};
 use crate::format::TreeId;
 use block::BlockDevice;
@@ -34,6 +35,10 @@ use vfs::{Errno, FileSystem, FileType, Ino, Owner, SetAttr, Timespec, XattrMode,
 
 /// Name of the staging directory at the root while a receive runs.
 pub const STAGING: &[u8] = b".ninefold-receive";
+/// The live tree as a rollback found it (deleted when it is done).
+pub const ROLLBACK_LIVE: &str = "receive-rollback-live";
+/// The rolled-back tree while its snapshot is retaken (deleted when it is done).
+pub const ROLLBACK_BASE: &str = "receive-rollback-base";
 
 /// Why a receive was refused or failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,7 +230,7 @@ impl<D: BlockDevice> Apply<'_, D> {
     }
 
     /// Deletes what is left in staging (entries removed for good), then staging.
-    async fn clear_staging(&mut self) -> Result<(), ReceiveError> {
+    async fn clear_staging(&mut self, name: &[u8]) -> Result<(), ReceiveError> {
         let fs = self.fs;
         loop {
             let entries = fs.readdir(self.staging, 0, 256).await?;
@@ -241,7 +246,7 @@ impl<D: BlockDevice> Apply<'_, D> {
                 break;
             }
         }
-        fs.rmdir(ROOT_INO, STAGING).await?;
+        fs.rmdir(ROOT_INO, name).await?;
         Ok(())
     }
 }
@@ -268,31 +273,23 @@ impl<D: BlockDevice> NineFs<D> {
         .await
     }
 
-    /// The snapshot here whose root carries `mark` (a received snapshot's identity).
-    async fn received_as(
-        &self,
-        mark: &[u8],
-    ) -> Result<Option<(String, Arc<NineFs<D>>)>, ReceiveError> {
+    /// The snapshots here that were received, with their marks ([`RECEIVED_XATTR`]).
+    async fn received(&self) -> Result<Vec<(SnapshotItem, Vec<u8>, Arc<NineFs<D>>)>, ReceiveError> {
+        let mut out = Vec::new();
         for (id, item) in self.run(read_items).await? {
             let view = self.view_of(id, &item);
             match view.getxattr(ROOT_INO, RECEIVED_XATTR).await {
-                Ok(v) if v == mark => {
-                    return Ok(Some((
-                        String::from_utf8_lossy(&item.name).into_owned(),
-                        view,
-                    )));
-                }
-                Ok(_) | Err(Errno::ENODATA) => {}
+                Ok(mark) => out.push((item, mark, view)),
+                Err(Errno::ENODATA) => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(None)
+        Ok(out)
     }
 
-    /// Items (not the filesystem's own, objectid 0) in which the live tree differs from
-    /// the snapshot `view` — after a checkpoint, so the live tree is on disk.
+    /// Items (not the filesystem's own, objectid 0) in which the live tree, as of the
+    /// last checkpoint, differs from the snapshot `view`.
     async fn differs_from(&self, view: &NineFs<D>) -> Result<usize, ReceiveError> {
-        self.checkpoint(CheckpointCause::Snapshot).await?;
         let (node_size, live) = {
             let c = self.core.lock();
             (c.sb.node_size, c.sb.root(TreeId::Fs))
@@ -300,6 +297,25 @@ impl<D: BlockDevice> NineFs<D> {
         let snap = view.core.lock().sb.root(TreeId::Fs);
         let d = treediff::diff(&self.dev, node_size, TreeId::Fs, Some(snap), Some(live)).await?;
         Ok(d.changes.keys().filter(|k| k.objectid != 0).count())
+    }
+
+    /// The snapshot carrying `mark` that the live tree still equals, key for key (after
+    /// a rollback two may carry it: the one the live tree equals counts).
+    async fn base_for(&self, mark: &[u8], name: &str) -> Result<Arc<NineFs<D>>, ReceiveError> {
+        self.checkpoint(CheckpointCause::Snapshot).await?;
+        let mut diverged = None;
+        for (_, m, view) in self.received().await? {
+            if m == mark {
+                match self.differs_from(&view).await? {
+                    0 => return Ok(view),
+                    n => diverged = Some(diverged.map_or(n, |d: usize| d.min(n))),
+                }
+            }
+        }
+        Err(diverged.map_or_else(
+            || ReceiveError::BaseMissing(name.into()),
+            ReceiveError::Diverged,
+        ))
     }
 
     /// Receives `stream` (checked whole first): makes the live tree the sent snapshot's
@@ -320,17 +336,10 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(ReceiveError::Exists(snapshot.name));
         }
         let base_view = match &base {
-            Some(b) => {
-                let Some((_, view)) = self.received_as(&received_mark(&source, b.seq)).await?
-                else {
-                    return Err(ReceiveError::BaseMissing(b.name.clone()));
-                };
-                let n = self.differs_from(&view).await?;
-                if n != 0 {
-                    return Err(ReceiveError::Diverged(n));
-                }
-                Some(view)
-            }
+            Some(b) => Some(
+                self.base_for(&received_mark(&source, b.seq), &b.name)
+                    .await?,
+            ),
             None => {
                 if self.readdir(ROOT_INO, 0, 3).await?.len() > 2 {
                     return Err(ReceiveError::NotEmpty);
@@ -338,22 +347,52 @@ impl<D: BlockDevice> NineFs<D> {
                 None
             }
         };
-        let staging = self.mkdir(ROOT_INO, STAGING, 0o700, OWNER).await?.ino;
+        self.apply(base_view, &records, &received_mark(&source, snapshot.seq))
+            .await?;
+        Ok(self.snapshot_create(&snapshot.name).await?)
+    }
+
+    /// Makes the staging directory: the first free of `STAGING`, `STAGING.1`, ... (a
+    /// receive that stopped half way left one, which a rollback removes).
+    async fn make_staging(&self) -> Result<(Ino, Vec<u8>), ReceiveError> {
+        for n in 0u32.. {
+            let name = match n {
+                0 => STAGING.to_vec(),
+                n => [STAGING, format!(".{n}").as_bytes()].concat(),
+            };
+            match self.mkdir(ROOT_INO, &name, 0o700, OWNER).await {
+                Ok(a) => return Ok((a.ino, name)),
+                Err(Errno::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        unreachable!("u32 staging names")
+    }
+
+    /// Applies `records` to the live tree (which equals `base`, or is empty without
+    /// one) and marks its root with `mark`.
+    async fn apply(
+        &self,
+        base: Option<Arc<NineFs<D>>>,
+        records: &[Record],
+        mark: &[u8],
+    ) -> Result<(), ReceiveError> {
+        let (staging, staging_name) = self.make_staging().await?;
         let mut a = Apply {
             fs: self,
-            base: base_view,
+            base,
             staging,
             new: BTreeMap::new(),
             resolved: BTreeMap::new(),
             staged_dirs: BTreeMap::new(),
             next_name: 0,
         };
-        for r in &records {
+        for r in records {
             if let Record::Unlink(dir, name) = r {
                 a.unlink(dir, name).await?;
             }
         }
-        for r in &records {
+        for r in records {
             if let Record::Inode(
                 s @ InodeState {
                     ino: InodeRef::New(src),
@@ -364,12 +403,12 @@ impl<D: BlockDevice> NineFs<D> {
                 a.make(s, *src).await?;
             }
         }
-        for r in &records {
+        for r in records {
             if let Record::Link(dir, name, child) = r {
                 a.link(dir, name, child).await?;
             }
         }
-        for r in &records {
+        for r in records {
             match r {
                 Record::Inode(s) => a.attributes(s).await?,
                 Record::Xattrs(ino, list) => a.xattrs(ino, list).await?,
@@ -380,21 +419,60 @@ impl<D: BlockDevice> NineFs<D> {
                 _ => {}
             }
         }
-        a.clear_staging().await?;
-        self.setxattr(
-            ROOT_INO,
-            RECEIVED_XATTR,
-            &received_mark(&source, snapshot.seq),
-            XattrMode::Upsert,
-        )
-        .await?;
-        for r in &records {
+        a.clear_staging(&staging_name).await?;
+        self.setxattr(ROOT_INO, RECEIVED_XATTR, mark, XattrMode::Upsert)
+            .await?;
+        for r in records {
             if let Record::Inode(s) = r {
                 let ino = a.resolve(&s.ino).await?;
                 self.restore_times(ino, [s.atime, s.mtime, s.ctime, s.btime])
                     .await?;
             }
         }
-        Ok(self.snapshot_create(&snapshot.name).await?)
+        Ok(())
+    }
+
+    /// Rolls the live tree back to the last received snapshot, after local changes or
+    /// a receive that stopped half way (a crash), so that the next incremental applies.
+    /// Returns that snapshot's name. The live tree is taken as a snapshot, the stream
+    /// from it to the received one is applied, and the result is snapshotted again
+    /// under the received name (it must equal the live tree key for key); at every
+    /// step some snapshot with the received mark equals the live tree or the live tree
+    /// is untouched, so a crash in between only leaves it to run again.
+    pub async fn receive_rollback(&self) -> Result<String, ReceiveError> {
+        let last = self
+            .received()
+            .await?
+            .into_iter()
+            .max_by_key(|(item, _, _)| item.seq)
+            .ok_or(ReceiveError::BaseMissing("(none received)".into()))?;
+        let (item, mark, view) = last;
+        let name = String::from_utf8_lossy(&item.name).into_owned();
+        self.checkpoint(CheckpointCause::Snapshot).await?;
+        if self.differs_from(&view).await? == 0 {
+            return Ok(name);
+        }
+        for tmp in [ROLLBACK_LIVE, ROLLBACK_BASE] {
+            match self.snapshot_delete(tmp).await {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.snapshot_create(ROLLBACK_LIVE).await?;
+        let mut stream = Vec::new();
+        self.send(&name, Some(ROLLBACK_LIVE), &mut |b: &[u8]| {
+            stream.extend_from_slice(b);
+            Ok(())
+        })
+        .await?;
+        let (_, records) = stream::decode(&stream).map_err(ReceiveError::Stream)?;
+        let live = self.snapshot_view(ROLLBACK_LIVE).await?;
+        self.apply(Some(live), &records, &mark).await?;
+        self.snapshot_create(ROLLBACK_BASE).await?;
+        self.snapshot_delete(&name).await?;
+        self.snapshot_create(&name).await?;
+        self.snapshot_delete(ROLLBACK_BASE).await?;
+        self.snapshot_delete(ROLLBACK_LIVE).await?;
+        Ok(name)
     }
 }
