@@ -331,3 +331,89 @@ fn an_incremental_send_costs_the_change_not_the_filesystem() {
         assert_same(&fs, &dst, "b").await;
     });
 }
+
+/// A crash at any point of an incremental receive: the received snapshot is there whole
+/// or not at all, the base is intact, and (after a rollback when it is not there) the
+/// same stream then applies.
+#[test]
+fn a_crash_during_a_receive_leaves_the_snapshot_whole_or_absent() {
+    use block::{BlockDevice, RecordingDisk};
+    use std::sync::Arc;
+    use testkit::sim::{enumerate, CrashParams};
+
+    let src_disk = formatted(4096, 1);
+    let c = clock();
+    let src = mount(&src_disk, &c);
+    let (full, incr) = pollster::block_on(async {
+        sample(&src).await;
+        (
+            send(&src, "a", None).await.0,
+            send(&src, "b", Some("a")).await.0,
+        )
+    });
+    let dst_disk = formatted(4096, 2);
+    pollster::block_on(async {
+        let dst = mount(&dst_disk, &c);
+        dst.receive(&full).await.unwrap();
+        dst.unmount().await.unwrap();
+    });
+    let base: Arc<[u8]> = dst_disk.snapshot().into();
+    let (disk, recorder) = RecordingDisk::new(MemDisk::from_bytes(4096, base.to_vec()));
+    let geometry = disk.geometry();
+    pollster::block_on(async {
+        // A cache too small for one operation's nodes: checkpoints run in the middle of
+        // the receive, so crashes find the live tree half changed.
+        let opts = MountOptions {
+            cache_limit: 1,
+            ..MountOptions::default()
+        };
+        let dst = NineFs::mount(disk, opts, Box::new(c.clone()))
+            .await
+            .unwrap();
+        dst.receive(&incr).await.unwrap();
+    });
+    let params = CrashParams {
+        exhaustive_max: 2,
+        random_subsets: 1,
+        max_prefixes: 1,
+        torn_writes: 1,
+        torn_sectors: 0,
+        max_per_point: 4,
+        ..CrashParams::default()
+    };
+    let (mut states, mut whole, mut half) = (0, 0, 0);
+    for state in enumerate(base, geometry, &recorder.snapshot(), &params) {
+        states += 1;
+        let desc = state.desc;
+        pollster::block_on(async {
+            let fs = NineFs::mount(state.disk, MountOptions::default(), Box::new(c.clone()))
+                .await
+                .unwrap_or_else(|e| panic!("{desc}: mount: {e}"));
+            assert_same(&src, &fs, "a").await;
+            let names: Vec<String> = fs
+                .snapshots()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name)
+                .collect();
+            if names.iter().any(|n| n == "b") {
+                whole += 1;
+            } else {
+                if fs.lookup(ROOT_INO, b".ninefold-receive").await.is_ok() {
+                    half += 1;
+                }
+                fs.receive_rollback().await.unwrap();
+                fs.receive(&incr)
+                    .await
+                    .unwrap_or_else(|e| panic!("{desc}: receive after rollback: {e}"));
+            }
+            assert_same(&src, &fs, "b").await;
+        });
+    }
+    println!("{states} crash states: {whole} with the snapshot whole, {half} half applied");
+    assert!(
+        whole > 0 && half > 0 && whole + half < states,
+        "{states} {whole} {half}"
+    );
+}
