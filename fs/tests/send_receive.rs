@@ -164,15 +164,32 @@ async fn sample<D: block::BlockDevice>(fs: &NineFs<D>) {
     fs.snapshot_create("b").await.unwrap();
 }
 
+/// [`sample`] on `src`, then the full stream of `a` and the incremental from `a` to `b`.
+async fn sample_streams<D: block::BlockDevice>(src: &NineFs<D>) -> (Vec<u8>, Vec<u8>) {
+    sample(src).await;
+    (
+        send(src, "a", None).await.0,
+        send(src, "b", Some("a")).await.0,
+    )
+}
+
+/// The names of the snapshots of `fs`.
+async fn snapshot_names<D: block::BlockDevice>(fs: &NineFs<D>) -> Vec<String> {
+    fs.snapshots()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect()
+}
+
 #[test]
 fn damaged_and_truncated_streams_are_refused_and_nothing_is_applied() {
     let (src_disk, dst_disk) = (formatted(4096, 1), formatted(4096, 2));
     let c = clock();
     let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
     pollster::block_on(async {
-        sample(&src).await;
-        let (full, _) = send(&src, "a", None).await;
-        let (incr, _) = send(&src, "b", Some("a")).await;
+        let (full, incr) = sample_streams(&src).await;
         // An incremental without its base.
         assert_eq!(
             dst.receive(&incr).await,
@@ -223,9 +240,7 @@ fn a_live_tree_that_diverged_from_the_base_is_refused_until_rolled_back() {
     let c = clock();
     let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
     pollster::block_on(async {
-        sample(&src).await;
-        let (full, _) = send(&src, "a", None).await;
-        let (incr, _) = send(&src, "b", Some("a")).await;
+        let (full, incr) = sample_streams(&src).await;
         dst.receive(&full).await.unwrap();
         assert_eq!(
             dst.receive(&full).await,
@@ -245,14 +260,7 @@ fn a_live_tree_that_diverged_from_the_base_is_refused_until_rolled_back() {
         // A rollback makes the live tree the last received snapshot again (and drops
         // its temporary snapshots); then the incremental applies.
         assert_eq!(dst.receive_rollback().await, Ok("a".to_string()));
-        let names: Vec<String> = dst
-            .snapshots()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(names, ["a"]);
+        assert_eq!(snapshot_names(&dst).await, ["a"]);
         assert_same(&src, &dst, "a").await;
         dst.receive(&incr).await.unwrap();
         assert_same(&src, &dst, "b").await;
@@ -390,14 +398,7 @@ fn a_crash_during_a_receive_leaves_the_snapshot_whole_or_absent() {
                 .await
                 .unwrap_or_else(|e| panic!("{desc}: mount: {e}"));
             assert_same(&src, &fs, "a").await;
-            let names: Vec<String> = fs
-                .snapshots()
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|s| s.name)
-                .collect();
-            if names.iter().any(|n| n == "b") {
+            if snapshot_names(&fs).await.iter().any(|n| n == "b") {
                 whole += 1;
             } else {
                 if fs.lookup(ROOT_INO, b".ninefold-receive").await.is_ok() {
