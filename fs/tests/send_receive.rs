@@ -98,14 +98,14 @@ fn config() -> GenConfig {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: strategy::cases(16), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: strategy::cases(32), ..ProptestConfig::default() })]
 
     /// Random trees, snapshotted after each batch of ops: the first sent in full, each
     /// next as an incremental from the one before, received into another filesystem;
     /// every received snapshot equals its source, and a full send of the last does too.
     #[test]
     fn chains_of_incrementals_reproduce_every_snapshot(
-        batches in proptest::collection::vec(proptest::collection::vec(strategy::op(config()), 0..30), 1..5)
+        batches in proptest::collection::vec(proptest::collection::vec(strategy::op(config()), 0..60), 1..6)
     ) {
         let (src_disk, dst_disk, full_disk) =
             (formatted(8 * 1024, 1), formatted(8 * 1024, 2), formatted(8 * 1024, 3));

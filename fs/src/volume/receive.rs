@@ -160,14 +160,12 @@ impl<D: BlockDevice> Apply<'_, D> {
     async fn attributes(&mut self, s: &InodeState) -> Result<(), ReceiveError> {
         let ino = self.resolve(&s.ino).await?;
         let fs = self.fs;
-        let mut set = SetAttr {
+        let set = SetAttr {
             uid: Some(s.uid),
             gid: Some(s.gid),
+            mode: Some(s.mode & vfs::mode::PERMISSIONS),
             ..SetAttr::default()
         };
-        if FileType::from_mode(s.mode) != Some(FileType::Symlink) {
-            set.mode = Some(s.mode & vfs::mode::PERMISSIONS);
-        }
         fs.setattr(ino, set).await?;
         match s.data {
             DataMode::Keep => {}
