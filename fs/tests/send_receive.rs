@@ -342,7 +342,7 @@ fn an_incremental_send_costs_the_change_not_the_filesystem() {
 
 /// A crash at any point of an incremental receive: the received snapshot is there whole
 /// or not at all, the base is intact, and (after a rollback when it is not there) the
-/// same stream then applies.
+/// same stream then applies, leaving a filesystem fsck finds clean.
 #[test]
 fn a_crash_during_a_receive_leaves_the_snapshot_whole_or_absent() {
     use block::{BlockDevice, RecordingDisk};
@@ -392,9 +392,9 @@ fn a_crash_during_a_receive_leaves_the_snapshot_whole_or_absent() {
     let (mut states, mut whole, mut half) = (0, 0, 0);
     for state in enumerate(base, geometry, &recorder.snapshot(), &params) {
         states += 1;
-        let desc = state.desc;
+        let (desc, disk) = (state.desc, state.disk);
         pollster::block_on(async {
-            let fs = NineFs::mount(state.disk, MountOptions::default(), Box::new(c.clone()))
+            let fs = NineFs::mount(&disk, MountOptions::default(), Box::new(c.clone()))
                 .await
                 .unwrap_or_else(|e| panic!("{desc}: mount: {e}"));
             assert_same(&src, &fs, "a").await;
@@ -410,6 +410,9 @@ fn a_crash_during_a_receive_leaves_the_snapshot_whole_or_absent() {
                     .unwrap_or_else(|e| panic!("{desc}: receive after rollback: {e}"));
             }
             assert_same(&src, &fs, "b").await;
+            fs.unmount().await.unwrap();
+            let report = fsck(&disk, &FsckOptions::default()).await.unwrap();
+            assert!(report.is_clean(), "{desc}: {:#?}", report.errors);
         });
     }
     println!("{states} crash states: {whole} with the snapshot whole, {half} half applied");
