@@ -5,7 +5,7 @@
 
 use block::{CountingDisk, MemDisk};
 use fsck::{fsck, FsckOptions};
-use ninefs::format::stream::StreamError;
+use ninefs::format::stream::{decode, Encoder, InodeRef, Record, StreamError};
 use ninefs::volume::receive::ReceiveError;
 use ninefs::volume::send::{SendStats, RECEIVED_XATTR};
 use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
@@ -215,6 +215,20 @@ fn damaged_and_truncated_streams_are_refused_and_nothing_is_applied() {
                 &full
             ))))
         );
+        // Checksums right, but a link to an inode the stream never describes.
+        let (mut enc, mut bad) = Encoder::start();
+        let header = decode(&full).unwrap().0;
+        bad.extend(enc.record(&Record::Begin(header)));
+        bad.extend(enc.record(&Record::Link(
+            InodeRef::root(),
+            b"x".to_vec(),
+            InodeRef::New(77),
+        )));
+        bad.extend(enc.finish());
+        assert!(matches!(
+            dst.receive(&bad).await,
+            Err(ReceiveError::Inconsistent(_))
+        ));
         assert_eq!(VisibleState::capture(&dst).await, empty);
         assert!(dst.snapshots().await.unwrap().is_empty());
         // Whole, both apply; the same again is refused.
@@ -231,7 +245,7 @@ fn damaged_and_truncated_streams_are_refused_and_nothing_is_applied() {
 
 /// The number of records before the trailer (what a stream cut inside it reports).
 fn dst_records(stream: &[u8]) -> u64 {
-    ninefs::format::stream::decode(stream).unwrap().1.len() as u64 + 1
+    decode(stream).unwrap().1.len() as u64 + 1
 }
 
 #[test]

@@ -249,6 +249,45 @@ impl<D: BlockDevice> Apply<'_, D> {
     }
 }
 
+/// Checks what the checksums cannot: that every inode the records name by sender
+/// number is described once, that every mode names a type, and that a full stream names
+/// nothing by a base path but the root — so such a stream is refused before anything
+/// changes rather than half way.
+fn validate(header: &Header, records: &[Record]) -> Result<(), ReceiveError> {
+    let mut described = alloc::collections::BTreeSet::new();
+    for r in records {
+        if let Record::Inode(s) = r {
+            FileType::from_mode(s.mode).ok_or(ReceiveError::Inconsistent("mode"))?;
+            if !described.insert(&s.ino) {
+                return Err(ReceiveError::Inconsistent("an inode described twice"));
+            }
+        }
+    }
+    let check = |r: &InodeRef| match r {
+        InodeRef::New(_) if !described.contains(r) => Err(ReceiveError::Inconsistent(
+            "an inode used but not described",
+        )),
+        InodeRef::Base(path) if header.base.is_none() && !path.is_empty() => {
+            Err(ReceiveError::Inconsistent("a base path in a full stream"))
+        }
+        _ => Ok(()),
+    };
+    for r in records {
+        match r {
+            // `decode` takes it only first, as the header.
+            Record::Begin(_) => {}
+            Record::Inode(s) => check(&s.ino)?,
+            Record::Xattrs(ino, _) | Record::Data(ino, ..) => check(ino)?,
+            Record::Unlink(dir, _) => check(dir)?,
+            Record::Link(dir, _, child) => {
+                check(dir)?;
+                check(child)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn size(n: u64) -> SetAttr {
     SetAttr {
         size: Some(n),
@@ -320,6 +359,7 @@ impl<D: BlockDevice> NineFs<D> {
     /// tree and takes it as a snapshot of the sent name, which it returns.
     pub async fn receive(&self, stream: &[u8]) -> Result<SnapshotInfo, ReceiveError> {
         let (header, records) = stream::decode(stream).map_err(ReceiveError::Stream)?;
+        validate(&header, &records)?;
         let Header {
             source,
             snapshot,
