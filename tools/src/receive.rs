@@ -4,11 +4,14 @@
 //! --rollback`: makes the live tree the last received snapshot again (after a receive
 //! that stopped half way, or local changes), so the next incremental applies.
 
-use std::io::Read;
+use std::fs::File;
+use std::io::{Read, Seek};
 use std::path::PathBuf;
 
 use clap::Args;
+use ninefs::volume::receive::StreamSource;
 use ninefs::volume::{MountOptions, NineFs};
+use vfs::Errno;
 
 use crate::image;
 use crate::mkfs::{self, MkfsArgs};
@@ -35,13 +38,12 @@ pub fn run(args: ReceiveArgs) -> Result<(), String> {
     if args.rollback {
         return on_image(&args, None);
     }
-    // The stream is read whole first: it is checked before anything is applied.
-    let mut stream = Vec::new();
-    match &args.input {
-        Some(path) => std::fs::File::open(path).and_then(|mut f| f.read_to_end(&mut stream)),
-        None => std::io::stdin().lock().read_to_end(&mut stream),
-    }
-    .map_err(|e| format!("reading the stream: {e}"))?;
+    // The stream is read twice (checked whole, then applied): standard input is kept
+    // in a temporary file meanwhile, unlinked at once.
+    let mut file = match &args.input {
+        Some(path) => File::open(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        None => spool_stdin().map_err(|e| format!("reading the stream: {e}"))?,
+    };
     if !args.image.exists() {
         if args.size.is_none() {
             return Err(format!(
@@ -56,18 +58,50 @@ pub fn run(args: ReceiveArgs) -> Result<(), String> {
             node_size: ninefs::format::DEFAULT_NODE_SIZE.to_string(),
         })?;
     }
-    on_image(&args, Some(&stream))
+    on_image(&args, Some(&mut FileSource(&mut file)))
+}
+
+/// Standard input copied into an anonymous temporary file.
+fn spool_stdin() -> std::io::Result<File> {
+    let path = std::env::temp_dir().join(format!("ninefold-receive-{}", std::process::id()));
+    let mut file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    std::io::copy(&mut std::io::stdin().lock(), &mut file)?;
+    Ok(file)
+}
+
+/// A stream in a file.
+struct FileSource<'a>(&'a mut File);
+
+impl StreamSource for FileSource<'_> {
+    fn rewind(&mut self) -> Result<(), Errno> {
+        self.0.rewind().map_err(|e| {
+            log::error!("rewinding the stream: {e}");
+            Errno::EIO
+        })
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
+        self.0.read(buf).map_err(|e| {
+            log::error!("reading the stream: {e}");
+            Errno::EIO
+        })
+    }
 }
 
 /// Mounts the image, receives `stream` (or rolls back without one), unmounts cleanly.
-fn on_image(args: &ReceiveArgs, stream: Option<&[u8]>) -> Result<(), String> {
+fn on_image(args: &ReceiveArgs, stream: Option<&mut FileSource<'_>>) -> Result<(), String> {
     let disk = image::open(&args.image, true)?;
     pollster::block_on(async {
         let fs = NineFs::mount(&disk, MountOptions::default(), Box::new(SystemClock))
             .await
             .map_err(|e| e.to_string())?;
         let done = match stream {
-            Some(stream) => fs.receive(stream).await.map(|info| {
+            Some(stream) => fs.receive_from(stream).await.map(|info| {
                 format!(
                     "received snapshot {} ({} inodes)",
                     info.name, info.inode_count

@@ -5,7 +5,8 @@
 //! record's crc32c covers the previous record's crc, its kind, length and body, so a
 //! dropped, repeated or reordered record fails its own check; the last record is
 //! [`END`](kind::END) with the number of records before it, so a truncated stream is
-//! refused too. [`decode`] checks the whole stream before the receiver applies anything.
+//! refused too. [`Decoder`] checks records as their bytes arrive, a chunk at a time;
+//! [`decode`] checks a whole stream in memory.
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -397,49 +398,113 @@ impl Encoder {
     }
 }
 
+/// Reads a stream a chunk at a time, checking each record as it completes: what it
+/// holds is at most one record, whatever the stream's size.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    started: bool,
+    ended: bool,
+    prev: u32,
+    records: u64,
+}
+
+/// Length of the stream's start: magic and version.
+const START_LEN: usize = MAGIC.len() + 4;
+
+impl Decoder {
+    /// A decoder at the start of a stream.
+    pub fn new() -> Decoder {
+        Decoder::default()
+    }
+
+    /// Takes the stream's next bytes; returns the records they complete, checked (the
+    /// first of the stream is a [`Record::Begin`]).
+    pub fn push(&mut self, data: &[u8]) -> Result<Vec<Record>, StreamError> {
+        if self.ended {
+            return match data.is_empty() {
+                true => Ok(Vec::new()),
+                false => Err(StreamError::TrailingBytes),
+            };
+        }
+        self.buf.extend_from_slice(data);
+        let mut at = 0;
+        if !self.started {
+            let seen = self.buf.len().min(MAGIC.len());
+            if self.buf[..seen] != MAGIC[..seen] {
+                return Err(StreamError::BadMagic);
+            }
+            if self.buf.len() < START_LEN {
+                return Ok(Vec::new());
+            }
+            let mut r = Reader::new(&self.buf[MAGIC.len()..START_LEN]);
+            let version = r.u32().ok_or(StreamError::BadMagic)?;
+            if version != VERSION {
+                return Err(StreamError::Version(version));
+            }
+            self.started = true;
+            at = START_LEN;
+        }
+        let mut out = Vec::new();
+        while let Some(head) = self.buf.get(at..at + 5) {
+            let n = self.records;
+            let kind = head[0];
+            let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+            if len > MAX_RECORD {
+                return Err(StreamError::Checksum(n));
+            }
+            let Some(frame) = self.buf.get(at..at + len + 9) else {
+                break;
+            };
+            let body = &frame[5..5 + len];
+            let crc = u32::from_le_bytes([
+                frame[5 + len],
+                frame[6 + len],
+                frame[7 + len],
+                frame[8 + len],
+            ]);
+            if crc != record_crc(self.prev, kind, body) {
+                return Err(StreamError::Checksum(n));
+            }
+            self.prev = crc;
+            at += len + 9;
+            if kind == kind::END {
+                if body != n.to_le_bytes() {
+                    return Err(StreamError::Count);
+                }
+                self.ended = true;
+                if at != self.buf.len() {
+                    return Err(StreamError::TrailingBytes);
+                }
+                break;
+            }
+            let rec = Record::decode(kind, body).ok_or(StreamError::Malformed(n))?;
+            if matches!(rec, Record::Begin(_)) != (n == 0) {
+                return Err(StreamError::Malformed(n));
+            }
+            out.push(rec);
+            self.records += 1;
+        }
+        self.buf.drain(..at);
+        Ok(out)
+    }
+
+    /// The stream ended: refused unless its trailer was read.
+    pub fn finish(&self) -> Result<(), StreamError> {
+        match (self.started, self.ended) {
+            (_, true) => Ok(()),
+            (false, false) => Err(StreamError::BadMagic),
+            (true, false) => Err(StreamError::Truncated(self.records)),
+        }
+    }
+}
+
 /// Checks a whole stream and decodes it: its header and the records after it. Nothing
 /// is returned unless every record's checksum, the trailer and the count are right.
 pub fn decode(stream: &[u8]) -> Result<(Header, Vec<Record>), StreamError> {
-    let mut r = Reader::new(stream);
-    if r.bytes(MAGIC.len()) != Some(&MAGIC[..]) {
-        return Err(StreamError::BadMagic);
-    }
-    let version = r.u32().ok_or(StreamError::BadMagic)?;
-    if version != VERSION {
-        return Err(StreamError::Version(version));
-    }
-    let mut prev = 0;
-    let mut records = Vec::new();
-    let mut n = 0u64;
-    loop {
-        let truncated = StreamError::Truncated(n);
-        let kind = r.u8().ok_or(truncated.clone())?;
-        let len = r.u32().ok_or(truncated.clone())? as usize;
-        if len > MAX_RECORD {
-            return Err(StreamError::Checksum(n));
-        }
-        let body = r.bytes(len).ok_or(truncated.clone())?;
-        let crc = r.u32().ok_or(truncated)?;
-        if crc != record_crc(prev, kind, body) {
-            return Err(StreamError::Checksum(n));
-        }
-        prev = crc;
-        if kind == kind::END {
-            if body != n.to_le_bytes() {
-                return Err(StreamError::Count);
-            }
-            break;
-        }
-        let rec = Record::decode(kind, body).ok_or(StreamError::Malformed(n))?;
-        if matches!(rec, Record::Begin(_)) != (n == 0) {
-            return Err(StreamError::Malformed(n));
-        }
-        records.push(rec);
-        n += 1;
-    }
-    if r.remaining() != 0 {
-        return Err(StreamError::TrailingBytes);
-    }
+    let mut d = Decoder::new();
+    let mut records = d.push(stream)?;
+    d.finish()?;
     match records.first() {
         Some(Record::Begin(h)) => {
             let h = h.clone();
@@ -483,6 +548,20 @@ mod tests {
         assert_eq!(h.snapshot.seq, 9);
         assert_eq!(recs.len(), 2);
         assert_eq!(recs[1], Record::Data(InodeRef::New(5), 4096, vec![1; 100]));
+    }
+
+    #[test]
+    fn a_stream_fed_a_byte_at_a_time_decodes_the_same() {
+        let s = sample();
+        let mut d = Decoder::new();
+        let mut recs = Vec::new();
+        for b in &s {
+            recs.extend(d.push(core::slice::from_ref(b)).unwrap());
+        }
+        d.finish().unwrap();
+        let (h, rest) = decode(&s).unwrap();
+        assert_eq!(recs[0], Record::Begin(h));
+        assert_eq!(recs[1..], rest[..]);
     }
 
     #[test]

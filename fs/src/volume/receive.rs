@@ -8,11 +8,13 @@
 //! carries [`RECEIVED_XATTR`] (the sender's uuid and the snapshot's checkpoint there).
 //! An incremental stream applies only if a snapshot with its base's identity exists and
 //! the live tree still equals it (compared with [`treediff`], so the check costs what
-//! differs). The stream is checked whole ([`stream::decode`]) before anything changes.
+//! differs). The stream is read twice ([`StreamSource`]): checked whole first, then
+//! applied, so its size never costs memory and a damaged one changes nothing.
 //!
-//! Application is in phases, so that no order of renames can cycle or collide: removed
-//! entries are first moved into a staging directory at the root, new inodes are made
-//! there, added entries are linked (directories renamed) into place, what is left in
+//! Records are applied in the order the sender writes them, which is one where no order
+//! of renames can cycle or collide: removed entries are first moved into a staging
+//! directory at the root, new inodes are made there (with their attributes, xattrs and
+//! data), added entries are linked (directories renamed) into place, what is left in
 //! staging is deleted, and times are set last (every other step changes some).
 
 use alloc::collections::BTreeMap;
@@ -28,7 +30,7 @@ use super::snapshot::{read_items, SnapshotInfo};
 use super::treediff;
 use super::{CheckpointCause, NineFs};
 use crate::format::items::SnapshotItem;
-use crate::format::stream::{self, DataMode, Header, InodeRef, InodeState, Record, StreamError};
+use crate::format::stream::{DataMode, Decoder, Header, InodeRef, InodeState, Record, StreamError};
 use crate::format::TreeId;
 use block::BlockDevice;
 use vfs::{Errno, FileSystem, FileType, Ino, Owner, SetAttr, Timespec, XattrMode, ROOT_INO};
@@ -102,7 +104,10 @@ struct Apply<'a, D: BlockDevice> {
     /// The base snapshot here (`None` for a full stream).
     base: Option<Arc<NineFs<D>>>,
     staging: Ino,
+    staging_name: Vec<u8>,
     new: BTreeMap<Ino, Ino>,
+    /// Every described inode's times, set last.
+    times: Vec<(Ino, [Timespec; 4])>,
     resolved: BTreeMap<Vec<Vec<u8>>, Ino>,
     /// Directories now in staging, by inode: their name there.
     staged_dirs: BTreeMap<Ino, Vec<u8>>,
@@ -227,8 +232,44 @@ impl<D: BlockDevice> Apply<'_, D> {
         Ok(())
     }
 
+    /// Applies one record (in stream order, which [`Validator`] checked).
+    async fn record(&mut self, r: &Record) -> Result<(), ReceiveError> {
+        match r {
+            Record::Begin(_) => {}
+            Record::Unlink(dir, name) => self.unlink(dir, name).await?,
+            Record::Inode(s) => {
+                if let InodeRef::New(src) = s.ino {
+                    self.make(s, src).await?;
+                }
+                self.attributes(s).await?;
+                let ino = self.resolve(&s.ino).await?;
+                self.times.push((ino, [s.atime, s.mtime, s.ctime, s.btime]));
+            }
+            Record::Xattrs(ino, list) => self.xattrs(ino, list).await?,
+            Record::Data(ino, offset, data) => {
+                let ino = self.resolve(ino).await?;
+                self.fs.write(ino, *offset, data).await?;
+            }
+            Record::Link(dir, name, child) => self.link(dir, name, child).await?,
+        }
+        Ok(())
+    }
+
+    /// After the last record: empties and removes staging, marks the root with `mark`
+    /// and sets the times (every other step changes some).
+    async fn finish(mut self, mark: &[u8]) -> Result<(), ReceiveError> {
+        self.clear_staging().await?;
+        self.fs
+            .setxattr(ROOT_INO, RECEIVED_XATTR, mark, XattrMode::Upsert)
+            .await?;
+        for (ino, times) in self.times {
+            self.fs.restore_times(ino, times).await?;
+        }
+        Ok(())
+    }
+
     /// Deletes what is left in staging (entries removed for good), then staging.
-    async fn clear_staging(&mut self, name: &[u8]) -> Result<(), ReceiveError> {
+    async fn clear_staging(&mut self) -> Result<(), ReceiveError> {
         let fs = self.fs;
         loop {
             let entries = fs.readdir(self.staging, 0, 256).await?;
@@ -244,48 +285,157 @@ impl<D: BlockDevice> Apply<'_, D> {
                 break;
             }
         }
-        fs.rmdir(ROOT_INO, name).await?;
+        fs.rmdir(ROOT_INO, &self.staging_name).await?;
         Ok(())
     }
 }
 
-/// Checks what the checksums cannot: that every inode the records name by sender
-/// number is described once, that every mode names a type, and that a full stream names
-/// nothing by a base path but the root — so such a stream is refused before anything
-/// changes rather than half way.
-fn validate(header: &Header, records: &[Record]) -> Result<(), ReceiveError> {
-    let mut described = alloc::collections::BTreeSet::new();
-    for r in records {
-        if let Record::Inode(s) = r {
-            FileType::from_mode(s.mode).ok_or(ReceiveError::Inconsistent("mode"))?;
-            if !described.insert(&s.ino) {
-                return Err(ReceiveError::Inconsistent("an inode described twice"));
-            }
+/// Checks, record by record, what the checksums cannot: that the records come in the
+/// order the receiver applies them in (entries removed, then inodes with their xattrs
+/// and data, then entries added), that an inode named by sender number is described
+/// before it is used and only once, that every mode names a type, and that a full
+/// stream names nothing by a base path but the root — so such a stream is refused in
+/// the checking pass, before anything changes.
+struct Validator {
+    full: bool,
+    phase: u8,
+    described: alloc::collections::BTreeSet<Ino>,
+}
+
+impl Validator {
+    fn new(header: &Header) -> Validator {
+        Validator {
+            full: header.base.is_none(),
+            phase: 0,
+            described: alloc::collections::BTreeSet::new(),
         }
     }
-    let check = |r: &InodeRef| match r {
-        InodeRef::New(_) if !described.contains(r) => Err(ReceiveError::Inconsistent(
-            "an inode used but not described",
-        )),
-        InodeRef::Base(path) if header.base.is_none() && !path.is_empty() => {
-            Err(ReceiveError::Inconsistent("a base path in a full stream"))
-        }
-        _ => Ok(()),
-    };
-    for r in records {
+
+    fn uses(&self, r: &InodeRef) -> Result<(), ReceiveError> {
         match r {
-            // `decode` takes it only first, as the header.
-            Record::Begin(_) => {}
-            Record::Inode(s) => check(&s.ino)?,
-            Record::Xattrs(ino, _) | Record::Data(ino, ..) => check(ino)?,
-            Record::Unlink(dir, _) => check(dir)?,
-            Record::Link(dir, _, child) => {
-                check(dir)?;
-                check(child)?;
+            InodeRef::New(n) if !self.described.contains(n) => Err(ReceiveError::Inconsistent(
+                "an inode used before it is described",
+            )),
+            InodeRef::Base(path) if self.full && !path.is_empty() => {
+                Err(ReceiveError::Inconsistent("a base path in a full stream"))
             }
+            _ => Ok(()),
         }
     }
-    Ok(())
+
+    fn check(&mut self, r: &Record) -> Result<(), ReceiveError> {
+        let phase = match r {
+            Record::Begin(_) | Record::Unlink(..) => 0,
+            Record::Inode(_) | Record::Xattrs(..) | Record::Data(..) => 1,
+            Record::Link(..) => 2,
+        };
+        if phase < self.phase {
+            return Err(ReceiveError::Inconsistent("records out of order"));
+        }
+        self.phase = phase;
+        match r {
+            Record::Begin(_) => Ok(()),
+            Record::Inode(s) => {
+                FileType::from_mode(s.mode).ok_or(ReceiveError::Inconsistent("mode"))?;
+                if let InodeRef::New(n) = s.ino {
+                    if !self.described.insert(n) {
+                        return Err(ReceiveError::Inconsistent("an inode described twice"));
+                    }
+                }
+                self.uses(&s.ino)
+            }
+            Record::Xattrs(ino, _) | Record::Data(ino, ..) => self.uses(ino),
+            Record::Unlink(dir, _) => self.uses(dir),
+            Record::Link(dir, _, child) => self.uses(dir).and(self.uses(child)),
+        }
+    }
+}
+
+/// A stream the receiver reads twice: once to check it whole, then to apply it.
+pub trait StreamSource {
+    /// Goes back to the stream's start.
+    fn rewind(&mut self) -> Result<(), Errno>;
+    /// Reads the next bytes into `buf`; how many (0: the end).
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno>;
+}
+
+/// A stream in memory.
+#[derive(Debug)]
+pub struct InMemory<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> InMemory<'a> {
+    /// The stream `bytes`.
+    pub fn new(bytes: &'a [u8]) -> InMemory<'a> {
+        InMemory { bytes, at: 0 }
+    }
+}
+
+impl StreamSource for InMemory<'_> {
+    fn rewind(&mut self) -> Result<(), Errno> {
+        self.at = 0;
+        Ok(())
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
+        let n = buf.len().min(self.bytes.len() - self.at);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// The records of a source, read a chunk at a time through a [`Decoder`] and checked
+/// by a [`Validator`].
+struct Records<'a, S: StreamSource> {
+    src: &'a mut S,
+    decoder: Decoder,
+    pending: alloc::collections::VecDeque<Record>,
+    validator: Option<Validator>,
+    chunk: Vec<u8>,
+}
+
+impl<'a, S: StreamSource> Records<'a, S> {
+    /// From the start of `src`: the records and the header.
+    fn start(src: &'a mut S) -> Result<(Self, Header), ReceiveError> {
+        src.rewind()?;
+        let mut r = Records {
+            src,
+            decoder: Decoder::new(),
+            pending: alloc::collections::VecDeque::new(),
+            validator: None,
+            chunk: alloc::vec![0; 64 * 1024],
+        };
+        match r.next()? {
+            Some(Record::Begin(h)) => {
+                r.validator = Some(Validator::new(&h));
+                Ok((r, h))
+            }
+            _ => Err(ReceiveError::Stream(StreamError::Malformed(0))),
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<Record>, ReceiveError> {
+        while self.pending.is_empty() {
+            let n = self.src.read(&mut self.chunk)?;
+            if n == 0 {
+                self.decoder.finish().map_err(ReceiveError::Stream)?;
+                return Ok(None);
+            }
+            let recs = self
+                .decoder
+                .push(&self.chunk[..n])
+                .map_err(ReceiveError::Stream)?;
+            self.pending.extend(recs);
+        }
+        let r = self.pending.pop_front();
+        if let (Some(v), Some(r)) = (&mut self.validator, &r) {
+            v.check(r)?;
+        }
+        Ok(r)
+    }
 }
 
 fn size(n: u64) -> SetAttr {
@@ -358,24 +508,33 @@ impl<D: BlockDevice> NineFs<D> {
     /// Receives `stream` (checked whole first): makes the live tree the sent snapshot's
     /// tree and takes it as a snapshot of the sent name, which it returns.
     pub async fn receive(&self, stream: &[u8]) -> Result<SnapshotInfo, ReceiveError> {
-        let (header, records) = stream::decode(stream).map_err(ReceiveError::Stream)?;
-        validate(&header, &records)?;
+        self.receive_from(&mut InMemory::new(stream)).await
+    }
+
+    /// [`NineFs::receive`] from a source read twice: once checked whole, once applied
+    /// (the memory a receive takes is one record's, whatever the stream's size).
+    pub async fn receive_from(
+        &self,
+        src: &mut impl StreamSource,
+    ) -> Result<SnapshotInfo, ReceiveError> {
+        let (mut records, header) = Records::start(src)?;
+        while records.next()?.is_some() {}
         let Header {
             source,
             snapshot,
             base,
-        } = header;
+        } = &header;
         if self
             .snapshots()
             .await?
             .iter()
             .any(|s| s.name == snapshot.name)
         {
-            return Err(ReceiveError::Exists(snapshot.name));
+            return Err(ReceiveError::Exists(snapshot.name.clone()));
         }
-        let base_view = match &base {
+        let base_view = match base {
             Some(b) => Some(
-                self.base_for(&received_mark(&source, b.seq), &b.name)
+                self.base_for(&received_mark(source, b.seq), &b.name)
                     .await?,
             ),
             None => {
@@ -385,89 +544,49 @@ impl<D: BlockDevice> NineFs<D> {
                 None
             }
         };
-        self.apply(base_view, &records, &received_mark(&source, snapshot.seq))
-            .await?;
+        let (mut records, again) = Records::start(records.src)?;
+        if again != header {
+            return Err(ReceiveError::Inconsistent("the stream changed while read"));
+        }
+        let mut a = self.start_apply(base_view).await?;
+        while let Some(r) = records.next()? {
+            a.record(&r).await?;
+        }
+        a.finish(&received_mark(source, snapshot.seq)).await?;
         Ok(self.snapshot_create(&snapshot.name).await?)
     }
 
-    /// Makes the staging directory: the first free of `STAGING`, `STAGING.1`, ... (a
-    /// receive that stopped half way left one, which a rollback removes).
-    async fn make_staging(&self) -> Result<(Ino, Vec<u8>), ReceiveError> {
+    /// Makes the staging directory — the first free of `STAGING`, `STAGING.1`, ... (a
+    /// receive that stopped half way left one, which a rollback removes) — and starts
+    /// applying records to the live tree, which equals `base` (or is empty without one).
+    async fn start_apply(
+        &self,
+        base: Option<Arc<NineFs<D>>>,
+    ) -> Result<Apply<'_, D>, ReceiveError> {
         for n in 0u32.. {
             let name = match n {
                 0 => STAGING.to_vec(),
                 n => [STAGING, format!(".{n}").as_bytes()].concat(),
             };
             match self.mkdir(ROOT_INO, &name, 0o700, OWNER).await {
-                Ok(a) => return Ok((a.ino, name)),
+                Ok(attr) => {
+                    return Ok(Apply {
+                        fs: self,
+                        base,
+                        staging: attr.ino,
+                        staging_name: name,
+                        new: BTreeMap::new(),
+                        times: Vec::new(),
+                        resolved: BTreeMap::new(),
+                        staged_dirs: BTreeMap::new(),
+                        next_name: 0,
+                    })
+                }
                 Err(Errno::EEXIST) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         unreachable!("u32 staging names")
-    }
-
-    /// Applies `records` to the live tree (which equals `base`, or is empty without
-    /// one) and marks its root with `mark`.
-    async fn apply(
-        &self,
-        base: Option<Arc<NineFs<D>>>,
-        records: &[Record],
-        mark: &[u8],
-    ) -> Result<(), ReceiveError> {
-        let (staging, staging_name) = self.make_staging().await?;
-        let mut a = Apply {
-            fs: self,
-            base,
-            staging,
-            new: BTreeMap::new(),
-            resolved: BTreeMap::new(),
-            staged_dirs: BTreeMap::new(),
-            next_name: 0,
-        };
-        for r in records {
-            if let Record::Unlink(dir, name) = r {
-                a.unlink(dir, name).await?;
-            }
-        }
-        for r in records {
-            if let Record::Inode(
-                s @ InodeState {
-                    ino: InodeRef::New(src),
-                    ..
-                },
-            ) = r
-            {
-                a.make(s, *src).await?;
-            }
-        }
-        for r in records {
-            if let Record::Link(dir, name, child) = r {
-                a.link(dir, name, child).await?;
-            }
-        }
-        for r in records {
-            match r {
-                Record::Inode(s) => a.attributes(s).await?,
-                Record::Xattrs(ino, list) => a.xattrs(ino, list).await?,
-                Record::Data(ino, offset, data) => {
-                    let ino = a.resolve(ino).await?;
-                    self.write(ino, *offset, data).await?;
-                }
-                _ => {}
-            }
-        }
-        a.clear_staging(&staging_name).await?;
-        self.setxattr(ROOT_INO, RECEIVED_XATTR, mark, XattrMode::Upsert)
-            .await?;
-        for r in records {
-            if let Record::Inode(s) = r {
-                let ino = a.resolve(&s.ino).await?;
-                self.restore_times(ino, [s.atime, s.mtime, s.ctime, s.btime])
-                    .await?;
-            }
-        }
-        Ok(())
     }
 
     /// Rolls the live tree back to the last received snapshot, after local changes or
@@ -503,9 +622,14 @@ impl<D: BlockDevice> NineFs<D> {
             Ok(())
         })
         .await?;
-        let (_, records) = stream::decode(&stream).map_err(ReceiveError::Stream)?;
         let live = self.snapshot_view(ROLLBACK_LIVE).await?;
-        self.apply(Some(live), &records, &mark).await?;
+        let mut src = InMemory::new(&stream);
+        let (mut records, _) = Records::start(&mut src)?;
+        let mut a = self.start_apply(Some(live)).await?;
+        while let Some(r) = records.next()? {
+            a.record(&r).await?;
+        }
+        a.finish(&mark).await?;
         self.snapshot_create(ROLLBACK_BASE).await?;
         self.snapshot_delete(&name).await?;
         self.snapshot_create(&name).await?;
