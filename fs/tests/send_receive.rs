@@ -5,7 +5,9 @@
 
 use block::{CountingDisk, MemDisk};
 use fsck::{fsck, FsckOptions};
-use ninefs::format::stream::{decode, Encoder, InodeRef, Record, StreamError};
+use ninefs::format::stream::{
+    decode, DataMode, Encoder, InodeRef, InodeState, Record, StreamError,
+};
 use ninefs::volume::receive::ReceiveError;
 use ninefs::volume::send::{SendStats, RECEIVED_XATTR};
 use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
@@ -215,20 +217,53 @@ fn damaged_and_truncated_streams_are_refused_and_nothing_is_applied() {
                 &full
             ))))
         );
-        // Checksums right, but a link to an inode the stream never describes.
-        let (mut enc, mut bad) = Encoder::start();
+        // Checksums right, but records the receiver could not apply: refused before
+        // anything changes.
         let header = decode(&full).unwrap().0;
-        bad.extend(enc.record(&Record::Begin(header)));
-        bad.extend(enc.record(&Record::Link(
-            InodeRef::root(),
-            b"x".to_vec(),
-            InodeRef::New(77),
-        )));
-        bad.extend(enc.finish());
-        assert!(matches!(
-            dst.receive(&bad).await,
-            Err(ReceiveError::Inconsistent(_))
-        ));
+        let file = |ino| InodeState {
+            ino,
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            size: 10,
+            atime: op_time(1),
+            mtime: op_time(1),
+            ctime: op_time(1),
+            btime: op_time(1),
+            data: DataMode::Whole,
+            target: Vec::new(),
+        };
+        let new = InodeRef::New(77);
+        let link = Record::Link(InodeRef::root(), b"x".to_vec(), new.clone());
+        for bad in [
+            vec![link.clone()],
+            vec![
+                Record::Inode(file(new.clone())),
+                Record::Data(new.clone(), 8, vec![1; 4]),
+            ],
+            vec![
+                Record::Inode(file(new.clone())),
+                link.clone(),
+                Record::Data(new.clone(), 0, vec![1]),
+            ],
+            vec![
+                Record::Inode(file(new.clone())),
+                Record::Link(InodeRef::root(), b"a/b".to_vec(), new.clone()),
+            ],
+            vec![Record::Inode(file(InodeRef::Base(vec![b"f".to_vec()])))],
+        ] {
+            let (mut enc, mut stream) = Encoder::start();
+            stream.extend(enc.record(&Record::Begin(header.clone())));
+            for r in &bad {
+                stream.extend(enc.record(r));
+            }
+            stream.extend(enc.finish());
+            match dst.receive(&stream).await {
+                Err(ReceiveError::Inconsistent(_)) => {}
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
         assert_eq!(VisibleState::capture(&dst).await, empty);
         assert!(dst.snapshots().await.unwrap().is_empty());
         // Whole, both apply; the same again is refused.

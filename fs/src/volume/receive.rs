@@ -25,9 +25,12 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::core::Txn;
+use super::dir::check_name;
+use super::inode::check_target;
 use super::send::RECEIVED_XATTR;
 use super::snapshot::{read_items, SnapshotInfo};
 use super::treediff;
+use super::xattr::check_xattr_name;
 use super::{CheckpointCause, NineFs};
 use crate::format::items::SnapshotItem;
 use crate::format::stream::{DataMode, Decoder, Header, InodeRef, InodeState, Record, StreamError};
@@ -290,16 +293,24 @@ impl<D: BlockDevice> Apply<'_, D> {
     }
 }
 
-/// Checks, record by record, what the checksums cannot: that the records come in the
-/// order the receiver applies them in (entries removed, then inodes with their xattrs
-/// and data, then entries added), that an inode named by sender number is described
-/// before it is used and only once, that every mode names a type, and that a full
-/// stream names nothing by a base path but the root — so such a stream is refused in
-/// the checking pass, before anything changes.
+/// Checks, record by record, what the checksums cannot, so that a stream the receiver
+/// could not apply is refused in the checking pass, before anything changes:
+/// - the records come in the order the receiver applies them in (entries removed, then
+///   each inode followed by its xattrs and data, then entries added);
+/// - an inode named by sender number is described before it is used, and once;
+/// - a full stream names nothing by a base path but the root;
+/// - every mode names a type; names, symlink targets, xattr names and values are ones
+///   the filesystem takes; data lies within its file and only where data is sent.
 struct Validator {
     full: bool,
     phase: u8,
     described: alloc::collections::BTreeSet<Ino>,
+    /// The last inode described: its ref, size and how its data comes.
+    current: Option<(InodeRef, u64, DataMode)>,
+}
+
+fn refuse(what: &'static str) -> ReceiveError {
+    ReceiveError::Inconsistent(what)
 }
 
 impl Validator {
@@ -308,18 +319,30 @@ impl Validator {
             full: header.base.is_none(),
             phase: 0,
             described: alloc::collections::BTreeSet::new(),
+            current: None,
         }
     }
 
     fn uses(&self, r: &InodeRef) -> Result<(), ReceiveError> {
         match r {
-            InodeRef::New(n) if !self.described.contains(n) => Err(ReceiveError::Inconsistent(
-                "an inode used before it is described",
-            )),
+            InodeRef::New(n) if !self.described.contains(n) => {
+                Err(refuse("an inode used before it is described"))
+            }
             InodeRef::Base(path) if self.full && !path.is_empty() => {
-                Err(ReceiveError::Inconsistent("a base path in a full stream"))
+                Err(refuse("a base path in a full stream"))
+            }
+            InodeRef::Base(path) if path.iter().any(|n| check_name(n).is_err()) => {
+                Err(refuse("a bad name in a base path"))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// `r` must be the inode described last.
+    fn of_current(&self, r: &InodeRef) -> Result<(u64, DataMode), ReceiveError> {
+        match &self.current {
+            Some((ino, size, data)) if ino == r => Ok((*size, *data)),
+            _ => Err(refuse("xattrs or data away from their inode")),
         }
     }
 
@@ -330,23 +353,56 @@ impl Validator {
             Record::Link(..) => 2,
         };
         if phase < self.phase {
-            return Err(ReceiveError::Inconsistent("records out of order"));
+            return Err(refuse("records out of order"));
         }
         self.phase = phase;
         match r {
             Record::Begin(_) => Ok(()),
             Record::Inode(s) => {
-                FileType::from_mode(s.mode).ok_or(ReceiveError::Inconsistent("mode"))?;
+                let ty = FileType::from_mode(s.mode).ok_or(refuse("mode"))?;
+                if ty == FileType::Symlink {
+                    check_target(&s.target).map_err(|_| refuse("a bad symlink target"))?;
+                }
+                if s.data != DataMode::Keep && ty != FileType::Regular {
+                    return Err(refuse("data for an inode that is not a file"));
+                }
+                if s.size > super::MAX_FILE_SIZE {
+                    return Err(refuse("a file too large"));
+                }
                 if let InodeRef::New(n) = s.ino {
                     if !self.described.insert(n) {
-                        return Err(ReceiveError::Inconsistent("an inode described twice"));
+                        return Err(refuse("an inode described twice"));
                     }
                 }
+                self.current = Some((s.ino.clone(), s.size, s.data));
                 self.uses(&s.ino)
             }
-            Record::Xattrs(ino, _) | Record::Data(ino, ..) => self.uses(ino),
-            Record::Unlink(dir, _) => self.uses(dir),
-            Record::Link(dir, _, child) => self.uses(dir).and(self.uses(child)),
+            Record::Xattrs(ino, list) => {
+                self.of_current(ino)?;
+                if list
+                    .iter()
+                    .any(|(n, v)| check_xattr_name(n).is_err() || v.len() > vfs::XATTR_VALUE_MAX)
+                {
+                    return Err(refuse("a bad xattr"));
+                }
+                Ok(())
+            }
+            Record::Data(ino, offset, data) => {
+                let (size, mode) = self.of_current(ino)?;
+                let end = offset.checked_add(data.len() as u64);
+                if mode == DataMode::Keep || end.is_none_or(|e| e > size) {
+                    return Err(refuse("data outside its file"));
+                }
+                Ok(())
+            }
+            Record::Unlink(dir, name) => {
+                check_name(name).map_err(|_| refuse("a bad name"))?;
+                self.uses(dir)
+            }
+            Record::Link(dir, name, child) => {
+                check_name(name).map_err(|_| refuse("a bad name"))?;
+                self.uses(dir).and(self.uses(child))
+            }
         }
     }
 }
