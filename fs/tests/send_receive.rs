@@ -470,3 +470,48 @@ fn a_crash_during_a_receive_leaves_the_snapshot_whole_or_absent() {
         "{states} {whole} {half}"
     );
 }
+
+/// Large sparse files through a full and two incremental sends: data past several
+/// records, holes kept where they were, a rewrite in the middle sent alone, a hole
+/// punched by truncating and extending, clones.
+#[test]
+fn sparse_and_cloned_files_keep_their_holes() {
+    let (src_disk, dst_disk) = (formatted(16 * 1024, 1), formatted(16 * 1024, 2));
+    let c = clock();
+    let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
+    pollster::block_on(async {
+        let f = src.create(ROOT_INO, b"big", 0o644, OWNER).await.unwrap();
+        src.write(f.ino, 0, &vec![1; 700_000]).await.unwrap();
+        src.write(f.ino, 3 << 20, &vec![2; 1_000_001])
+            .await
+            .unwrap();
+        let g = src.create(ROOT_INO, b"clone", 0o644, OWNER).await.unwrap();
+        src.clone_range(f.ino, 0, g.ino, 1 << 20, 512 << 10)
+            .await
+            .unwrap();
+        src.snapshot_create("a").await.unwrap();
+        c.set(op_time(5));
+        src.write(f.ino, 3 << 20, &[3; 4096]).await.unwrap();
+        src.snapshot_create("b").await.unwrap();
+        c.set(op_time(6));
+        let set = |size| SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        };
+        src.setattr(f.ino, set(100)).await.unwrap();
+        src.setattr(f.ino, set(5 << 20)).await.unwrap();
+        src.write(g.ino, 0, b"x").await.unwrap();
+        src.snapshot_create("c").await.unwrap();
+
+        dst.receive(&send(&src, "a", None).await.0).await.unwrap();
+        let (b, stats) = send(&src, "b", Some("a")).await;
+        assert!(b.len() < 8192 + 1024, "{} bytes, {stats:?}", b.len());
+        dst.receive(&b).await.unwrap();
+        dst.receive(&send(&src, "c", Some("b")).await.0)
+            .await
+            .unwrap();
+        for name in ["a", "b", "c"] {
+            assert_same(&src, &dst, name).await;
+        }
+    });
+}

@@ -158,6 +158,49 @@ fn covered(extents: &[(Key, Vec<u8>)], size: u64) -> FsResult<RangeSet> {
     Ok(set)
 }
 
+/// Of `rewritten` (the ranges the extent items `fresh` cover), what holds other data
+/// than before: a write into the middle of an extent splits its item, and the pieces
+/// around the write are new items over the same blocks (`gone` are the items they
+/// replace), which need not be sent.
+fn moved(
+    fresh: &[(Key, Vec<u8>)],
+    gone: &[(Key, Vec<u8>)],
+    mut rewritten: RangeSet,
+) -> FsResult<RangeSet> {
+    let bs = BLOCK_SIZE as u64;
+    let pieces = |items: &[(Key, Vec<u8>)]| -> FsResult<Vec<(u64, u64, i128)>> {
+        items
+            .iter()
+            .map(|(k, v)| {
+                let e = FileExtent::decode(v).ok_or(Errno::EIO)?;
+                let end = k.offset + u64::from(e.num_blocks) * bs;
+                // Disk block minus file block: equal for two pieces that map the same
+                // file offsets to the same blocks.
+                Ok((
+                    k.offset,
+                    end,
+                    e.first_block() as i128 - (k.offset / bs) as i128,
+                ))
+            })
+            .collect()
+    };
+    let (fresh, gone) = (pieces(fresh)?, pieces(gone)?);
+    // Both lists are in file order and do not overlap within themselves: merge them.
+    let (mut i, mut j) = (0, 0);
+    while let (Some(f), Some(g)) = (fresh.get(i), gone.get(j)) {
+        let (start, end) = (f.0.max(g.0), f.1.min(g.1));
+        if start < end && f.2 == g.2 {
+            rewritten.remove(start..end);
+        }
+        if f.1 <= g.1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    Ok(rewritten)
+}
+
 impl<D: BlockDevice> NineFs<D> {
     fn side(&self, items: &[(u64, SnapshotItem)], name: &str) -> FsResult<Side<D>> {
         let (id, item) = items
@@ -295,7 +338,7 @@ impl<D: BlockDevice> NineFs<D> {
                 lost.remove(r);
             }
             if in_base && lost.is_empty() {
-                (DataMode::Patch, rewritten)
+                (DataMode::Patch, moved(&fresh, &gone, rewritten)?)
             } else {
                 // New, or holes punched where data was (truncated and extended): the
                 // receiver cannot punch holes, so the file is sent whole.
