@@ -513,5 +513,19 @@ fn sparse_and_cloned_files_keep_their_holes() {
         for name in ["a", "b", "c"] {
             assert_same(&src, &dst, name).await;
         }
+        // Sent on from the copy: a third filesystem gets the same (the copy's marks
+        // are not sent; the third keeps its own).
+        let third_disk = formatted(16 * 1024, 3);
+        let third = mount(&third_disk, &c);
+        third.receive(&send(&dst, "a", None).await.0).await.unwrap();
+        third
+            .receive(&send(&dst, "c", Some("a")).await.0)
+            .await
+            .unwrap();
+        assert_same(&src, &third, "c").await;
+        let mark = third.snapshot_view("c").await.unwrap();
+        let mark = mark.getxattr(ROOT_INO, RECEIVED_XATTR).await.unwrap();
+        let dst_c = dst.snapshots().await.unwrap().into_iter().last().unwrap();
+        assert_eq!(mark[16..], dst_c.seq.to_le_bytes());
     });
 }
