@@ -17,7 +17,7 @@
 //! | `discard=SECS\|off` | give freed blocks back to the disk (NVMe Deallocate, virtio-blk DISCARD) once their release is durable, committing it at most SECS after a deletion | `20` |
 //! | `scrub_rate=MIB` | most MiB per second a scrub pass reads (1..=4096), so clients keep their latency | `16` |
 //! | `scrub_interval=SECS\|off` | start a scrub pass every SECS seconds (60..=31536000) | `off` (passes start through `ctl`) |
-//! | `snapshots=N` | most snapshots the filesystem may hold (1..=1024); creating more fails with `ENOSPC` | `64` |
+//! | `snapshots=N` | most snapshots the filesystem may hold (1..=32767); creating more fails with `ENOSPC` | `1024` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
 //! | `max_conns=N` | most concurrent 9P connections (1..=1024) | `64` |
@@ -43,7 +43,7 @@
 //! | `crash=pagefault\|stackoverflow\|panic` | deliberately crash after boot (tests the fault reports) | off |
 //! | `poweroff` | power off once boot is complete (for probes) | off |
 //! | `shutdown_timeout=SECS` | longest clean shutdown after the ACPI power button (1..=3600): past it the appliance powers off anyway (the log keeps what was fsynced) | `30` |
-//! | `export=NAME:PATH[:OPT]...` | export directory PATH under aname NAME (repeatable; NAME may be empty); OPT: `ro`, `rw`, `squash=root\|all\|none`, `anonuid=N`, `anongid=N`, `allow=CIDR[,CIDR...]`, `quota=SIZE`, `inodes=N` (the export's directory becomes a quota root: `EDQUOT` past them; `Tstatfs` shows them) | the whole filesystem at aname `""` (only while no `export=` is given) |
+//! | `export=NAME:PATH[:OPT]...` | export directory PATH under aname NAME (repeatable; NAME may be empty); OPT: `ro`, `rw`, `squash=root\|all\|none`, `anonuid=N`, `anongid=N`, `allow=CIDR[,CIDR...]`, `quota=SIZE`, `inodes=N` (the export's directory becomes a quota root: `EDQUOT` past them; `Tstatfs` shows them), `weight=1..10000` (the tenant's CPU weight, default 100) | the whole filesystem at aname `""` (only while no `export=` is given) |
 //! | `allow=CIDR[,CIDR...]` | clients allowed by exports that name no `allow=` (`any`, an address, or a network) | `any` |
 //! | `group=UID:GID[,GID...]` | a uid's groups for permission checks (repeatable) | none |
 //! | `stats_allow=CIDR[,CIDR...]` | clients allowed on the counters port | the `allow=` list |
@@ -669,7 +669,9 @@ impl Config {
             }
             "cpus" => self.cpus = Some(number(need(value)?, 1..=MAX_CPUS, "expected 1-16")?),
             "serve_cpus" => self.serve_cpus = Some(CpuMask::parse(need(value)?).map_err(Some)?),
-            "snapshots" => self.max_snapshots = number(need(value)?, 1..=1024, "expected 1-1024")?,
+            "snapshots" => {
+                self.max_snapshots = number(need(value)?, 1..=32767, "expected 1-32767")?
+            }
             "fault_seed" => {
                 self.fault_seed = need(value)?
                     .parse()
@@ -949,7 +951,7 @@ mod tests {
         assert_eq!(c.max_snapshots, 3);
         assert!(c.to_string().ends_with(" snapshots=3"));
         let (c, ignored) = parse("snapshots=0");
-        assert_eq!((c.max_snapshots, ignored.len()), (64, 1));
+        assert_eq!((c.max_snapshots, ignored.len()), (1024, 1));
         let (c, _) = parse("discard=5");
         assert_eq!(c.discard_secs, Some(5));
         let (c, ignored) = parse("fault=flush-after:x fault=tear:1");

@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use ninep::admin::AdminFs;
+use ninep::server::export;
 
 use crate::net::listener::Listener;
 use crate::net::stats_port::{PortStats, Source};
@@ -85,10 +86,12 @@ impl<V: ServedVolume> Source for Monitor<V> {
         let fs = self.listener.server().fs().inner();
         let conns = self.listener.service().stats();
         let heap = hal::heap::stats();
-        let fs_report = FsReport {
+        let mut fs_report = FsReport {
             cache_limit: self.cache_limit,
             ..fs.fs_report().await
         };
+        let exports = &self.listener.server().config().exports;
+        fs_report.name_projects(|root| export::of_project(exports, root).map(|e| e.name.clone()));
         Snapshot {
             uptime_ms: clock::uptime().as_millis() as u64,
             idle_ms: task::idle_time().as_millis() as u64,

@@ -9,9 +9,11 @@
 //!
 //! A second test runs the same job over a guest-to-guest link with jumbo frames; a third
 //! checks POSIX locks as Linux applications see them (`fcntl(F_GETLK)` across two mounts,
-//! sqlite3).
+//! sqlite3); a fourth has two tenants of the appliance, each on its own address of a
+//! guest-to-guest link, and one attacks while the other works (issue 26).
 //!
-//! Host ports: 15830; UDP 15832-15833 (the jumbo link); 15834 (locks).
+//! Host ports: 15830; UDP 15832-15833 (the jumbo link); 15834 (locks); 15835 (setting up
+//! the tenants' image), UDP 15836-15837 (their link).
 
 use std::process::Command;
 use std::time::Duration;
@@ -222,4 +224,70 @@ fn linux_guest_sees_posix_locks_across_mounts() {
         10,
     );
     vm.stop().expect_no_line("!!!");
+}
+
+/// Two tenants through a real Linux client (`tests/guest/job/tenants.sh`): the appliance
+/// exports `a` (4 MiB and 100 inodes of quota) to 10.0.4.2 only and `b` to 10.0.4.130
+/// only, on a guest-to-guest link where the guest holds both addresses. Tenant A fills its
+/// space and inodes, takes every lock of its share (16 here), runs eight readers and
+/// mounts past the connection limit (12 here); after each, B's create, write, fsync,
+/// read-back, mkdir and setxattr, a lock and a fresh mount all succeed within 5 s each.
+/// Then fsck finds the image clean.
+#[test]
+fn tenants_of_the_appliance_do_not_deny_each_other_service() {
+    let (setup_port, appliance_port, guest_port) = (15835, 15836, 15837);
+    let image = FsImage::formatted("256M");
+    make_dirs(&image, setup_port, &["a", "b"]);
+    let mut vm = Qemu::serving()
+        .memory("256M")
+        .nvme_image("nf-tenants", &image)
+        .virtio_net_dgram(appliance_port, guest_port)
+        .append(
+            "ip=10.0.4.1/24 max_conns=12 max_locks_per_tenant=16 \
+             export=a:/a:allow=10.0.4.2/32:quota=4M:inodes=100 \
+             export=b:/b:allow=10.0.4.130/32",
+        )
+        .timeout(Duration::from_secs(900))
+        .spawn();
+    vm.wait_for_event("listening", json!({"service": "9p"}));
+    let net = format!("dgram:{guest_port}:{appliance_port}");
+    run_job(
+        &mut vm,
+        "tenants",
+        &["--net", &net, "--ip", "10.0.4.2/24"],
+        &[],
+        "tenants.sh",
+        &["10.0.4.1", "564", "10.0.4.2", "10.0.4.130"],
+        35,
+    );
+    let serial = vm.stop();
+    serial.expect_no_line("!!!");
+    image.fsck();
+}
+
+/// Makes directories `names` at the root of `image` through `ninefold serve` on
+/// 127.0.0.1:`port` (the appliance's exports need them to exist when it boots).
+fn make_dirs(image: &FsImage, port: u16, names: &[&str]) {
+    let mut serve = Command::new(ninefold_tests::tool())
+        .arg("serve")
+        .arg(image.path())
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .spawn()
+        .expect("starting ninefold serve");
+    let mut c = connect(port, Duration::from_secs(30));
+    c.attach(0, 0, "").unwrap();
+    for name in names {
+        c.mkdir(0, name, 0o777).unwrap();
+    }
+    drop(c);
+    let pid = serve.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(
+        serve.wait().unwrap().success(),
+        "ninefold serve did not stop cleanly"
+    );
 }

@@ -29,7 +29,7 @@ use ninefs::volume::report::FsReport;
 use ninefs::volume::{MountOptions, NineFs};
 use ninep::admin::AdminFs;
 use ninep::conn::Transport;
-use ninep::server::export::apply_quotas;
+use ninep::server::export::{self, apply_quotas};
 use ninep::server::{AccessConfig, Config, Export, Server, Squash, TenantLimits, Timeouts};
 use ninep::service::report::NinepReport;
 use ninep::service::stats::ServiceStats;
@@ -67,7 +67,7 @@ pub struct ServeArgs {
     /// Export directory PATH under aname NAME, as the kernel's `export=`; repeatable.
     /// OPTs: ro, rw, squash=root|all|none, anonuid=N, anongid=N, allow=CIDR[,CIDR...],
     /// quota=SIZE, inodes=N (the export's directory becomes a quota root: EDQUOT past
-    /// them, Tstatfs shows them).
+    /// them, Tstatfs shows them), weight=1..10000 (the tenant's CPU weight, default 100).
     /// Without any, the whole filesystem is exported at aname "".
     #[arg(long = "export", value_name = "NAME:PATH[:OPT]...")]
     exports: Vec<String>,
@@ -275,7 +275,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .filter_level(args.log_level)
         .format_timestamp_millis()
         .init();
-    let config = args.config()?;
+    let mut config = args.config()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -318,7 +318,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .block_on(NineFs::mount(disk, opts, Box::new(SystemClock)))
         .map_err(|e| format!("{}: mount: {e}", image.display()))?;
     log::info!("mounted {}", image.display());
-    let quotas = runtime.block_on(apply_quotas(&fs, &config.exports));
+    let quotas = runtime.block_on(apply_quotas(&fs, &mut config.exports));
     for (export, q) in quotas.map_err(|(export, e)| format!("export {export:?}: quota: {e}"))? {
         log::info!(
             "export {export:?}: quota {:?} bytes, {:?} inodes; holds {} bytes, {} inodes",
@@ -336,7 +336,12 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let counted = server.clone();
     let counters = Counters::new(service.clone(), args.stats, move || {
         let server = counted.clone();
-        async move { Some(server.fs().inner().report(cache_limit).await) }
+        async move {
+            let mut report = server.fs().inner().report(cache_limit).await;
+            let exports = &server.config().exports;
+            report.name_projects(|root| export::of_project(exports, root).map(|e| e.name.clone()));
+            Some(report)
+        }
     });
     let served = serve(&runtime, &local, &service, args.listen, counters, limit);
     drop(local);

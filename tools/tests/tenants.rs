@@ -105,13 +105,17 @@ impl Tenancy {
 
     /// The `9p` part of the counters document.
     fn counters(&self) -> serde_json::Value {
+        self.document()["9p"].clone()
+    }
+
+    /// The counters document.
+    fn document(&self) -> serde_json::Value {
         let mut s = TcpStream::connect(&self.stats).unwrap();
         write!(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
         let (_, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-        let doc: serde_json::Value = serde_json::from_str(body).unwrap();
-        doc["9p"].clone()
+        serde_json::from_str(body).unwrap()
     }
 
     /// Tenant `name`'s counters (`export:a`, ...).
@@ -489,6 +493,11 @@ fn a_tenant_that_fills_its_quota_leaves_the_other_space_and_inodes() {
             .unwrap();
         b.clunk(2).unwrap();
     }
+    // The export's usage in the counters, under its name.
+    let quotas = t.document()["fs"]["quotas"].clone();
+    assert_eq!(quotas.as_array().map(Vec::len), Some(1), "{quotas}");
+    assert_eq!(quotas[0]["name"], "a", "{quotas}");
+    assert_eq!(quotas[0]["inodes"], 20, "at its limit: {quotas}");
     drop((a, b));
     t.stop();
     // The export's quota root, as `ctl` lists it.

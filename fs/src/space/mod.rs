@@ -114,7 +114,8 @@ pub struct Allocator {
     reserved: RangeSet,
     pending_free: RangeSet,
     pinned: RangeSet,
-    /// Blocks some snapshot references: the live filesystem never frees them.
+    /// Blocks the newest snapshot references: the live filesystem never frees them
+    /// (nor any other block a snapshot references: those it references too).
     held: RangeSet,
     /// Blocks of `held` that the live filesystem no longer references (freed while held,
     /// since this mount).
@@ -484,29 +485,29 @@ impl Allocator {
         }
     }
 
-    /// Adds `blocks` to the blocks snapshots hold. Blocks already waiting to be freed
-    /// stay allocated instead (they belong to the snapshot now).
-    pub fn hold(&mut self, blocks: &RangeSet) {
+    /// Holds `blocks`, what the newest snapshot references, in place of what the one
+    /// before it referenced (enough: a block the live filesystem frees is referenced by
+    /// some snapshot only if it is by the newest, see `volume::snapshot`). Blocks already
+    /// waiting to be freed stay allocated instead (they belong to the snapshot now).
+    pub fn hold_newest(&mut self, blocks: RangeSet) {
         for r in blocks.iter() {
-            for part in split_by(&self.pending_free, r.clone()) {
+            for part in split_by(&self.pending_free, r) {
                 if part.held {
                     self.pending_free.remove(part.range.clone());
                     self.held_dead.insert(part.range);
                 }
             }
-            for part in split_by(&self.held, r) {
-                if !part.held {
-                    self.held.insert(part.range);
-                }
-            }
         }
+        self.held = blocks;
     }
 
-    /// Replaces the held set by `still_held` (what the remaining snapshots reference)
-    /// and frees `released` (blocks a deleted snapshot alone held that the live
-    /// filesystem does not reference) at the next checkpoint.
-    pub fn release(&mut self, still_held: RangeSet, released: &RangeSet) {
-        self.held = still_held;
+    /// Frees `released` (blocks a deleted snapshot alone held that the live filesystem
+    /// does not reference) at the next checkpoint; `newest`: the deleted snapshot was
+    /// the newest, and this is what the one before it references (held from now on).
+    pub fn release(&mut self, newest: Option<RangeSet>, released: &RangeSet) {
+        if let Some(held) = newest {
+            self.held = held;
+        }
         for r in released.iter() {
             self.held_dead.remove(r.clone());
             let ok = self.pending_free.insert(r.clone());
@@ -514,22 +515,9 @@ impl Allocator {
                 alloc::format!("released blocks {}..{} already freed", r.start, r.end)
             }));
         }
-        let dead: Vec<Range<u64>> = self.held_dead.iter().collect();
-        for r in dead {
-            for part in split_by(&self.held, r) {
-                if !part.held {
-                    self.held_dead.remove(part.range.clone());
-                    let ok = self.pending_free.insert(part.range.clone());
-                    self.check(ensure(ok, "double free", || {
-                        let r = &part.range;
-                        alloc::format!("dead blocks {}..{} already freed", r.start, r.end)
-                    }));
-                }
-            }
-        }
     }
 
-    /// Blocks snapshots hold.
+    /// Blocks the newest snapshot references.
     pub fn held(&self) -> &RangeSet {
         &self.held
     }

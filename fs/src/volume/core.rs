@@ -21,7 +21,6 @@ use crate::format::superblock::{NodePtr, Superblock};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::space::{AllocNeed, Allocator};
 use crate::util::check::Violation;
-use crate::util::ranges::RangeSet;
 use vfs::{Attr, Errno, FileType, Ino};
 
 use super::stats::FsStats;
@@ -265,8 +264,9 @@ pub struct Core {
     pub max_links: u32,
     /// Counters.
     pub stats: FsStats,
-    /// The blocks each snapshot references, by snapshot id.
-    pub snapshots: BTreeMap<u64, RangeSet>,
+    /// Snapshots that exist (their items are in the fs tree; the allocator holds what
+    /// the newest references, see [`super::snapshot`]).
+    pub snapshots: u64,
 }
 
 impl core::fmt::Debug for Core {
@@ -309,7 +309,7 @@ impl Core {
             read_only,
             max_links,
             stats: FsStats::default(),
-            snapshots: BTreeMap::new(),
+            snapshots: 0,
             sb,
         }
     }

@@ -230,8 +230,8 @@ pub struct NineFs<D: BlockDevice> {
     /// This is a snapshot's view: it has no `.snapshots` of its own (those of the
     /// snapshot's time may be gone).
     is_view: bool,
-    /// Snapshot views opened so far, by snapshot id (see [`snapdir`]).
-    views: Mutex<alloc::collections::BTreeMap<u64, Arc<NineFs<D>>>>,
+    /// Snapshot views open now, by snapshot id (see [`snapdir`]).
+    views: Mutex<snapshot::OpenViews<D>>,
     core: CoreLock,
     /// The fsync log's ring and batches (taken after `core` when both are needed).
     log: Mutex<LogState>,
@@ -319,7 +319,7 @@ impl<D: BlockDevice> NineFs<D> {
         NineFs {
             dev,
             is_view,
-            views: Mutex::new(alloc::collections::BTreeMap::new()),
+            views: Mutex::new(snapshot::OpenViews::default()),
             core: CoreLock::new(
                 Core::new(sb, opts.read_only, opts.max_links),
                 opts.hold_clock,
@@ -480,7 +480,7 @@ impl<D: BlockDevice> NineFs<D> {
             let c = self.core.lock();
             let mut s = c.stats;
             s.group_loads = c.space.stats.group_loads;
-            s.snapshots = c.snapshots.len() as u64;
+            s.snapshots = c.snapshots;
             s.snapshot_held_blocks = c.space.held_dead().len();
             s.failed = u64::from(c.failed);
             s

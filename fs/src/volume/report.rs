@@ -40,9 +40,12 @@ pub struct FsReport {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct QuotaReport {
-    /// The project: its root directory's inode number (a string: it labels the
-    /// element's metrics).
-    pub root: String,
+    /// The project's name, which labels the element's metrics: the export whose
+    /// directory it is when a server names it ([`FsReport::name_projects`]), else its
+    /// root directory's inode number.
+    pub name: String,
+    /// The project: its root directory's inode number.
+    pub root: u64,
     /// Bytes of file data charged.
     pub bytes: u64,
     /// Inodes charged.
@@ -51,6 +54,18 @@ pub struct QuotaReport {
     pub byte_limit: Option<u64>,
     /// The inode limit (`None`: none).
     pub inode_limit: Option<u64>,
+}
+
+impl FsReport {
+    /// Names each project `name(root)` says (a server: the export whose directory it
+    /// is); the others keep their inode number.
+    pub fn name_projects(&mut self, name: impl Fn(u64) -> Option<String>) {
+        for q in &mut self.quotas {
+            if let Some(n) = name(q.root) {
+                q.name = n;
+            }
+        }
+    }
 }
 
 impl<D: BlockDevice> NineFs<D> {
@@ -76,7 +91,8 @@ impl<D: BlockDevice> NineFs<D> {
             quotas: quotas
                 .into_iter()
                 .map(|(root, q)| QuotaReport {
-                    root: root.to_string(),
+                    name: root.to_string(),
+                    root,
                     bytes: q.bytes,
                     inodes: q.inodes,
                     byte_limit: q.byte_limit,
@@ -98,10 +114,13 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::gauge("fs.cache_limit")
         .named("fs_cache_limit_bytes")
         .help("Limit of the node cache (sized from the heap)."),
-    Rule::elements("fs.quotas", "project", "root"),
+    Rule::elements("fs.quotas", "project", "name"),
+    Rule::gauge("fs.quotas.*.root")
+        .named("fs_quota_root_inode")
+        .help("A project's root directory (its inode number)."),
     Rule::gauge("fs.quotas.*.bytes")
         .named("fs_quota_bytes")
-        .help("Bytes of file data charged to a project (quota root, by its inode number)."),
+        .help("Bytes of file data charged to a project (a quota root, named after its export)."),
     Rule::gauge("fs.quotas.*.inodes")
         .named("fs_quota_inodes")
         .help("Inodes charged to a project."),

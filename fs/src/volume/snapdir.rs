@@ -101,8 +101,8 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     async fn view_by_id(&self, id: u64) -> FsResult<Arc<NineFs<D>>> {
-        if let Some(v) = self.views.lock().get(&id) {
-            return Ok(v.clone());
+        if let Some(v) = self.views.lock().get(id) {
+            return Ok(v);
         }
         let items = self.run(read_items).await?;
         let (_, item) = items

@@ -4,17 +4,20 @@
 //! A snapshot is the roots of one committed checkpoint, kept as a `(0, SNAPSHOT, id)`
 //! item in the fs tree. Copy-on-write does the rest: nothing a committed checkpoint
 //! references is overwritten, and the allocator never frees a block a snapshot
-//! references ([`Allocator::hold`](crate::space::Allocator::hold)) — the live
-//! filesystem's frees of such blocks only mark them dead. Which blocks a snapshot
-//! references is found by walking its trees (at create and at mount); deleting one walks
-//! the live trees to find which of the blocks it alone held are still live.
+//! references — the live filesystem's frees of such blocks only mark them dead. The
+//! snapshots referencing a block are consecutive in time ([`Neighbours`]), so the
+//! allocator need only hold what the newest references
+//! ([`Allocator::hold_newest`](crate::space::Allocator::hold_newest), one walk of its
+//! trees at create and at mount), and a delete need only compare the snapshot with its
+//! two neighbours: no cost grows with the number of snapshots.
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
-use super::{CheckpointCause, NineFs};
+use super::{CheckpointCause, FsStats, NineFs};
 use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
 use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Root, Superblock};
@@ -24,7 +27,71 @@ use block::BlockDevice;
 use vfs::{Errno, FsResult, Timespec};
 
 /// Default of [`MountOptions::max_snapshots`](super::MountOptions::max_snapshots).
-pub const MAX_SNAPSHOTS: usize = 64;
+///
+/// Nothing in memory grows with the number of snapshots, and mount, create and delete
+/// read the trees of at most three of them (see [`Neighbours`]), so the limit only bounds
+/// what a listing returns and the items a create or delete reads: a thousand cost little
+/// (`fs/tests/snapshots.rs` mounts a thousand with less than twice the reads of one).
+pub const MAX_SNAPSHOTS: usize = 1024;
+
+/// Most snapshot views open at once; opening one more closes the least recently used
+/// (it is opened again, with a cold cache, when next used). With each view's node cache
+/// a [`VIEW_CACHE_SHARE`]th of the live one's, views never take more than twice the live
+/// cache's memory, however many snapshots clients read.
+pub const MAX_OPEN_VIEWS: usize = 8;
+
+/// A snapshot view's node cache limit is the live filesystem's divided by this.
+pub const VIEW_CACHE_SHARE: usize = 4;
+
+/// The snapshot views open now ([`MAX_OPEN_VIEWS`] at most), by snapshot id.
+pub(super) struct OpenViews<D: BlockDevice> {
+    /// Each view with the tick it was last used at.
+    views: BTreeMap<u64, (Arc<NineFs<D>>, u64)>,
+    tick: u64,
+}
+
+impl<D: BlockDevice> Default for OpenViews<D> {
+    fn default() -> Self {
+        OpenViews {
+            views: BTreeMap::new(),
+            tick: 0,
+        }
+    }
+}
+
+impl<D: BlockDevice> OpenViews<D> {
+    /// The view of snapshot `id`, if open (now its most recently used).
+    pub(super) fn get(&mut self, id: u64) -> Option<Arc<NineFs<D>>> {
+        self.tick += 1;
+        let (view, used) = self.views.get_mut(&id)?;
+        *used = self.tick;
+        Some(view.clone())
+    }
+
+    /// Keeps `view` open as snapshot `id`'s, closing the least recently used view if
+    /// [`MAX_OPEN_VIEWS`] are open (counted in `views_closed`).
+    pub(super) fn insert(&mut self, id: u64, view: Arc<NineFs<D>>, stats: &mut FsStats) {
+        if self.views.len() >= MAX_OPEN_VIEWS {
+            let coldest = self.views.iter().min_by_key(|(_, (_, used))| *used);
+            if let Some((&old, _)) = coldest {
+                self.views.remove(&old);
+                stats.snapshot_views_closed += 1;
+            }
+        }
+        self.tick += 1;
+        self.views.insert(id, (view, self.tick));
+    }
+
+    /// Closes snapshot `id`'s view (the snapshot is gone).
+    pub(super) fn remove(&mut self, id: u64) {
+        self.views.remove(&id);
+    }
+
+    /// Closes every view.
+    pub(super) fn clear(&mut self) {
+        self.views.clear();
+    }
+}
 
 /// A snapshot, as [`NineFs::snapshots`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,6 +214,43 @@ fn tree_roots(roots: impl Fn(TreeId) -> Root) -> Vec<(TreeId, Root)> {
     SNAPSHOT_TREES.iter().map(|&t| (t, roots(t))).collect()
 }
 
+/// The roots a snapshot item keeps, with their trees.
+fn item_roots(roots: [Root; 3]) -> Vec<(TreeId, Root)> {
+    SNAPSHOT_TREES.iter().copied().zip(roots).collect()
+}
+
+/// A snapshot and the snapshots taken just before and just after it.
+///
+/// Why these are all a delete needs: a block is referenced by the live filesystem from
+/// the checkpoint that writes it to the one that frees it, and a held block is never
+/// freed, so the snapshots referencing a block are consecutive in time, and so are
+/// they with the live filesystem when it still references it. A block of this snapshot
+/// that another snapshot or the live filesystem references is therefore referenced by
+/// the one just before or the one just after (the live filesystem, for the newest).
+#[derive(Clone, Copy, Debug)]
+struct Neighbours<'a> {
+    this: &'a (u64, SnapshotItem),
+    older: Option<&'a (u64, SnapshotItem)>,
+    newer: Option<&'a (u64, SnapshotItem)>,
+}
+
+impl<'a> Neighbours<'a> {
+    /// The snapshot named `name` among `items`, with its neighbours in the order the
+    /// checkpoints were taken (ids are reused, so they do not tell the order).
+    fn of(items: &'a [(u64, SnapshotItem)], name: &str) -> Option<Neighbours<'a>> {
+        let mut by_time: Vec<&(u64, SnapshotItem)> = items.iter().collect();
+        by_time.sort_by_key(|(id, i)| (i.seq, *id));
+        let at = by_time
+            .iter()
+            .position(|(_, i)| i.name == name.as_bytes())?;
+        Some(Neighbours {
+            this: by_time[at],
+            older: at.checked_sub(1).map(|o| by_time[o]),
+            newer: by_time.get(at + 1).copied(),
+        })
+    }
+}
+
 /// `a` without the blocks of `b`.
 fn difference(a: &RangeSet, b: &RangeSet) -> RangeSet {
     let mut out = a.clone();
@@ -222,10 +326,10 @@ impl<D: BlockDevice> NineFs<D> {
                 let mut tx = Txn::new();
                 tx.put(TreeId::Fs, snapshot_key(id), item.encode());
                 c.commit(tx)?;
-                // Frees since the checkpoint are still pending: holding converts those of
-                // the snapshot's blocks into dead ones, so none is ever cleared.
-                c.space.hold(&blocks);
-                c.snapshots.insert(id, blocks.clone());
+                // The new snapshot is the newest: the allocator holds what it references
+                // (frees pending since the checkpoint become dead, so none is cleared).
+                c.space.hold_newest(blocks.clone());
+                c.snapshots += 1;
                 c.sb.incompat |= features::INCOMPAT_SNAPSHOTS;
                 c.stats.snapshots_created += 1;
                 c.changed = true;
@@ -242,46 +346,65 @@ impl<D: BlockDevice> NineFs<D> {
     /// Deletes the snapshot `name`: the blocks only it referenced, and that the live
     /// filesystem no longer references, are freed by the checkpoint that commits the
     /// deletion (a crash before leaves the snapshot whole). `ENOENT`: no such snapshot.
+    ///
+    /// Reads the trees of the snapshot and of its two neighbours in time (the live
+    /// filesystem standing in for the newer one when it is the newest), whatever the
+    /// number of snapshots: see [`Neighbours`].
     pub async fn snapshot_delete(&self, name: &str) -> FsResult<()> {
         {
             let _guard = self.checkpoint_lock.lock().await;
             if self.core.lock().read_only {
                 return Err(Errno::EROFS);
             }
-            // Every live node placed and committed: the walk below sees the live trees.
+            // Every live node placed and committed: a walk of the live trees sees them.
             self.checkpoint_locked(CheckpointCause::Snapshot).await?;
             let items = self
                 .run_loads(&mut read_items)
                 .await?
                 .map_err(|()| Errno::ENOSPC)?;
-            let Some(&(id, _)) = items.iter().find(|(_, i)| i.name == name.as_bytes()) else {
+            let Some(n) = Neighbours::of(&items, name) else {
                 return Err(Errno::ENOENT);
             };
-            let sb = self.core.lock().sb.clone();
-            let live =
-                referenced_blocks(&self.dev, sb.node_size, &tree_roots(|t| sb.root(t))).await?;
+            let node_size = self.core.lock().sb.node_size;
+            let walk = |roots: Option<[Root; 3]>| async move {
+                match roots {
+                    Some(r) => referenced_blocks(&self.dev, node_size, &item_roots(r)).await,
+                    None => Ok(RangeSet::new()),
+                }
+            };
+            let mine = walk(Some(n.this.1.roots)).await?;
+            let older = walk(n.older.map(|(_, i)| i.roots)).await?;
+            // The newer side: the next snapshot, or the committed live trees.
+            let newer = match n.newer {
+                Some((_, i)) => walk(Some(i.roots)).await?,
+                None => {
+                    let sb = self.core.lock().sb.clone();
+                    referenced_blocks(&self.dev, node_size, &tree_roots(|t| sb.root(t))).await?
+                }
+            };
+            let id = n.this.0;
+            let newest = n.newer.is_none();
             let last = items.len() == 1;
             self.run_loads(&mut |c: &mut Core| {
                 let mut tx = Txn::new();
                 tx.del(TreeId::Fs, snapshot_key(id));
                 c.commit(tx)?;
-                let mine = c.snapshots.remove(&id).unwrap_or_default();
-                let mut others = RangeSet::new();
-                for set in c.snapshots.values() {
-                    for r in set.iter() {
-                        others.remove(r.clone());
-                        others.insert(r);
-                    }
+                let mut freed = difference(&mine, &older);
+                if newest {
+                    // Live at the walk but freed since: held, so only noted dead. Those
+                    // are this snapshot's to free too.
+                    freed = difference(&freed, &difference(&newer, c.space.held_dead()));
+                    c.space.release(Some(older.clone()), &freed);
+                } else {
+                    freed = difference(&freed, &newer);
+                    c.space.release(None, &freed);
                 }
-                // Blocks this snapshot alone held, that were not live at the walk. Those
-                // the live filesystem freed since are dead and released too.
-                let unreferenced = difference(&difference(&mine, &others), &live);
-                c.space.release(others, &unreferenced);
+                c.snapshots -= 1;
                 if last {
                     c.sb.incompat &= !features::INCOMPAT_SNAPSHOTS;
                 }
                 c.stats.snapshots_deleted += 1;
-                self.views.lock().remove(&id);
+                self.views.lock().remove(id);
                 c.changed = true;
                 Ok(())
             })
@@ -291,7 +414,9 @@ impl<D: BlockDevice> NineFs<D> {
         self.checkpoint(CheckpointCause::Snapshot).await
     }
 
-    /// At mount: reads the snapshot items and holds every block they reference.
+    /// At mount: counts the snapshots and holds every block the newest references (all
+    /// the allocator needs, see the module documentation). One walk, however many
+    /// snapshots there are.
     pub(super) async fn load_snapshots(&self) -> FsResult<()> {
         // Without the feature bit there are none: no tree is read at mount (a damaged
         // node then fails only what reads it, and scrub can still name it).
@@ -300,14 +425,16 @@ impl<D: BlockDevice> NineFs<D> {
         }
         let items = self.run(read_items).await?;
         let node_size = self.core.lock().sb.node_size;
-        for (id, item) in items {
-            let roots: Vec<(TreeId, Root)> =
-                SNAPSHOT_TREES.iter().copied().zip(item.roots).collect();
-            let blocks = referenced_blocks(&self.dev, node_size, &roots).await?;
-            let mut c = self.core.lock();
-            c.space.hold(&blocks);
-            c.snapshots.insert(id, blocks);
-        }
+        let newest = items.iter().max_by_key(|(id, i)| (i.seq, *id));
+        let blocks = match newest {
+            Some((_, item)) => {
+                referenced_blocks(&self.dev, node_size, &item_roots(item.roots)).await?
+            }
+            None => RangeSet::new(),
+        };
+        let mut c = self.core.lock();
+        c.space.hold_newest(blocks);
+        c.snapshots = items.len() as u64;
         Ok(())
     }
 
@@ -326,8 +453,8 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// The view of snapshot `id` (opened once, then shared).
     pub(super) fn view_of(&self, id: u64, item: &SnapshotItem) -> Arc<NineFs<D>> {
-        if let Some(v) = self.views.lock().get(&id) {
-            return v.clone();
+        if let Some(v) = self.views.lock().get(id) {
+            return v;
         }
         let sb: Superblock = {
             let c = self.core.lock();
@@ -341,7 +468,7 @@ impl<D: BlockDevice> NineFs<D> {
             sb
         };
         let opts = super::MountOptions {
-            cache_limit: self.cache_limit,
+            cache_limit: self.cache_limit / VIEW_CACHE_SHARE,
             max_groups: self.max_groups,
             read_only: true,
             max_snapshots: 0,
@@ -352,7 +479,9 @@ impl<D: BlockDevice> NineFs<D> {
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));
-        self.views.lock().insert(id, view.clone());
+        self.views
+            .lock()
+            .insert(id, view.clone(), &mut self.core.lock().stats);
         view
     }
 }

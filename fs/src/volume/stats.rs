@@ -74,6 +74,9 @@ pub struct FsStats {
     pub snapshot_limit_hits: u64,
     /// Snapshots that exist (a gauge).
     pub snapshots: u64,
+    /// Snapshot views closed to open another (at most `snapshot::MAX_OPEN_VIEWS` are
+    /// open; a closed one is opened again, with a cold cache, when next read).
+    pub snapshot_views_closed: u64,
     /// Blocks snapshots hold that the live filesystem no longer references, as far as
     /// this mount has seen (a gauge: the space snapshots pin).
     pub snapshot_held_blocks: u64,

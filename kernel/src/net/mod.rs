@@ -133,7 +133,7 @@ mod serve_impl {
             .max_in_flight_per_tenant
             .unwrap_or(tenant.max_in_flight);
         let memory = config9p.memory;
-        match apply_quotas(&fs, &config9p.exports).await {
+        match apply_quotas(&fs, &mut config9p.exports).await {
             Ok(applied) => {
                 for (export, q) in applied {
                     log::info!(

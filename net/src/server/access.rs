@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::net::IpAddr;
 
-use super::export::{Export, Squash, NOBODY};
+use super::export::{Export, Squash, CPU_WEIGHTS, DEFAULT_CPU_WEIGHT, NOBODY};
 use super::Config;
 
 /// An IP network: the addresses whose first `prefix` bits are `network`'s.
@@ -356,6 +356,9 @@ impl fmt::Display for Export {
                 write!(f, ":inodes={inodes}")?;
             }
         }
+        if self.weight != DEFAULT_CPU_WEIGHT {
+            write!(f, ":weight={}", self.weight)?;
+        }
         Ok(())
     }
 }
@@ -391,7 +394,7 @@ fn parse_id(s: &str) -> Option<u32> {
 fn is_export_option(field: &str) -> bool {
     matches!(field, "ro" | "rw")
         || [
-            "squash=", "anonuid=", "anongid=", "allow=", "quota=", "inodes=",
+            "squash=", "anonuid=", "anongid=", "allow=", "quota=", "inodes=", "weight=",
         ]
         .iter()
         .any(|k| field.starts_with(k))
@@ -441,8 +444,15 @@ fn parse_export(spec: &str) -> Result<Export, &'static str> {
                 let n = v.parse().map_err(|_| "inodes: expected a number")?;
                 export.quota.get_or_insert_with(Default::default).inodes = Some(n)
             }
+            ("weight", Some(v)) => {
+                export.weight = v
+                    .parse()
+                    .ok()
+                    .filter(|w| CPU_WEIGHTS.contains(w))
+                    .ok_or("weight: expected 1-10000")?
+            }
             _ => return Err(
-                "unknown export option (ro, rw, squash=, anonuid=, anongid=, allow=, quota=, inodes=)",
+                "unknown export option (ro, rw, squash=, anonuid=, anongid=, allow=, quota=, inodes=, weight=)",
             ),
         }
     }
@@ -565,7 +575,10 @@ mod tests {
             ),
             ("export", "six:/:allow=fd00::1:ro:allow=::1"),
             ("export", "rw:/x:ro:rw:squash=root:squash=none"),
-            ("export", "q:/q:quota=1G:inodes=5000:allow=fd00::1"),
+            (
+                "export",
+                "q:/q:quota=1G:inodes=5000:allow=fd00::1:weight=300",
+            ),
         ])
         .unwrap();
         let e = c.named_exports();
@@ -577,8 +590,9 @@ mod tests {
         assert_eq!(e[4].quota, Some(quota));
         assert_eq!(
             e[4].to_string(),
-            "q:/q:allow=fd00::1:quota=1073741824:inodes=5000"
+            "q:/q:allow=fd00::1:quota=1073741824:inodes=5000:weight=300"
         );
+        assert_eq!((e[4].weight, e[0].weight), (300, DEFAULT_CPU_WEIGHT));
         assert_eq!(e[0].quota, None);
         assert_eq!((e[0].name.as_str(), e[0].path.as_str()), ("", "/srv"));
         assert!(e[0].read_only && e[0].allow.is_none());
@@ -621,6 +635,9 @@ mod tests {
             "name:/:quota=",
             "name:/:quota=1X",
             "name:/:inodes=many",
+            "name:/:weight=0",
+            "name:/:weight=10001",
+            "name:/:weight=",
         ] {
             assert!(config(&[("export", bad)]).is_err(), "{bad:?}");
         }

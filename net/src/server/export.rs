@@ -43,7 +43,21 @@ pub struct Export {
     /// is made a quota root at start-up ([`apply_quotas`]); past them `EDQUOT`, and
     /// `Tstatfs` inside it answers with them. `None`: no quota root is made.
     pub quota: Option<vfs::QuotaLimits>,
+    /// Its tenant's CPU weight (`weight=`, [`CPU_WEIGHTS`], default
+    /// [`DEFAULT_CPU_WEIGHT`]): tenants competing for a CPU get time in proportion to
+    /// their weights ([`super::tenant::CpuShare`]). Only an export with its own
+    /// allow-list is a tenant; for the others it means nothing.
+    pub weight: u32,
+    /// The quota project its directory is (the directory's inode number), once
+    /// [`apply_quotas`] made it one: reports name the project after the export.
+    pub project: Option<vfs::Ino>,
 }
+
+/// A tenant's CPU weight when none is given (as cgroup v2's `cpu.weight`).
+pub const DEFAULT_CPU_WEIGHT: u32 = 100;
+
+/// The CPU weights an export may have (as cgroup v2's `cpu.weight`).
+pub const CPU_WEIGHTS: core::ops::RangeInclusive<u32> = 1..=10_000;
 
 /// The `aname` of the administration export.
 pub const ADMIN_EXPORT: &str = "ctl";
@@ -65,6 +79,8 @@ impl Export {
             allow: None,
             root_ino: None,
             quota: None,
+            weight: DEFAULT_CPU_WEIGHT,
+            project: None,
         }
     }
 
@@ -98,6 +114,11 @@ impl Export {
     }
 }
 
+/// The export whose directory is quota project `root` ([`Export::project`]), if any.
+pub fn of_project(exports: &[Export], root: vfs::Ino) -> Option<&Export> {
+    exports.iter().find(|e| e.project == Some(root))
+}
+
 /// The export `aname` selects among `exports`: the one of that name, else the first
 /// whose path it is (as diod takes paths).
 pub fn select<'a>(exports: &'a [Export], aname: &[u8]) -> Option<&'a Export> {
@@ -107,12 +128,12 @@ pub fn select<'a>(exports: &'a [Export], aname: &[u8]) -> Option<&'a Export> {
 
 /// Makes the directory of every export with a quota (`quota=`, `inodes=`) a quota root
 /// with its limits (`FileSystem::set_quota`: durable when it returns; an existing tree is
-/// labelled and charged first), so the export's usage is what its tree holds. Returns
-/// each such export with what its project holds, or the first error with the export it
-/// concerns.
+/// labelled and charged first), so the export's usage is what its tree holds, and notes
+/// the project in [`Export::project`]. Returns each such export with what its project
+/// holds, or the first error with the export it concerns.
 pub async fn apply_quotas<F: vfs::FileSystem>(
     fs: &F,
-    exports: &[Export],
+    exports: &mut [Export],
 ) -> Result<Vec<(String, vfs::QuotaInfo)>, (String, vfs::Errno)> {
     let mut applied = Vec::new();
     for e in exports {
@@ -125,6 +146,7 @@ pub async fn apply_quotas<F: vfs::FileSystem>(
             dir = fs.lookup(dir, name).await.map_err(fail)?.ino;
         }
         let info = fs.set_quota(dir, limits).await.map_err(fail)?;
+        e.project = Some(info.root);
         applied.push((e.name.clone(), info));
     }
     Ok(applied)

@@ -35,7 +35,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use core::sync::atomic::{AtomicU64, AtomicUsize};
 use core::task::Waker;
 
-use super::export::{Export, ADMIN_EXPORT};
+use super::export::{Export, ADMIN_EXPORT, DEFAULT_CPU_WEIGHT};
 use crate::memory::Group;
 use crate::sync::Locked;
 
@@ -96,6 +96,8 @@ impl TenantLimits {
 pub struct Tenant {
     id: u64,
     key: TenantKey,
+    /// CPU weight ([`Export::weight`]; [`DEFAULT_CPU_WEIGHT`] for client tenants).
+    weight: u32,
     memory: Arc<Group>,
     /// Connection slots taken ([`SlotTicket`]s alive).
     conns: AtomicUsize,
@@ -118,10 +120,11 @@ struct Refusals {
 }
 
 impl Tenant {
-    fn new(id: u64, key: TenantKey) -> Tenant {
+    fn new(id: u64, key: TenantKey, weight: u32) -> Tenant {
         Tenant {
             id,
             key,
+            weight: weight.max(1),
             memory: Arc::new(Group::default()),
             conns: AtomicUsize::new(0),
             fids: AtomicUsize::new(0),
@@ -160,6 +163,11 @@ impl Tenant {
     /// Requests of its connections in flight.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Relaxed)
+    }
+
+    /// Its CPU weight.
+    pub fn weight(&self) -> u32 {
+        self.weight
     }
 
     /// Its CPU share's state.
@@ -224,6 +232,7 @@ impl Tenant {
             in_flight: self.in_flight() as u64,
             locks: 0,
             cpu_ns: self.cpu.used_ns(),
+            cpu_weight: u64::from(self.weight),
             refused_conns: self.refused.conns.load(Relaxed),
             refused_fids: self.refused.fids.load(Relaxed),
             refused_locks: self.refused.locks.load(Relaxed),
@@ -250,6 +259,8 @@ pub struct TenantStats {
     pub locks: u64,
     /// Time its connections spent serving (ns, with a clock).
     pub cpu_ns: u64,
+    /// Its CPU weight ([`Export::weight`]).
+    pub cpu_weight: u64,
     /// Connections refused or shed for the tenant's slot share.
     pub refused_conns: u64,
     /// Fids refused for the tenant's cap (`EMFILE`).
@@ -285,11 +296,12 @@ impl Drop for SlotTicket {
     }
 }
 
-/// A tenant's CPU share: fair between tenants (by virtual time, as group scheduling
-/// does), then between a tenant's connections (the executor's round robin).
+/// A tenant's CPU share: weighted fair between tenants (by virtual time, as group
+/// scheduling does; [`Export::weight`]), then fair between a tenant's connections (the
+/// executor's round robin).
 ///
-/// Each turn a connection serves ([`crate::conn::Connection::run`]) adds its time to its
-/// tenant's virtual time. On each worker (CPU or thread), a tenant is *runnable* while
+/// Each turn a connection serves ([`crate::conn::Connection::run`]) adds its time, divided
+/// by its tenant's weight relative to the default, to its tenant's virtual time. On each worker (CPU or thread), a tenant is *runnable* while
 /// one of its connections there is in a turn or yielded with work left; a connection
 /// whose tenant is more than a slack ahead of the least of the other tenants runnable on
 /// its worker lets its turn go (it yields without serving) until they catch up. So
@@ -342,7 +354,10 @@ impl Tenants {
             .iter()
             .filter(|e| e.allow.is_some() && e.name != ADMIN_EXPORT)
             .enumerate()
-            .map(|(i, e)| Arc::new(Tenant::new(i as u64, TenantKey::Export(e.name.clone()))))
+            .map(|(i, e)| {
+                let key = TenantKey::Export(e.name.clone());
+                Arc::new(Tenant::new(i as u64, key, e.weight))
+            })
             .collect();
         Tenants {
             next_id: AtomicU64::new(exports.len() as u64),
@@ -375,6 +390,7 @@ impl Tenants {
             return Arc::new(Tenant::new(
                 self.next_id.fetch_add(1, Relaxed),
                 TenantKey::Local,
+                DEFAULT_CPU_WEIGHT,
             ));
         };
         let key = TenantKey::Client(peer);
@@ -383,7 +399,8 @@ impl Tenants {
             if let Some(t) = others.get(&key).and_then(Weak::upgrade) {
                 return t;
             }
-            let t = Arc::new(Tenant::new(self.next_id.fetch_add(1, Relaxed), key.clone()));
+            let id = self.next_id.fetch_add(1, Relaxed);
+            let t = Arc::new(Tenant::new(id, key.clone(), DEFAULT_CPU_WEIGHT));
             others.insert(key, Arc::downgrade(&t));
             t
         })
@@ -449,10 +466,14 @@ impl Tenants {
         })
     }
 
-    /// A turn of a connection of `tenant` served for `ns`.
+    /// A turn of a connection of `tenant` served for `ns`: its virtual time advances
+    /// by `ns` scaled by the default weight over its own, so a tenant of twice the
+    /// weight runs twice as long for the same virtual time.
     pub fn cpu_used(&self, tenant: &Tenant, ns: u64) {
         tenant.cpu.used_ns.fetch_add(ns, Relaxed);
-        tenant.cpu.vtime.fetch_add(ns, Relaxed);
+        let scaled = u128::from(ns) * u128::from(DEFAULT_CPU_WEIGHT) / u128::from(tenant.weight);
+        let scaled = u64::try_from(scaled).unwrap_or(u64::MAX);
+        tenant.cpu.vtime.fetch_add(scaled, Relaxed);
     }
 
     /// A runnable connection of `tenant` on `worker` waits for its client, or ended.
@@ -616,6 +637,39 @@ mod tests {
             keys,
             [TenantKey::Export("a".into()), TenantKey::Export("b".into())]
         );
+    }
+
+    /// Two tenants always runnable on one worker, each turn as long as the other's:
+    /// turns go in proportion to their weights.
+    #[test]
+    fn tenants_share_a_worker_in_proportion_to_their_weights() {
+        let mut e = exports();
+        e[1].weight = 300; // a
+        let t = Arc::new(Tenants::new(&e, 1000));
+        let (a, b) = (
+            t.tenant_of(&e, ip("10.1.0.1")),
+            t.tenant_of(&e, ip("10.2.0.1")),
+        );
+        assert_eq!((a.weight(), b.weight()), (300, DEFAULT_CPU_WEIGHT));
+        let (a0, b0) = (
+            CpuWaker::new(t.clone(), a.clone(), 0),
+            CpuWaker::new(t.clone(), b.clone(), 0),
+        );
+        a0.runnable();
+        b0.runnable();
+        let mut turns = [0u32; 2];
+        for _ in 0..4000 {
+            // The executor's round robin: each in turn, if its tenant may serve.
+            for (i, w) in [&a0, &b0].into_iter().enumerate() {
+                if w.may_serve() {
+                    w.used(10_000);
+                    turns[i] += 1;
+                }
+            }
+        }
+        let ratio = f64::from(turns[0]) / f64::from(turns[1]);
+        assert!((2.9..3.1).contains(&ratio), "turns {turns:?}");
+        assert_eq!(a.stats().cpu_weight, 300);
     }
 
     #[test]

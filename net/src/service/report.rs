@@ -139,6 +139,9 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::counter("9p.tenants.*.cpu_ns")
         .named("9p_tenant_cpu_seconds")
         .help("Time spent serving each tenant's connections."),
+    Rule::gauge("9p.tenants.*.cpu_weight")
+        .named("9p_tenant_cpu_weight")
+        .help("A tenant's CPU weight (its export's weight=; 100 by default)."),
     Rule::counter("9p.tenants.*.refused_conns")
         .named("9p_tenant_connections_refused")
         .help("Connections refused or shed for the tenant's share of slots."),
