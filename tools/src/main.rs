@@ -11,7 +11,9 @@ mod fsck;
 mod image;
 mod mkfs;
 mod quota;
+mod receive;
 mod replay_trace;
+mod send;
 mod serve;
 mod snapshot;
 
@@ -51,6 +53,10 @@ enum Command {
     Snapshot(snapshot::SnapshotArgs),
     /// List project quotas, show the one of a path, or set a directory's limits.
     Quota(quota::QuotaArgs),
+    /// Write a snapshot as a stream, in full or as the changes since an older one.
+    Send(send::SendArgs),
+    /// Apply a snapshot stream to an image: the result is a snapshot, whole or not at all.
+    Receive(receive::ReceiveArgs),
 }
 
 /// Prints an error from subcommand `name` and fails.
@@ -81,5 +87,7 @@ fn main() -> ExitCode {
         Command::ReplayTrace(args) => report("replay-trace", replay_trace::run(args)),
         Command::Snapshot(args) => report("snapshot", snapshot::run(args)),
         Command::Quota(args) => report("quota", quota::run(args)),
+        Command::Send(args) => report("send", send::run(args)),
+        Command::Receive(args) => report("receive", receive::run(args)),
     }
 }

@@ -338,3 +338,80 @@ fn a_mirrored_volume_takes_its_legs_in_any_order_mends_a_bad_copy_and_runs_with_
         std::fs::remove_file(p).unwrap();
     }
 }
+
+#[test]
+fn send_and_receive_full_and_incremental_between_images() {
+    let (src, dst) = (temp("send-src.img"), temp("send-dst.img"));
+    let (full, incr) = (temp("send-full.stream"), temp("send-incr.stream"));
+    let (src_p, dst_p, full_p) = (
+        src.to_str().unwrap(),
+        dst.to_str().unwrap(),
+        full.to_str().unwrap(),
+    );
+    let run = |args: &[&str], stdin: Option<&[u8]>| {
+        use std::io::Write;
+        let mut child = ninefold()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or_default()).unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            out.stdout,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(run(&["mkfs", src_p, "--size", "64M"], None).0);
+    assert!(run(&["snapshot", "create", src_p, "a"], None).0);
+    assert!(run(&["snapshot", "create", src_p, "b"], None).0);
+    let (ok, _, err) = run(&["send", src_p, "a", "-o", full_p], None);
+    assert!(ok && err.contains("sent a (full)"), "{err}");
+    let (ok, stream, err) = run(&["send", src_p, "b", "--from", "a"], None);
+    assert!(ok && err.contains("sent b (from a)"), "{err}");
+    std::fs::write(&incr, &stream).unwrap();
+    let (ok, _, err) = run(&["send", src_p, "b", "--from", "zz"], None);
+    assert!(!ok && err.contains("ENOENT"), "{err}");
+
+    // Into a new image: it needs a size; the incremental needs its base first.
+    let (ok, _, err) = run(&["receive", dst_p, "-i", full_p], None);
+    assert!(!ok && err.contains("give --size"), "{err}");
+    assert!(run(&["mkfs", dst_p, "--size", "64M"], None).0);
+    let (ok, _, err) = run(&["receive", dst_p], Some(&stream));
+    assert!(!ok && err.contains("base snapshot \"a\""), "{err}");
+    let cut = &stream[..stream.len() - 3];
+    let (ok, _, err) = run(&["receive", dst_p], Some(cut));
+    assert!(
+        !ok && err.contains("truncated") && err.contains("nothing applied"),
+        "{err}"
+    );
+    let (ok, out, err) = run(&["receive", dst_p, "-i", full_p], None);
+    assert!(ok, "{err}");
+    assert!(String::from_utf8_lossy(&out).contains("received snapshot a"));
+    let (ok, out, err) = run(&["receive", dst_p], Some(&stream));
+    assert!(
+        ok && String::from_utf8_lossy(&out).contains("received snapshot b"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["receive", dst_p], Some(&stream));
+    assert!(!ok && err.contains("exists already"), "{err}");
+    let (_, out, _) = run(&["snapshot", "list", dst_p], None);
+    let names: Vec<String> = String::from_utf8_lossy(&out)
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    let (ok, out, _) = run(&["fsck", dst_p], None);
+    assert!(ok, "{}", String::from_utf8_lossy(&out));
+    let (ok, out, err) = run(&["receive", dst_p, "--rollback"], None);
+    assert!(ok, "{err}");
+    assert!(String::from_utf8_lossy(&out).contains("rolled back to snapshot b"));
+    for p in [&src, &dst, &full, &incr] {
+        let _ = std::fs::remove_file(p);
+    }
+}

@@ -49,11 +49,13 @@ pub struct InodeItem {
     pub project: u64,
 }
 
-fn put_time(w: &mut Writer, t: Timespec) {
+/// Writes a time as seconds (i64) and nanoseconds (u32).
+pub(crate) fn put_time(w: &mut Writer, t: Timespec) {
     w.i64(t.sec).u32(t.nsec);
 }
 
-fn get_time(r: &mut Reader<'_>) -> Option<Timespec> {
+/// Reads a time written by [`put_time`] (nanoseconds below one second).
+pub(crate) fn get_time(r: &mut Reader<'_>) -> Option<Timespec> {
     let t = Timespec {
         sec: r.i64()?,
         nsec: r.u32()?,

@@ -15,6 +15,7 @@ pub mod key;
 pub mod label;
 pub mod layout;
 pub mod log;
+pub mod stream;
 pub mod superblock;
 
 pub use key::{Key, TreeId};

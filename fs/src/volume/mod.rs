@@ -51,12 +51,15 @@ mod lock;
 mod mkfs;
 mod ops;
 pub mod quota;
+pub mod receive;
 pub mod report;
 pub mod scrub;
+pub mod send;
 pub mod snapdir;
 pub mod snapshot;
 pub mod stats;
 pub mod synclog;
+pub mod treediff;
 mod xattr;
 
 pub use self::core::InodeState;

@@ -14,13 +14,10 @@
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::sync::Arc;
-use alloc::vec;
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
 use super::{CheckpointCause, FsStats, NineFs};
-use crate::btree::Node;
-use crate::format::bset::{parse_node, NodeId};
 use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
 use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Root, Superblock};
@@ -187,40 +184,7 @@ pub async fn referenced_blocks<D: BlockDevice>(
         .map(|&(t, r)| (t, r.level, r.ptr))
         .collect();
     while let Some((tree, level, ptr)) = stack.pop() {
-        if ptr.blocks == 0 || u64::from(ptr.blocks) > node_blocks {
-            log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
-            return Err(Errno::EIO);
-        }
-        let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
-        let id = NodeId {
-            tree,
-            level,
-            nonce: ptr.nonce,
-        };
-        let read = dev.read(ptr.addr, &mut buf).await;
-        // On a mirror, a copy that fails is read from another leg and mended (one copy:
-        // parsed once, below).
-        let read =
-            if dev.copies() > 1 && (read.is_err() || parse_node(&buf, id, ptr.blocks).is_err()) {
-                let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
-                dev.check_copies(ptr.addr, &mut buf, good).await.map(drop)
-            } else {
-                read
-            };
-        read.map_err(|e| {
-            log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
-            Errno::EIO
-        })?;
-        let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
-            log::error!(
-                "{} tree: corrupt node at {}: {}",
-                tree.name(),
-                ptr.addr,
-                e.what
-            );
-            Errno::EIO
-        })?;
-        let node = Node::from_disk(id, ptr.addr, ptr.blocks, &sets);
+        let node = super::treediff::read_node(dev, node_size, tree, level, ptr).await?;
         if !set.insert(ptr.addr..ptr.addr + node_blocks) {
             log::error!(
                 "{} tree: node at {} referenced twice",
