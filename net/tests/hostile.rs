@@ -690,3 +690,95 @@ fn a_connection_waiting_for_memory_resumes_its_read_bytes_when_memory_comes_back
     assert_eq!(replies.len(), 5, "replies {replies:?}");
     assert_eq!(replies[4], 119, "replies {replies:?}");
 }
+
+#[test]
+fn a_fresh_attach_waits_for_memory_reclaimed_from_hogs_rather_than_failing() {
+    // No reservations: the last bytes of the budget are anyone's.
+    let mut config = Config {
+        max_msize: 64 * KIB as u32,
+        clock: Some(fake_now),
+        ..Config::default()
+    };
+    config.memory = config.memory_for(2 * MIB);
+    config.memory.reserve = 0;
+    let server = model_server(config);
+    let mut setup = client(&server);
+    setup.attach(0, 0, "").unwrap();
+    big_file(&mut setup, "f", 4 * KIB);
+    drop(setup);
+    // Hogs (one tenant, as every client of the appliance behind QEMU's user network is)
+    // bind a copy of the 64 KiB value into fids until the budget refuses them (or a
+    // hog below its share waits for memory reclaimed from the others).
+    let mut hogs = Vec::new();
+    let mut full = false;
+    while !full {
+        let mut hog = raw(&server);
+        attach_and_walk(&mut hog, b"f");
+        for newfid in 100..200u32 {
+            let walk = Tmsg::Xattrwalk {
+                fid: 1,
+                newfid,
+                name: b"user.big",
+            };
+            assert!(send(&mut hog, &frame(3, walk)));
+            match hog.take_output() {
+                None => full = true,
+                Some(r) if errno(&r) == Some(Errno::ENOMEM) => {
+                    full = server.memory().committed + 64 * KIB as u64 > server.memory().limit
+                }
+                Some(_) => continue,
+            }
+            break;
+        }
+        hogs.push(hog);
+        assert!(hogs.len() < 64, "the budget never filled");
+    }
+    // The bytes left, fewer than a value's, go to fids.
+    let mut filler = raw(&server);
+    attach_and_walk(&mut filler, b"");
+    for newfid in 1000..9000u32 {
+        let clone = Tmsg::Walk {
+            fid: 1,
+            newfid,
+            names: vec![],
+        };
+        assert!(send(&mut filler, &frame(4, clone)));
+        match filler.take_output() {
+            Some(r) if errno(&r).is_none() => continue,
+            _ => break,
+        }
+    }
+    hogs.push(filler);
+    // A new mount's attach needs a fid the budget has no room for: it waits while the
+    // server closes a hog holding more than its share...
+    let mut honest = raw(&server);
+    let attach = Tmsg::Attach {
+        fid: 0,
+        afid: !0,
+        uname: b"",
+        aname: b"",
+        n_uname: 0,
+    };
+    assert!(send(&mut honest, &frame(1, attach)));
+    if let Some(reply) = honest.take_output() {
+        panic!("answered before memory came back: {:?}", errno(&reply));
+    }
+    assert!(server.stats().reclaim_waits >= 1);
+    let mut closed = 0;
+    for hog in &mut hogs {
+        poll(hog);
+        if hog.closing() == Some(CloseReason::MemoryReclaimed) {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 1);
+    // ...and is answered once that hog's teardown gives its memory back.
+    for hog in hogs {
+        if hog.closing().is_some() {
+            pollster::block_on(hog.shutdown());
+        }
+    }
+    poll(&mut honest);
+    let reply = honest.take_output().expect("the attach was answered");
+    assert_eq!(errno(&reply), None);
+}

@@ -635,15 +635,74 @@ impl<F: FileSystem> Server<F> {
     }
 }
 
+/// How many times [`Server::hold`] waits for reclaimed memory before answering `ENOMEM`.
+const RECLAIM_WAITS: u32 = 4;
+
+/// Why an attempt to take state for a request failed: the protocol's answer, or the
+/// memory budget's refusal (which [`Server::hold`] may wait out).
+pub(crate) enum Refusal {
+    /// Answered as it is.
+    Errno(Errno),
+    /// Memory was refused.
+    Memory(Refused),
+}
+
+impl From<Refused> for Refusal {
+    fn from(r: Refused) -> Refusal {
+        Refusal::Memory(r)
+    }
+}
+
 impl<F: FileSystem> Server<F> {
     /// The answer to a refused charge for state a request would hold: `ENOMEM`
     /// (counted), after asking for memory to be reclaimed if the connection was below its
     /// fair share (so that a retry can succeed).
     pub(crate) fn refused(&self, s: &Session, r: Refused) -> Errno {
+        self.reclaim_for(s, r);
+        self.enomem(s, r)
+    }
+
+    fn enomem(&self, s: &Session, r: Refused) -> Errno {
         self.counters.enomem_replies();
         log::debug!("9p: conn {}: ENOMEM: {r}", s.id());
-        self.reclaim_for(s, r);
         Errno::ENOMEM
+    }
+
+    /// Takes state a request will hold through `attempt`. When the budget refuses it while
+    /// the connection (or its tenant) is below its fair share, memory is reclaimed from a
+    /// connection holding more than its share and the attempt is repeated when memory
+    /// comes back (at most [`RECLAIM_WAITS`] times): a lean client — a fresh mount's
+    /// `Tattach` — is not answered `ENOMEM` because others of its tenant filled the budget.
+    /// Any other refusal is `ENOMEM` at once.
+    pub(crate) async fn hold<T>(
+        &self,
+        s: &Session,
+        mut attempt: impl FnMut() -> Result<T, Refusal>,
+    ) -> Result<T, Errno> {
+        let mut waits = 0;
+        // A waker registered before the latest attempt: a release after it wakes us.
+        let mut armed = false;
+        core::future::poll_fn(|cx| loop {
+            match attempt() {
+                Ok(v) => return core::task::Poll::Ready(Ok(v)),
+                Err(Refusal::Errno(e)) => return core::task::Poll::Ready(Err(e)),
+                Err(Refusal::Memory(_)) if armed => {
+                    armed = false;
+                    return core::task::Poll::Pending;
+                }
+                Err(Refusal::Memory(r)) => {
+                    if waits == RECLAIM_WAITS || !self.reclaim_for(s, r) {
+                        return core::task::Poll::Ready(Err(self.enomem(s, r)));
+                    }
+                    waits += 1;
+                    self.counters.reclaim_waits();
+                    // Registered before the next attempt (see `Budget::wait`).
+                    self.budget.wait(cx.waker());
+                    armed = true;
+                }
+            }
+        })
+        .await
     }
 }
 

@@ -199,15 +199,15 @@ impl Session {
     }
 
     /// Binds a new fid: `EBADF` if `fid` is in use, `EMFILE` at `max` fids or when the
-    /// tenant holds `tenant_max`, and the refusal if the entry's memory cannot be
-    /// charged.
+    /// tenant holds `tenant_max`, and the refusal (with the entry back) if the entry's
+    /// memory cannot be charged.
     pub(crate) fn insert(
         &self,
         fid: u32,
         entry: Fid,
         max: usize,
         tenant_max: usize,
-    ) -> Result<(), BindError> {
+    ) -> Result<(), (BindError, Option<Fid>)> {
         // The check and the charge under the table's lock: two binds of one fid cannot
         // both pass it.
         let refused = self.fids.with(|fids| {
@@ -224,10 +224,12 @@ impl Session {
             fids.insert(fid, entry);
             None
         });
-        // A refused entry is dropped outside the lock (see `Session::replace`).
+        // A refused entry is dropped outside the lock (see `Session::replace`), or handed
+        // back when memory refused it, for a retry once memory is reclaimed.
         match refused {
             None => Ok(()),
-            Some((e, _entry)) => Err(e),
+            Some((BindError::Memory(r), entry)) => Err((BindError::Memory(r), Some(entry))),
+            Some((e, _entry)) => Err((e, None)),
         }
     }
 

@@ -93,6 +93,10 @@ counters! {
     /// Requests answered `ENOMEM` because state they would hold (fid, xattr value, lock)
     /// could not be charged.
     enomem_replies,
+    /// Times a request waited for memory reclaimed from connections above their share
+    /// before taking state it will hold (a fid, an xattr value) rather than answer
+    /// `ENOMEM`.
+    reclaim_waits,
     /// Times a connection's task gave the CPU to others after its quantum.
     cpu_yields,
     /// Turns a connection let go because its tenant was ahead of another tenant on its

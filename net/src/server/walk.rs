@@ -10,30 +10,36 @@ use super::export::{self, Export};
 use super::fid::{Fid, FidState, Mount, Parent};
 use super::perm::{User, MAY_EXEC};
 use super::session::{BindError, Session};
-use super::{check_name, qid_of, reply, Server};
+use super::{check_name, qid_of, reply, Refusal, Server};
 use crate::wire::{Rmsg, NONUNAME};
 
 impl<F: FileSystem> Server<F> {
     /// Binds `fid` (counting fid-limit refusals; `ENOMEM` if its memory cannot be
-    /// charged).
-    pub(super) fn bind(&self, s: &Session, fid: u32, entry: Fid) -> FsResult<()> {
-        match s.insert(
-            fid,
-            entry,
-            self.config.max_fids,
-            self.config.tenant.max_fids,
-        ) {
-            Ok(()) => Ok(()),
-            Err(BindError::Errno(e)) => {
-                self.count_fid_limit(e);
-                Err(e)
+    /// charged, even after waiting for memory reclaimed from others: see
+    /// [`Server::hold`]).
+    pub(super) async fn bind(&self, s: &Session, fid: u32, entry: Fid) -> FsResult<()> {
+        let mut entry = Some(entry);
+        self.hold(s, || {
+            let Some(e) = entry.take() else {
+                return Err(Refusal::Errno(Errno::EIO));
+            };
+            match s.insert(fid, e, self.config.max_fids, self.config.tenant.max_fids) {
+                Ok(()) => Ok(()),
+                Err((BindError::Memory(r), back)) => {
+                    entry = back;
+                    Err(Refusal::Memory(r))
+                }
+                Err((BindError::Errno(e), _)) => {
+                    self.count_fid_limit(e);
+                    Err(Refusal::Errno(e))
+                }
+                Err((BindError::TenantFids, _)) => {
+                    self.counters.tenant_fid_limit_hits();
+                    Err(Refusal::Errno(Errno::EMFILE))
+                }
             }
-            Err(BindError::TenantFids) => {
-                self.counters.tenant_fid_limit_hits();
-                Err(Errno::EMFILE)
-            }
-            Err(BindError::Memory(r)) => Err(self.refused(s, r)),
-        }
+        })
+        .await
     }
 
     /// Checks that `fid` could be bound (counting fid-limit refusals).
@@ -121,7 +127,7 @@ impl<F: FileSystem> Server<F> {
             state: FidState::Path,
             parent: None,
         };
-        self.bind(s, fid, entry)?;
+        self.bind(s, fid, entry).await?;
         Ok(reply(tag, &Rmsg::Attach { qid: qid_of(&attr) }))
     }
 
@@ -164,7 +170,7 @@ impl<F: FileSystem> Server<F> {
         if newfid == fid {
             s.replace(fid, cur)?;
         } else {
-            self.bind(s, newfid, cur)?;
+            self.bind(s, newfid, cur).await?;
         }
         Ok(reply(tag, &Rmsg::Walk { qids }))
     }

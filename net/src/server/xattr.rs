@@ -91,10 +91,12 @@ impl<F: FileSystem> Server<F> {
         }
         // The value stays with the fid until it is clunked: charge the most it can be
         // before the filesystem allocates it, and keep what it turns out to be.
-        let mut charge = s
-            .account()
-            .charge(Use::Xattrs, XATTR_LIST_MAX.max(XATTR_VALUE_MAX))
-            .map_err(|r| self.refused(s, r))?;
+        let mut charge = self
+            .hold(s, || {
+                Ok(s.account()
+                    .charge(Use::Xattrs, XATTR_LIST_MAX.max(XATTR_VALUE_MAX))?)
+            })
+            .await?;
         let value = if name.is_empty() {
             let hide_trusted = !f.user().is_root();
             let mut list = Vec::new();
@@ -125,7 +127,7 @@ impl<F: FileSystem> Server<F> {
         if newfid == fid {
             s.replace(fid, entry)?;
         } else {
-            self.bind(s, newfid, entry)?;
+            self.bind(s, newfid, entry).await?;
         }
         Ok(reply(tag, &Rmsg::Xattrwalk { size }))
     }
@@ -158,10 +160,11 @@ impl<F: FileSystem> Server<F> {
             .ok_or(E2BIG)?;
         let attr = self.fs.getattr(f.ino).await?;
         check_xattr(f.user(), &attr, name, MAY_WRITE)?;
-        let charge = s
-            .account()
-            .charge(Use::Xattrs, size + name.len())
-            .map_err(|r| self.refused(s, r))?;
+        let charge = self
+            .hold(s, || {
+                Ok(s.account().charge(Use::Xattrs, size + name.len())?)
+            })
+            .await?;
         let mut value = Vec::new();
         value.try_reserve_exact(size).map_err(|_| Errno::ENOMEM)?;
         let writer = XattrWrite {

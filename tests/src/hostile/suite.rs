@@ -66,7 +66,7 @@ impl Bounds {
 /// The counters whose change each step records, by name: the server's (under `/9p`)
 /// and the listener's (under `/listener`: connection requests that reached the port,
 /// and what the SYN gate did with those no socket listened for).
-const COUNTERS: [(&str, &str); 21] = [
+const COUNTERS: [(&str, &str); 22] = [
     ("requests", "/9p/requests"),
     ("error_replies", "/9p/error_replies"),
     ("decode_errors", "/9p/decode_errors"),
@@ -77,6 +77,7 @@ const COUNTERS: [(&str, &str); 21] = [
     ("memory_waits", "/9p/memory_waits"),
     ("enomem_replies", "/9p/enomem_replies"),
     ("memory_reclaims", "/9p/memory_reclaims"),
+    ("reclaim_waits", "/9p/reclaim_waits"),
     ("slot_reclaims", "/9p/slot_reclaims"),
     ("handshake_timeouts", "/9p/handshake_timeouts"),
     ("idle_timeouts", "/9p/idle_timeouts"),
@@ -502,6 +503,7 @@ fn notable(r: &Row) -> String {
         ("enomem_replies", "ENOMEM"),
         ("memory_waits", "mem waits"),
         ("memory_reclaims", "mem reclaims"),
+        ("reclaim_waits", "reclaim waits"),
         ("slot_reclaims", "slot reclaims"),
         ("handshake_timeouts", "handshake t/o"),
         ("shed", "shed"),
