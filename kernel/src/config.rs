@@ -9,7 +9,7 @@
 //! | `gw=ADDR` | default IPv4 gateway (static `ip=` only) | none |
 //! | `port=N` | TCP port of the 9P server | `564` |
 //! | `fs=disk\|memory` | what 9P serves: the filesystem on the disk, or the same filesystem on a RAM disk formatted at boot (development only: nothing is stored) | `disk` |
-//! | `disk=nvme0\|virtio0\|BB:DD.F` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex) | the first one found |
+//! | `disk=nvme0\|virtio0\|BB:DD.F[,...]` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex); several: the legs of a mirrored volume made by `ninefold mkfs A B` (each put in the place its label names; one that does not come up is missing and the others serve, degraded; `mkfs` is refused for a mirror) | the first one found |
 //! | `mkfs` | format the disk first if it holds no ninefold filesystem (a disk with a damaged one is refused) | off |
 //! | `mkfs=force` | format the disk first, whatever it holds (erases it) | off |
 //! | `fault=RULE[,RULE...]` | inject device errors into the `disk=` device (testing the error paths on real drivers; `block::Fault::parse`): `write:N`, `flush:N`, `read:N` (the Nth request), `writes:PPM`, `reads:PPM` (a fraction), `write-range:A-B`, `read-range:A-B`, `flip:A-B` (blocks), `flush-after:S`, `write-after:S` (every one from S seconds after boot) | off |
@@ -336,6 +336,8 @@ pub struct Config {
     pub fs: FsSource,
     /// The block device for the filesystem; `None` picks the first one found.
     pub disk: Option<DiskSelector>,
+    /// The other legs of a mirrored volume (`disk=A,B,...`: `disk` is A).
+    pub mirror: Vec<DiskSelector>,
     /// Format the disk before mounting it.
     pub mkfs: Mkfs,
     /// TCP port of the counters service; `None`: off.
@@ -470,6 +472,7 @@ impl Default for Config {
             mtu: DEFAULT_MTU,
             fs: FsSource::Disk,
             disk: None,
+            mirror: Vec::new(),
             mkfs: Mkfs::Off,
             stats_port: Some(DEFAULT_STATS_PORT),
             ninep: NinepLimits::default(),
@@ -579,7 +582,12 @@ impl Config {
                     Some(_) => return Err(Some("expected mkfs or mkfs=force")),
                 }
             }
-            "disk" => self.disk = Some(parse_disk(need(value)?)?),
+            "disk" => {
+                let legs = need(value)?.split(',').map(parse_disk);
+                let mut legs = legs.collect::<Result<Vec<_>, _>>()?;
+                self.disk = Some(legs.remove(0));
+                self.mirror = legs;
+            }
             "fs" => {
                 self.fs = match need(value)? {
                     "disk" => FsSource::Disk,
@@ -796,7 +804,12 @@ impl fmt::Display for Config {
             write!(f, " mtu={}", self.mtu)?;
         }
         match self.disk {
-            Some(d) => write!(f, " disk={d}")?,
+            Some(d) => {
+                write!(f, " disk={d}")?;
+                for leg in &self.mirror {
+                    write!(f, ",{leg}")?;
+                }
+            }
             None => f.write_str(" disk=auto")?,
         }
         if self.fs == FsSource::Memory {
@@ -989,6 +1002,15 @@ mod tests {
     #[test]
     fn disk_selectors() {
         assert_eq!(parse("disk=nvme0").0.disk, Some(DiskSelector::Nvme(0)));
+        let (c, _) = parse("disk=nvme0,virtio1");
+        assert_eq!(
+            (c.disk, c.mirror.as_slice()),
+            (
+                Some(DiskSelector::Nvme(0)),
+                &[DiskSelector::VirtioBlk(1)][..]
+            )
+        );
+        assert!(c.to_string().ends_with(" disk=nvme0,virtio1"));
         assert_eq!(
             parse("disk=virtio1").0.disk,
             Some(DiskSelector::VirtioBlk(1))

@@ -277,6 +277,16 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
                 }
             }
         }
+        FsSource::Disk if !config.mirror.is_empty() => {
+            match storage::mount_mirror(&config, mem.heap).await {
+                Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
+                Err(e) => {
+                    error!("fs: {e}");
+                    info!("ready: idle (nothing to serve)");
+                    event::emit(idle("no_filesystem"));
+                }
+            }
+        }
         FsSource::Disk => match storage::mount(&config, mem.heap).await {
             Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
             Err(e) => {

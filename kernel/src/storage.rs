@@ -15,7 +15,8 @@ use ninefs::volume::MountOptions;
 
 #[cfg(target_os = "none")]
 pub use mount_impl::{
-    mount, mount_memory, DeviceName, InjectedFaults, Mounted, ServedFs, ServedVolume, StorageError,
+    mount, mount_memory, mount_mirror, DeviceName, InjectedFaults, Mounted, ServedFs, ServedVolume,
+    StorageError,
 };
 
 /// How often the served filesystem's housekeeping (`ServedVolume::housekeeping`) runs.
@@ -85,8 +86,9 @@ mod mount_impl {
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
     use crate::event::{self, Event};
     use alloc::vec::Vec;
-    use block::{CountingDisk, FaultCounters, FaultDisk, IoError, MemDisk};
+    use block::{CountingDisk, FaultCounters, FaultDisk, IoError, MemDisk, MirrorDisk};
     use core::sync::atomic::{AtomicBool, Ordering};
+    use ninefs::format::label::{DeviceLabel, LABEL_BLOCK};
     use ninefs::volume::scrub::ScrubProgress;
 
     use crate::report::{DeviceReport, FsReport};
@@ -127,6 +129,25 @@ mod mount_impl {
     }
 
     impl InjectedFaults for Disk {}
+
+    /// A mirror's injector is its first leg's (`fault=` arms only that one).
+    impl<D: BlockDevice + InjectedFaults> InjectedFaults for MirrorDisk<D> {
+        fn injected_faults(&self) -> Option<FaultCounters> {
+            self.leg(0).and_then(InjectedFaults::injected_faults)
+        }
+    }
+
+    impl<D: BlockDevice + DeviceName> DeviceName for MirrorDisk<D> {
+        fn device_name(&self) -> String {
+            let legs: Vec<String> = (0..self.copies())
+                .map(|i| {
+                    self.leg(i)
+                        .map_or("missing".into(), DeviceName::device_name)
+                })
+                .collect();
+            format!("mirror({})", legs.join(","))
+        }
+    }
 
     impl InjectedFaults for MemDisk {}
 
@@ -289,6 +310,8 @@ mod mount_impl {
         Format(String, FormatError),
         /// The mount failed.
         Mount(String, MountError),
+        /// The devices of `disk=A,B,...` do not make one mirrored volume.
+        Mirror(String),
     }
 
     impl fmt::Display for StorageError {
@@ -305,6 +328,7 @@ mod mount_impl {
                 ),
                 StorageError::Format(d, e) => write!(f, "{d}: mkfs failed: {e}"),
                 StorageError::Mount(d, e) => write!(f, "{d}: mount failed: {e}"),
+                StorageError::Mirror(why) => write!(f, "mirrored volume: {why}"),
             }
         }
     }
@@ -337,6 +361,7 @@ mod mount_impl {
                 StorageError::Damaged(d) => ("damaged", Some(d)),
                 StorageError::Format(d, _) => ("mkfs_failed", Some(d)),
                 StorageError::Mount(d, _) => ("mount_failed", Some(d)),
+                StorageError::Mirror(_) => ("mirror", None),
             };
             event::emit(Event::MountFailed {
                 reason,
@@ -360,6 +385,84 @@ mod mount_impl {
         };
         let disk = counted(with_faults(opened, config));
         failed(mount_disk(disk, config, heap_bytes).await, Some(disk))
+    }
+
+    /// Opens the legs of `disk=A,B,...`, puts each in the place its label names (written
+    /// by `ninefold mkfs A.img B.img`), and mounts the volume: a leg that does not come
+    /// up is missing (the others serve, degraded, as the mount says). Formatting a mirror
+    /// here is not done yet: `mkfs` is refused.
+    pub async fn mount_mirror(
+        config: &Config,
+        heap_bytes: u64,
+    ) -> Result<Mounted<MirrorDisk<FaultDisk<Disk>>>, StorageError> {
+        let none = None::<&CountingDisk<MirrorDisk<FaultDisk<Disk>>>>;
+        if config.mkfs != Mkfs::Off {
+            let why = "formatting a mirror on the appliance: use `ninefold mkfs A.img B.img`";
+            return failed(Err(StorageError::Mirror(why.into())), none);
+        }
+        let mut legs: Vec<Option<FaultDisk<Disk>>> = Vec::new();
+        let mut volume: Option<[u8; 16]> = None;
+        let selectors = config.disk.iter().chain(&config.mirror);
+        for (i, &selector) in selectors.enumerate() {
+            let opened = match disk::open(Some(selector), DiskOptions::for_config(config)).await {
+                Ok(d) => d,
+                Err(e) => {
+                    warn!("fs: mirror leg disk={selector}: {e}: missing");
+                    continue;
+                }
+            };
+            let leg = if i == 0 {
+                with_faults(opened, config)
+            } else {
+                FaultDisk::with_clock(opened, config.fault_seed, || crate::clock::now().as_nanos())
+            };
+            let name = leg.inner().device_name();
+            let label = match read_label(&leg).await {
+                Ok(Some(l)) => l,
+                Ok(None) => {
+                    let why = format!("{name} (disk={selector}) is not a leg of a mirrored volume");
+                    return failed(Err(StorageError::Mirror(why)), none);
+                }
+                Err(why) => {
+                    return failed(Err(StorageError::Mirror(format!("{name}: {why}"))), none)
+                }
+            };
+            if volume.is_some_and(|u| u != label.uuid || legs.len() != label.legs as usize) {
+                let why = format!("{name} (disk={selector}) is a leg of another volume");
+                return failed(Err(StorageError::Mirror(why)), none);
+            }
+            volume = Some(label.uuid);
+            legs.resize_with(label.legs as usize, || None);
+            let place = &mut legs[label.place as usize];
+            if place.is_some() {
+                let why = format!("leg {} given twice", label.place);
+                return failed(Err(StorageError::Mirror(why)), none);
+            }
+            info!("fs: {name}: leg {} of {}", label.place, label.legs);
+            *place = Some(leg);
+        }
+        let mirror = match MirrorDisk::new(legs) {
+            Ok(m) => m,
+            Err(e) => return failed(Err(StorageError::Mirror(format!("{e}"))), none),
+        };
+        let disk = counted(mirror);
+        let name = disk.inner().device_name();
+        let discard = config.discard_secs.map(|s| Duration::from_secs(s.into()));
+        let opts = MountOptions {
+            max_snapshots: config.max_snapshots,
+            ..mount_options(heap_bytes, discard)
+        };
+        failed(mount_formatted(disk, name, opts).await, Some(disk))
+    }
+
+    /// The label in block 0 of `disk`, if it is a leg of a mirrored volume.
+    async fn read_label(disk: &impl BlockDevice) -> Result<Option<DeviceLabel>, String> {
+        let dev = Dev::new(disk).map_err(|e| format!("{e:?}"))?;
+        let mut buf = alloc::vec![0u8; BLOCK_SIZE];
+        dev.read(LABEL_BLOCK, &mut buf)
+            .await
+            .map_err(|e| format!("reading its label: {e}"))?;
+        DeviceLabel::decode(&buf).map_err(|e| format!("its label: {e:?}"))
     }
 
     /// Formats `disk` if `config.mkfs` says so, and mounts it.

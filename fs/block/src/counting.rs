@@ -199,6 +199,32 @@ impl<D: BlockDevice> BlockDevice for CountingDisk<D> {
         self.counted(Counted::Discard(blocks), self.inner.discard(lba, blocks))
             .await
     }
+
+    // A mirror's copies pass through (counted as reads and writes of the whole).
+
+    fn copies(&self) -> usize {
+        self.inner.copies()
+    }
+
+    async fn read_copy(&self, copy: usize, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let len = buf.len();
+        self.counted(Counted::Read(len), self.inner.read_copy(copy, lba, buf))
+            .await
+    }
+
+    async fn repair_copy(&self, copy: usize, lba: u64, buf: &[u8]) -> Result<(), IoError> {
+        let request = Counted::Write(buf.len(), WriteFlags::NONE);
+        self.counted(request, self.inner.repair_copy(copy, lba, buf))
+            .await
+    }
+
+    fn failed_copies(&self) -> u64 {
+        self.inner.failed_copies()
+    }
+
+    fn fail_copy(&self, copy: usize) {
+        self.inner.fail_copy(copy)
+    }
 }
 
 #[cfg(test)]
