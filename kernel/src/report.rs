@@ -153,6 +153,29 @@ pub struct DeviceReport {
     /// What the fault injector did (`fault=` on the command line); absent when unarmed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub injected_faults: Option<FaultCounters>,
+    /// A mirror's legs (`disk=A,B`), in their places; absent for a single device.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub legs: Vec<LegReport>,
+}
+
+/// One leg of a mirrored volume.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LegReport {
+    /// Its place in the volume (`0`, `1`, ...): the metrics' `leg` label.
+    pub leg: String,
+    /// The device in that place (`nvme@00:04.0`), `missing` when none came up.
+    pub device: String,
+    /// `active`, `failed` (taken out of service) or `missing`.
+    pub state: &'static str,
+    /// 1 while the leg is in service (every write reaches it), else 0.
+    pub in_service: u64,
+    /// Reads that failed on it.
+    pub read_errors: u64,
+    /// Writes and flushes that failed on it.
+    pub write_errors: u64,
+    /// Blocks read bad from it (an error or a wrong checksum) and rewritten with a good
+    /// copy from another leg.
+    pub repairs: u64,
 }
 
 /// The 9P listener's pool of listening sockets and its SYN gate (`net/listener.rs`,
@@ -354,6 +377,20 @@ const KERNEL_RULES: &[Rule] = &[
         .named("device_flush_duration_seconds")
         .help("Time from submission to completion of the device's FLUSH requests."),
     Rule::counter("devices.*.counters.errors").help("Device requests that failed."),
+    // A mirror's legs, labelled by place (`leg="0"`) within the mirror's device.
+    Rule::elements("devices.*.legs", "leg", "leg").named("leg"),
+    Rule::gauge("devices.*.legs.*.in_service")
+        .named("device_leg_in_service")
+        .help("1 while the mirror's leg is in service (every write reaches it); 0 once failed or missing."),
+    Rule::counter("devices.*.legs.*.read_errors")
+        .named("device_leg_read_errors")
+        .help("Reads that failed on the mirror's leg (served from another leg)."),
+    Rule::counter("devices.*.legs.*.write_errors")
+        .named("device_leg_write_errors")
+        .help("Writes and flushes that failed on the mirror's leg (it is taken out of service)."),
+    Rule::counter("devices.*.legs.*.repairs")
+        .named("device_leg_repairs")
+        .help("Blocks read bad from the mirror's leg and rewritten with a good copy from another."),
     // The kernel.
     Rule::gauge("heap.bytes")
         .named("heap_size_bytes")
@@ -482,6 +519,22 @@ mod tests {
                 },
                 device_flushes: 4,
                 injected_faults: None,
+                legs: alloc::vec![
+                    LegReport {
+                        leg: "0".to_string(),
+                        device: "nvme@00:04.0".to_string(),
+                        state: "active",
+                        in_service: 1,
+                        repairs: 5,
+                        ..LegReport::default()
+                    },
+                    LegReport {
+                        leg: "1".to_string(),
+                        device: "missing".to_string(),
+                        state: "missing",
+                        ..LegReport::default()
+                    },
+                ],
             }],
             fs: Some(FsReport {
                 label: "data".to_string(),
@@ -526,6 +579,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         assert_eq!(v["devices"][0]["counters"]["bytes_written"], 40960);
         assert_eq!(v["devices"][0]["device_flushes"], 4);
+        assert_eq!(v["devices"][0]["legs"][1]["state"], "missing");
         assert_eq!(v["fs"]["checkpoints"]["fsync_fallback"], 7);
         assert_eq!(v["fs"]["checkpoints"]["sync"], 0);
         assert_eq!(v["fs"]["node_writes"]["sync"]["bytes"], 20480);
@@ -583,6 +637,8 @@ mod tests {
             format!("ninefold_device_flush_requests_total{{{dev}}} 4"),
             format!("ninefold_device_fua_writes_total{{{dev}}} 2"),
             format!("ninefold_device_native_fua{{{dev}}} 1"),
+            format!("ninefold_device_leg_repairs_total{{{dev},leg=\"0\"}} 5"),
+            format!("ninefold_device_leg_in_service{{{dev},leg=\"1\"}} 0"),
             format!("ninefold_device_flush_duration_seconds_bucket{{{dev},le=\"0.00025\"}} 1"),
             format!("ninefold_device_flush_duration_seconds_bucket{{{dev},le=\"+Inf\"}} 2"),
             format!("ninefold_device_flush_duration_seconds_sum{{{dev}}} 0.00312"),

@@ -86,12 +86,12 @@ mod mount_impl {
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
     use crate::event::{self, Event};
     use alloc::vec::Vec;
-    use block::{CountingDisk, FaultCounters, FaultDisk, IoError, MemDisk, MirrorDisk};
+    use block::{CountingDisk, FaultCounters, FaultDisk, IoError, LegState, MemDisk, MirrorDisk};
     use core::sync::atomic::{AtomicBool, Ordering};
     use ninefs::format::label::{DeviceLabel, LABEL_BLOCK};
     use ninefs::volume::scrub::ScrubProgress;
 
-    use crate::report::{DeviceReport, FsReport};
+    use crate::report::{DeviceReport, FsReport, LegReport};
 
     /// The filesystem the appliance serves, on device `D` with its counters.
     pub type ServedFs<D> = NineFs<&'static CountingDisk<D>>;
@@ -100,6 +100,12 @@ mod mount_impl {
     pub trait DeviceName {
         /// Short name, no spaces, e.g. `nvme@00:04.0`.
         fn device_name(&self) -> String;
+
+        /// The legs of a mirror, each with its own state and counters (none for a
+        /// single device).
+        fn legs(&self) -> Vec<LegReport> {
+            Vec::new()
+        }
     }
 
     impl DeviceName for Disk {
@@ -146,6 +152,28 @@ mod mount_impl {
                 })
                 .collect();
             format!("mirror({})", legs.join(","))
+        }
+
+        fn legs(&self) -> Vec<LegReport> {
+            MirrorDisk::legs(self)
+                .into_iter()
+                .enumerate()
+                .map(|(place, c)| LegReport {
+                    leg: format!("{place}"),
+                    device: self
+                        .leg(place)
+                        .map_or("missing".into(), DeviceName::device_name),
+                    state: match c.state {
+                        LegState::Active => "active",
+                        LegState::Failed => "failed",
+                        LegState::Missing => "missing",
+                    },
+                    in_service: u64::from(c.state == LegState::Active),
+                    read_errors: c.read_errors,
+                    write_errors: c.write_errors,
+                    repairs: c.repairs,
+                })
+                .collect()
         }
     }
 
@@ -223,6 +251,7 @@ mod mount_impl {
                 counters,
                 device_flushes: counters.device_flushes(&g),
                 injected_faults: disk.inner().injected_faults(),
+                legs: disk.inner().legs(),
             }]
         }
 

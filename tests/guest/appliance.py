@@ -12,6 +12,9 @@ after which `fsck` checks the image.
     app.start(); app.wait_for_event("ready", serving=True)
     ...
     app.stop(); status, report = app.fsck()
+
+With `legs=2` it gets a second disk of the same kind and size (`DISK.leg1`), both made one
+mirrored volume by `ninefold mkfs A B` and served with `disk=nvme0,nvme1`.
 """
 
 import json
@@ -30,8 +33,10 @@ EVENT_PREFIX = "EVENT "
 
 class Appliance:
     def __init__(self, elf, tool, disk, disk_size, log, mem="128M", cpus=1, net=None,
-                 append="", timeout=3600, qemu_extra=()):  # fmt: skip
+                 append="", timeout=3600, qemu_extra=(), legs=1):  # fmt: skip
         self.elf, self.tool, self.disk, self.disk_size = elf, tool, disk, disk_size
+        # The images of a mirrored volume's legs (one: a single device).
+        self.disks = [disk] + [f"{disk}.leg{i}" for i in range(1, legs)]
         # More QEMU arguments, e.g. `-gdb tcp:...` for tests/bench/profile.py.
         self.qemu_extra = list(qemu_extra)
         self.log, self.mem, self.cpus, self.append = log, mem, cpus, append
@@ -45,6 +50,16 @@ class Appliance:
             append = f"ip={self.net.ip} {append}".strip()
         if self.net.mtu:
             append = f"mtu={self.net.mtu} {append}".strip()
+        if len(self.disks) > 1:
+            nvme = ",".join(f"nvme{i}" for i in range(len(self.disks)))
+            append = f"disk={nvme} {append}".strip()
+        drives = []
+        for i, disk in enumerate(self.disks):
+            serial = "data" if i == 0 else f"data{i}"
+            drives += [
+                "-drive", f"file={disk},if=none,id=d{i},format=raw,cache=writeback",
+                "-device", f"nvme,drive=d{i},serial={serial}",
+            ]  # fmt: skip
         netargs = self.net.qemu_args("52:54:00:9f:00:01")
         if netargs:
             # The appliance drives the modern virtio-net device only.
@@ -59,18 +74,18 @@ class Appliance:
             "-kernel", self.elf, "-append", append,
             "-serial", f"file:{self.log}",
             "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
-            "-drive", f"file={self.disk},if=none,id=d0,format=raw,cache=writeback",
-            "-device", "nvme,drive=d0,serial=data",
+            *drives,
             *netargs,
             *self.qemu_extra,
         ]  # fmt: skip
 
     def mkfs(self):
         """A fresh image: `ninefold mkfs` on a new sparse file."""
-        if os.path.exists(self.disk):
-            os.unlink(self.disk)
+        for disk in self.disks:
+            if os.path.exists(disk):
+                os.unlink(disk)
         out = subprocess.run(
-            [self.tool, "mkfs", self.disk, "--size", str(self.disk_size), "--label", "bench"],
+            [self.tool, "mkfs", *self.disks, "--size", str(self.disk_size), "--label", "bench"],
             capture_output=True, text=True,
         )  # fmt: skip
         if out.returncode:
@@ -136,5 +151,5 @@ class Appliance:
 
     def fsck(self):
         """`ninefold fsck` on the (stopped) image: (exit status, report)."""
-        out = subprocess.run([self.tool, "fsck", self.disk], capture_output=True, text=True)
+        out = subprocess.run([self.tool, "fsck", *self.disks], capture_output=True, text=True)
         return out.returncode, out.stdout + out.stderr
