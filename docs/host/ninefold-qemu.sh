@@ -7,8 +7,10 @@
 # Settings (environment):
 #   KERNEL      the appliance image                   (default /var/lib/ninefold/appliance.elf)
 #   NVME        PCI address of the NVMe drive to pass through, bound to vfio-pci
-#               (e.g. 0000:03:00.0); or
-#   DISK        a raw image file for an emulated NVMe drive instead (testing)
+#               (e.g. 0000:03:00.0); several, comma-separated, for the legs of a
+#               mirrored volume (served with disk=nvme0,nvme1,...); or
+#   DISK        a raw image file for an emulated NVMe drive instead (testing); several,
+#               comma-separated, for a mirror's legs
 #   BRIDGE      host bridge for the NIC (default br0); NET=user:HOSTPORT instead gives
 #               QEMU user networking with HOSTPORT forwarded to 9P (testing)
 #   MAC         the NIC's MAC address                 (default 52:54:00:9f:00:01)
@@ -32,16 +34,29 @@ qmp=${QMP:-/run/ninefold/qmp.sock}
 cpu=max
 [[ $accel == kvm ]] && cpu=host
 
+disk=()
 if [[ -n ${NVME:-} ]]; then
-    # The drive belongs to the appliance alone: bind it to vfio-pci first
+    # The drives belong to the appliance alone: bind them to vfio-pci first
     # (docs/real-host.md, "Passing the NVMe drive through").
-    disk=(-device "vfio-pci,host=$NVME")
+    IFS=, read -ra legs <<<"$NVME"
+    for addr in "${legs[@]}"; do
+        disk+=(-device "vfio-pci,host=$addr")
+    done
 elif [[ -n ${DISK:-} ]]; then
-    disk=(-drive "file=$DISK,if=none,id=d0,format=raw,discard=unmap"
-        -device nvme,drive=d0,serial=nf0)
+    IFS=, read -ra legs <<<"$DISK"
+    for i in "${!legs[@]}"; do
+        disk+=(-drive "file=${legs[$i]},if=none,id=d$i,format=raw,discard=unmap"
+            -device "nvme,drive=d$i,serial=nf$i")
+    done
 else
     echo "ninefold-qemu: set NVME=PCI-ADDRESS (or DISK=IMAGE)" >&2
     exit 2
+fi
+# Several drives are the legs of one mirrored volume (`ninefold mkfs A B`), each found
+# by its label whatever order the guest enumerates them in.
+mirror=
+if ((${#legs[@]} > 1)); then
+    mirror="disk=$(seq -s, -f 'nvme%g' 0 $((${#legs[@]} - 1)))"
 fi
 
 net=${NET:-bridge}
@@ -59,6 +74,6 @@ exec "${QEMU:-qemu-system-x86_64}" \
     -name ninefold -machine q35 -accel "$accel" -cpu "$cpu" -smp "$cpus" -m "$mem" \
     -display none -vga none -serial stdio -monitor none \
     -qmp "unix:$qmp,server=on,wait=off" \
-    -kernel "$kernel" -append "ip=$ip gw=$gw ${APPEND:-}" \
+    -kernel "$kernel" -append "ip=$ip gw=$gw $mirror ${APPEND:-}" \
     "${disk[@]}" \
     -netdev "$netdev" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile="

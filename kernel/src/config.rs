@@ -17,6 +17,7 @@
 //! | `discard=SECS\|off` | give freed blocks back to the disk (NVMe Deallocate, virtio-blk DISCARD) once their release is durable, committing it at most SECS after a deletion | `20` |
 //! | `scrub_rate=MIB` | most MiB per second a scrub pass reads (1..=4096), so clients keep their latency | `16` |
 //! | `scrub_interval=SECS\|off` | start a scrub pass every SECS seconds (60..=31536000) | `off` (passes start through `ctl`) |
+//! | `degraded=serve\|refuse` | a mirrored volume with a leg missing or failed at mount: served with the legs that are there (saying so), or not mounted | `serve` |
 //! | `snapshots=N` | most snapshots the filesystem may hold (1..=32767); creating more fails with `ENOSPC` | `1024` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
@@ -378,6 +379,8 @@ pub struct Config {
     pub scrub_interval_secs: Option<u32>,
     /// Most snapshots the filesystem may hold (`snapshots=`).
     pub max_snapshots: usize,
+    /// A mirrored volume with a leg missing or failed is not served (`degraded=refuse`).
+    pub refuse_degraded: bool,
     /// Most CPUs to run on (`cpus=`); `None`: all, up to [`MAX_CPUS`].
     pub cpus: Option<usize>,
     /// The CPUs that serve 9P connections (`serve_cpus=`); `None`: every CPU online.
@@ -492,6 +495,7 @@ impl Default for Config {
             scrub_rate_mib: ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB,
             scrub_interval_secs: None,
             max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
+            refuse_degraded: false,
             cpus: None,
             serve_cpus: None,
         }
@@ -679,6 +683,13 @@ impl Config {
             "serve_cpus" => self.serve_cpus = Some(CpuMask::parse(need(value)?).map_err(Some)?),
             "snapshots" => {
                 self.max_snapshots = number(need(value)?, 1..=32767, "expected 1-32767")?
+            }
+            "degraded" => {
+                self.refuse_degraded = match need(value)? {
+                    "serve" => false,
+                    "refuse" => true,
+                    _ => return Err(Some("expected serve or refuse")),
+                }
             }
             "fault_seed" => {
                 self.fault_seed = need(value)?
@@ -878,6 +889,9 @@ impl fmt::Display for Config {
         if self.max_snapshots != ninefs::volume::snapshot::MAX_SNAPSHOTS {
             write!(f, " snapshots={}", self.max_snapshots)?;
         }
+        if self.refuse_degraded {
+            write!(f, " degraded=refuse")?;
+        }
         if self.fault_seed != DEFAULT_FAULT_SEED {
             write!(f, " fault_seed={}", self.fault_seed)?;
         }
@@ -965,6 +979,11 @@ mod tests {
         assert!(c.to_string().ends_with(" snapshots=3"));
         let (c, ignored) = parse("snapshots=0");
         assert_eq!((c.max_snapshots, ignored.len()), (1024, 1));
+        let (c, _) = parse("degraded=refuse");
+        assert!(c.refuse_degraded);
+        assert!(c.to_string().ends_with(" degraded=refuse"));
+        let (c, ignored) = parse("degraded=maybe");
+        assert_eq!((c.refuse_degraded, ignored.len()), (false, 1));
         let (c, _) = parse("discard=5");
         assert_eq!(c.discard_secs, Some(5));
         let (c, ignored) = parse("fault=flush-after:x fault=tear:1");

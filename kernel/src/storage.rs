@@ -479,6 +479,7 @@ mod mount_impl {
         let discard = config.discard_secs.map(|s| Duration::from_secs(s.into()));
         let opts = MountOptions {
             max_snapshots: config.max_snapshots,
+            refuse_degraded: config.refuse_degraded,
             ..mount_options(heap_bytes, discard)
         };
         failed(mount_formatted(disk, name, opts).await, Some(disk))

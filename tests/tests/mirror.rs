@@ -2,7 +2,7 @@
 //! volume by `ninefold mkfs A B` (given to QEMU in the other order: each leg is put in the
 //! place its label names), a file written and fsynced over 9P, both legs clean by fsck
 //! afterwards; then a boot with one leg only serves the file, degraded, and its counters
-//! say which leg is missing.
+//! say which leg is missing; with `degraded=refuse` that boot serves nothing.
 //!
 //! Host ports: 15870 (9P), 15871 (counters).
 
@@ -97,4 +97,16 @@ fn a_mirrored_volume_serves_from_both_legs_and_from_one() {
     assert_eq!(stats::counter(&counters, "/fs/failed_legs"), 1);
     let serial = vm.stop();
     serial.expect_no_line("!!!");
+
+    // Unless told not to serve a degraded volume.
+    let mut vm = Qemu::serving()
+        .memory("128M")
+        .nvme_image("nf-leg-a", &a)
+        .append("disk=nvme0,nvme1 degraded=refuse")
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    vm.wait_for_event("ready", json!({"serving": false}));
+    let serial = vm.stop();
+    serial.expect_no_event("mounted", ninefold_tests::any());
+    serial.expect_event("mount_failed", json!({"reason": "mount_failed"}));
 }
