@@ -29,7 +29,7 @@ use spin::Mutex;
 use crate::btree::cache::is_temp_addr;
 use crate::btree::{Node, NodeCache};
 use crate::format::bitmap::GroupBlock;
-use crate::format::bset::{parse_node, NodeId};
+use crate::format::bset::NodeId;
 use crate::format::layout::SUPERBLOCK_BLOCKS;
 use crate::format::superblock::{state, NodePtr, Superblock};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE};
@@ -49,6 +49,7 @@ mod inode;
 mod legs;
 mod lock;
 mod mkfs;
+pub(crate) mod node_read;
 mod ops;
 pub mod quota;
 pub mod receive;
@@ -74,6 +75,7 @@ pub use stats::{FsStats, LockStats};
 
 use self::core::{Core, Step, Stop};
 use self::lock::CoreLock;
+use self::node_read::NodeReadError;
 use self::synclog::LogState;
 
 /// Largest file size (as Linux: `i64::MAX`).
@@ -634,69 +636,43 @@ impl<D: BlockDevice> NineFs<D> {
             log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
             return Err(Errno::EIO);
         }
-        let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
         let id = NodeId {
             tree,
             level,
             nonce: ptr.nonce,
         };
-        let mut read = self.dev.read(ptr.addr, &mut buf).await;
-        // Another copy (of a mirror) is asked for only when this one fails.
-        let mut other_copies = self.dev.copies() > 1;
-        loop {
-            if let Err(e) = read {
-                if ::core::mem::take(&mut other_copies) {
-                    read = self.read_other_copies(id, ptr, &mut buf).await;
-                    continue;
-                }
+        match node_read::read_node(&self.dev, id, ptr).await {
+            Ok(node) => {
+                let mut c = self.core.lock();
+                c.stats.node_loads += 1;
+                c.stats.node_load_bytes += u64::from(ptr.blocks) * BLOCK_SIZE as u64;
+                let committed = c.committed_seq;
+                c.trees.cache.insert_loaded(node, committed);
+                Ok(())
+            }
+            Err(NodeReadError::Io(e)) => {
                 log::error!(
                     "{} tree: reading node at block {}: {e}",
                     tree.name(),
                     ptr.addr
                 );
-                return Err(Errno::EIO);
+                Err(Errno::EIO)
             }
-            let corrupt = match parse_node(&buf, id, ptr.blocks) {
-                Ok(sets) => {
-                    let node = Node::from_disk(id, ptr.addr, ptr.blocks, &sets);
-                    let mut c = self.core.lock();
-                    c.stats.node_loads += 1;
-                    c.stats.node_load_bytes += buf.len() as u64;
-                    let committed = c.committed_seq;
-                    c.trees.cache.insert_loaded(node, committed);
-                    return Ok(());
-                }
-                Err(e) => e,
-            };
-            if ::core::mem::take(&mut other_copies) {
-                read = self.read_other_copies(id, ptr, &mut buf).await;
-                continue;
+            // The pointer may have been read while its node was being replaced: the
+            // caller looks again before calling it corrupt.
+            Err(NodeReadError::Corrupt(_)) if !last_try => Err(Errno::EAGAIN),
+            Err(NodeReadError::Corrupt(corrupt)) => {
+                log::error!(
+                    "{} tree: corrupt node at block {} (bset at block {}): {}",
+                    tree.name(),
+                    ptr.addr,
+                    ptr.addr + u64::from(corrupt.offset_blocks),
+                    corrupt.what
+                );
+                self.core.lock().stats.corruptions += 1;
+                Err(Errno::EIO)
             }
-            if !last_try {
-                return Err(Errno::EAGAIN);
-            }
-            log::error!(
-                "{} tree: corrupt node at block {} (bset at block {}): {}",
-                tree.name(),
-                ptr.addr,
-                ptr.addr + u64::from(corrupt.offset_blocks),
-                corrupt.what
-            );
-            self.core.lock().stats.corruptions += 1;
-            return Err(Errno::EIO);
         }
-    }
-
-    /// Reads node `ptr` from every copy of a mirror, keeping one that parses in `buf`
-    /// (and mending the others).
-    async fn read_other_copies(
-        &self,
-        id: NodeId,
-        ptr: NodePtr,
-        buf: &mut [u8],
-    ) -> Result<(), block::IoError> {
-        let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
-        self.dev.check_copies(ptr.addr, buf, good).await.map(drop)
     }
 
     async fn load_group(&self, g: u32) -> FsResult<()> {

@@ -9,11 +9,11 @@
 //! a change are read: the cost grows with the change, not with the tree.
 
 use alloc::collections::{BTreeMap, BTreeSet};
-use alloc::vec;
 use alloc::vec::Vec;
 
+use super::node_read::NodeReadError;
 use crate::btree::Node;
-use crate::format::bset::{parse_node, NodeId};
+use crate::format::bset::NodeId;
 use crate::format::superblock::{NodePtr, Root};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::io::Dev;
@@ -33,35 +33,27 @@ pub async fn read_node<D: BlockDevice>(
         log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
         return Err(Errno::EIO);
     }
-    let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
     let id = NodeId {
         tree,
         level,
         nonce: ptr.nonce,
     };
-    let read = dev.read(ptr.addr, &mut buf).await;
-    // On a mirror, a copy that fails is read from another leg and mended (one copy:
-    // parsed once, below).
-    let read = if dev.copies() > 1 && (read.is_err() || parse_node(&buf, id, ptr.blocks).is_err()) {
-        let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
-        dev.check_copies(ptr.addr, &mut buf, good).await.map(drop)
-    } else {
-        read
-    };
-    read.map_err(|e| {
-        log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr);
-        Errno::EIO
-    })?;
-    let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
-        log::error!(
-            "{} tree: corrupt node at {}: {}",
-            tree.name(),
-            ptr.addr,
-            e.what
-        );
-        Errno::EIO
-    })?;
-    Ok(Node::from_disk(id, ptr.addr, ptr.blocks, &sets))
+    super::node_read::read_node(dev, id, ptr)
+        .await
+        .map_err(|e| {
+            match e {
+                NodeReadError::Io(e) => {
+                    log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr)
+                }
+                NodeReadError::Corrupt(c) => log::error!(
+                    "{} tree: corrupt node at {}: {}",
+                    tree.name(),
+                    ptr.addr,
+                    c.what
+                ),
+            }
+            Errno::EIO
+        })
 }
 
 /// A key whose value differs between the two trees.
