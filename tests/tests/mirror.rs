@@ -4,7 +4,11 @@
 //! afterwards; then a boot with one leg only serves the file, degraded, and its counters
 //! say which leg is missing; with `degraded=refuse` that boot serves nothing.
 //!
-//! Host ports: 15870 (9P), 15871 (counters).
+//! A second test reads everything back with faults injected on one leg (`fault=` arms
+//! the first leg): flipped bits are served from the other leg and repaired; read errors
+//! past the limit take the leg out of service, and the other keeps serving.
+//!
+//! Host ports: 15870 (9P), 15871 (counters), 15872-15875.
 
 use std::process::Command;
 use std::time::Duration;
@@ -15,6 +19,150 @@ use ninep::wire::open_flags;
 use serde_json::json;
 
 const DATA: &[u8] = b"on every leg\n";
+
+/// Bytes of each file of the fault test: blocks of recognisable content.
+const FILE_BYTES: usize = 256 << 10;
+
+fn content(i: u32) -> Vec<u8> {
+    (0..FILE_BYTES).map(|b| (b as u32 * 7 + i) as u8).collect()
+}
+
+/// A mirrored volume's two legs, made by `ninefold mkfs A B`.
+fn mirror_legs() -> (FsImage, FsImage) {
+    let (a, b) = (FsImage::blank(64 << 20), FsImage::blank(64 << 20));
+    let out = Command::new(ninefold_tests::tool())
+        .arg("mkfs")
+        .args([a.path(), b.path()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (a, b)
+}
+
+/// Boots the appliance on legs `a` (first: `fault=` arms it) and `b`, 9P on `port`,
+/// counters on `port + 1`, and waits until it serves.
+fn boot_mirror(a: &FsImage, b: &FsImage, port: u16, options: &str) -> ninefold_tests::Running {
+    let mut vm = Qemu::serving()
+        .memory("128M")
+        .nvme_image("nf-leg-a", a)
+        .nvme_image("nf-leg-b", b)
+        .append(&format!("disk=nvme0,nvme1 {options}"))
+        .virtio_net_forwards(&[(port, 564), (port + 1, 5641)])
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    vm.wait_for_event("mounted", ninefold_tests::any());
+    vm.wait_for_event("listening", json!({"service": "9p"}));
+    vm
+}
+
+/// Reads file `f<i>` whole over a fresh 9P connection.
+fn read_back(port: u16, i: u32) -> Vec<u8> {
+    let mut c = connect(port, Duration::from_secs(60));
+    c.attach(0, 0, "").unwrap();
+    c.walk(0, 1, &format!("f{i}")).unwrap();
+    c.lopen(1, open_flags::RDONLY).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let chunk = c.read(1, out.len() as u64, 64 << 10).unwrap();
+        if chunk.is_empty() {
+            return out;
+        }
+        out.extend_from_slice(&chunk);
+    }
+}
+
+/// `ninefold fsck` of one image alone: clean.
+fn fsck_clean(leg: &FsImage) {
+    let out = Command::new(ninefold_tests::tool())
+        .arg("fsck")
+        .arg(leg.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fsck of one leg: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn faults_on_one_leg_are_served_from_the_other_and_repaired() {
+    let port = 15872;
+    let (a, b) = mirror_legs();
+    let vm = boot_mirror(&a, &b, port, "");
+    let mut c = connect(port, Duration::from_secs(60));
+    c.attach(0, 0, "").unwrap();
+    for i in 0..4 {
+        c.walk(0, 1, "").unwrap();
+        c.lcreate(1, &format!("f{i}"), open_flags::RDWR, 0o644)
+            .unwrap();
+        for (n, chunk) in content(i).chunks(64 << 10).enumerate() {
+            let at = (n * (64 << 10)) as u64;
+            assert_eq!(c.write(1, at, chunk), Ok(chunk.len() as u32));
+        }
+        c.fsync(1, false).unwrap();
+        c.clunk(1).unwrap();
+    }
+    drop(c);
+    vm.stop().expect_no_line("!!!");
+
+    // Every block read from leg a past its label and superblocks (4 KiB blocks 0-2,
+    // device blocks 0-23) has a flipped bit: each is read from b and rewritten.
+    let vm = boot_mirror(&a, &b, port, "fault=flip:24-1000000");
+    for i in 0..4 {
+        assert!(read_back(port, i) == content(i), "f{i} read back wrong");
+    }
+    let counters = stats::json(port + 1);
+    assert_eq!(
+        stats::counter(&counters, "/9p/error_replies"),
+        0,
+        "{counters}"
+    );
+    assert!(
+        stats::counter(&counters, "/devices/0/legs/0/repairs") > 0,
+        "{counters}"
+    );
+    assert_eq!(stats::counter(&counters, "/devices/0/legs/1/repairs"), 0);
+    assert_eq!(
+        stats::counter(&counters, "/fs/failed_legs"),
+        0,
+        "{counters}"
+    );
+    vm.stop().expect_no_line("!!!");
+    fsck_clean(&a);
+    fsck_clean(&b);
+
+    // Every read from leg a fails: past the limit it is taken out of service, and b
+    // serves everything.
+    let vm = boot_mirror(&a, &b, port + 2, "fault=read-range:24-1000000");
+    for i in 0..4 {
+        assert!(read_back(port + 2, i) == content(i), "f{i} read back wrong");
+    }
+    let counters = stats::json(port + 3);
+    assert_eq!(
+        stats::counter(&counters, "/9p/error_replies"),
+        0,
+        "{counters}"
+    );
+    assert!(stats::counter(&counters, "/devices/0/legs/0/read_errors") > 0);
+    assert_eq!(
+        counters["devices"][0]["legs"][0]["state"], "failed",
+        "{counters}"
+    );
+    assert_eq!(
+        stats::counter(&counters, "/fs/failed_legs"),
+        1,
+        "{counters}"
+    );
+    vm.stop().expect_no_line("!!!");
+    fsck_clean(&b);
+}
 
 #[test]
 fn a_mirrored_volume_serves_from_both_legs_and_from_one() {

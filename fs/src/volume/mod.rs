@@ -995,24 +995,64 @@ fn evictable(n: &Node, cache: &NodeCache, committed: u64) -> bool {
 
 /// After an unclean shutdown: rewrites each bitmap group's other slot with its committed
 /// version, so a slot written by a checkpoint that never committed (possibly torn) is
-/// gone before anything reads it as current.
+/// gone before anything reads it as current. On a mirror the legs may differ in either
+/// slot (a write torn on one leg, a bad block on another): every leg gets the committed
+/// version in both slots.
 async fn scrub_groups<D: BlockDevice>(dev: &Dev<D>, sb: &Superblock) -> Result<(), Errno> {
     let mut buf = vec![0u8; 2 * BLOCK_SIZE];
     for g in 0..sb.layout.groups {
         let block = sb.layout.bitmap_block(g, 0);
-        dev.read(block, &mut buf).await.map_err(|_| Errno::EIO)?;
-        let (grp, slot) = choose_group(&buf, g, sb.checkpoint_seq, false).map_err(|what| {
-            log::error!("bitmap group {g} at block {block}: {what}");
-            Errno::EIO
-        })?;
+        let (grp, slot) = committed_group(dev, g, block, sb.checkpoint_seq, &mut buf)
+            .await
+            .map_err(|what| {
+                log::error!("bitmap group {g} at block {block}: {what}");
+                Errno::EIO
+            })?;
+        let encoded = grp.encode();
+        if dev.copies() > 1 {
+            let both = [&encoded[..], &encoded[..]].concat();
+            dev.write(block, &both, WriteFlags::NONE)
+                .await
+                .map_err(|_| Errno::EIO)?;
+            continue;
+        }
         let other = 1 - slot;
         if buf[other * BLOCK_SIZE..(other + 1) * BLOCK_SIZE]
             != buf[slot * BLOCK_SIZE..(slot + 1) * BLOCK_SIZE]
         {
-            dev.write(block + other as u64, &grp.encode(), WriteFlags::NONE)
+            dev.write(block + other as u64, &encoded, WriteFlags::NONE)
                 .await
                 .map_err(|_| Errno::EIO)?;
         }
     }
     dev.flush().await.map_err(|_| Errno::EIO)
+}
+
+/// The committed version of bitmap group `g` (its two slots at `block`, read into
+/// `buf`) and its slot. On a mirror, the newest valid slot at or below `committed` of
+/// every leg: a leg's bad copy of the committed slot looks like a slot torn by an
+/// uncommitted checkpoint, and would let the older slot win if that leg were read alone.
+async fn committed_group<D: BlockDevice>(
+    dev: &Dev<D>,
+    g: u32,
+    block: u64,
+    committed: u64,
+    buf: &mut [u8],
+) -> Result<(GroupBlock, usize), &'static str> {
+    if dev.copies() < 2 {
+        dev.read(block, buf).await.map_err(|_| "read error")?;
+        return choose_group(buf, g, committed, false);
+    }
+    let mut best: Option<(GroupBlock, usize)> = None;
+    for copy in 0..dev.copies() {
+        if dev.failed_copies() & 1 << copy != 0 || dev.read_copy(copy, block, buf).await.is_err() {
+            continue;
+        }
+        if let Ok((grp, slot)) = choose_group(buf, g, committed, false) {
+            if best.as_ref().is_none_or(|(b, _)| grp.seq > b.seq) {
+                best = Some((grp, slot));
+            }
+        }
+    }
+    best.ok_or("no leg holds a committed bitmap slot")
 }
