@@ -147,6 +147,17 @@ fn full_and_incremental_streams_out_of_the_appliance_restore_on_the_host() {
         "incremental / full: {:.3}",
         incremental.len() as f64 / full.len() as f64
     );
+    // What copying the changed files through a mount moves instead (knowing which).
+    let started = Instant::now();
+    let copied: usize = (0..FILES)
+        .step_by(3)
+        .map(|i| read_all(&mut c, 1, &format!(".snapshots/b/f{i}")).len())
+        .sum();
+    println!(
+        "copying the changed files through the mount: {copied} bytes in {:.2} s ({:.1}x the incremental)",
+        started.elapsed().as_secs_f64(),
+        copied as f64 / incremental.len() as f64
+    );
     assert!(incremental.len() * 10 < full.len());
 
     // Received on the host, b holds what the appliance's b holds.
