@@ -9,14 +9,12 @@
 //!
 //! Host ports: 9P on 16560.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ninefold_tests::ninep::{connect, Tcp};
+use ninefold_tests::ninep::{connect, serve_on_host};
 use ninefold_tests::{tool, FsImage, Qemu};
 use ninep::testing::{Client, Exchange};
 use ninep::wire::open_flags;
@@ -181,30 +179,7 @@ fn full_and_incremental_streams_out_of_the_appliance_restore_on_the_host() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let mut server = Command::new(tool())
-        .arg("serve")
-        .arg(image.path())
-        .args([
-            "--read-only",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-level",
-            "warn",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("ninefold serve said {line:?}"))
-        .to_string();
-    let mut h = Client::new(Tcp(TcpStream::connect(&addr).unwrap()));
-    h.version(1 << 20, b"9P2000.L").unwrap();
+    let (mut server, mut h) = serve_on_host(image.path());
     h.attach(1, 0, "").unwrap();
     for i in 0..FILES {
         let path = format!(".snapshots/b/f{i}");
