@@ -16,6 +16,8 @@
 //! | `fault_seed=N` | seed of the random `fault=` rules | `1` |
 //! | `discard=SECS\|off` | give freed blocks back to the disk (NVMe Deallocate, virtio-blk DISCARD) once their release is durable, committing it at most SECS after a deletion | `20` |
 //! | `scrub_rate=MIB` | most MiB per second a scrub pass reads (1..=4096), so clients keep their latency | `16` |
+//! | `stream_rate=MIB` | most MiB per second the `send` and `receive` jobs of the administration export each move (1..=4096), so clients keep their latency | `32` |
+//! | `stream_buffer=KIB` | bytes each of those jobs buffers between its client and the filesystem (64..=65536 KiB): a send waits while it is full | `1024` |
 //! | `scrub_interval=SECS\|off` | start a scrub pass every SECS seconds (60..=31536000) | `off` (passes start through `ctl`) |
 //! | `degraded=serve\|refuse` | a mirrored volume with a leg missing or failed at mount: served with the legs that are there (saying so), or not mounted | `serve` |
 //! | `snapshots=N` | most snapshots the filesystem may hold (1..=32767); creating more fails with `ENOSPC` | `1024` |
@@ -377,6 +379,10 @@ pub struct Config {
     /// Seconds between scrub passes started by the appliance; `None`: only `ctl` starts
     /// them (`scrub_interval=`).
     pub scrub_interval_secs: Option<u32>,
+    /// Most MiB per second each stream job (`send`, `receive`) moves (`stream_rate=`).
+    pub stream_rate_mib: u32,
+    /// Bytes each stream job buffers (`stream_buffer=`, in KiB).
+    pub stream_buffer: usize,
     /// Most snapshots the filesystem may hold (`snapshots=`).
     pub max_snapshots: usize,
     /// A mirrored volume with a leg missing or failed is not served (`degraded=refuse`).
@@ -494,6 +500,8 @@ impl Default for Config {
             discard_secs: Some(DEFAULT_DISCARD_SECS),
             scrub_rate_mib: ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB,
             scrub_interval_secs: None,
+            stream_rate_mib: ninefs::volume::streamjob::DEFAULT_STREAM_RATE_MIB,
+            stream_buffer: ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER,
             max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
             refuse_degraded: false,
             cpus: None,
@@ -667,6 +675,17 @@ impl Config {
                     .ok()
                     .filter(|r| (1..=4096).contains(r))
                     .ok_or(Some("expected 1-4096 MiB per second"))?
+            }
+            "stream_rate" => {
+                self.stream_rate_mib = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|r| (1..=4096).contains(r))
+                    .ok_or(Some("expected 1-4096 MiB per second"))?
+            }
+            "stream_buffer" => {
+                let kib: usize = number(need(value)?, 64..=65536, "expected 64-65536 KiB")?;
+                self.stream_buffer = kib << 10;
             }
             "scrub_interval" => {
                 self.scrub_interval_secs = match need(value)? {
@@ -901,6 +920,12 @@ impl fmt::Display for Config {
         if let Some(s) = self.scrub_interval_secs {
             write!(f, " scrub_interval={s}")?;
         }
+        if self.stream_rate_mib != ninefs::volume::streamjob::DEFAULT_STREAM_RATE_MIB {
+            write!(f, " stream_rate={}", self.stream_rate_mib)?;
+        }
+        if self.stream_buffer != ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER {
+            write!(f, " stream_buffer={}", self.stream_buffer >> 10)?;
+        }
         Ok(())
     }
 }
@@ -953,6 +978,12 @@ mod tests {
         let text = c.to_string();
         assert!(text.contains(" scrub_rate=64") && text.contains(" scrub_interval=3600"));
         assert!(text.contains(" admin_allow=10.0.2.2"), "{text}");
+        let (c, bad) = parse("stream_rate=8 stream_buffer=256");
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!((c.stream_rate_mib, c.stream_buffer), (8, 256 << 10));
+        assert!(c.to_string().ends_with(" stream_rate=8 stream_buffer=256"));
+        let (_, bad) = parse("stream_rate=0 stream_buffer=1");
+        assert_eq!(bad.len(), 2, "{bad:?}");
         let (c, bad) = parse("scrub_rate=0 scrub_interval=5");
         assert_eq!(bad.len(), 2, "{bad:?}");
         assert_eq!(c.scrub_interval_secs, None);

@@ -268,7 +268,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     match config.fs {
         FsSource::Memory => {
             warn!("fs: DEVELOPMENT MODE (fs=memory): serving an empty filesystem on a RAM disk; nothing is stored on disk");
-            match storage::mount_memory(mem.heap).await {
+            match storage::mount_memory(mem.heap, config.stream_buffer).await {
                 Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
                 Err(e) => {
                     error!("fs: {e}");
@@ -310,16 +310,19 @@ fn idle(reason: &'static str) -> Event<'static> {
 }
 
 /// Runs the scrub passes of the served filesystem at `rate_mib` MiB per second: those
-/// `ctl` starts, and one every `interval_secs` when given. A step every
-/// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rate and
-/// leaves the CPU and the device to clients.
+/// `ctl` starts, and one every `interval_secs` when given; and grants the stream jobs
+/// (`send`, `receive`) `stream_mib` MiB per second. A step every
+/// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rates
+/// and leaves the CPU and the device to clients.
 async fn scrub_in_background<V: ServedVolume>(
     service: Rc<net::listener::Listener<ninep::admin::AdminFs<V>>>,
     rate_mib: u32,
     interval_secs: Option<u32>,
+    stream_mib: u32,
 ) {
     use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
     let budget = budget_per_tick(rate_mib);
+    let stream_budget = budget_per_tick(stream_mib);
     let interval = interval_secs.map(|s| Duration::from_secs(u64::from(s)));
     let mut next_start = interval.map(|i| task::now() + i);
     loop {
@@ -328,7 +331,9 @@ async fn scrub_in_background<V: ServedVolume>(
         if due {
             next_start = interval.map(|i| task::now() + i);
         }
-        service.server().fs().inner().scrub_tick(budget, due).await;
+        let fs = service.server().fs().inner();
+        fs.stream_grant(stream_budget);
+        fs.scrub_tick(budget, due).await;
     }
 }
 
@@ -349,7 +354,13 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
                 service.clone(),
                 config.scrub_rate_mib,
                 config.scrub_interval_secs,
+                config.stream_rate_mib,
             ));
+            // The stream jobs' workers wait for `ctl` (and then for their clients).
+            let sender = service.clone();
+            task::spawn(async move { sender.server().fs().inner().send_worker().await });
+            let receiver = service.clone();
+            task::spawn(async move { receiver.server().fs().inner().receive_worker().await });
             let port_stats = Rc::new(PortStats::default());
             let monitor = Monitor::new(service.clone(), cache_limit, port_stats.clone());
             task::spawn(monitor.clone().log_periodically());

@@ -228,6 +228,12 @@ mod mount_impl {
         /// Starts a scrub pass when `start` and none is running, then verifies up to
         /// `budget` bytes of the running pass; errors are logged.
         async fn scrub_tick(&self, budget: u64, start: bool);
+        /// Lets each stream job move `budget` more bytes (every scrub tick).
+        fn stream_grant(&self, budget: u64);
+        /// Runs the send jobs `ctl` starts, for ever (spawned once).
+        async fn send_worker(&self);
+        /// Runs the receive jobs `ctl` starts, for ever (spawned once).
+        async fn receive_worker(&self);
         /// Makes everything durable and marks the image cleanly unmounted (the next
         /// mount replays nothing); the filesystem stays mounted, read-only. Call it once
         /// no request is running on it.
@@ -301,6 +307,18 @@ mod mount_impl {
             }
         }
 
+        fn stream_grant(&self, budget: u64) {
+            NineFs::stream_grant(self, budget)
+        }
+
+        async fn send_worker(&self) {
+            NineFs::send_worker(self).await
+        }
+
+        async fn receive_worker(&self) {
+            NineFs::receive_worker(self).await
+        }
+
         async fn unmount_clean(&self) -> vfs::FsResult<()> {
             self.remount_read_only().await
         }
@@ -364,14 +382,23 @@ mod mount_impl {
 
     /// The RAM disk of `fs=memory`, formatted and mounted: the real filesystem, with
     /// nothing stored.
-    pub async fn mount_memory(heap_bytes: u64) -> Result<Mounted<MemDisk>, StorageError> {
+    pub async fn mount_memory(
+        heap_bytes: u64,
+        stream_buffer: usize,
+    ) -> Result<Mounted<MemDisk>, StorageError> {
         let bytes = super::memory_disk_bytes(heap_bytes);
         let disk = counted(MemDisk::new(BLOCK_SIZE as u32, bytes / BLOCK_SIZE as u64));
         let name = disk.inner().device_name();
         info!("fs: {name}: {} MiB RAM disk", bytes >> 20);
         let mounted = match format_disk(disk, &name).await {
             // Discarding a RAM disk's blocks would only zero memory.
-            Ok(()) => mount_formatted(disk, name, mount_options(heap_bytes, None)).await,
+            Ok(()) => {
+                let opts = MountOptions {
+                    stream_buffer,
+                    ..mount_options(heap_bytes, None)
+                };
+                mount_formatted(disk, name, opts).await
+            }
             Err(e) => Err(e),
         };
         failed(mounted, Some(disk))
@@ -527,6 +554,7 @@ mod mount_impl {
         let discard = config.discard_secs.map(|s| Duration::from_secs(s.into()));
         let opts = MountOptions {
             max_snapshots: config.max_snapshots,
+            stream_buffer: config.stream_buffer,
             ..mount_options(heap_bytes, discard)
         };
         mount_formatted(disk, name, opts).await

@@ -2,10 +2,17 @@
 //! the administration export (`admin_allow=`, `ninefold serve --admin-allow`).
 //!
 //! ```text
-//! ctl     write a command (`sync`, `scrub start`, ...); read the last reply back
-//! status  read-only: state, space, scrub progress (`key value` lines)
-//! scrub   read-only: the running or last scrub pass's report
+//! ctl      write a command (`sync`, `scrub start`, ...); read the last reply back
+//! status   read-only: state, space, scrub and stream job progress (`key value` lines)
+//! scrub    read-only: the running or last scrub pass's report
+//! send     read-only: the stream `send start NAME [from BASE]` produces, read in order
+//! receive  write-only: a stream for `receive start`, written twice (checked, applied)
 //! ```
+//!
+//! `send` and `receive` are the client ends of the filesystem's stream jobs
+//! (`ninefs::volume::streamjob`): reads and writes there wait on a bounded buffer that a
+//! background task fills or drains, so a request may take a while, and their sizes
+//! read as 0.
 //!
 //! [`AdminFs`] wraps the served filesystem: inode numbers from [`ADMIN_ROOT`] up are the
 //! tree's, everything else goes to the filesystem unchanged. Nothing in the real tree
@@ -36,13 +43,17 @@ enum Node {
     Ctl,
     Status,
     Scrub,
+    Send,
+    Receive,
 }
 
 /// The files of the root, in `readdir` order.
-const FILES: [(&[u8], Node); 3] = [
+const FILES: [(&[u8], Node); 5] = [
     (b"ctl", Node::Ctl),
     (b"status", Node::Status),
     (b"scrub", Node::Scrub),
+    (b"send", Node::Send),
+    (b"receive", Node::Receive),
 ];
 
 impl Node {
@@ -52,6 +63,8 @@ impl Node {
             1 => Some(Node::Ctl),
             2 => Some(Node::Status),
             3 => Some(Node::Scrub),
+            4 => Some(Node::Send),
+            5 => Some(Node::Receive),
             _ => None,
         }
     }
@@ -63,6 +76,8 @@ impl Node {
                 Node::Ctl => 1,
                 Node::Status => 2,
                 Node::Scrub => 3,
+                Node::Send => 4,
+                Node::Receive => 5,
             }
     }
 }
@@ -96,7 +111,7 @@ impl<F: FileSystem + Control> AdminFs<F> {
     /// The content of a file of the tree.
     fn content(&self, node: Node) -> String {
         match node {
-            Node::Root => String::new(),
+            Node::Root | Node::Send | Node::Receive => String::new(),
             Node::Ctl => self.last_reply.with(|r| r.clone()),
             Node::Status => self.fs.status(),
             Node::Scrub => self.fs.scrub_report(),
@@ -107,7 +122,8 @@ impl<F: FileSystem + Control> AdminFs<F> {
         let (kind, perm, nlink) = match node {
             Node::Root => (mode::S_IFDIR, 0o555, 2),
             Node::Ctl => (mode::S_IFREG, 0o600, 1),
-            Node::Status | Node::Scrub => (mode::S_IFREG, 0o444, 1),
+            Node::Status | Node::Scrub | Node::Send => (mode::S_IFREG, 0o444, 1),
+            Node::Receive => (mode::S_IFREG, 0o200, 1),
         };
         let size = self.content(node).len() as u64;
         Attr {
@@ -165,9 +181,12 @@ impl<F: FileSystem + Control> AdminFs<F> {
             .collect())
     }
 
-    fn read_admin(&self, node: Node, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        if node == Node::Root {
-            return Err(Errno::EISDIR);
+    async fn read_admin(&self, node: Node, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        match node {
+            Node::Root => return Err(Errno::EISDIR),
+            Node::Send => return self.fs.send_read(offset, buf).await,
+            Node::Receive => return Err(Errno::EACCES),
+            _ => {}
         }
         let text = self.content(node);
         let bytes = text.as_bytes();
@@ -179,10 +198,11 @@ impl<F: FileSystem + Control> AdminFs<F> {
         Ok(n)
     }
 
-    async fn write_admin(&self, node: Node, data: &[u8]) -> FsResult<usize> {
+    async fn write_admin(&self, node: Node, offset: u64, data: &[u8]) -> FsResult<usize> {
         match node {
             Node::Root => return Err(Errno::EISDIR),
-            Node::Status | Node::Scrub => return Err(Errno::EACCES),
+            Node::Status | Node::Scrub | Node::Send => return Err(Errno::EACCES),
+            Node::Receive => return self.fs.receive_write(offset, data).await,
             Node::Ctl => {}
         }
         if data.len() > MAX_COMMAND_LEN {
@@ -244,7 +264,7 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
             self,
             ino,
             |n| match n {
-                Node::Ctl if changes == truncate_only => Ok(self.attr(n)),
+                Node::Ctl | Node::Receive if changes == truncate_only => Ok(self.attr(n)),
                 _ => Err(Errno::EPERM),
             },
             self.fs.setattr(ino, changes).await
@@ -354,7 +374,7 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
         route!(
             self,
             ino,
-            |n| self.read_admin(n, offset, buf),
+            |n| self.read_admin(n, offset, buf).await,
             self.fs.read(ino, offset, buf).await
         )
     }
@@ -363,7 +383,7 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
         route!(
             self,
             ino,
-            |n| self.write_admin(n, data).await,
+            |n| self.write_admin(n, offset, data).await,
             self.fs.write(ino, offset, data).await
         )
     }
@@ -372,7 +392,7 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
         route!(
             self,
             ino,
-            |n| self.write_admin(n, data).await.map(|len| (0, len)),
+            |n| self.write_admin(n, 0, data).await.map(|len| (0, len)),
             self.fs.append(ino, data).await
         )
     }
@@ -429,7 +449,17 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
     }
 
     async fn release(&self, ino: Ino) -> FsResult<()> {
-        route!(self, ino, |_n| Ok(()), self.fs.release(ino).await)
+        route!(
+            self,
+            ino,
+            |n| {
+                if n == Node::Receive {
+                    self.fs.receive_closed();
+                }
+                Ok(())
+            },
+            self.fs.release(ino).await
+        )
     }
 
     async fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {

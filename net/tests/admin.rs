@@ -78,7 +78,10 @@ fn ctl_runs_commands_and_status_files_report() {
     let server = server();
     let mut c = client_from(&server, "10.0.2.2");
     c.attach(0, 0, "ctl").unwrap();
-    assert_eq!(list(&mut c, 0), [".", "..", "ctl", "status", "scrub"]);
+    assert_eq!(
+        list(&mut c, 0),
+        [".", "..", "ctl", "status", "scrub", "send", "receive"]
+    );
     assert!(read(&mut c, "status").contains("state read-write"));
     assert_eq!(read(&mut c, "scrub"), "state never\n");
 

@@ -170,3 +170,35 @@ pub fn versioned_timed(port: u16, wait: Duration) -> Option<(TcpStream, Handshak
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `ninefold serve --read-only` of `image` on the host (port chosen by it) and a
+/// versioned client (msize 1 MiB) of it; kill the server when done.
+pub fn serve_on_host(image: &std::path::Path) -> (std::process::Child, Client<Tcp>) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut server = Command::new(crate::tool())
+        .arg("serve")
+        .arg(image)
+        .args([
+            "--read-only",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("ninefold serve said {line:?}"))
+        .to_string();
+    let mut c = Client::new(Tcp(TcpStream::connect(&addr).unwrap()));
+    c.version(1 << 20, b"9P2000.L").unwrap();
+    (server, c)
+}

@@ -5,12 +5,12 @@
 //!
 //! Host ports: 16150-16153 (9P on the even one, the counters service on the odd one).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use ninefold_tests::ninep::{connect, Tcp, REPLY_TIMEOUT};
+use ninefold_tests::ninep::{connect, serve_on_host, Tcp, REPLY_TIMEOUT};
 use ninefold_tests::stats::{counter, json};
 use ninefold_tests::{any, tool, Boot, FsImage, Qemu, Running};
 use ninep::testing::Client;
@@ -97,30 +97,7 @@ fn expect_clean(image: &FsImage) {
 
 /// Reads `name` from the image with `ninefold serve --read-only` on the host.
 fn read_on_host(image: &FsImage, name: &str) -> Vec<u8> {
-    let mut server = Command::new(tool())
-        .arg("serve")
-        .arg(image.path())
-        .args([
-            "--read-only",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-level",
-            "warn",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("ninefold serve said {line:?}"))
-        .to_string();
-    let mut c = Client::new(Tcp(TcpStream::connect(&addr).unwrap()));
-    c.version(MIB as u32, b"9P2000.L").unwrap();
+    let (mut server, mut c) = serve_on_host(image.path());
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, name).unwrap();
     c.lopen(1, open_flags::RDONLY).unwrap();

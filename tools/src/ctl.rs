@@ -20,7 +20,8 @@ pub struct CtlArgs {
     pub image: PathBuf,
     /// The command, as written to the appliance's `ctl` file: `sync`, `scrub start` (or
     /// `scrub`: on the host the pass runs to its end), `grow`, `snapshot create NAME`,
-    /// `snapshot delete NAME`, `snapshot list`, `quota list`.
+    /// `snapshot delete NAME`, `snapshot list`, `quota list`, `receive rollback` (`send`
+    /// and `receive` streams of an image: `ninefold send`, `ninefold receive`).
     #[arg(required = true, num_args = 1..)]
     pub command: Vec<String>,
 }
@@ -60,6 +61,17 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
         line = "scrub start".into();
     }
     let cmd = Command::parse(&line).map_err(|e| e.to_string())?;
+    // The stream jobs need a client at the other end of the appliance's `send` or
+    // `receive` file; on an image the tools do it in one go.
+    match cmd {
+        Command::SendStart(..) | Command::SendStop => {
+            return Err("on an image, use ninefold send IMAGE NAME [--from BASE] -o FILE".into())
+        }
+        Command::ReceiveStart | Command::ReceiveStop => {
+            return Err("on an image, use ninefold receive IMAGE -i FILE".into())
+        }
+        _ => {}
+    }
     let fs = mount(std::slice::from_ref(&args.image), false)?;
     let result = pollster::block_on(async {
         let reply = fs.execute(&cmd).await?;

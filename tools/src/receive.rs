@@ -78,14 +78,14 @@ fn spool_stdin() -> std::io::Result<File> {
 struct FileSource<'a>(&'a mut File);
 
 impl StreamSource for FileSource<'_> {
-    fn rewind(&mut self) -> Result<(), Errno> {
+    async fn rewind(&mut self) -> Result<(), Errno> {
         self.0.rewind().map_err(|e| {
             log::error!("rewinding the stream: {e}");
             Errno::EIO
         })
     }
 
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
         self.0.read(buf).map_err(|e| {
             log::error!("reading the stream: {e}");
             Errno::EIO

@@ -86,6 +86,14 @@ pub struct ServeArgs {
     /// Scrub passes started through `ctl` read at most this many MiB per second.
     #[arg(long, default_value_t = ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB)]
     scrub_rate: u32,
+    /// Most MiB per second each stream job of the administration export (`send`,
+    /// `receive`) moves, as the kernel's `stream_rate=`.
+    #[arg(long, default_value_t = ninefs::volume::streamjob::DEFAULT_STREAM_RATE_MIB)]
+    stream_rate: u32,
+    /// KiB each stream job buffers between its client and the filesystem, as the
+    /// kernel's `stream_buffer=`.
+    #[arg(long, default_value_t = ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER >> 10)]
+    stream_buffer_kib: usize,
     /// Group membership for permission checks, `UID:GID[,GID...]`; repeatable.
     #[arg(long = "group", value_name = "UID:GID[,GID...]")]
     groups: Vec<String>,
@@ -317,6 +325,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         refuse_degraded: args.refuse_degraded,
         cache_limit: args.cache_mib << 20,
         max_snapshots: args.max_snapshots,
+        stream_buffer: args.stream_buffer_kib.max(1) << 10,
         ..MountOptions::default()
     };
     let fs = runtime
@@ -339,7 +348,16 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let server = Arc::new(Server::new(AdminFs::new(fs), config));
     log_exports(server.config());
     let service = Arc::new(Service::new(server.clone(), service_config));
-    local.spawn_local(scrub_in_background(server.clone(), args.scrub_rate));
+    local.spawn_local(scrub_in_background(
+        server.clone(),
+        args.scrub_rate,
+        args.stream_rate,
+    ));
+    // The stream jobs' workers wait for `ctl` (and then for their clients).
+    let sender = server.clone();
+    local.spawn_local(async move { sender.fs().inner().send_worker().await });
+    let receiver = server.clone();
+    local.spawn_local(async move { receiver.fs().inner().receive_worker().await });
     let cache_limit = (args.cache_mib << 20) as u64;
     let counted = server.clone();
     let counters = Counters::new(service.clone(), args.stats, move || {
@@ -404,17 +422,21 @@ where
     listened
 }
 
-/// Runs the scrub pass `ctl` starts, `rate_mib` MiB per second.
+/// Runs the scrub pass `ctl` starts, `rate_mib` MiB per second, and grants the stream
+/// jobs `stream_mib` MiB per second.
 async fn scrub_in_background<D: block::BlockDevice>(
     server: Arc<Server<AdminFs<NineFs<D>>>>,
     rate_mib: u32,
+    stream_mib: u32,
 ) {
-    use ninefs::volume::scrub::SCRUB_TICK;
-    let budget = ninefs::volume::scrub::budget_per_tick(rate_mib);
+    use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
+    let budget = budget_per_tick(rate_mib);
+    let stream_budget = budget_per_tick(stream_mib);
     let mut tick = tokio::time::interval(SCRUB_TICK);
     loop {
         tick.tick().await;
         let fs = server.fs().inner();
+        fs.stream_grant(stream_budget);
         if fs.scrub_running() {
             if let Err(e) = fs.scrub_step(budget).await {
                 log::warn!("scrub: {e}");

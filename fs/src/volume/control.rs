@@ -33,6 +33,17 @@ pub enum Command {
     SnapshotList,
     /// List the quota roots: limits and usage.
     QuotaList,
+    /// Stream snapshot `.0` (with `.1`, only the changes since that one) through the
+    /// `send` file (`volume::streamjob`).
+    SendStart(String, Option<String>),
+    /// Stop the running send.
+    SendStop,
+    /// Take a stream through the `receive` file.
+    ReceiveStart,
+    /// Stop the running receive.
+    ReceiveStop,
+    /// Roll the live tree back to the last received snapshot.
+    ReceiveRollback,
 }
 
 /// One entry of the command table.
@@ -42,6 +53,9 @@ pub struct CommandSpec {
     pub words: &'static [&'static str],
     /// How many arguments follow them.
     pub args: usize,
+    /// Words that may follow the arguments, all or none: lower-case ones as they are,
+    /// upper-case ones name more arguments (`send start NAME [from BASE]`).
+    pub optional: &'static [&'static str],
     /// What it does (for `help` and errors).
     pub help: &'static str,
     /// Builds the command from its arguments.
@@ -53,50 +67,93 @@ pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         words: &["sync"],
         args: 0,
+        optional: &[],
         help: "make everything durable",
         build: |_| Command::Sync,
     },
     CommandSpec {
         words: &["scrub", "start"],
         args: 0,
+        optional: &[],
         help: "start a scrub pass (verify every checksum)",
         build: |_| Command::ScrubStart,
     },
     CommandSpec {
         words: &["scrub", "stop"],
         args: 0,
+        optional: &[],
         help: "stop the running scrub pass",
         build: |_| Command::ScrubStop,
     },
     CommandSpec {
         words: &["grow"],
         args: 0,
+        optional: &[],
         help: "grow the filesystem to the device's size",
         build: |_| Command::Grow,
     },
     CommandSpec {
         words: &["snapshot", "create"],
         args: 1,
+        optional: &[],
         help: "take a read-only snapshot NAME (reachable at /.snapshots/NAME)",
         build: |a| Command::SnapshotCreate(a[0].to_string()),
     },
     CommandSpec {
         words: &["snapshot", "delete"],
         args: 1,
+        optional: &[],
         help: "delete snapshot NAME, freeing what only it holds",
         build: |a| Command::SnapshotDelete(a[0].to_string()),
     },
     CommandSpec {
         words: &["snapshot", "list"],
         args: 0,
+        optional: &[],
         help: "list the snapshots: id, name, checkpoint, creation time",
         build: |_| Command::SnapshotList,
     },
     CommandSpec {
         words: &["quota", "list"],
         args: 0,
+        optional: &[],
         help: "list the quota roots (export quota=, inodes=): limits and usage",
         build: |_| Command::QuotaList,
+    },
+    CommandSpec {
+        words: &["send", "start"],
+        args: 1,
+        optional: &["from", "BASE"],
+        help: "stream snapshot NAME (from BASE: only what changed since it) out of the send file",
+        build: |a| Command::SendStart(a[0].to_string(), a.get(2).map(|b| b.to_string())),
+    },
+    CommandSpec {
+        words: &["send", "stop"],
+        args: 0,
+        optional: &[],
+        help: "stop the running send",
+        build: |_| Command::SendStop,
+    },
+    CommandSpec {
+        words: &["receive", "start"],
+        args: 0,
+        optional: &[],
+        help: "take a stream written to the receive file (twice: checked, then applied)",
+        build: |_| Command::ReceiveStart,
+    },
+    CommandSpec {
+        words: &["receive", "stop"],
+        args: 0,
+        optional: &[],
+        help: "stop the running receive",
+        build: |_| Command::ReceiveStop,
+    },
+    CommandSpec {
+        words: &["receive", "rollback"],
+        args: 0,
+        optional: &[],
+        help: "roll the live tree back to the last received snapshot",
+        build: |_| Command::ReceiveRollback,
     },
 ];
 
@@ -109,6 +166,9 @@ pub enum CommandError {
     Unknown(String),
     /// The command takes a different number of arguments.
     Arguments(&'static [&'static str], usize),
+    /// The words after the arguments are not the command's optional ones (the
+    /// command's words, its number of arguments, its optional words).
+    Usage(&'static [&'static str], usize, &'static [&'static str]),
 }
 
 impl core::fmt::Display for CommandError {
@@ -125,6 +185,13 @@ impl core::fmt::Display for CommandError {
             CommandError::Arguments(words, n) => {
                 write!(f, "{} takes {n} argument(s)", words.join(" "))
             }
+            CommandError::Usage(words, args, optional) => write!(
+                f,
+                "usage: {} ARG{} [{}]",
+                words.join(" "),
+                if *args > 1 { "S" } else { "" },
+                optional.join(" ")
+            ),
         }
     }
 }
@@ -143,8 +210,22 @@ impl Command {
             .max_by_key(|c| c.words.len())
             .ok_or_else(|| CommandError::Unknown(words.join(" ")))?;
         let args = &words[spec.words.len()..];
-        if args.len() != spec.args {
-            return Err(CommandError::Arguments(spec.words, spec.args));
+        if args.len() == spec.args + spec.optional.len() && !spec.optional.is_empty() {
+            let tail = &args[spec.args..];
+            let literal = |w: &&str| w.chars().all(|c| !c.is_ascii_uppercase());
+            if spec
+                .optional
+                .iter()
+                .zip(tail)
+                .any(|(o, w)| literal(o) && o != w)
+            {
+                return Err(CommandError::Usage(spec.words, spec.args, spec.optional));
+            }
+        } else if args.len() != spec.args {
+            return Err(match spec.optional.is_empty() {
+                true => CommandError::Arguments(spec.words, spec.args),
+                false => CommandError::Usage(spec.words, spec.args, spec.optional),
+            });
         }
         Ok((spec.build)(args))
     }
@@ -185,6 +266,9 @@ impl<D: BlockDevice> NineFs<D> {
                 ))
             }
             Command::SnapshotDelete(name) => {
+                if self.sending(name) {
+                    return Err(format!("snapshot {name:?} is being sent (send stop first)"));
+                }
                 self.snapshot_delete(name).await.map_err(failed)?;
                 Ok(format!("deleted snapshot {name:?}"))
             }
@@ -208,6 +292,20 @@ impl<D: BlockDevice> NineFs<D> {
                 }
                 Ok(out)
             }
+            Command::SendStart(name, base) => self.send_start(name, base.as_deref()).await,
+            Command::SendStop => match self.send_stop() {
+                true => Ok("send stopped".to_string()),
+                false => Err("no send is running".to_string()),
+            },
+            Command::ReceiveStart => self.receive_start(),
+            Command::ReceiveStop => match self.receive_stop() {
+                true => Ok("receive stopped".to_string()),
+                false => Err("no receive is running".to_string()),
+            },
+            Command::ReceiveRollback => match self.receive_rollback().await {
+                Ok(name) => Ok(format!("rolled back to snapshot {name:?}")),
+                Err(e) => Err(format!("rollback refused: {e}")),
+            },
         }
     }
 
@@ -259,6 +357,7 @@ impl<D: BlockDevice> NineFs<D> {
             }
         }
         let _ = writeln!(s, "scrub_runs {}", stats.scrub_runs);
+        self.stream_status(&mut s);
         s
     }
 }
@@ -284,6 +383,18 @@ impl<D: BlockDevice> vfs::Control for NineFs<D> {
             None => "state never\n".to_string(),
         }
     }
+
+    async fn send_read(&self, offset: u64, buf: &mut [u8]) -> vfs::FsResult<usize> {
+        NineFs::send_read(self, offset, buf).await
+    }
+
+    async fn receive_write(&self, offset: u64, data: &[u8]) -> vfs::FsResult<usize> {
+        NineFs::receive_write(self, offset, data).await
+    }
+
+    fn receive_closed(&self) {
+        NineFs::receive_closed(self)
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +417,28 @@ mod tests {
         );
         assert_eq!(Command::parse("snapshot list"), Ok(Command::SnapshotList));
         assert_eq!(Command::parse("quota list"), Ok(Command::QuotaList));
+        assert_eq!(
+            Command::parse("send start b"),
+            Ok(Command::SendStart("b".into(), None))
+        );
+        assert_eq!(
+            Command::parse("send start b from a\n"),
+            Ok(Command::SendStart("b".into(), Some("a".into())))
+        );
+        assert_eq!(Command::parse("send stop"), Ok(Command::SendStop));
+        assert_eq!(Command::parse("receive start"), Ok(Command::ReceiveStart));
+        assert_eq!(Command::parse("receive stop"), Ok(Command::ReceiveStop));
+        assert_eq!(
+            Command::parse("receive rollback"),
+            Ok(Command::ReceiveRollback)
+        );
+        for bad in ["send start b since a", "send start b from", "send start"] {
+            assert_eq!(
+                Command::parse(bad).unwrap_err().to_string(),
+                "usage: send start ARG [from BASE]",
+                "{bad}"
+            );
+        }
         assert_eq!(
             Command::parse("snapshot create"),
             Err(CommandError::Arguments(&["snapshot", "create"], 1))

@@ -59,6 +59,7 @@ pub mod send;
 pub mod snapdir;
 pub mod snapshot;
 pub mod stats;
+pub mod streamjob;
 pub mod synclog;
 pub mod treediff;
 mod xattr;
@@ -115,6 +116,9 @@ pub struct MountOptions {
     /// Refuse to mount a mirrored volume with a leg out of service (missing, failed
     /// or stale) instead of serving from the others.
     pub refuse_degraded: bool,
+    /// Most bytes the buffer of each stream job (`send`, `receive` of the
+    /// administration tree) holds (default [`streamjob::DEFAULT_STREAM_BUFFER`]).
+    pub stream_buffer: usize,
 }
 
 /// Default of [`MountOptions::discard`]: freed blocks go back to the device within
@@ -137,6 +141,7 @@ impl Default for MountOptions {
             discard: Some(DEFAULT_DISCARD_DELAY),
             hold_clock: None,
             refuse_degraded: false,
+            stream_buffer: streamjob::DEFAULT_STREAM_BUFFER,
         }
     }
 }
@@ -148,6 +153,7 @@ impl ::core::fmt::Debug for MountOptions {
             .field("max_groups", &self.max_groups)
             .field("read_only", &self.read_only)
             .field("max_links", &self.max_links)
+            .field("stream_buffer", &self.stream_buffer)
             .finish()
     }
 }
@@ -287,6 +293,8 @@ pub struct NineFs<D: BlockDevice> {
     freed_since: Mutex<Option<i64>>,
     /// The running or last scrub pass.
     scrub: Mutex<scrub::ScrubState>,
+    /// The send and receive jobs of the administration tree.
+    jobs: streamjob::StreamJobs,
 }
 
 /// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
@@ -370,6 +378,7 @@ impl<D: BlockDevice> NineFs<D> {
             discard: Mutex::new(opts.discard),
             freed_since: Mutex::new(None),
             scrub: Mutex::new(scrub::ScrubState::default()),
+            jobs: streamjob::StreamJobs::new(opts.stream_buffer),
         }
     }
 

@@ -408,11 +408,12 @@ impl Validator {
 }
 
 /// A stream the receiver reads twice: once to check it whole, then to apply it.
+#[allow(async_fn_in_trait)]
 pub trait StreamSource {
     /// Goes back to the stream's start.
-    fn rewind(&mut self) -> Result<(), Errno>;
+    async fn rewind(&mut self) -> Result<(), Errno>;
     /// Reads the next bytes into `buf`; how many (0: the end).
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno>;
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno>;
 }
 
 /// A stream in memory.
@@ -430,12 +431,12 @@ impl<'a> InMemory<'a> {
 }
 
 impl StreamSource for InMemory<'_> {
-    fn rewind(&mut self) -> Result<(), Errno> {
+    async fn rewind(&mut self) -> Result<(), Errno> {
         self.at = 0;
         Ok(())
     }
 
-    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
         let n = buf.len().min(self.bytes.len() - self.at);
         buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
         self.at += n;
@@ -455,8 +456,8 @@ struct Records<'a, S: StreamSource> {
 
 impl<'a, S: StreamSource> Records<'a, S> {
     /// From the start of `src`: the records and the header.
-    fn start(src: &'a mut S) -> Result<(Self, Header), ReceiveError> {
-        src.rewind()?;
+    async fn start(src: &'a mut S) -> Result<(Self, Header), ReceiveError> {
+        src.rewind().await?;
         let mut r = Records {
             src,
             decoder: Decoder::new(),
@@ -464,7 +465,7 @@ impl<'a, S: StreamSource> Records<'a, S> {
             validator: None,
             chunk: alloc::vec![0; 64 * 1024],
         };
-        match r.next()? {
+        match r.next().await? {
             Some(Record::Begin(h)) => {
                 r.validator = Some(Validator::new(&h));
                 Ok((r, h))
@@ -473,9 +474,9 @@ impl<'a, S: StreamSource> Records<'a, S> {
         }
     }
 
-    fn next(&mut self) -> Result<Option<Record>, ReceiveError> {
+    async fn next(&mut self) -> Result<Option<Record>, ReceiveError> {
         while self.pending.is_empty() {
-            let n = self.src.read(&mut self.chunk)?;
+            let n = self.src.read(&mut self.chunk).await?;
             if n == 0 {
                 self.decoder.finish().map_err(ReceiveError::Stream)?;
                 return Ok(None);
@@ -573,8 +574,8 @@ impl<D: BlockDevice> NineFs<D> {
         &self,
         src: &mut impl StreamSource,
     ) -> Result<SnapshotInfo, ReceiveError> {
-        let (mut records, header) = Records::start(src)?;
-        while records.next()?.is_some() {}
+        let (mut records, header) = Records::start(src).await?;
+        while records.next().await?.is_some() {}
         let Header {
             source,
             snapshot,
@@ -600,12 +601,12 @@ impl<D: BlockDevice> NineFs<D> {
                 None
             }
         };
-        let (mut records, again) = Records::start(records.src)?;
+        let (mut records, again) = Records::start(records.src).await?;
         if again != header {
             return Err(ReceiveError::Inconsistent("the stream changed while read"));
         }
         let mut a = self.start_apply(base_view).await?;
-        while let Some(r) = records.next()? {
+        while let Some(r) = records.next().await? {
             a.record(&r).await?;
         }
         a.finish(&received_mark(source, snapshot.seq)).await?;
@@ -680,9 +681,9 @@ impl<D: BlockDevice> NineFs<D> {
         .await?;
         let live = self.snapshot_view(ROLLBACK_LIVE).await?;
         let mut src = InMemory::new(&stream);
-        let (mut records, _) = Records::start(&mut src)?;
+        let (mut records, _) = Records::start(&mut src).await?;
         let mut a = self.start_apply(Some(live)).await?;
-        while let Some(r) = records.next()? {
+        while let Some(r) = records.next().await? {
             a.record(&r).await?;
         }
         a.finish(&mark).await?;

@@ -49,22 +49,39 @@ pub struct SendStats {
 /// Where the stream goes, a chunk at a time.
 pub type Sink<'a> = dyn FnMut(&[u8]) -> FsResult<()> + 'a;
 
-struct Writer<'a, 'b> {
+/// Where the stream goes, a chunk at a time, for a sink that may wait (a bounded
+/// buffer a client drains: `volume::streamjob`).
+#[allow(async_fn_in_trait)]
+pub trait StreamSink {
+    /// Takes the stream's next bytes (an error stops the send).
+    async fn put(&mut self, bytes: &[u8]) -> FsResult<()>;
+}
+
+/// A [`Sink`] that never waits, as a [`StreamSink`].
+struct Immediate<'a, 'b>(&'a mut Sink<'b>);
+
+impl StreamSink for Immediate<'_, '_> {
+    async fn put(&mut self, bytes: &[u8]) -> FsResult<()> {
+        (self.0)(bytes)
+    }
+}
+
+struct Writer<'a, S: StreamSink> {
     enc: Encoder,
-    out: &'a mut Sink<'b>,
+    out: &'a mut S,
     stats: SendStats,
 }
 
-impl Writer<'_, '_> {
-    fn emit(&mut self, bytes: &[u8]) -> FsResult<()> {
+impl<S: StreamSink> Writer<'_, S> {
+    async fn emit(&mut self, bytes: &[u8]) -> FsResult<()> {
         self.stats.bytes += bytes.len() as u64;
-        (self.out)(bytes)
+        self.out.put(bytes).await
     }
 
-    fn record(&mut self, rec: &Record) -> FsResult<()> {
+    async fn record(&mut self, rec: &Record) -> FsResult<()> {
         self.stats.records += 1;
         let bytes = self.enc.record(rec);
-        self.emit(&bytes)
+        self.emit(&bytes).await
     }
 }
 
@@ -221,6 +238,16 @@ impl<D: BlockDevice> NineFs<D> {
         base: Option<&str>,
         out: &mut Sink<'_>,
     ) -> FsResult<SendStats> {
+        self.send_to(name, base, &mut Immediate(out)).await
+    }
+
+    /// [`NineFs::send`] to a sink that may wait.
+    pub async fn send_to<S: StreamSink>(
+        &self,
+        name: &str,
+        base: Option<&str>,
+        out: &mut S,
+    ) -> FsResult<SendStats> {
         let items = self.run(read_items).await?;
         let new = self.side(&items, name)?;
         let base = base.map(|b| self.side(&items, b)).transpose()?;
@@ -248,8 +275,8 @@ impl<D: BlockDevice> NineFs<D> {
                 ..SendStats::default()
             },
         };
-        w.emit(&start)?;
-        w.emit(&first)?;
+        w.emit(&start).await?;
+        w.emit(&first).await?;
         let mut paths = BasePaths {
             base: base.as_ref(),
             known: BTreeMap::new(),
@@ -269,7 +296,7 @@ impl<D: BlockDevice> NineFs<D> {
                 if let Some(old) = &ch.old {
                     let e = DirIndexRec::decode(old).ok_or(Errno::EIO)?;
                     let d = paths.name(dir).await?;
-                    w.record(&Record::Unlink(d, e.name))?;
+                    w.record(&Record::Unlink(d, e.name)).await?;
                 }
                 if let Some(new) = &ch.new {
                     let e = DirIndexRec::decode(new).ok_or(Errno::EIO)?;
@@ -292,17 +319,17 @@ impl<D: BlockDevice> NineFs<D> {
         for (dir, name, child, _) in links {
             let d = paths.name(dir).await?;
             let c = paths.name(child).await?;
-            w.record(&Record::Link(d, name, c))?;
+            w.record(&Record::Link(d, name, c)).await?;
         }
         let end = core::mem::take(&mut w.enc).finish();
-        w.emit(&end)?;
+        w.emit(&end).await?;
         Ok(w.stats)
     }
 
     /// Writes the records that give `ino` its state in the snapshot `new`.
     async fn describe(
         &self,
-        w: &mut Writer<'_, '_>,
+        w: &mut Writer<'_, impl StreamSink>,
         paths: &mut BasePaths<'_, D>,
         new: &Side<D>,
         ino: Ino,
@@ -359,7 +386,8 @@ impl<D: BlockDevice> NineFs<D> {
             btime: attr.btime,
             data,
             target,
-        }))?;
+        }))
+        .await?;
         let mut xattrs = Vec::new();
         for name in new.view.listxattr(ino).await? {
             if name != RECEIVED_XATTR {
@@ -367,7 +395,7 @@ impl<D: BlockDevice> NineFs<D> {
                 xattrs.push((name, value));
             }
         }
-        w.record(&Record::Xattrs(me.clone(), xattrs))?;
+        w.record(&Record::Xattrs(me.clone(), xattrs)).await?;
         let mut buf = vec![0u8; DATA_CHUNK];
         for r in ranges.iter() {
             let mut at = r.start;
@@ -377,7 +405,8 @@ impl<D: BlockDevice> NineFs<D> {
                 if got != n {
                     return Err(Errno::EIO);
                 }
-                w.record(&Record::Data(me.clone(), at, buf[..n].to_vec()))?;
+                w.record(&Record::Data(me.clone(), at, buf[..n].to_vec()))
+                    .await?;
                 at += n as u64;
             }
         }

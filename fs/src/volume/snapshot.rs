@@ -477,6 +477,8 @@ impl<D: BlockDevice> NineFs<D> {
             discard: None,
             hold_clock: self.core.clock(),
             refuse_degraded: false,
+            // A view runs no stream job.
+            stream_buffer: 0,
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));

@@ -562,4 +562,15 @@ pub trait Control {
 
     /// The `scrub` file: the running or last scrub pass's report.
     fn scrub_report(&self) -> alloc::string::String;
+
+    /// The `send` file: the next bytes of the running send's stream at `offset` (read
+    /// in order), waiting while none are ready; 0 at its end or with no send running.
+    async fn send_read(&self, offset: u64, buf: &mut [u8]) -> FsResult<usize>;
+
+    /// The `receive` file: takes bytes of a stream at `offset` for the running receive
+    /// (how many it took), waiting while its buffer is full.
+    async fn receive_write(&self, offset: u64, data: &[u8]) -> FsResult<usize>;
+
+    /// The `receive` file was closed: the pass written through it ends.
+    fn receive_closed(&self);
 }

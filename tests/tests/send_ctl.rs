@@ -1,0 +1,198 @@
+//! Snapshot streams out of the running appliance (issue 28): the host, an admin client
+//! of the `ctl` export, takes snapshot `a`, reads its full stream from the `send` file
+//! while another client keeps writing, changes about 1% of the data, takes `b` and reads
+//! the incremental stream from `a`; `ninefold receive` applies both to an image on the
+//! host, and every file of `b` read back from that image through `ninefold serve` is
+//! what the appliance's `.snapshots/b` holds. Sizes and times are printed
+//! (`--nocapture`), not checked. The appliance serves the in-memory filesystem in
+//! 256 MiB.
+//!
+//! Host ports: 9P on 16560.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ninefold_tests::ninep::{connect, serve_on_host};
+use ninefold_tests::{tool, FsImage, Qemu};
+use ninep::testing::{Client, Exchange};
+use ninep::wire::open_flags;
+use serde_json::json;
+
+/// How long the appliance may take to boot and get its DHCP lease under TCG.
+const UP: Duration = Duration::from_secs(60);
+/// Files written before snapshot `a`, and the bytes of each.
+const FILES: usize = 24;
+const FILE_BYTES: usize = 128 * 1024;
+
+fn file_data(i: usize) -> Vec<u8> {
+    (0..FILE_BYTES).map(|j| (i * 31 + j / 4096) as u8).collect()
+}
+
+/// Writes `line` to `ctl` (the admin export attached at fid 0); its reply.
+fn ctl<X: Exchange>(c: &mut Client<X>, line: &str) -> String {
+    c.walk(0, 8, "ctl").unwrap();
+    c.lopen(8, open_flags::WRONLY | open_flags::TRUNC).unwrap();
+    let written = c.write(8, 0, line.as_bytes());
+    c.clunk(8).unwrap();
+    let reply = String::from_utf8(read_all(c, 0, "ctl")).unwrap();
+    assert!(written.is_ok(), "{line}: {reply}");
+    reply
+}
+
+/// Reads the whole of `path` from the tree attached at `root`, 512 KiB a request.
+fn read_all<X: Exchange>(c: &mut Client<X>, root: u32, path: &str) -> Vec<u8> {
+    c.walk(root, 9, path).unwrap();
+    c.lopen(9, open_flags::RDONLY).unwrap();
+    let mut data = Vec::new();
+    loop {
+        let got = c.read(9, data.len() as u64, 512 * 1024).unwrap();
+        if got.is_empty() {
+            break;
+        }
+        data.extend(got);
+    }
+    c.clunk(9).unwrap();
+    data
+}
+
+fn write_file<X: Exchange>(c: &mut Client<X>, name: &str, offset: u64, data: &[u8]) {
+    c.walk(1, 2, name).unwrap();
+    c.lopen(2, open_flags::RDWR).unwrap();
+    c.write(2, offset, data).unwrap();
+    c.clunk(2).unwrap();
+}
+
+/// Reads the stream of the running send, timing it.
+fn pull<X: Exchange>(c: &mut Client<X>, what: &str) -> Vec<u8> {
+    let started = Instant::now();
+    let stream = read_all(c, 0, "send");
+    println!(
+        "{what}: {} bytes in {:.2} s",
+        stream.len(),
+        started.elapsed().as_secs_f64()
+    );
+    stream
+}
+
+#[test]
+fn full_and_incremental_streams_out_of_the_appliance_restore_on_the_host() {
+    let port = 16560;
+    let mut vm = Qemu::serving()
+        .memory("256M")
+        .virtio_net_forwards(&[(port, 564)])
+        .append("fs=memory admin_allow=10.0.2.2 stream_rate=64")
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    vm.wait_for_event(
+        "listening",
+        json!({"service": "9p", "address": "10.0.2.15", "port": 564}),
+    );
+    let mut c = connect(port, UP);
+    c.attach(1, 0, "").unwrap();
+    for i in 0..FILES {
+        c.walk(1, 2, "").unwrap();
+        c.lcreate(2, &format!("f{i}"), open_flags::RDWR, 0o644)
+            .unwrap();
+        c.write(2, 0, &file_data(i)).unwrap();
+        c.clunk(2).unwrap();
+    }
+    c.attach(0, 0, "ctl").unwrap();
+    assert!(ctl(&mut c, "snapshot create a\n").starts_with("created snapshot"));
+
+    // A client writes on its own connection while the stream is read.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, writes) = (stop.clone(), writes.clone());
+        std::thread::spawn(move || {
+            let mut w = connect(port, UP);
+            w.attach(1, 0, "").unwrap();
+            w.walk(1, 2, "").unwrap();
+            w.lcreate(2, "busy", open_flags::RDWR, 0o644).unwrap();
+            let mut at = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                w.write(2, at % (1 << 20), &[7; 16384]).unwrap();
+                w.fsync(2, false).unwrap();
+                at += 16384;
+                writes.fetch_add(1, Ordering::Relaxed);
+            }
+            w.clunk(2).unwrap();
+            // Gone before b: the increment is the 1% below.
+            w.unlinkat(1, "busy", 0).unwrap();
+        })
+    };
+    assert!(ctl(&mut c, "send start a\n").starts_with("sending \"a\""));
+    let before = writes.load(Ordering::Relaxed);
+    let full = pull(&mut c, "full stream of a");
+    let during = writes.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    println!("writes acknowledged to the other client while it was read: {during}");
+    let status = String::from_utf8(read_all(&mut c, 0, "status")).unwrap();
+    assert!(status.contains("send done "), "{status}");
+    assert!(status.contains("send_result sent \"a\""), "{status}");
+
+    // About 1% of the data changes: 4 KiB in 8 of the 24 files of 128 KiB.
+    for i in (0..FILES).step_by(3) {
+        write_file(&mut c, &format!("f{i}"), 8192, &[0xa5; 4096]);
+    }
+    assert!(ctl(&mut c, "snapshot create b\n").starts_with("created snapshot"));
+    assert!(ctl(&mut c, "send start b from a\n").starts_with("sending \"b\" from \"a\""));
+    let incremental = pull(&mut c, "incremental stream b from a");
+    println!(
+        "incremental / full: {:.3}",
+        incremental.len() as f64 / full.len() as f64
+    );
+    // What copying the changed files through a mount moves instead (knowing which).
+    let started = Instant::now();
+    let copied: usize = (0..FILES)
+        .step_by(3)
+        .map(|i| read_all(&mut c, 1, &format!(".snapshots/b/f{i}")).len())
+        .sum();
+    println!(
+        "copying the changed files through the mount: {copied} bytes in {:.2} s ({:.1}x the incremental)",
+        started.elapsed().as_secs_f64(),
+        copied as f64 / incremental.len() as f64
+    );
+    assert!(incremental.len() * 10 < full.len());
+
+    // Received on the host, b holds what the appliance's b holds.
+    let dir = std::env::temp_dir().join(format!("ninefold-send-ctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = FsImage::formatted("128M");
+    for (name, stream) in [("full", &full), ("incremental", &incremental)] {
+        let path = dir.join(name);
+        std::fs::write(&path, stream).unwrap();
+        let out = Command::new(tool())
+            .arg("receive")
+            .arg(image.path())
+            .arg("-i")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ninefold receive {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let (mut server, mut h) = serve_on_host(image.path());
+    h.attach(1, 0, "").unwrap();
+    for i in 0..FILES {
+        let path = format!(".snapshots/b/f{i}");
+        let there = read_all(&mut c, 1, &path);
+        let here = read_all(&mut h, 1, &path);
+        assert_eq!(there.len(), FILE_BYTES, "{path}");
+        assert!(there == here, "{path} differs on the host");
+    }
+    assert_eq!(read_all(&mut c, 1, ".snapshots/b/f0")[8192], 0xa5);
+    assert_eq!(
+        read_all(&mut h, 1, ".snapshots/a/f0")[8192],
+        file_data(0)[8192]
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+}
