@@ -51,6 +51,7 @@ mod lock;
 mod mkfs;
 mod ops;
 pub mod quota;
+pub mod rebuild;
 pub mod receive;
 pub mod report;
 pub mod scrub;
@@ -113,6 +114,9 @@ pub struct MountOptions {
     /// Refuse to mount a mirrored volume with a leg out of service (missing, failed
     /// or stale) instead of serving from the others.
     pub refuse_degraded: bool,
+    /// Blocks a rebuild copies between two records of its cursor in the superblock
+    /// (default [`rebuild::CURSOR_EVERY_BLOCKS`]): what a crash makes it copy again.
+    pub rebuild_record_blocks: u64,
 }
 
 /// Default of [`MountOptions::discard`]: freed blocks go back to the device within
@@ -135,6 +139,7 @@ impl Default for MountOptions {
             discard: Some(DEFAULT_DISCARD_DELAY),
             hold_clock: None,
             refuse_degraded: false,
+            rebuild_record_blocks: rebuild::CURSOR_EVERY_BLOCKS,
         }
     }
 }
@@ -285,6 +290,10 @@ pub struct NineFs<D: BlockDevice> {
     freed_since: Mutex<Option<i64>>,
     /// The running or last scrub pass.
     scrub: Mutex<scrub::ScrubState>,
+    /// The rebuild of a replaced leg going on ([`rebuild`]).
+    rebuild: Mutex<Option<rebuild::Rebuild>>,
+    /// [`MountOptions::rebuild_record_blocks`].
+    rebuild_record_blocks: u64,
 }
 
 /// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
@@ -368,6 +377,8 @@ impl<D: BlockDevice> NineFs<D> {
             discard: Mutex::new(opts.discard),
             freed_since: Mutex::new(None),
             scrub: Mutex::new(scrub::ScrubState::default()),
+            rebuild: Mutex::new(None),
+            rebuild_record_blocks: opts.rebuild_record_blocks.max(1),
         }
     }
 
@@ -426,6 +437,8 @@ impl<D: BlockDevice> NineFs<D> {
             fs.finish_labeling().await.map_err(MountError::Errno)?;
             // A device that got bigger is used at once.
             fs.grow().await.map_err(MountError::Errno)?;
+            // A leg being rebuilt when the volume went down goes on being rebuilt.
+            fs.resume_rebuild();
         }
         Ok(fs)
     }

@@ -477,6 +477,7 @@ impl<D: BlockDevice> NineFs<D> {
             discard: None,
             hold_clock: self.core.clock(),
             refuse_degraded: false,
+            rebuild_record_blocks: self.rebuild_record_blocks,
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));
