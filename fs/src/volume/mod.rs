@@ -438,7 +438,7 @@ impl<D: BlockDevice> NineFs<D> {
             // A device that got bigger is used at once.
             fs.grow().await.map_err(MountError::Errno)?;
             // A leg being rebuilt when the volume went down goes on being rebuilt.
-            fs.resume_rebuild();
+            fs.resume_rebuild(clean);
         }
         Ok(fs)
     }

@@ -202,14 +202,19 @@ impl<D: BlockDevice> NineFs<D> {
             true
         })
         .await?;
-        self.resume_rebuild();
+        self.resume_rebuild(true);
         self.core.lock().stats.rebuild_starts += 1;
         Ok(())
     }
 
     /// Takes up the rebuild the superblock records, if its leg is being rebuilt (at
-    /// mount, and after [`NineFs::replace`]).
-    pub(super) fn resume_rebuild(&self) {
+    /// mount, and after [`NineFs::replace`]): from the recorded cursor after a clean
+    /// shutdown, from the start after a crash. Writes since the last FLUSH may have
+    /// reached one leg and not another; on legs in service a verified read finds and
+    /// mends such a block, but nothing reads the leg being rebuilt, so a block below the
+    /// cursor (the data of a log commit replayed from the other leg) could stay wrong
+    /// there for good.
+    pub(super) fn resume_rebuild(&self, clean: bool) {
         let sb: Superblock = self.core.lock().sb.clone();
         let Some(place) = sb.legs.iter().position(|&l| l == leg::REBUILDING) else {
             return;
@@ -217,12 +222,16 @@ impl<D: BlockDevice> NineFs<D> {
         if self.dev.rebuilding_copies() & 1 << place == 0 {
             return;
         }
+        let recorded = if clean { sb.rebuild_cursor } else { 0 };
+        if !clean && sb.rebuild_cursor > 0 {
+            log::warn!("rebuild: leg {place}: unclean shutdown, the copy starts over");
+        }
         // Block 0 is the leg's own label, never copied.
-        let cursor = sb.rebuild_cursor.max(LABEL_BLOCK + 1);
+        let cursor = recorded.max(LABEL_BLOCK + 1);
         *self.rebuild.lock() = Some(Rebuild {
             place,
             cursor,
-            recorded: sb.rebuild_cursor,
+            recorded,
             total: sb.layout.total_blocks,
             since: self.now().sec,
             copied: 0,
@@ -263,22 +272,28 @@ impl<D: BlockDevice> NineFs<D> {
                 })
                 .await?
                 .map_err(|()| Errno::ENOSPC)?;
-            for range in used {
+            // Where this look ends: the scan's end, or where the budget ran out.
+            let mut upto = end;
+            'pieces: for range in used {
                 let mut at = range.start;
                 while at < range.end {
+                    if spent >= budget {
+                        upto = at;
+                        break 'pieces;
+                    }
                     let n = (range.end - at).min(self.dev.max_copy_blocks());
                     if !self.copy_piece(r.place, at..at + n).await? {
                         // Written too often just now: go on from here next time.
-                        self.rebuild_advanced(at, n, false);
+                        self.rebuild_advanced(at, 0);
                         return Ok(RebuildStep::Running);
                     }
-                    self.rebuild_advanced(at + n, n, true);
+                    self.rebuild_advanced(at + n, n);
                     spent += n * BLOCK_SIZE as u64;
                     at += n;
                 }
             }
-            cursor = end;
-            self.rebuild_advanced(cursor, 0, false);
+            cursor = upto;
+            self.rebuild_advanced(cursor, 0);
             let recorded = self.rebuild_progress().map_or(0, |r| r.recorded);
             if cursor - recorded >= self.rebuild_record_blocks && cursor < total {
                 self.record_cursor(cursor).await?;
@@ -298,15 +313,15 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// Moves the in-memory cursor to `cursor`, counting `copied` blocks.
-    fn rebuild_advanced(&self, cursor: u64, copied: u64, counted: bool) {
+    fn rebuild_advanced(&self, cursor: u64, copied: u64) {
         if let Some(r) = self.rebuild.lock().as_mut() {
             debug_assert!(cursor >= r.cursor, "the cursor never moves back");
             r.cursor = cursor;
-            r.copied += copied * u64::from(counted);
+            r.copied += copied;
         }
         let mut c = self.core.lock();
         c.stats.rebuild_cursor = cursor;
-        c.stats.rebuild_blocks += copied * u64::from(counted);
+        c.stats.rebuild_blocks += copied;
     }
 
     /// Copies `r` from the legs in service to leg `place` inside a copy window, again
