@@ -140,7 +140,7 @@ impl<D: BlockDevice> Dev<D> {
         let (mut found, mut read_any, mut last) = (false, false, IoError::Dead);
         let mut bad: Vec<usize> = Vec::new();
         for c in 0..self.dev.copies() {
-            if self.dev.failed_copies() & 1 << c != 0 {
+            if self.unreadable_copies() & 1 << c != 0 {
                 continue;
             }
             match self.read_copy(c, block, &mut scratch).await {
@@ -201,6 +201,46 @@ impl<D: BlockDevice> Dev<D> {
     /// Takes copy `copy` out of service (found stale).
     pub fn fail_copy(&self, copy: usize) {
         self.dev.fail_copy(copy)
+    }
+
+    /// The copies being rebuilt (see [`BlockDevice::rebuilding_copies`]).
+    pub fn rebuilding_copies(&self) -> u64 {
+        self.dev.rebuilding_copies()
+    }
+
+    /// The copies no read may come from: out of service or being rebuilt.
+    pub fn unreadable_copies(&self) -> u64 {
+        self.dev.failed_copies() | self.dev.rebuilding_copies()
+    }
+
+    /// Starts rebuilding copy `copy` ([`BlockDevice::start_rebuild`]).
+    pub fn start_rebuild(&self, copy: usize) -> bool {
+        self.dev.start_rebuild(copy)
+    }
+
+    /// Puts copy `copy`, rebuilt, back in service ([`BlockDevice::finish_rebuild`]).
+    pub fn finish_rebuild(&self, copy: usize) {
+        self.dev.finish_rebuild(copy)
+    }
+
+    /// Blocks one rebuild copy ([`Dev::copy_blocks`]) may move at most.
+    pub fn max_copy_blocks(&self) -> u64 {
+        (self.max_bytes / BLOCK_SIZE) as u64
+    }
+
+    /// Opens the copy window over `blocks` filesystem blocks at `block` of copy `copy`
+    /// ([`BlockDevice::open_copy_window`]).
+    pub fn open_copy_window(&self, copy: usize, block: u64, blocks: u64) -> bool {
+        self.dev
+            .open_copy_window(copy, block << self.shift, blocks << self.shift)
+    }
+
+    /// Writes `buf` (at most [`Dev::max_copy_blocks`]) over copy `copy`, being rebuilt,
+    /// at `block`, within the open window ([`BlockDevice::write_copy`]): `Ok(false)`
+    /// when it must be done again.
+    pub async fn copy_blocks(&self, copy: usize, block: u64, buf: &[u8]) -> Result<bool, IoError> {
+        assert!(buf.len().is_multiple_of(BLOCK_SIZE) && buf.len() <= self.max_bytes);
+        self.dev.write_copy(copy, block << self.shift, buf).await
     }
 
     /// Writes `buf` (a multiple of 4 KiB) at filesystem block `block`.

@@ -165,7 +165,8 @@ pub struct LegReport {
     pub leg: String,
     /// The device in that place (`nvme@00:04.0`), `missing` when none came up.
     pub device: String,
-    /// `active`, `failed` (taken out of service) or `missing`.
+    /// `active`, `rebuilding` (written, not read: being copied onto after `ctl
+    /// replace`), `failed` (taken out of service) or `missing`.
     pub state: &'static str,
     /// 1 while the leg is in service (every write reaches it), else 0.
     pub in_service: u64,

@@ -139,17 +139,14 @@ mod mount_impl {
     /// A mirror's injector is its first leg's (`fault=` arms only that one).
     impl<D: BlockDevice + InjectedFaults> InjectedFaults for MirrorDisk<D> {
         fn injected_faults(&self) -> Option<FaultCounters> {
-            self.leg(0).and_then(InjectedFaults::injected_faults)
+            self.leg(0).and_then(|l| l.injected_faults())
         }
     }
 
     impl<D: BlockDevice + DeviceName> DeviceName for MirrorDisk<D> {
         fn device_name(&self) -> String {
             let legs: Vec<String> = (0..self.copies())
-                .map(|i| {
-                    self.leg(i)
-                        .map_or("missing".into(), DeviceName::device_name)
-                })
+                .map(|i| self.leg(i).map_or("missing".into(), |l| l.device_name()))
                 .collect();
             format!("mirror({})", legs.join(","))
         }
@@ -162,9 +159,10 @@ mod mount_impl {
                     leg: format!("{place}"),
                     device: self
                         .leg(place)
-                        .map_or("missing".into(), DeviceName::device_name),
+                        .map_or("missing".into(), |l| l.device_name()),
                     state: match c.state {
                         LegState::Active => "active",
+                        LegState::Rebuilding => "rebuilding",
                         LegState::Failed => "failed",
                         LegState::Missing => "missing",
                     },

@@ -68,7 +68,7 @@ fn check_legs(disk: &image::Volume, opts: &FsckOptions) -> Result<bool, String> 
     for i in 0..disk.copies() {
         match disk.leg(i) {
             Some(leg) if disk.failed_copies() & 1 << i == 0 => {
-                clean &= check(&format!("leg {i}"), leg, opts)?;
+                clean &= check(&format!("leg {i}"), &*leg, opts)?;
             }
             _ => println!("leg {i}: out of service, not checked"),
         }

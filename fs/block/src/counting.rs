@@ -225,6 +225,28 @@ impl<D: BlockDevice> BlockDevice for CountingDisk<D> {
     fn fail_copy(&self, copy: usize) {
         self.inner.fail_copy(copy)
     }
+
+    fn rebuilding_copies(&self) -> u64 {
+        self.inner.rebuilding_copies()
+    }
+
+    fn start_rebuild(&self, copy: usize) -> bool {
+        self.inner.start_rebuild(copy)
+    }
+
+    fn finish_rebuild(&self, copy: usize) {
+        self.inner.finish_rebuild(copy)
+    }
+
+    fn open_copy_window(&self, copy: usize, lba: u64, blocks: u64) -> bool {
+        self.inner.open_copy_window(copy, lba, blocks)
+    }
+
+    async fn write_copy(&self, copy: usize, lba: u64, buf: &[u8]) -> Result<bool, IoError> {
+        let request = Counted::Write(buf.len(), WriteFlags::NONE);
+        self.counted(request, self.inner.write_copy(copy, lba, buf))
+            .await
+    }
 }
 
 #[cfg(test)]

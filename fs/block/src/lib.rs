@@ -210,6 +210,43 @@ pub trait BlockDevice {
     fn fail_copy(&self, copy: usize) {
         let _ = copy;
     }
+
+    /// The copies being rebuilt (bit `i`: copy `i`): every write and flush reaches
+    /// them, no read is served from them. Not among [`BlockDevice::failed_copies`].
+    fn rebuilding_copies(&self) -> u64 {
+        0
+    }
+
+    /// Starts rebuilding copy `copy`, out of service with a device in its place: from
+    /// now on every write and flush reaches it, no read. False when it cannot (no such
+    /// copy or device, or another copy is being rebuilt).
+    fn start_rebuild(&self, copy: usize) -> bool {
+        let _ = copy;
+        false
+    }
+
+    /// Copy `copy`, being rebuilt, holds every block now: it serves reads again.
+    fn finish_rebuild(&self, copy: usize) {
+        let _ = copy;
+    }
+
+    /// Opens the copy window over `blocks` blocks at `lba` of copy `copy`, being
+    /// rebuilt, before reading them from the others to copy them
+    /// ([`BlockDevice::write_copy`]). False while a write over them is in flight (try
+    /// again once it has ended). One window at a time: opening one closes the last.
+    fn open_copy_window(&self, copy: usize, lba: u64, blocks: u64) -> bool {
+        let _ = (copy, lba, blocks);
+        false
+    }
+
+    /// Writes `buf`, read from the copies in service, over copy `copy` (being rebuilt)
+    /// within the open copy window, and closes it. `Ok(false)` when a write over the
+    /// window started since it opened: `buf` may be older than that write, and may
+    /// have landed after it, so the copy must be done again. Not durable until a flush.
+    async fn write_copy(&self, copy: usize, lba: u64, buf: &[u8]) -> Result<bool, IoError> {
+        let _ = (copy, lba, buf);
+        Err(IoError::Unsupported)
+    }
 }
 
 /// A shared reference to a device is a device too (so tools and `fsck` can borrow one).
@@ -252,6 +289,26 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &T {
 
     fn fail_copy(&self, copy: usize) {
         (**self).fail_copy(copy)
+    }
+
+    fn rebuilding_copies(&self) -> u64 {
+        (**self).rebuilding_copies()
+    }
+
+    fn start_rebuild(&self, copy: usize) -> bool {
+        (**self).start_rebuild(copy)
+    }
+
+    fn finish_rebuild(&self, copy: usize) {
+        (**self).finish_rebuild(copy)
+    }
+
+    fn open_copy_window(&self, copy: usize, lba: u64, blocks: u64) -> bool {
+        (**self).open_copy_window(copy, lba, blocks)
+    }
+
+    async fn write_copy(&self, copy: usize, lba: u64, buf: &[u8]) -> Result<bool, IoError> {
+        (**self).write_copy(copy, lba, buf).await
     }
 }
 

@@ -38,7 +38,9 @@ pub mod leg {
     pub const NONE: u8 = 0;
     /// In service: holds every block of the checkpoint.
     pub const ACTIVE: u8 = 1;
-    /// Being rebuilt from the others: not yet to be read (replacement; later).
+    /// Being rebuilt from the others (a replacement): written, not yet to be read;
+    /// [`Superblock::rebuild_cursor`](super::Superblock::rebuild_cursor) says how far
+    /// the copy has come. At most one leg is.
     pub const REBUILDING: u8 = 2;
     /// Out of service: failed, missing or stale since this superblock's generation or
     /// before; never read again until rebuilt.
@@ -162,6 +164,9 @@ pub struct Superblock {
     /// A mirrored volume's legs by place: a [`leg`] state each (all [`leg::NONE`] on a
     /// single device).
     pub legs: [u8; MAX_LEGS],
+    /// While a leg is [`leg::REBUILDING`]: every block below it that was allocated
+    /// when the copy passed it is on that leg, durably (0 when no leg is).
+    pub rebuild_cursor: u64,
 }
 
 /// The superblock's on-disk layout (little-endian, no padding), at the start of its
@@ -197,6 +202,7 @@ struct SuperblockDisk {
     log_tail: U64,
     log_epoch: U64,
     legs: [u8; MAX_LEGS],
+    rebuild_cursor: U64,
 }
 
 /// Where the superblock's checksum starts: everything after the magic and the checksum.
@@ -284,6 +290,7 @@ impl Superblock {
             log_tail: self.log_tail.into(),
             log_epoch: self.log_epoch.into(),
             legs: self.legs,
+            rebuild_cursor: self.rebuild_cursor.into(),
         }
     }
 
@@ -334,6 +341,7 @@ impl Superblock {
             log_tail: d.log_tail.get(),
             log_epoch: d.log_epoch.get(),
             legs: d.legs,
+            rebuild_cursor: d.rebuild_cursor.get(),
         }
     }
 
@@ -380,6 +388,13 @@ impl Superblock {
         {
             return Err(Corrupt::Field("legs"));
         }
+        let rebuilding = self.legs.iter().filter(|&&l| l == leg::REBUILDING).count();
+        if rebuilding > 1
+            || rebuilding == 0 && self.rebuild_cursor != 0
+            || self.rebuild_cursor > self.layout.total_blocks
+        {
+            return Err(Corrupt::Field("rebuild_cursor"));
+        }
         Ok(self)
     }
 }
@@ -420,6 +435,7 @@ pub(crate) mod tests {
             log_tail: 77,
             log_epoch: 3,
             legs: [0; MAX_LEGS],
+            rebuild_cursor: 0,
         }
     }
 
@@ -450,6 +466,22 @@ pub(crate) mod tests {
             Superblock::decode(&sb.encode()).is_err(),
             "a gap in the table"
         );
+        sb.legs[3] = leg::NONE;
+        sb.rebuild_cursor = 5;
+        assert!(
+            Superblock::decode(&sb.encode()).is_err(),
+            "a cursor with no leg being rebuilt"
+        );
+        sb.legs[1] = leg::REBUILDING;
+        assert_eq!(Superblock::decode(&sb.encode()), Ok(sb.clone()));
+        sb.legs[2] = leg::REBUILDING;
+        assert!(
+            Superblock::decode(&sb.encode()).is_err(),
+            "two legs being rebuilt"
+        );
+        sb.legs[2] = leg::NONE;
+        sb.rebuild_cursor = sb.layout.total_blocks + 1;
+        assert!(Superblock::decode(&sb.encode()).is_err(), "past the end");
     }
 
     #[test]

@@ -714,6 +714,22 @@ impl Allocator {
         Ok(())
     }
 
+    /// The blocks of `r` that hold something the committed checkpoint or the current
+    /// state may need (allocated, or pinned: freed by a checkpoint not yet committed),
+    /// as ranges in order. Its groups must be cached ([`Allocator::ensure_groups`]).
+    pub fn in_use(&self, r: Range<u64>) -> Vec<Range<u64>> {
+        let mut out: Vec<Range<u64>> = Vec::new();
+        for b in r {
+            if self.is_allocated(b) != Some(false) || self.pinned.contains(b) {
+                match out.last_mut() {
+                    Some(last) if last.end == b => last.end = b + 1,
+                    _ => out.push(b..b + 1),
+                }
+            }
+        }
+        out
+    }
+
     /// Whether block `b` is allocated in the current in-memory state (group cached).
     pub fn is_allocated(&self, b: u64) -> Option<bool> {
         let (g, bit) = Layout::group_of(b);

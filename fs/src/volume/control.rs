@@ -44,6 +44,16 @@ pub enum Command {
     ReceiveStop,
     /// Roll the live tree back to the last received snapshot.
     ReceiveRollback,
+    /// Replace leg `place` of a mirrored volume with the device `device` names and
+    /// rebuild it online. The owner (appliance, `ninefold serve`) opens the device and
+    /// puts it in the leg's place (`block::MirrorDisk::attach`) before
+    /// [`NineFs::execute`] runs the rest ([`NineFs::replace`]).
+    Replace {
+        /// The leg's place (0-based, as `ctl status` and the labels count).
+        place: usize,
+        /// The new device, as the owner selects devices.
+        device: String,
+    },
 }
 
 /// One entry of the command table.
@@ -154,6 +164,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         optional: &[],
         help: "roll the live tree back to the last received snapshot",
         build: |_| Command::ReceiveRollback,
+    },
+    CommandSpec {
+        words: &["replace"],
+        args: 2,
+        optional: &[],
+        help: "replace leg OLD (its place) of a mirror with device NEW and rebuild it online",
+        build: |a| Command::Replace {
+            // Not a number: no such place (refused by the executor).
+            place: a[0].parse().unwrap_or(usize::MAX),
+            device: a[1].to_string(),
+        },
     },
 ];
 
@@ -284,6 +305,10 @@ impl<D: BlockDevice> NineFs<D> {
                 }
                 Ok(out)
             }
+            Command::Replace { place, device } => {
+                self.replace(*place).await.map_err(failed)?;
+                Ok(format!("leg {place} replaced by {device}: rebuilding"))
+            }
             Command::QuotaList => {
                 let list = self.quotas().await.map_err(|e| e.to_string())?;
                 let mut out = format!("{} quota root(s)", list.len());
@@ -337,6 +362,17 @@ impl<D: BlockDevice> NineFs<D> {
         let _ = writeln!(s, "snapshots {}", stats.snapshots);
         if stats.legs > 0 {
             let _ = writeln!(s, "legs {} failed {}", stats.legs, stats.failed_legs);
+        }
+        if let Some(r) = self.rebuild_progress() {
+            let _ = writeln!(
+                s,
+                "rebuild leg {} blocks {} of {} copied_bytes {} rate_bytes {}",
+                r.place,
+                r.cursor,
+                r.total,
+                r.copied * b,
+                r.rate(self.now().sec)
+            );
         }
         let _ = writeln!(s, "corruptions {}", stats.corruptions);
         match self.scrub_report() {

@@ -13,6 +13,11 @@
 //!   with a superblock of its own before a log commit that followed is acknowledged
 //!   ([`NineFs::record_failed_legs`]), so a leg that missed acknowledged writes can
 //!   never pass for current after a crash.
+//! - **A leg being rebuilt** (`rebuild`) is written with every write but never read;
+//!   the table says so ([`leg::REBUILDING`]) with how far its copy has come, and a
+//!   mount puts it back to being rebuilt if it is present and no more than one
+//!   generation behind. One that fails, or is missing, is marked failed like any leg,
+//!   and its copy is forgotten (a later replacement starts over).
 
 use alloc::vec::Vec;
 
@@ -24,11 +29,15 @@ use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FsResult};
 
 /// Marks the legs of `failed` (bit `i`: leg `i`) failed in `sb`'s leg table. A failed
-/// leg stays failed (only a rebuild brings it back).
+/// leg stays failed (only a rebuild brings it back); a leg being rebuilt that failed
+/// takes its copy's progress with it.
 pub fn stamp(sb: &mut Superblock, failed: u64) {
     let count = sb.leg_count();
     for (i, state) in sb.legs[..count].iter_mut().enumerate() {
         if failed & 1 << i != 0 {
+            if *state == leg::REBUILDING {
+                sb.rebuild_cursor = 0;
+            }
             *state = leg::FAILED;
         }
     }
@@ -71,11 +80,22 @@ pub(super) async fn choose<D: BlockDevice>(
         return Err(MountError::Legs(sb.leg_count()));
     }
     for (c, own, _) in &found {
+        let behind = own.generation + 1 < sb.generation;
         let why = if own.uuid != sb.uuid {
             "another volume's"
+        } else if sb.legs[*c] == leg::REBUILDING && !behind {
+            // Written with every write since it joined: its copy goes on.
+            if dev.start_rebuild(*c) {
+                log::info!(
+                    "leg {c} is being rebuilt (copied up to block {})",
+                    sb.rebuild_cursor
+                );
+                continue;
+            }
+            "being rebuilt, and cannot go on"
         } else if sb.legs[*c] != leg::ACTIVE {
             "out of service since before the current superblock"
-        } else if own.generation + 1 < sb.generation {
+        } else if behind {
             "behind the others"
         } else {
             continue;
@@ -105,28 +125,57 @@ impl<D: BlockDevice> NineFs<D> {
         if !unrecorded(&self.core.lock().sb, self.dev.failed_copies()) {
             return Ok(());
         }
+        let failed = || self.dev.failed_copies();
+        self.write_leg_table("recording failed legs", false, |sb| {
+            unrecorded(sb, failed())
+        })
+        .await
+    }
+
+    /// Writes a superblock of the committed state with `change` made to it (kept in
+    /// memory for later ones) and the legs out of service stamped, unless `change`
+    /// says there is nothing to write; with `flush`, after a FLUSH (so what was written
+    /// before is durable before the superblock says so). A failed write fails the
+    /// filesystem.
+    pub(super) async fn write_leg_table(
+        &self,
+        what: &str,
+        flush: bool,
+        change: impl FnOnce(&mut Superblock) -> bool,
+    ) -> FsResult<()> {
         // No checkpoint may write a superblock meanwhile (generations must not repeat).
         let _guard = self.checkpoint_lock.lock().await;
-        let sb = {
+        {
             let mut c = self.core.lock();
-            if !unrecorded(&c.sb, self.dev.failed_copies()) {
+            if c.failed {
+                return Err(Errno::EIO);
+            }
+            if !change(&mut c.sb) {
                 return Ok(());
             }
+        }
+        let flushed = if flush {
+            self.dev.flush().await
+        } else {
+            Ok(())
+        };
+        let mut sb = {
+            let mut c = self.core.lock();
             c.sb.generation += 1;
             c.sb.clone()
         };
-        let mut sb = sb;
         self.stamp_legs(&mut sb);
-        log::warn!(
-            "mirror degraded: legs out of service recorded (superblock generation {})",
-            sb.generation
-        );
+        log::info!("{what} (superblock generation {})", sb.generation);
         let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
-        let written = self.dev.write(slot, &sb.encode(), WriteFlags::FUA).await;
+        let written = match flushed {
+            Ok(()) => self.dev.write(slot, &sb.encode(), WriteFlags::FUA).await,
+            Err(e) => Err(e),
+        };
         let mut c = self.core.lock();
         c.stats.superblock_writes += 1;
+        c.stats.flushes += u64::from(flush);
         written.map_err(|e| {
-            log::error!("recording failed legs: {e}; filesystem is now failed");
+            log::error!("{what}: {e}; filesystem is now failed");
             c.failed = true;
             Errno::EIO
         })

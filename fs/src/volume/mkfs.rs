@@ -216,6 +216,7 @@ fn initial_superblock(
         log_tail: 0,
         log_epoch: 0,
         legs: [0; MAX_LEGS],
+        rebuild_cursor: 0,
     }
 }
 

@@ -52,6 +52,7 @@ mod mkfs;
 pub(crate) mod node_read;
 mod ops;
 pub mod quota;
+pub mod rebuild;
 pub mod receive;
 pub mod report;
 pub mod scrub;
@@ -119,6 +120,9 @@ pub struct MountOptions {
     /// Most bytes the buffer of each stream job (`send`, `receive` of the
     /// administration tree) holds (default [`streamjob::DEFAULT_STREAM_BUFFER`]).
     pub stream_buffer: usize,
+    /// Blocks a rebuild copies between two records of its cursor in the superblock
+    /// (default [`rebuild::CURSOR_EVERY_BLOCKS`]): what a crash makes it copy again.
+    pub rebuild_record_blocks: u64,
 }
 
 /// Default of [`MountOptions::discard`]: freed blocks go back to the device within
@@ -142,6 +146,7 @@ impl Default for MountOptions {
             hold_clock: None,
             refuse_degraded: false,
             stream_buffer: streamjob::DEFAULT_STREAM_BUFFER,
+            rebuild_record_blocks: rebuild::CURSOR_EVERY_BLOCKS,
         }
     }
 }
@@ -295,6 +300,10 @@ pub struct NineFs<D: BlockDevice> {
     scrub: Mutex<scrub::ScrubState>,
     /// The send and receive jobs of the administration tree.
     jobs: streamjob::StreamJobs,
+    /// The rebuild of a replaced leg going on ([`rebuild`]).
+    rebuild: Mutex<Option<rebuild::Rebuild>>,
+    /// [`MountOptions::rebuild_record_blocks`].
+    rebuild_record_blocks: u64,
 }
 
 /// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
@@ -379,6 +388,8 @@ impl<D: BlockDevice> NineFs<D> {
             freed_since: Mutex::new(None),
             scrub: Mutex::new(scrub::ScrubState::default()),
             jobs: streamjob::StreamJobs::new(opts.stream_buffer),
+            rebuild: Mutex::new(None),
+            rebuild_record_blocks: opts.rebuild_record_blocks.max(1),
         }
     }
 
@@ -437,6 +448,8 @@ impl<D: BlockDevice> NineFs<D> {
             fs.finish_labeling().await.map_err(MountError::Errno)?;
             // A device that got bigger is used at once.
             fs.grow().await.map_err(MountError::Errno)?;
+            // A leg being rebuilt when the volume went down goes on being rebuilt.
+            fs.resume_rebuild(clean);
         }
         Ok(fs)
     }

@@ -161,6 +161,27 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::gauge("fs.failed_legs").help(
         "Devices of a mirrored volume out of service (failed, missing or stale): the volume serves from the others; replace them.",
     ),
+    Rule::counter("fs.rebuild_starts")
+        .named("fs_rebuild_starts")
+        .help("Replacements of a mirrored volume's leg started (ctl replace)."),
+    Rule::counter("fs.rebuilds")
+        .named("fs_rebuilds")
+        .help("Rebuilds of a replaced leg completed: the leg is in service."),
+    Rule::counter("fs.rebuild_failures")
+        .named("fs_rebuild_failures")
+        .help("Rebuilds ended by the new leg failing: replace it again."),
+    Rule::counter("fs.rebuild_blocks")
+        .named("fs_rebuild_copied_blocks")
+        .help("4 KiB blocks copied to a leg being rebuilt."),
+    Rule::counter("fs.rebuild_retries")
+        .named("fs_rebuild_retries")
+        .help("Rebuild copies done again or put off because a write over the same blocks was in flight."),
+    Rule::counter("fs.rebuild_unverified")
+        .named("fs_rebuild_unverified_blocks")
+        .help("Blocks a rebuild copied failing their checksum on every leg in service (each logged): must stay 0."),
+    Rule::gauge("fs.rebuild_running").help("1 while a replaced leg is being rebuilt."),
+    Rule::gauge("fs.rebuild_cursor").help("The rebuild's copy position, a block number of fs.rebuild_total."),
+    Rule::gauge("fs.rebuild_total").help("Blocks the rebuild's copy goes through (the filesystem's size)."),
     Rule::counter("fs.grows")
         .named("fs_grows")
         .help("Times the filesystem grew to a larger device."),

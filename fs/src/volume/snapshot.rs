@@ -479,6 +479,7 @@ impl<D: BlockDevice> NineFs<D> {
             refuse_degraded: false,
             // A view runs no stream job.
             stream_buffer: 0,
+            rebuild_record_blocks: self.rebuild_record_blocks,
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));

@@ -54,6 +54,26 @@ pub struct FsStats {
     pub grows: u64,
     /// Blocks added by growth.
     pub grown_blocks: u64,
+    /// Replacements of a mirrored volume's leg started (`replace`).
+    pub rebuild_starts: u64,
+    /// Rebuilds completed: the replaced leg in service.
+    pub rebuilds: u64,
+    /// Rebuilds ended by the new leg failing.
+    pub rebuild_failures: u64,
+    /// Blocks copied to a leg being rebuilt.
+    pub rebuild_blocks: u64,
+    /// Copies done again, or put off, because a write over the same blocks was in
+    /// flight or started meanwhile.
+    pub rebuild_retries: u64,
+    /// Blocks copied although they failed their checksum (or a read) on every leg in
+    /// service (each also logged).
+    pub rebuild_unverified: u64,
+    /// 1 while a leg is being rebuilt.
+    pub rebuild_running: u64,
+    /// Where the rebuild's copy is (a block number; of `rebuild_total`).
+    pub rebuild_cursor: u64,
+    /// Blocks of the filesystem, the rebuild cursor's end.
+    pub rebuild_total: u64,
     /// Scrub passes completed.
     pub scrub_runs: u64,
     /// Bytes of nodes and data read and verified by scrub.
