@@ -20,6 +20,7 @@
 //! | `stream_buffer=KIB` | bytes each of those jobs buffers between its client and the filesystem (64..=65536 KiB): a send waits while it is full | `1024` |
 //! | `scrub_interval=SECS\|off` | start a scrub pass every SECS seconds (60..=31536000) | `off` (passes start through `ctl`) |
 //! | `degraded=serve\|refuse` | a mirrored volume with a leg missing or failed at mount: served with the legs that are there (saying so), or not mounted | `serve` |
+//! | `rebuild_rate=MIB` | most MiB per second a rebuild copies onto a leg put in place by `ctl replace LEG DEVICE` (1..=4096) | `64` |
 //! | `snapshots=N` | most snapshots the filesystem may hold (1..=32767); creating more fails with `ENOSPC` | `1024` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
@@ -387,6 +388,8 @@ pub struct Config {
     pub max_snapshots: usize,
     /// A mirrored volume with a leg missing or failed is not served (`degraded=refuse`).
     pub refuse_degraded: bool,
+    /// Most MiB per second a rebuild after `ctl replace` copies (`rebuild_rate=`).
+    pub rebuild_rate_mib: u32,
     /// Most CPUs to run on (`cpus=`); `None`: all, up to [`MAX_CPUS`].
     pub cpus: Option<usize>,
     /// The CPUs that serve 9P connections (`serve_cpus=`); `None`: every CPU online.
@@ -504,6 +507,7 @@ impl Default for Config {
             stream_buffer: ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER,
             max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
             refuse_degraded: false,
+            rebuild_rate_mib: ninefs::volume::rebuild::DEFAULT_REBUILD_RATE_MIB,
             cpus: None,
             serve_cpus: None,
         }
@@ -669,6 +673,13 @@ impl Config {
                     ),
                 }
             }
+            "rebuild_rate" => {
+                self.rebuild_rate_mib = need(value)?
+                    .parse()
+                    .ok()
+                    .filter(|r| (1..=4096).contains(r))
+                    .ok_or(Some("expected 1-4096 MiB per second"))?
+            }
             "scrub_rate" => {
                 self.scrub_rate_mib = need(value)?
                     .parse()
@@ -787,6 +798,14 @@ fn parse_ip(v: &str) -> Result<IpConfig, Option<&'static str>> {
         .filter(|p| *p <= 32)
         .ok_or(Some("prefix length must be 0-32"))?;
     Ok(IpConfig::Static { addr, prefix })
+}
+
+impl DiskSelector {
+    /// A selector as `disk=` and `ctl replace` write it: `nvmeN`, `virtioN` or a PCI
+    /// address.
+    pub fn parse(v: &str) -> Result<DiskSelector, &'static str> {
+        parse_disk(v).map_err(|e| e.unwrap_or("expected a device"))
+    }
 }
 
 fn parse_disk(v: &str) -> Result<DiskSelector, Option<&'static str>> {
@@ -911,6 +930,9 @@ impl fmt::Display for Config {
         if self.refuse_degraded {
             write!(f, " degraded=refuse")?;
         }
+        if self.rebuild_rate_mib != ninefs::volume::rebuild::DEFAULT_REBUILD_RATE_MIB {
+            write!(f, " rebuild_rate={}", self.rebuild_rate_mib)?;
+        }
         if self.fault_seed != DEFAULT_FAULT_SEED {
             write!(f, " fault_seed={}", self.fault_seed)?;
         }
@@ -1015,6 +1037,11 @@ mod tests {
         assert!(c.to_string().ends_with(" degraded=refuse"));
         let (c, ignored) = parse("degraded=maybe");
         assert_eq!((c.refuse_degraded, ignored.len()), (false, 1));
+        let (c, _) = parse("rebuild_rate=8");
+        assert_eq!(c.rebuild_rate_mib, 8);
+        assert!(c.to_string().ends_with(" rebuild_rate=8"));
+        let (c, ignored) = parse("rebuild_rate=0");
+        assert_eq!((c.rebuild_rate_mib, ignored.len()), (64, 1));
         let (c, _) = parse("discard=5");
         assert_eq!(c.discard_secs, Some(5));
         let (c, ignored) = parse("fault=flush-after:x fault=tear:1");

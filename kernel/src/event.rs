@@ -308,6 +308,13 @@ pub enum Event<'a> {
         /// See `errors`.
         skipped: u64,
     },
+    /// A rebuild after `ctl replace` ended: leg `leg` holds every block and serves.
+    Rebuilt {
+        /// The leg's place in the mirror.
+        leg: u64,
+        /// Blocks of the filesystem its copy passed (its size in 4 KiB blocks).
+        blocks: u64,
+    },
     /// The ACPI power button: armed (a press starts the clean shutdown), or not.
     PowerButton {
         /// Whether it is armed.

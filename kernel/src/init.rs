@@ -311,7 +311,8 @@ fn idle(reason: &'static str) -> Event<'static> {
 
 /// Runs the scrub passes of the served filesystem at `rate_mib` MiB per second: those
 /// `ctl` starts, and one every `interval_secs` when given; and grants the stream jobs
-/// (`send`, `receive`) `stream_mib` MiB per second. A step every
+/// (`send`, `receive`) `stream_mib` MiB per second, and a rebuild after `ctl replace`
+/// `rebuild_mib`. A step every
 /// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rates
 /// and leaves the CPU and the device to clients.
 async fn scrub_in_background<V: ServedVolume>(
@@ -319,9 +320,11 @@ async fn scrub_in_background<V: ServedVolume>(
     rate_mib: u32,
     interval_secs: Option<u32>,
     stream_mib: u32,
+    rebuild_mib: u32,
 ) {
     use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
     let budget = budget_per_tick(rate_mib);
+    let rebuild_budget = budget_per_tick(rebuild_mib);
     let stream_budget = budget_per_tick(stream_mib);
     let interval = interval_secs.map(|s| Duration::from_secs(u64::from(s)));
     let mut next_start = interval.map(|i| task::now() + i);
@@ -334,6 +337,7 @@ async fn scrub_in_background<V: ServedVolume>(
         let fs = service.server().fs().inner();
         fs.stream_grant(stream_budget);
         fs.scrub_tick(budget, due).await;
+        fs.rebuild_tick(rebuild_budget).await;
     }
 }
 
@@ -355,6 +359,7 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
                 config.scrub_rate_mib,
                 config.scrub_interval_secs,
                 config.stream_rate_mib,
+                config.rebuild_rate_mib,
             ));
             // The stream jobs' workers wait for `ctl` (and then for their clients).
             let sender = service.clone();

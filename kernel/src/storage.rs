@@ -82,13 +82,21 @@ mod mount_impl {
 
     use super::{mount_options, LABEL};
     use crate::clock::rtc::WallClock;
+    use crate::config::DiskSelector;
     use crate::config::{Config, Mkfs};
     use crate::drivers::disk::{self, Disk, DiskOptions, OpenError};
     use crate::event::{self, Event};
+    use crate::pci::PciAddress;
+    use crate::sync::IrqLock;
     use alloc::vec::Vec;
-    use block::{CountingDisk, FaultCounters, FaultDisk, IoError, LegState, MemDisk, MirrorDisk};
+    use block::{
+        CountingDisk, FaultCounters, FaultDisk, IoError, LegState, MemDisk, MirrorDisk, Opener,
+    };
+    use core::future::Future;
+    use core::pin::Pin;
     use core::sync::atomic::{AtomicBool, Ordering};
     use ninefs::format::label::{DeviceLabel, LABEL_BLOCK};
+    use ninefs::volume::rebuild::RebuildStep;
     use ninefs::volume::scrub::ScrubProgress;
 
     use crate::report::{DeviceReport, FsReport, LegReport};
@@ -226,6 +234,9 @@ mod mount_impl {
         /// Starts a scrub pass when `start` and none is running, then verifies up to
         /// `budget` bytes of the running pass; errors are logged.
         async fn scrub_tick(&self, budget: u64, start: bool);
+        /// Copies up to `budget` bytes of the rebuild `ctl replace` started, if one is
+        /// going on (emitting `rebuilt` at its end); errors are logged.
+        async fn rebuild_tick(&self, budget: u64);
         /// Lets each stream job move `budget` more bytes (every scrub tick).
         fn stream_grant(&self, budget: u64);
         /// Runs the send jobs `ctl` starts, for ever (spawned once).
@@ -276,6 +287,20 @@ mod mount_impl {
                     device_errors: disk.counters().errors,
                     injected_errors: injected_errors(disk.inner()),
                 });
+            }
+        }
+
+        async fn rebuild_tick(&self, budget: u64) {
+            let Some(going) = self.rebuild_progress() else {
+                return;
+            };
+            match self.rebuild_step(budget).await {
+                Ok(RebuildStep::Done) => event::emit(Event::Rebuilt {
+                    leg: going.place as u64,
+                    blocks: going.total,
+                }),
+                Ok(_) => {}
+                Err(e) => warn!("rebuild: leg {}: {e}", going.place),
             }
         }
 
@@ -471,6 +496,8 @@ mod mount_impl {
                 FaultDisk::with_clock(opened, config.fault_seed, || crate::clock::now().as_nanos())
             };
             let name = leg.inner().device_name();
+            let address = leg.inner().pci().address();
+            LEGS_IN_USE.lock(|used| used.push(address));
             let label = match read_label(&leg).await {
                 Ok(Some(l)) => l,
                 Ok(None) => {
@@ -496,7 +523,7 @@ mod mount_impl {
             *place = Some(leg);
         }
         let mirror = match MirrorDisk::new(legs) {
-            Ok(m) => m,
+            Ok(m) => m.with_opener(leg_opener(config)),
             Err(e) => return failed(Err(StorageError::Mirror(format!("{e}"))), none),
         };
         let disk = counted(mirror);
@@ -508,6 +535,46 @@ mod mount_impl {
             ..mount_options(heap_bytes, discard)
         };
         failed(mount_formatted(disk, name, opts).await, Some(disk))
+    }
+
+    /// The PCI functions of the mirror's legs: `ctl replace` never opens one twice
+    /// (a second driver instance would reset a device in service).
+    static LEGS_IN_USE: IrqLock<Vec<PciAddress>> = IrqLock::new(Vec::new());
+
+    /// How `ctl replace LEG DEVICE` opens DEVICE (a `disk=` selector) on the appliance:
+    /// with the drivers' options of the command line, behind a fault injector as the
+    /// other legs (unarmed).
+    fn leg_opener(config: &Config) -> Opener<FaultDisk<Disk>> {
+        let options = DiskOptions::for_config(config);
+        let seed = config.fault_seed;
+        Opener(Box::new(move |name: String| {
+            Box::pin(async move {
+                let selector = DiskSelector::parse(&name).map_err(|e| format!("{name}: {e}"))?;
+                let address = disk::address_of(selector).map_err(|e| format!("{name}: {e}"))?;
+                let fresh = LEGS_IN_USE.lock(|used| {
+                    let fresh = !used.contains(&address);
+                    if fresh {
+                        used.push(address);
+                    }
+                    fresh
+                });
+                if !fresh {
+                    return Err(format!("{name}: the device at {address} is in use"));
+                }
+                match disk::open(Some(selector), options).await {
+                    Ok(d) => {
+                        info!("fs: {}: opened for ctl replace", d.device_name());
+                        Ok(FaultDisk::with_clock(d, seed, || {
+                            crate::clock::now().as_nanos()
+                        }))
+                    }
+                    Err(e) => {
+                        LEGS_IN_USE.lock(|used| used.retain(|a| *a != address));
+                        Err(format!("{name}: {e}"))
+                    }
+                }
+            }) as Pin<Box<dyn Future<Output = Result<FaultDisk<Disk>, String>>>>
+        }))
     }
 
     /// The label in block 0 of `disk`, if it is a leg of a mirrored volume.

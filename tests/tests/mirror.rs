@@ -8,13 +8,17 @@
 //! the first leg): flipped bits are served from the other leg and repaired; read errors
 //! past the limit take the leg out of service, and the other keeps serving.
 //!
-//! Host ports: 15870 (9P), 15871 (counters), 15872-15875.
+//! A third replaces a missing leg online with a blank device (`ctl replace`), rebuilt
+//! while a client writes; the new device then serves everything alone.
+//!
+//! Host ports: 15870 (9P), 15871 (counters), 15872-15877.
 
 use std::process::Command;
 use std::time::Duration;
 
-use ninefold_tests::ninep::connect;
+use ninefold_tests::ninep::{connect, Tcp};
 use ninefold_tests::{stats, FsImage, Qemu};
+use ninep::testing::Client;
 use ninep::wire::open_flags;
 use serde_json::json;
 
@@ -59,11 +63,11 @@ fn boot_mirror(a: &FsImage, b: &FsImage, port: u16, options: &str) -> ninefold_t
     vm
 }
 
-/// Reads file `f<i>` whole over a fresh 9P connection.
-fn read_back(port: u16, i: u32) -> Vec<u8> {
+/// Reads file `name` whole over a fresh 9P connection.
+fn read_file(port: u16, name: &str) -> Vec<u8> {
     let mut c = connect(port, Duration::from_secs(60));
     c.attach(0, 0, "").unwrap();
-    c.walk(0, 1, &format!("f{i}")).unwrap();
+    c.walk(0, 1, name).unwrap();
     c.lopen(1, open_flags::RDONLY).unwrap();
     let mut out = Vec::new();
     loop {
@@ -116,7 +120,10 @@ fn faults_on_one_leg_are_served_from_the_other_and_repaired() {
     // device blocks 0-23) has a flipped bit: each is read from b and rewritten.
     let vm = boot_mirror(&a, &b, port, "fault=flip:24-1000000");
     for i in 0..4 {
-        assert!(read_back(port, i) == content(i), "f{i} read back wrong");
+        assert!(
+            read_file(port, &format!("f{i}")) == content(i),
+            "f{i} read back wrong"
+        );
     }
     let counters = stats::json(port + 1);
     assert_eq!(
@@ -142,7 +149,10 @@ fn faults_on_one_leg_are_served_from_the_other_and_repaired() {
     // serves everything.
     let vm = boot_mirror(&a, &b, port + 2, "fault=read-range:24-1000000");
     for i in 0..4 {
-        assert!(read_back(port + 2, i) == content(i), "f{i} read back wrong");
+        assert!(
+            read_file(port + 2, &format!("f{i}")) == content(i),
+            "f{i} read back wrong"
+        );
     }
     let counters = stats::json(port + 3);
     assert_eq!(
@@ -257,4 +267,105 @@ fn a_mirrored_volume_serves_from_both_legs_and_from_one() {
     let serial = vm.stop();
     serial.expect_no_event("mounted", ninefold_tests::any());
     serial.expect_event("mount_failed", json!({"reason": "mount_failed"}));
+}
+
+#[test]
+fn a_leg_replaced_online_is_rebuilt_while_a_client_writes_and_then_serves_alone() {
+    let port = 15876;
+    let (a, b) = mirror_legs();
+    let vm = boot_mirror(&a, &b, port, "");
+    let mut c = connect(port, Duration::from_secs(60));
+    c.attach(0, 0, "").unwrap();
+    for i in 0..4 {
+        write_synced(&mut c, &format!("f{i}"), &content(i));
+    }
+    drop(c);
+    vm.stop().expect_no_line("!!!");
+    drop(b);
+
+    // Leg b is gone; a blank virtio-blk device takes its place, named by `ctl replace`.
+    let blank = FsImage::blank(64 << 20);
+    let mut vm = Qemu::serving()
+        .memory("128M")
+        .nvme_image("nf-leg-a", &a)
+        .virtio_blk_image(&blank)
+        .append("disk=nvme0,nvme1 admin_allow=10.0.2.2 rebuild_rate=4")
+        .virtio_net_forwards(&[(port, 564), (port + 1, 5641)])
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    vm.wait_for_event("listening", json!({"service": "9p"}));
+    let mut admin = connect(port, Duration::from_secs(60));
+    admin.attach(0, 0, "ctl").unwrap();
+    admin.walk(0, 1, "ctl").unwrap();
+    admin.lopen(1, open_flags::RDWR).unwrap();
+    // Not a device of its own: the leg in service is refused.
+    assert!(admin.write(1, 0, b"replace 1 nvme0\n").is_err());
+    let rebuilt = std::sync::atomic::AtomicBool::new(false);
+    let written = std::thread::scope(|s| {
+        // A client writes and fsyncs files all through the rebuild.
+        let writer = s.spawn(|| {
+            let mut c = connect(port, Duration::from_secs(60));
+            c.attach(0, 0, "").unwrap();
+            // Rewritten in turn, so that the volume never fills: the last version of
+            // each is what must read back.
+            let mut n = 0;
+            while !rebuilt.load(std::sync::atomic::Ordering::Relaxed) || n < 16 {
+                write_synced(&mut c, &format!("g{}", n % 16), &content(100 + n));
+                n += 1;
+            }
+            n
+        });
+        let line = b"replace 1 virtio0\n";
+        assert_eq!(admin.write(1, 0, line), Ok(line.len() as u32));
+        vm.wait_for_event("rebuilt", json!({"leg": 1}));
+        rebuilt.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap()
+    });
+    let counters = stats::json(port + 1);
+    assert_eq!(
+        counters["devices"][0]["legs"][1]["state"], "active",
+        "{counters}"
+    );
+    assert_eq!(
+        stats::counter(&counters, "/fs/failed_legs"),
+        0,
+        "{counters}"
+    );
+    drop(admin);
+    vm.stop().expect_no_line("!!!");
+
+    // The new device alone is the whole filesystem: the original one can go.
+    fsck_clean(&blank);
+    let mut vm = Qemu::serving()
+        .memory("128M")
+        .nvme_image("nf-new", &blank)
+        .append("disk=nvme0,nvme1")
+        .virtio_net_forwards(&[(port, 564), (port + 1, 5641)])
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    vm.wait_for_event("listening", json!({"service": "9p"}));
+    for i in 0..4 {
+        assert!(read_file(port, &format!("f{i}")) == content(i), "f{i}");
+    }
+    for n in written - 16..written {
+        let name = format!("g{}", n % 16);
+        assert!(read_file(port, &name) == content(100 + n), "{name}");
+    }
+    vm.stop().expect_no_line("!!!");
+}
+
+/// Creates (or truncates) `name` at the root and writes `data`, fsynced.
+fn write_synced(c: &mut Client<Tcp>, name: &str, data: &[u8]) {
+    if c.walk(0, 1, name).is_ok() {
+        c.lopen(1, open_flags::RDWR | open_flags::TRUNC).unwrap();
+    } else {
+        c.walk(0, 1, "").unwrap();
+        c.lcreate(1, name, open_flags::RDWR, 0o644).unwrap();
+    }
+    for (n, chunk) in data.chunks(64 << 10).enumerate() {
+        let at = (n * (64 << 10)) as u64;
+        assert_eq!(c.write(1, at, chunk), Ok(chunk.len() as u32));
+    }
+    c.fsync(1, false).unwrap();
+    c.clunk(1).unwrap();
 }

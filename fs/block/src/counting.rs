@@ -247,6 +247,10 @@ impl<D: BlockDevice> BlockDevice for CountingDisk<D> {
         self.counted(request, self.inner.write_copy(copy, lba, buf))
             .await
     }
+
+    async fn attach_named(&self, copy: usize, name: &str) -> Result<(), alloc::string::String> {
+        self.inner.attach_named(copy, name).await
+    }
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ pub use fault::{Fault, FaultCounters, FaultDisk};
 #[cfg(any(test, feature = "std"))]
 pub use file::FileDisk;
 pub use mem::MemDisk;
-pub use mirror::{LegCounters, LegState, MirrorDisk, MirrorError};
+pub use mirror::{LegCounters, LegState, MirrorDisk, MirrorError, Opener};
 pub use recording::{Recorder, Recording, RecordingDisk, Request, RequestKind};
 pub use trace::TraceDisk;
 pub use yielding::YieldDisk;
@@ -247,6 +247,16 @@ pub trait BlockDevice {
         let _ = (copy, lba, buf);
         Err(IoError::Unsupported)
     }
+
+    /// Opens the device `name` names (as the volume's owner names devices: a PCI
+    /// selector on the appliance, an image path on the host) and puts it in place
+    /// `copy`, taking the leg there out of service first (never the last in service);
+    /// [`BlockDevice::start_rebuild`] then brings it in. `Err`: why not, nothing
+    /// changed.
+    async fn attach_named(&self, copy: usize, name: &str) -> Result<(), alloc::string::String> {
+        let _ = (copy, name);
+        Err("not a mirrored volume".into())
+    }
 }
 
 /// A shared reference to a device is a device too (so tools and `fsck` can borrow one).
@@ -309,6 +319,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &T {
 
     async fn write_copy(&self, copy: usize, lba: u64, buf: &[u8]) -> Result<bool, IoError> {
         (**self).write_copy(copy, lba, buf).await
+    }
+    async fn attach_named(&self, copy: usize, name: &str) -> Result<(), alloc::string::String> {
+        (**self).attach_named(copy, name).await
     }
 }
 

@@ -38,6 +38,7 @@
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
+use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::future::{poll_fn, Future};
@@ -120,6 +121,22 @@ pub struct MirrorDisk<D> {
     writes: Mutex<Writes>,
     geometry: Geometry,
     read_error_limit: u64,
+    /// Opens a device by name for [`BlockDevice::attach_named`] (the owner's way).
+    opener: Option<Opener<D>>,
+}
+
+/// How the owner of a mirror opens a device by its name, for `ctl replace`: a PCI
+/// selector on the appliance, an image path on the host.
+pub struct Opener<D>(pub Box<OpenFn<D>>);
+
+/// The function inside an [`Opener`].
+pub type OpenFn<D> =
+    dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<D, String>>>> + Send + Sync;
+
+impl<D> core::fmt::Debug for Opener<D> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Opener")
+    }
 }
 
 /// One place of a mirror.
@@ -198,6 +215,7 @@ impl<D: BlockDevice> MirrorDisk<D> {
             writes: Mutex::new(Writes::default()),
             geometry: g,
             read_error_limit: DEFAULT_READ_ERROR_LIMIT,
+            opener: None,
         })
     }
 
@@ -205,6 +223,18 @@ impl<D: BlockDevice> MirrorDisk<D> {
     /// device there, if any, is let go once its requests end). It stays out of service
     /// until [`BlockDevice::start_rebuild`]; its counters start at zero.
     pub fn attach(&self, place: usize, dev: D) -> Result<(), MirrorError> {
+        self.fits(&dev)?;
+        let mut legs = self.legs.lock();
+        let slot = legs.get_mut(place).ok_or(MirrorError::InService)?;
+        if !matches!(slot.counters.state, LegState::Failed | LegState::Missing) {
+            return Err(MirrorError::InService);
+        }
+        Self::put(slot, place, dev);
+        Ok(())
+    }
+
+    /// Whether `dev` can be a leg: the same logical block size, no smaller.
+    fn fits(&self, dev: &D) -> Result<(), MirrorError> {
         let g = dev.geometry();
         if g.block_size != self.geometry.block_size {
             return Err(MirrorError::BlockSizes);
@@ -212,17 +242,21 @@ impl<D: BlockDevice> MirrorDisk<D> {
         if g.num_blocks < self.geometry.num_blocks || g.max_transfer < self.geometry.max_transfer {
             return Err(MirrorError::TooSmall);
         }
-        let mut legs = self.legs.lock();
-        let slot = legs.get_mut(place).ok_or(MirrorError::InService)?;
-        if !matches!(slot.counters.state, LegState::Failed | LegState::Missing) {
-            return Err(MirrorError::InService);
-        }
+        Ok(())
+    }
+
+    fn put(slot: &mut Slot<D>, place: usize, dev: D) {
         *slot = Slot {
             dev: Some(Arc::new(dev)),
             counters: LegCounters::new(LegState::Failed),
         };
         log::info!("mirror: a device was put in place {place}");
-        Ok(())
+    }
+
+    /// Lets [`BlockDevice::attach_named`] open devices by name with `opener`.
+    pub fn with_opener(mut self, opener: Opener<D>) -> MirrorDisk<D> {
+        self.opener = Some(opener);
+        self
     }
 
     /// Sets how many read errors take a leg out of service.
@@ -588,6 +622,30 @@ impl<D: BlockDevice> BlockDevice for MirrorDisk<D> {
             return Err(e);
         }
         Ok(!stale)
+    }
+
+    async fn attach_named(&self, copy: usize, name: &str) -> Result<(), String> {
+        let Some(Opener(open)) = &self.opener else {
+            return Err("devices cannot be opened here".into());
+        };
+        if copy >= self.copies() {
+            return Err(alloc::format!("no leg {copy}"));
+        }
+        // Opened and checked before the leg there is let go: a device that cannot be
+        // used changes nothing.
+        let dev = open(name.into()).await?;
+        self.fits(&dev).map_err(|e| alloc::format!("{name}: {e}"))?;
+        let mut legs = self.legs.lock();
+        let state = legs[copy].counters.state;
+        match state {
+            LegState::Rebuilding => return Err(alloc::format!("leg {copy} is being rebuilt")),
+            LegState::Active if !Self::take_out(&mut legs, copy, "replaced") => {
+                return Err(alloc::format!("leg {copy} is the last in service"))
+            }
+            _ => {}
+        }
+        Self::put(&mut legs[copy], copy, dev);
+        Ok(())
     }
 }
 

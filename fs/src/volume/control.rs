@@ -306,7 +306,7 @@ impl<D: BlockDevice> NineFs<D> {
                 Ok(out)
             }
             Command::Replace { place, device } => {
-                self.replace(*place).await.map_err(failed)?;
+                self.replace_named(*place, device).await?;
                 Ok(format!("leg {place} replaced by {device}: rebuilding"))
             }
             Command::QuotaList => {

@@ -207,6 +207,27 @@ impl<D: BlockDevice> NineFs<D> {
         Ok(())
     }
 
+    /// `ctl replace PLACE DEVICE`: opens `device` (named as the volume's owner names
+    /// devices: [`BlockDevice::attach_named`]), puts it in place `place` — the leg
+    /// there taken out of service — and starts its rebuild ([`NineFs::replace`]).
+    pub async fn replace_named(
+        &self,
+        place: usize,
+        device: &str,
+    ) -> Result<(), alloc::string::String> {
+        let copies = self.dev.copies();
+        if copies < 2 || place >= copies {
+            return Err(alloc::format!("no leg {place} (the volume has {copies})"));
+        }
+        if self.rebuild.lock().is_some() || self.dev.rebuilding_copies() != 0 {
+            return Err("a rebuild is going on".into());
+        }
+        self.dev.inner().attach_named(place, device).await?;
+        self.replace(place)
+            .await
+            .map_err(|e| alloc::format!("leg {place}: {e}"))
+    }
+
     /// Takes up the rebuild the superblock records, if its leg is being rebuilt (at
     /// mount, and after [`NineFs::replace`]): from the recorded cursor after a clean
     /// shutdown, from the start after a crash. Writes since the last FLUSH may have

@@ -83,6 +83,13 @@ pub async fn open(selector: Option<DiskSelector>, options: DiskOptions) -> Resul
     open_at(pci, kind, options).await
 }
 
+/// The PCI address of the device `selector` names, without opening it.
+pub fn address_of(selector: DiskSelector) -> Result<PciAddress, OpenError> {
+    select(device::functions(), Some(selector))
+        .map(|(addr, _)| addr)
+        .map_err(OpenError::Select)
+}
+
 /// Opens the device at `pci` with the driver for `kind`.
 pub async fn open_at(
     pci: PciDevice,
