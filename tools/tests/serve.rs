@@ -399,7 +399,14 @@ fn a_stop_closes_idle_clients_politely() {
 /// `--shutdown-timeout` its connection is reset and the server exits.
 #[test]
 fn a_stop_resets_a_client_that_does_not_read_after_the_grace_time() {
-    let served = serve(&["--shutdown-timeout", "2"]);
+    let mut served = serve(&["--shutdown-timeout", "2", "--stats", "127.0.0.1:0"]);
+    let mut line = String::new();
+    served.stdout.read_line(&mut line).unwrap();
+    let stats = line
+        .trim()
+        .strip_prefix("counters on ")
+        .unwrap()
+        .to_string();
     let mut c = connect(&served);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();
@@ -419,6 +426,24 @@ fn a_stop_resets_a_client_that_does_not_read_after_the_grace_time() {
         .encode(tag, &mut read)
         .unwrap();
         socket.write_all(&read).unwrap();
+    }
+    // Stopped only once the server holds far more replies than the sockets take (a
+    // busy machine may not have read the requests yet: answered, they would fit).
+    let waiting = std::time::Instant::now();
+    loop {
+        let (_, json) = http_get(&stats, "/");
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let replies = doc
+            .pointer("/9p/memory/charged/replies")
+            .and_then(|v| v.as_u64());
+        if replies.unwrap_or(0) >= 24 << 20 {
+            break;
+        }
+        assert!(
+            waiting.elapsed() < std::time::Duration::from_secs(60),
+            "the server never took the reads in: {json}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let started = std::time::Instant::now();
     assert!(served.stop().success());
