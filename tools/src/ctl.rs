@@ -21,7 +21,8 @@ pub struct CtlArgs {
     /// The command, as written to the appliance's `ctl` file: `sync`, `scrub start` (or
     /// `scrub`: on the host the pass runs to its end), `grow`, `snapshot create NAME`,
     /// `snapshot delete NAME`, `snapshot list`, `quota list`, `receive rollback` (`send`
-    /// and `receive` streams of an image: `ninefold send`, `ninefold receive`).
+    /// and `receive` streams of an image: `ninefold send`, `ninefold receive`), `replace
+    /// LEG NEW.img` (a leg of a mirrored volume rebuilt onto NEW.img, to its end).
     #[arg(required = true, num_args = 1..)]
     pub command: Vec<String>,
 }
@@ -45,7 +46,7 @@ fn mount_volume(
     read_only: bool,
     writable: bool,
 ) -> Result<NineFs<image::Volume>, String> {
-    let disk = image::open_volume(paths, writable)?;
+    let disk = image::open_volume(paths, writable)?.with_opener(image::leg_opener(paths));
     let opts = MountOptions {
         read_only,
         ..MountOptions::default()
@@ -79,6 +80,13 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
         if cmd == Command::ScrubStart {
             let report = fs.scrub_all_started().await.map_err(|e| e.to_string())?;
             print!("{report}");
+        }
+        if let Command::Replace { place, .. } = cmd {
+            // Offline, the rebuild runs to its end before the image is let go.
+            fs.rebuild_all()
+                .await
+                .map_err(|e| format!("rebuild: {e}"))?;
+            println!("leg {place} rebuilt");
         }
         Ok::<(), String>(())
     });

@@ -57,6 +57,25 @@ pub fn open_volume(paths: &[PathBuf], writable: bool) -> Result<Volume, String> 
     MirrorDisk::new(legs).map_err(|e| e.to_string())
 }
 
+/// How `ctl replace LEG PATH` opens PATH for `ninefold serve`: an image file (made
+/// beforehand, e.g. `truncate -s`, no smaller than the volume), never one of the
+/// volume's own (`in_use`).
+pub fn leg_opener(in_use: &[PathBuf]) -> block::Opener<FileDisk> {
+    let in_use: Vec<PathBuf> = in_use
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    block::Opener(Box::new(move |name: String| {
+        let path = PathBuf::from(&name);
+        let opened = match path.canonicalize() {
+            Ok(c) if in_use.contains(&c) => Err(format!("{name}: an image of the volume")),
+            Ok(_) => open(&path, true),
+            Err(e) => Err(format!("{name}: {e}")),
+        };
+        Box::pin(async move { opened })
+    }))
+}
+
 /// Writes each leg's label (after mkfs of a mirrored volume of `uuid`).
 pub fn write_labels(legs: &[FileDisk], uuid: [u8; 16]) -> Result<(), String> {
     for (place, disk) in legs.iter().enumerate() {

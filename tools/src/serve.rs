@@ -90,6 +90,10 @@ pub struct ServeArgs {
     /// `receive`) moves, as the kernel's `stream_rate=`.
     #[arg(long, default_value_t = ninefs::volume::streamjob::DEFAULT_STREAM_RATE_MIB)]
     stream_rate: u32,
+    /// Most MiB per second a rebuild copies onto a leg `ctl replace LEG IMAGE` put in
+    /// place (or one the image records), as the kernel's `rebuild_rate=`.
+    #[arg(long, default_value_t = ninefs::volume::rebuild::DEFAULT_REBUILD_RATE_MIB)]
+    rebuild_rate: u32,
     /// KiB each stream job buffers between its client and the filesystem, as the
     /// kernel's `stream_buffer=`.
     #[arg(long, default_value_t = ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER >> 10)]
@@ -319,7 +323,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         return serve(&runtime, &local, &service, args.listen, counters, limit);
     }
     let image = args.images[0].as_path();
-    let disk = crate::image::open_volume(&args.images, !args.read_only)?;
+    let disk = crate::image::open_volume(&args.images, !args.read_only)?
+        .with_opener(crate::image::leg_opener(&args.images));
     let opts = MountOptions {
         read_only: args.read_only,
         refuse_degraded: args.refuse_degraded,
@@ -352,6 +357,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         server.clone(),
         args.scrub_rate,
         args.stream_rate,
+        args.rebuild_rate,
     ));
     // The stream jobs' workers wait for `ctl` (and then for their clients).
     let sender = server.clone();
@@ -422,16 +428,19 @@ where
     listened
 }
 
-/// Runs the scrub pass `ctl` starts, `rate_mib` MiB per second, and grants the stream
-/// jobs `stream_mib` MiB per second.
+/// Runs the scrub pass `ctl` starts, `rate_mib` MiB per second, grants the stream
+/// jobs `stream_mib` MiB per second, and copies a rebuild's `rebuild_mib`.
 async fn scrub_in_background<D: block::BlockDevice>(
     server: Arc<Server<AdminFs<NineFs<D>>>>,
     rate_mib: u32,
     stream_mib: u32,
+    rebuild_mib: u32,
 ) {
+    use ninefs::volume::rebuild::RebuildStep;
     use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
     let budget = budget_per_tick(rate_mib);
     let stream_budget = budget_per_tick(stream_mib);
+    let rebuild_budget = budget_per_tick(rebuild_mib);
     let mut tick = tokio::time::interval(SCRUB_TICK);
     loop {
         tick.tick().await;
@@ -440,6 +449,13 @@ async fn scrub_in_background<D: block::BlockDevice>(
         if fs.scrub_running() {
             if let Err(e) = fs.scrub_step(budget).await {
                 log::warn!("scrub: {e}");
+            }
+        }
+        if let Some(going) = fs.rebuild_progress() {
+            match fs.rebuild_step(rebuild_budget).await {
+                Ok(RebuildStep::Done) => log::info!("rebuild: leg {} done", going.place),
+                Ok(_) => {}
+                Err(e) => log::warn!("rebuild: leg {}: {e}", going.place),
             }
         }
     }

@@ -325,6 +325,39 @@ fn a_mirrored_volume_takes_its_legs_in_any_order_mends_a_bad_copy_and_runs_with_
     assert!(text.contains("leg 1 of 2 missing"), "{text}");
     let out = ninefold().args(["dump", a_s]).output().unwrap();
     assert!(out.status.success());
+    // Offline replacement: a fresh image in B's place, rebuilt from A to the end; then
+    // it alone is the whole filesystem.
+    let n = temp("leg-new.img");
+    let n_s = n.to_str().unwrap();
+    std::fs::File::create(&n)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let out = ninefold()
+        .args(["ctl", a_s, "replace", "1", a_s])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "a leg of the volume cannot be the new one"
+    );
+    let out = ninefold()
+        .args(["ctl", a_s, "replace", "1", n_s])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("leg 1 rebuilt"), "{text}");
+    let (code, text) = fsck(&[n_s]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = fsck(&[a_s, n_s]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("leg 1: Active"), "{text}");
+    std::fs::remove_file(n).unwrap();
     // Two legs of different volumes are refused.
     let c = temp("leg-c.img");
     let out = ninefold()
