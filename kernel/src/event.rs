@@ -314,6 +314,11 @@ pub enum Event<'a> {
         leg: u64,
         /// Blocks of the filesystem its copy passed (its size in 4 KiB blocks).
         blocks: u64,
+        /// Bytes rebuilds copied since the mount (the blocks in use, and those copied
+        /// again after a write over them).
+        copied_bytes: u64,
+        /// Time from the first step this boot saw to the end.
+        ms: u64,
     },
     /// The ACPI power button: armed (a press starts the clean shutdown), or not.
     PowerButton {
