@@ -296,7 +296,7 @@ mod mount_impl {
             let Some(going) = self.rebuild_progress() else {
                 return;
             };
-            let now = crate::clock::now().as_nanos() as u64;
+            let now = crate::clock::now().as_nanos();
             let _ = STARTED.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
             match self.rebuild_step(budget).await {
                 Ok(RebuildStep::Done) => event::emit(Event::Rebuilt {
