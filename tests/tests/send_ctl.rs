@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ninefold_tests::ninep::{connect, serve_on_host};
 use ninefold_tests::{tool, FsImage, Qemu};
 use ninep::testing::{Client, Exchange};
-use ninep::wire::open_flags;
+use ninep::wire::{open_flags, setattr};
 use serde_json::json;
 
 /// How long the appliance may take to boot and get its DHCP lease under TCG.
@@ -64,6 +64,14 @@ fn write_file<X: Exchange>(c: &mut Client<X>, name: &str, offset: u64, data: &[u
     c.clunk(2).unwrap();
 }
 
+/// What a stream carries of `path`: mode, owner, group, links, size, mtime.
+fn attrs<X: Exchange>(c: &mut Client<X>, path: &str) -> (u32, u32, u32, u64, u64, (u64, u64)) {
+    c.walk(1, 9, path).unwrap();
+    let st = c.getattr(9).unwrap();
+    c.clunk(9).unwrap();
+    (st.mode, st.uid, st.gid, st.nlink, st.size, st.mtime)
+}
+
 /// Reads the stream of the running send, timing it.
 fn pull<X: Exchange>(c: &mut Client<X>, what: &str) -> Vec<u8> {
     let started = Instant::now();
@@ -98,6 +106,18 @@ fn full_and_incremental_streams_out_of_the_appliance_restore_on_the_host() {
         c.write(2, 0, &file_data(i)).unwrap();
         c.clunk(2).unwrap();
     }
+    // Attributes a stream must carry: modes and owners, an xattr, a hard link.
+    c.walk(1, 2, "f1").unwrap();
+    let owner = setattr::MODE | setattr::UID | setattr::GID;
+    c.setattr(2, owner, 0o100640, 1000, 100, 0).unwrap();
+    c.clunk(2).unwrap();
+    c.walk(1, 2, "f2").unwrap();
+    c.xattrcreate(2, "user.tag", 5, 0).unwrap();
+    c.write(2, 0, b"kept!").unwrap();
+    c.clunk(2).unwrap();
+    c.walk(1, 2, "f3").unwrap();
+    c.link(1, 2, "f3-link").unwrap();
+    c.clunk(2).unwrap();
     c.attach(0, 0, "ctl").unwrap();
     assert!(ctl(&mut c, "snapshot create a\n").starts_with("created snapshot"));
 
@@ -187,7 +207,20 @@ fn full_and_incremental_streams_out_of_the_appliance_restore_on_the_host() {
         let here = read_all(&mut h, 1, &path);
         assert_eq!(there.len(), FILE_BYTES, "{path}");
         assert!(there == here, "{path} differs on the host");
+        let (a, b) = (attrs(&mut c, &path), attrs(&mut h, &path));
+        assert_eq!(a, b, "{path}: attributes differ on the host");
     }
+    assert_eq!(attrs(&mut h, ".snapshots/b/f1").0, 0o100640);
+    assert_eq!(
+        attrs(&mut h, ".snapshots/b/f3").3,
+        2,
+        "the hard link came as a link"
+    );
+    h.walk(1, 2, ".snapshots/b/f2").unwrap();
+    assert_eq!(h.xattrwalk(2, 3, "user.tag"), Ok(5));
+    assert_eq!(h.read(3, 0, 5).unwrap(), b"kept!");
+    h.clunk(3).unwrap();
+    h.clunk(2).unwrap();
     assert_eq!(read_all(&mut c, 1, ".snapshots/b/f0")[8192], 0xa5);
     assert_eq!(
         read_all(&mut h, 1, ".snapshots/a/f0")[8192],
