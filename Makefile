@@ -156,10 +156,10 @@ bench-meta:
 
 ## bench-host: host-side measurements (release build; figures printed, nothing asserted):
 ## the filesystem on a RAM disk, crash-state enumeration and checking, 9P lock requests
-## with 40,000 locks held, the 9P server's CPU time per request
+## with 40,000 locks held, the 9P server's CPU time per request, snapshot streams of 2 GiB
 .PHONY: bench-host
 bench-host:
-	$(CARGO) bench --locked -p ninefold-fs -p ninefold-ninep --bench fs_measure --bench crash_states --bench locks --bench requests
+	$(CARGO) bench --locked -p ninefold-fs -p ninefold-ninep --bench fs_measure --bench crash_states --bench locks --bench requests --bench streams
 
 ## crash-quick: the slice of the crash suite `make test` runs
 crash-quick:
