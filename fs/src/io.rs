@@ -243,6 +243,34 @@ impl<D: BlockDevice> Dev<D> {
         self.dev.write_copy(copy, block << self.shift, buf).await
     }
 
+    /// Writes `buf` (good, read from the copies in service) at `block` over every copy
+    /// being rebuilt, as the rebuild copies (through the copy window): for blocks the
+    /// legs in service may hold and the one being rebuilt missed — the last log commit's
+    /// data, which replay makes part of the trees after a crash. A copy window a write
+    /// keeps disturbing fails it with `Timeout` (at mount nothing else writes).
+    pub async fn copy_to_rebuilding(&self, block: u64, buf: &[u8]) -> Result<(), IoError> {
+        let rebuilding = self.rebuilding_copies();
+        for copy in (0..self.copies()).filter(|c| rebuilding & 1 << c != 0) {
+            let mut done = 0;
+            while done < buf.len() {
+                let n = (buf.len() - done).min(self.max_bytes);
+                let at = block + (done / BLOCK_SIZE) as u64;
+                let part = &buf[done..done + n];
+                let mut tries = 0;
+                while !(self.open_copy_window(copy, at, (n / BLOCK_SIZE) as u64)
+                    && self.copy_blocks(copy, at, part).await?)
+                {
+                    tries += 1;
+                    if tries == 8 {
+                        return Err(IoError::Timeout);
+                    }
+                }
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes `buf` (a multiple of 4 KiB) at filesystem block `block`.
     pub async fn write(&self, block: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
         self.write_to(None, block, buf, flags).await

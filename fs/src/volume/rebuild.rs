@@ -229,12 +229,11 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// Takes up the rebuild the superblock records, if its leg is being rebuilt (at
-    /// mount, and after [`NineFs::replace`]): from the recorded cursor after a clean
-    /// shutdown, from the start after a crash. Writes since the last FLUSH may have
-    /// reached one leg and not another; on legs in service a verified read finds and
-    /// mends such a block, but nothing reads the leg being rebuilt, so a block below the
-    /// cursor (the data of a log commit replayed from the other leg) could stay wrong
-    /// there for good.
+    /// mount, and after [`NineFs::replace`]), from the recorded cursor: every block below
+    /// it was copied and flushed, and every later write reached the leg. After a crash,
+    /// writes since the last FLUSH may have reached a leg in service and not this one;
+    /// of them only the last log commit's data becomes part of the volume (replay), and
+    /// replay copies that to the leg being rebuilt too (`Dev::copy_to_rebuilding`).
     pub(super) fn resume_rebuild(&self, clean: bool) {
         let sb: Superblock = self.core.lock().sb.clone();
         let Some(place) = sb.legs.iter().position(|&l| l == leg::REBUILDING) else {
@@ -243,9 +242,9 @@ impl<D: BlockDevice> NineFs<D> {
         if self.dev.rebuilding_copies() & 1 << place == 0 {
             return;
         }
-        let recorded = if clean { sb.rebuild_cursor } else { 0 };
-        if !clean && sb.rebuild_cursor > 0 {
-            log::warn!("rebuild: leg {place}: unclean shutdown, the copy starts over");
+        let recorded = sb.rebuild_cursor;
+        if !clean && recorded > 0 {
+            log::info!("rebuild: leg {place}: resumed at block {recorded} after a crash");
         }
         // Block 0 is the leg's own label, never copied.
         let cursor = recorded.max(LABEL_BLOCK + 1);

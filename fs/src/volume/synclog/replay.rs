@@ -43,6 +43,7 @@ use crate::format::items::{
 use crate::format::key::kind;
 use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::io::Verified;
 use crate::util::crc::crc32c;
 use block::{BlockDevice, IoError};
 use vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
@@ -314,11 +315,23 @@ impl<D: BlockDevice> NineFs<D> {
                 };
                 // Every copy: a crash may have left the last commit's data on one leg
                 // of a mirror only, and replay is about to make it part of the trees.
-                let whole = self
+                let checked = self
                     .dev
                     .check_copies(fe.first_block(), &mut buf, good)
-                    .await
-                    .is_ok();
+                    .await;
+                let whole = checked.is_ok();
+                // A leg being rebuilt is never read: it gets the good copy as well, or
+                // its copy below the rebuild's cursor would stay what the crash left.
+                let verified = matches!(checked, Ok(Verified::Good | Verified::Mended));
+                if verified && self.dev.rebuilding_copies() != 0 {
+                    self.dev
+                        .copy_to_rebuilding(fe.first_block(), &buf)
+                        .await
+                        .map_err(|e| {
+                            log::error!("replay: copying data to the leg being rebuilt: {e}");
+                            Errno::EIO
+                        })?;
+                }
                 for (i, (b, &c)) in buf.chunks_mut(BLOCK_SIZE).zip(want).enumerate() {
                     // After a failed read, block by block: which ones the device cannot
                     // read, and whether any readable one differs.
