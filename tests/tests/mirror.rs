@@ -177,17 +177,7 @@ fn faults_on_one_leg_are_served_from_the_other_and_repaired() {
 #[test]
 fn a_mirrored_volume_serves_from_both_legs_and_from_one() {
     let port = 15870;
-    let (a, b) = (FsImage::blank(64 << 20), FsImage::blank(64 << 20));
-    let out = Command::new(ninefold_tests::tool())
-        .arg("mkfs")
-        .args([a.path(), b.path()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (a, b) = mirror_legs();
 
     let mut vm = Qemu::serving()
         .memory("128M")
@@ -215,20 +205,8 @@ fn a_mirrored_volume_serves_from_both_legs_and_from_one() {
     let serial = vm.stop();
     serial.expect_no_line("!!!");
     // Each leg alone is a whole filesystem with the file.
-    for leg in [&a, &b] {
-        let out = Command::new(ninefold_tests::tool())
-            .arg("fsck")
-            .arg(leg.path())
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "fsck of one leg: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    fsck_clean(&a);
+    fsck_clean(&b);
 
     // Leg b gone: the volume serves from a, degraded.
     let mut vm = Qemu::serving()

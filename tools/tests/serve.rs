@@ -40,6 +40,16 @@ impl Drop for Served {
 
 impl Served {
     /// Asks the server to stop (SIGTERM) and waits for it to exit.
+    /// The counters' address `--stats` printed (its second line).
+    fn stats_addr(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim()
+            .strip_prefix("counters on ")
+            .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
+            .to_string()
+    }
+
     fn stop(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -400,13 +410,7 @@ fn a_stop_closes_idle_clients_politely() {
 #[test]
 fn a_stop_resets_a_client_that_does_not_read_after_the_grace_time() {
     let mut served = serve(&["--shutdown-timeout", "2", "--stats", "127.0.0.1:0"]);
-    let mut line = String::new();
-    served.stdout.read_line(&mut line).unwrap();
-    let stats = line
-        .trim()
-        .strip_prefix("counters on ")
-        .unwrap()
-        .to_string();
+    let stats = served.stats_addr();
     let mut c = connect(&served);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();
@@ -573,13 +577,7 @@ fn counters_and_metrics_are_served() {
         .status
         .success());
     let mut served = spawn_server(&[image, "--stats", "127.0.0.1:0"]);
-    let mut line = String::new();
-    served.stdout.read_line(&mut line).unwrap();
-    let stats = line
-        .trim()
-        .strip_prefix("counters on ")
-        .unwrap_or_else(|| panic!("unexpected second line {line:?}"))
-        .to_string();
+    let stats = served.stats_addr();
     let mut c = connect(&served);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();
@@ -640,13 +638,7 @@ fn ctl_replace_rebuilds_a_missing_leg_onto_a_new_image() {
         .set_len(64 << 20)
         .unwrap();
     let mut served = spawn_server(&[&a, "--admin-allow", "127.0.0.1", "--stats", "127.0.0.1:0"]);
-    let mut line = String::new();
-    served.stdout.read_line(&mut line).unwrap();
-    let stats = line
-        .trim()
-        .strip_prefix("counters on ")
-        .unwrap()
-        .to_string();
+    let stats = served.stats_addr();
     let mut c = connect(&served);
     c.attach(0, 0, "").unwrap();
     c.walk(0, 1, "").unwrap();

@@ -180,8 +180,12 @@ pub const METRIC_RULES: &[Rule] = &[
         .named("fs_rebuild_unverified_blocks")
         .help("Blocks a rebuild copied failing their checksum on every leg in service (each logged): must stay 0."),
     Rule::gauge("fs.rebuild_running").help("1 while a replaced leg is being rebuilt."),
-    Rule::gauge("fs.rebuild_cursor").help("The rebuild's copy position, a block number of fs.rebuild_total."),
-    Rule::gauge("fs.rebuild_total").help("Blocks the rebuild's copy goes through (the filesystem's size)."),
+    Rule::gauge("fs.rebuild_cursor")
+        .named("fs_rebuild_cursor_blocks")
+        .help("The rebuild's copy position, a block number below fs_rebuild_end_blocks."),
+    Rule::gauge("fs.rebuild_total")
+        .named("fs_rebuild_end_blocks")
+        .help("Blocks the rebuild's copy goes through (the filesystem's size)."),
     Rule::counter("fs.grows")
         .named("fs_grows")
         .help("Times the filesystem grew to a larger device."),
