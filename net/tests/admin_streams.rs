@@ -253,6 +253,13 @@ fn send_streams_snapshots_through_a_bounded_buffer() {
     assert_eq!(c.read(10, 0, 100), Err(Errno::EINVAL));
     c.clunk(10).unwrap();
 
+    // The counters keep every job's bytes and stalls (status shows the last job's).
+    let counters = fs.stream_counters().send;
+    assert_eq!(counters.jobs, 2);
+    assert_eq!(counters.bytes, BUFFER as u64 + full.len() as u64);
+    assert!(counters.stalls >= 1, "{counters:?}");
+    assert_eq!((counters.running, counters.buffered), (0, 0));
+
     assert!(command(&mut c, "send start b from a").is_ok());
     let incremental = read_stream(&mut c, 1 << 20);
     assert_eq!(incremental, direct(fs, "b", Some("a")));

@@ -609,6 +609,8 @@ fn counters_and_metrics_are_served() {
         "ninefold_fs_quota_bytes{project=\"1\"} 8192",
         "ninefold_fs_quota_inodes{project=\"1\"} 2",
         "ninefold_fs_quota_byte_limit{project=\"1\"} 33554432",
+        "ninefold_fs_stream_jobs_total{job=\"send\"} 0",
+        "ninefold_fs_stream_running{job=\"receive\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }

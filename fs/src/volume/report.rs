@@ -31,6 +31,8 @@ pub struct FsReport {
     pub cache_limit: u64,
     /// Every quota root's limits and usage, in project order.
     pub quotas: Vec<QuotaReport>,
+    /// The stream jobs of the administration tree (`ctl send`, `ctl receive`).
+    pub streams: super::streamjob::StreamCounters,
     /// The counters.
     #[cfg_attr(feature = "serde", serde(flatten))]
     pub stats: FsStats,
@@ -99,6 +101,7 @@ impl<D: BlockDevice> NineFs<D> {
                     inode_limit: q.inode_limit,
                 })
                 .collect(),
+            streams: self.stream_counters(),
             stats: self.stats(),
         }
     }
@@ -108,6 +111,23 @@ impl<D: BlockDevice> NineFs<D> {
 /// not say. A counter without a rule is still exposed, as `ninefold_fs_<path>_total`.
 pub const METRIC_RULES: &[Rule] = &[
     Rule::gauge("fs.size_bytes").help("Size of the filesystem."),
+    // The stream jobs, labelled by kind (`job="send"`, `job="receive"`).
+    Rule::keys("fs.streams", "job"),
+    Rule::counter("fs.streams.*.jobs")
+        .named("fs_stream_jobs")
+        .help("Stream jobs started through ctl (send start, receive start)."),
+    Rule::counter("fs.streams.*.bytes")
+        .named("fs_stream_bytes")
+        .help("Stream bytes the jobs moved through their buffers (a receive's two passes both count)."),
+    Rule::counter("fs.streams.*.stalls")
+        .named("fs_stream_stalls")
+        .help("Times a job's filling side found its buffer (stream_buffer=) full: the other side is slower."),
+    Rule::gauge("fs.streams.*.buffered")
+        .named("fs_stream_buffered_bytes")
+        .help("Bytes in the job's buffer now."),
+    Rule::gauge("fs.streams.*.running")
+        .named("fs_stream_running")
+        .help("1 while a job of this kind runs."),
     Rule::gauge("fs.free_bytes").help("Free space of the filesystem, as statfs reports it."),
     Rule::gauge("fs.cache_bytes").help("Memory used by cached btree nodes."),
     Rule::gauge("fs.cache_nodes").help("Btree nodes cached."),

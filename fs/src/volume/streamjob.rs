@@ -87,6 +87,36 @@ struct Job {
     stalls: u64,
     /// Jobs started.
     started: u64,
+    /// Since the mount, for the counters: every job's bytes and stalls.
+    total_bytes: u64,
+    total_stalls: u64,
+}
+
+/// One kind of stream job's counters since the mount (`FsReport::streams`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct JobCounters {
+    /// Jobs started.
+    pub jobs: u64,
+    /// Stream bytes moved through the buffer (a receive's two passes both count).
+    pub bytes: u64,
+    /// Times the side filling the buffer found it full (the other side is slow:
+    /// `stream_buffer=` bounds the memory, this counts the waits).
+    pub stalls: u64,
+    /// Bytes in the buffer now.
+    pub buffered: u64,
+    /// 1 while a job runs.
+    pub running: u64,
+}
+
+/// The send and receive jobs' counters (`FsReport::streams`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct StreamCounters {
+    /// `send` jobs.
+    pub send: JobCounters,
+    /// `receive` jobs.
+    pub receive: JobCounters,
 }
 
 impl Job {
@@ -95,6 +125,16 @@ impl Job {
             self.phase,
             Phase::Waiting | Phase::Running | Phase::Applying
         )
+    }
+
+    fn counters(&self) -> JobCounters {
+        JobCounters {
+            jobs: self.started,
+            bytes: self.total_bytes + self.bytes,
+            stalls: self.total_stalls + self.stalls,
+            buffered: self.buf.len() as u64,
+            running: u64::from(self.active()),
+        }
     }
 
     /// Starts a job over an empty buffer (stopping the one running).
@@ -106,6 +146,8 @@ impl Job {
         self.buf = VecDeque::new();
         self.client_at = 0;
         (self.client_pass, self.worker_pass, self.closed_pass) = (1, 0, 0);
+        self.total_bytes += self.bytes;
+        self.total_stalls += self.stalls;
         self.bytes = 0;
         self.stalls = 0;
         self.started += 1;
@@ -528,5 +570,13 @@ impl<D: BlockDevice> NineFs<D> {
     pub(super) fn stream_status(&self, out: &mut String) {
         self.jobs.send.lock().status("send", out);
         self.jobs.receive.lock().status("receive", out);
+    }
+
+    /// The stream jobs' counters since the mount.
+    pub fn stream_counters(&self) -> StreamCounters {
+        StreamCounters {
+            send: self.jobs.send.lock().counters(),
+            receive: self.jobs.receive.lock().counters(),
+        }
     }
 }
