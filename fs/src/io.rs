@@ -1,11 +1,14 @@
 //! The filesystem's view of a block device: 4 KiB filesystem blocks, whatever the
-//! device's logical block size, and requests split to the device's transfer limit; and
+//! device's logical block size, and requests split to the device's transfer limit;
 //! verified reads, which on a device with several copies (a mirror) take a copy that
-//! passes verification and mend the others.
+//! passes verification and mend the others; and the data cache ([`DataCache`]), which
+//! every write, discard, repair and rebuild copy made here keeps coherent: what the
+//! device is told to overwrite or forget, the cache drops.
 
 use alloc::vec;
 use alloc::vec::Vec;
 
+use crate::cache::DataCache;
 use crate::format::{BLOCK_SHIFT, BLOCK_SIZE};
 use block::{BlockDevice, IoError, WriteFlags};
 
@@ -29,6 +32,8 @@ pub struct Dev<D> {
     shift: u32,
     /// Largest transfer, in bytes (a multiple of the filesystem block).
     max_bytes: usize,
+    /// File data read from the device (off until given room: [`DataCache::set_limits`]).
+    cache: DataCache,
 }
 
 /// Why a device cannot hold a filesystem.
@@ -57,7 +62,24 @@ impl<D: BlockDevice> Dev<D> {
             dev,
             shift: BLOCK_SHIFT - g.block_size.trailing_zeros(),
             max_bytes: g.max_transfer as usize / BLOCK_SIZE * BLOCK_SIZE,
+            cache: DataCache::new(),
         })
+    }
+
+    /// The data cache over the device.
+    pub fn cache(&self) -> &DataCache {
+        &self.cache
+    }
+
+    /// Largest transfer, in filesystem blocks (what one rebuild copy,
+    /// [`Dev::copy_blocks`], or one readahead read moves at most).
+    pub fn max_transfer_blocks(&self) -> u64 {
+        (self.max_bytes / BLOCK_SIZE) as u64
+    }
+
+    /// Filesystem blocks `buf` spans from `block`.
+    fn span(block: u64, buf: &[u8]) -> core::ops::Range<u64> {
+        block..block + (buf.len() / BLOCK_SIZE) as u64
     }
 
     /// The underlying device.
@@ -223,11 +245,6 @@ impl<D: BlockDevice> Dev<D> {
         self.dev.finish_rebuild(copy)
     }
 
-    /// Blocks one rebuild copy ([`Dev::copy_blocks`]) may move at most.
-    pub fn max_copy_blocks(&self) -> u64 {
-        (self.max_bytes / BLOCK_SIZE) as u64
-    }
-
     /// Opens the copy window over `blocks` filesystem blocks at `block` of copy `copy`
     /// ([`BlockDevice::open_copy_window`]).
     pub fn open_copy_window(&self, copy: usize, block: u64, blocks: u64) -> bool {
@@ -235,12 +252,14 @@ impl<D: BlockDevice> Dev<D> {
             .open_copy_window(copy, block << self.shift, blocks << self.shift)
     }
 
-    /// Writes `buf` (at most [`Dev::max_copy_blocks`]) over copy `copy`, being rebuilt,
+    /// Writes `buf` (at most [`Dev::max_transfer_blocks`]) over copy `copy`, being rebuilt,
     /// at `block`, within the open window ([`BlockDevice::write_copy`]): `Ok(false)`
     /// when it must be done again.
     pub async fn copy_blocks(&self, copy: usize, block: u64, buf: &[u8]) -> Result<bool, IoError> {
         assert!(buf.len().is_multiple_of(BLOCK_SIZE) && buf.len() <= self.max_bytes);
-        self.dev.write_copy(copy, block << self.shift, buf).await
+        let r = self.dev.write_copy(copy, block << self.shift, buf).await;
+        self.cache.invalidate(Self::span(block, buf));
+        r
     }
 
     /// Writes `buf` (good, read from the copies in service) at `block` over every copy
@@ -285,6 +304,22 @@ impl<D: BlockDevice> Dev<D> {
         flags: WriteFlags,
     ) -> Result<(), IoError> {
         debug_assert!(buf.len().is_multiple_of(BLOCK_SIZE));
+        // Dropped before (what the write replaces is stale from now on) and after (a
+        // fill that read the device while the write was on its way may hold either).
+        self.cache.invalidate(Self::span(block, buf));
+        let r = self.write_parts(copy, block, buf, flags).await;
+        self.cache.invalidate(Self::span(block, buf));
+        r
+    }
+
+    /// [`Dev::write_to`] in requests of at most the device's transfer limit.
+    async fn write_parts(
+        &self,
+        copy: Option<usize>,
+        block: u64,
+        buf: &[u8],
+        flags: WriteFlags,
+    ) -> Result<(), IoError> {
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(self.max_bytes);
@@ -306,6 +341,7 @@ impl<D: BlockDevice> Dev<D> {
 
     /// Tells the device that `blocks` filesystem blocks from `block` hold nothing.
     pub async fn discard(&self, block: u64, blocks: u64) -> Result<(), IoError> {
+        self.cache.invalidate(block..block.saturating_add(blocks));
         self.dev
             .discard(block << self.shift, blocks << self.shift)
             .await

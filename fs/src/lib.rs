@@ -19,6 +19,7 @@
 extern crate alloc;
 
 pub mod btree;
+pub mod cache;
 pub mod format;
 pub mod io;
 pub mod space;

@@ -21,6 +21,8 @@
 //! | `scrub_interval=SECS\|off` | start a scrub pass every SECS seconds (60..=31536000) | `off` (passes start through `ctl`) |
 //! | `degraded=serve\|refuse` | a mirrored volume with a leg missing or failed at mount: served with the legs that are there (saying so), or not mounted | `serve` |
 //! | `rebuild_rate=MIB` | most MiB per second a rebuild copies onto a leg put in place by `ctl replace LEG DEVICE` (1..=4096) | `64` |
+//! | `data_cache=MIB` | memory for cached file data, besides what the node cache leaves unused of its own (0: no data cache; `docs/filesystem.md`, "The data cache") | an eighth of the heap |
+//! | `readahead=KIB\|off` | the largest readahead window of a sequential reader (64..=65536 KiB) | `4096` |
 //! | `snapshots=N` | most snapshots the filesystem may hold (1..=32767); creating more fails with `ENOSPC` | `1024` |
 //! | `stats=PORT\|off` | TCP port of the read-only counters service (JSON; `stat` for `/sys/block`-style lines) | `5641` |
 //! | `msize=BYTES` | largest 9P message size offered (512..=16 MiB) | `1048576` |
@@ -390,6 +392,10 @@ pub struct Config {
     pub refuse_degraded: bool,
     /// Most MiB per second a rebuild after `ctl replace` copies (`rebuild_rate=`).
     pub rebuild_rate_mib: u32,
+    /// MiB of the data cache (`data_cache=`; 0: none); `None`: sized from the heap.
+    pub data_cache_mib: Option<u32>,
+    /// The largest readahead window in bytes (`readahead=`, in KiB; 0: `off`).
+    pub readahead: u64,
     /// Most CPUs to run on (`cpus=`); `None`: all, up to [`MAX_CPUS`].
     pub cpus: Option<usize>,
     /// The CPUs that serve 9P connections (`serve_cpus=`); `None`: every CPU online.
@@ -508,6 +514,8 @@ impl Default for Config {
             max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
             refuse_degraded: false,
             rebuild_rate_mib: ninefs::volume::rebuild::DEFAULT_REBUILD_RATE_MIB,
+            data_cache_mib: None,
+            readahead: ninefs::volume::DEFAULT_READAHEAD,
             cpus: None,
             serve_cpus: None,
         }
@@ -693,6 +701,16 @@ impl Config {
                     .ok()
                     .filter(|r| (1..=4096).contains(r))
                     .ok_or(Some("expected 1-4096 MiB per second"))?
+            }
+            "data_cache" => {
+                self.data_cache_mib =
+                    Some(number(need(value)?, 0..=1 << 20, "expected a size in MiB")?)
+            }
+            "readahead" => {
+                self.readahead = match need(value)? {
+                    "off" => 0,
+                    v => number::<u64>(v, 64..=65536, "expected off or 64-65536 KiB")? << 10,
+                }
             }
             "stream_buffer" => {
                 let kib: usize = number(need(value)?, 64..=65536, "expected 64-65536 KiB")?;
@@ -947,6 +965,14 @@ impl fmt::Display for Config {
         }
         if self.stream_buffer != ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER {
             write!(f, " stream_buffer={}", self.stream_buffer >> 10)?;
+        }
+        if let Some(mib) = self.data_cache_mib {
+            write!(f, " data_cache={mib}")?;
+        }
+        match self.readahead {
+            0 => write!(f, " readahead=off")?,
+            r if r != ninefs::volume::DEFAULT_READAHEAD => write!(f, " readahead={}", r >> 10)?,
+            _ => {}
         }
         Ok(())
     }

@@ -268,7 +268,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
     match config.fs {
         FsSource::Memory => {
             warn!("fs: DEVELOPMENT MODE (fs=memory): serving an empty filesystem on a RAM disk; nothing is stored on disk");
-            match storage::mount_memory(mem.heap, config.stream_buffer).await {
+            match storage::mount_memory(&config, mem.heap).await {
                 Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
                 Err(e) => {
                     error!("fs: {e}");
@@ -366,6 +366,10 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
             task::spawn(async move { sender.server().fs().inner().send_worker().await });
             let receiver = service.clone();
             task::spawn(async move { receiver.server().fs().inner().receive_worker().await });
+            for _ in 0..storage::READAHEAD_WORKERS {
+                let reader = service.clone();
+                task::spawn(async move { reader.server().fs().inner().readahead_worker().await });
+            }
             let port_stats = Rc::new(PortStats::default());
             let monitor = Monitor::new(service.clone(), cache_limit, port_stats.clone());
             task::spawn(monitor.clone().log_periodically());

@@ -92,6 +92,10 @@ impl<V: ServedVolume> Source for Monitor<V> {
         };
         let exports = &self.listener.server().config().exports;
         fs_report.name_projects(|root| export::of_project(exports, root).map(|e| e.name.clone()));
+        let server = self.listener.server();
+        fs_report
+            .data_cache
+            .name_tenants(|id| server.tenant_name(id));
         Snapshot {
             uptime_ms: clock::uptime().as_millis() as u64,
             idle_ms: task::idle_time().as_millis() as u64,

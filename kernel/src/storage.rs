@@ -13,12 +13,17 @@ use core::time::Duration;
 use ninefs::format::BLOCK_SIZE;
 use ninefs::volume::MountOptions;
 
+use crate::config::Config;
+
 #[cfg(target_os = "none")]
 pub use mount_impl::{
     mount, mount_memory, mount_mirror, DeviceName, InjectedFaults, Mounted, ServedFs, ServedVolume,
     StorageError,
 };
 
+/// Readahead workers the appliance runs: each has one device read in flight at a time,
+/// so this many sequential readers are read ahead of at once.
+pub const READAHEAD_WORKERS: usize = 4;
 /// How often the served filesystem's housekeeping (`ServedVolume::housekeeping`) runs.
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -31,6 +36,16 @@ pub const CACHE_SHARE: u64 = 5;
 pub const MIN_CACHE: u64 = 4 << 20;
 /// See [`MIN_CACHE`].
 pub const MAX_CACHE: u64 = 1 << 30;
+/// Share of the heap the data cache has of its own (it also borrows what the node cache
+/// leaves unused: at 128 MiB of RAM, 11.7 MiB of its own and most of the node cache's
+/// 18.8 MiB while metadata is small). The node cache (twice its share at a checkpoint's
+/// peak), the socket buffers (a quarter) and the clients' budget (a sixth) leave it
+/// about this much at their worst.
+pub const DATA_CACHE_SHARE: u64 = 8;
+/// Bounds of the data cache's own memory (`data_cache=` sets it outright).
+pub const MIN_DATA_CACHE: u64 = 2 << 20;
+/// See [`MIN_DATA_CACHE`].
+pub const MAX_DATA_CACHE: u64 = 4 << 30;
 /// Share of the heap for cached allocation-bitmap groups (4 KiB each, 127 MiB of disk
 /// each): 1/64 of a 94 MiB heap keeps the bitmap of a 45 GiB disk in memory.
 pub const GROUP_SHARE: u64 = 64;
@@ -50,14 +65,24 @@ pub fn memory_disk_bytes(heap_bytes: u64) -> u64 {
     bytes / BLOCK_SIZE as u64 * BLOCK_SIZE as u64
 }
 
-/// The mount options for a `heap_bytes` heap (pure: host-tested).
-pub fn mount_options(heap_bytes: u64, discard: Option<Duration>) -> MountOptions {
+/// The mount options for a `heap_bytes` heap and the command line's `config` (pure:
+/// host-tested).
+pub fn mount_options(heap_bytes: u64, config: &Config) -> MountOptions {
     let cache = (heap_bytes / CACHE_SHARE).clamp(MIN_CACHE, MAX_CACHE);
     let groups = (heap_bytes / GROUP_SHARE / BLOCK_SIZE as u64).max(256);
+    let data_cache = match config.data_cache_mib {
+        Some(mib) => u64::from(mib) << 20,
+        None => (heap_bytes / DATA_CACHE_SHARE).clamp(MIN_DATA_CACHE, MAX_DATA_CACHE),
+    };
     MountOptions {
         cache_limit: cache as usize,
         max_groups: groups as usize,
-        discard,
+        discard: config.discard_secs.map(|s| Duration::from_secs(s.into())),
+        max_snapshots: config.max_snapshots,
+        stream_buffer: config.stream_buffer,
+        refuse_degraded: config.refuse_degraded,
+        data_cache: data_cache.min(heap_bytes / 2) as usize,
+        readahead: config.readahead,
         ..MountOptions::default()
     }
 }
@@ -68,7 +93,6 @@ mod mount_impl {
     use alloc::format;
     use alloc::string::String;
     use core::fmt;
-    use core::time::Duration;
 
     use block::BlockDevice;
     use log::{info, warn};
@@ -243,6 +267,10 @@ mod mount_impl {
         async fn send_worker(&self);
         /// Runs the receive jobs `ctl` starts, for ever (spawned once).
         async fn receive_worker(&self);
+        /// Reads ahead of sequential readers, for ever (spawned
+        /// [`READAHEAD_WORKERS`](super::READAHEAD_WORKERS) times: one device read in
+        /// flight each).
+        async fn readahead_worker(&self);
         /// Makes everything durable and marks the image cleanly unmounted (the next
         /// mount replays nothing); the filesystem stays mounted, read-only. Call it once
         /// no request is running on it.
@@ -348,6 +376,10 @@ mod mount_impl {
             NineFs::receive_worker(self).await
         }
 
+        async fn readahead_worker(&self) {
+            NineFs::readahead_worker(self).await
+        }
+
         async fn unmount_clean(&self) -> vfs::FsResult<()> {
             self.remount_read_only().await
         }
@@ -412,8 +444,8 @@ mod mount_impl {
     /// The RAM disk of `fs=memory`, formatted and mounted: the real filesystem, with
     /// nothing stored.
     pub async fn mount_memory(
+        config: &Config,
         heap_bytes: u64,
-        stream_buffer: usize,
     ) -> Result<Mounted<MemDisk>, StorageError> {
         let bytes = super::memory_disk_bytes(heap_bytes);
         let disk = counted(MemDisk::new(BLOCK_SIZE as u32, bytes / BLOCK_SIZE as u64));
@@ -422,9 +454,12 @@ mod mount_impl {
         let mounted = match format_disk(disk, &name).await {
             // Discarding a RAM disk's blocks would only zero memory.
             Ok(()) => {
+                // Nothing to discard or to cache: the RAM disk is memory already.
                 let opts = MountOptions {
-                    stream_buffer,
-                    ..mount_options(heap_bytes, None)
+                    discard: None,
+                    data_cache: 0,
+                    readahead: 0,
+                    ..mount_options(heap_bytes, config)
                 };
                 mount_formatted(disk, name, opts).await
             }
@@ -534,12 +569,7 @@ mod mount_impl {
         };
         let disk = counted(mirror);
         let name = disk.inner().device_name();
-        let discard = config.discard_secs.map(|s| Duration::from_secs(s.into()));
-        let opts = MountOptions {
-            max_snapshots: config.max_snapshots,
-            refuse_degraded: config.refuse_degraded,
-            ..mount_options(heap_bytes, discard)
-        };
+        let opts = mount_options(heap_bytes, config);
         failed(mount_formatted(disk, name, opts).await, Some(disk))
     }
 
@@ -622,13 +652,7 @@ mod mount_impl {
             (Mkfs::Off, true) => return Err(StorageError::Unformatted(name)),
             (Mkfs::Off, false) => {}
         }
-        let discard = config.discard_secs.map(|s| Duration::from_secs(s.into()));
-        let opts = MountOptions {
-            max_snapshots: config.max_snapshots,
-            stream_buffer: config.stream_buffer,
-            ..mount_options(heap_bytes, discard)
-        };
-        mount_formatted(disk, name, opts).await
+        mount_formatted(disk, name, mount_options(heap_bytes, config)).await
     }
 
     /// Mounts the filesystem on `disk` and logs what it found.
@@ -786,14 +810,39 @@ mod tests {
 
     #[test]
     fn cache_scales_with_the_heap() {
+        let c = Config::default();
         // 128 MiB of RAM: a 94 MiB heap.
-        let small = mount_options(94 * MIB, None);
+        let small = mount_options(94 * MIB, &c);
         assert_eq!(small.cache_limit as u64, 94 * MIB / CACHE_SHARE);
+        assert_eq!(small.data_cache as u64, 94 * MIB / DATA_CACHE_SHARE);
         assert_eq!(small.max_groups, 376);
         // make run's 512 MiB: about 375 MiB of heap.
-        assert_eq!(mount_options(375 * MIB, None).cache_limit as u64, 75 * MIB);
-        assert_eq!(mount_options(MIB, None).cache_limit as u64, MIN_CACHE);
-        assert_eq!(mount_options(64 << 30, None).cache_limit as u64, MAX_CACHE);
-        assert_eq!(mount_options(MIB, None).max_groups, 256);
+        assert_eq!(mount_options(375 * MIB, &c).cache_limit as u64, 75 * MIB);
+        assert_eq!(mount_options(MIB, &c).cache_limit as u64, MIN_CACHE);
+        assert_eq!(mount_options(64 << 30, &c).cache_limit as u64, MAX_CACHE);
+        assert_eq!(
+            mount_options(64 << 30, &c).data_cache as u64,
+            MAX_DATA_CACHE
+        );
+        assert_eq!(mount_options(MIB, &c).max_groups, 256);
+        assert_eq!(
+            mount_options(MIB, &c).data_cache as u64,
+            MIB / 2,
+            "at most half the heap"
+        );
+    }
+
+    #[test]
+    fn the_command_line_sets_the_data_cache_and_readahead() {
+        let c = Config::parse(
+            "data_cache=40 readahead=off discard=off snapshots=9",
+            |_| {},
+        );
+        let o = mount_options(94 * MIB, &c);
+        assert_eq!((o.data_cache as u64, o.readahead), (40 * MIB, 0));
+        assert_eq!((o.discard, o.max_snapshots), (None, 9));
+        let c = Config::parse("data_cache=0 readahead=512", |_| {});
+        let o = mount_options(94 * MIB, &c);
+        assert_eq!((o.data_cache, o.readahead), (0, 512 << 10));
     }
 }

@@ -159,6 +159,14 @@ pub struct ServeArgs {
     /// Memory for the filesystem's btree node cache, in MiB.
     #[arg(long, default_value_t = 64)]
     cache_mib: usize,
+    /// Memory for cached file data, in MiB, besides what the node cache leaves unused
+    /// (0: no data cache), as the kernel's `data_cache=`.
+    #[arg(long, default_value_t = 64)]
+    data_cache_mib: usize,
+    /// The largest readahead window of a sequential reader, in KiB (0: no readahead),
+    /// as the kernel's `readahead=`.
+    #[arg(long, default_value_t = ninefs::volume::DEFAULT_READAHEAD >> 10)]
+    readahead_kib: u64,
     /// Most snapshots the filesystem may hold (creating more fails with ENOSPC).
     #[arg(long, default_value_t = ninefs::volume::snapshot::MAX_SNAPSHOTS)]
     max_snapshots: usize,
@@ -188,6 +196,8 @@ enum SquashArg {
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
+/// Readahead workers (as the appliance's): one device read in flight each.
+const READAHEAD_WORKERS: usize = 4;
 
 /// Nanoseconds on a monotonic clock (the server's request timings).
 fn monotonic_ns() -> u64 {
@@ -331,6 +341,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         cache_limit: args.cache_mib << 20,
         max_snapshots: args.max_snapshots,
         stream_buffer: args.stream_buffer_kib.max(1) << 10,
+        data_cache: args.data_cache_mib << 20,
+        readahead: args.readahead_kib << 10,
         ..MountOptions::default()
     };
     let fs = runtime
@@ -364,6 +376,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     local.spawn_local(async move { sender.fs().inner().send_worker().await });
     let receiver = server.clone();
     local.spawn_local(async move { receiver.fs().inner().receive_worker().await });
+    for _ in 0..READAHEAD_WORKERS {
+        let reader = server.clone();
+        local.spawn_local(async move { reader.fs().inner().readahead_worker().await });
+    }
     let cache_limit = (args.cache_mib << 20) as u64;
     let counted = server.clone();
     let counters = Counters::new(service.clone(), args.stats, move || {
@@ -372,6 +388,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             let mut report = server.fs().inner().report(cache_limit).await;
             let exports = &server.config().exports;
             report.name_projects(|root| export::of_project(exports, root).map(|e| e.name.clone()));
+            report.data_cache.name_tenants(|id| server.tenant_name(id));
             Some(report)
         }
     });

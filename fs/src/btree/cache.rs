@@ -4,7 +4,9 @@
 //! Nodes created by splits live here before they have a disk location; they get a
 //! temporary address ([`is_temp_addr`]) until the checkpoint that first writes them.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use hashbrown::HashMap;
 
 use super::node::Node;
@@ -30,6 +32,9 @@ pub struct NodeCache {
     dirty: usize,
     tick: u64,
     next_temp: u64,
+    /// Where its memory use is published (shared by every node cache of a device, so
+    /// the data cache can borrow what they leave unused: `cache::data`).
+    gauge: Option<Arc<AtomicUsize>>,
 }
 
 impl core::fmt::Debug for NodeCache {
@@ -39,6 +44,12 @@ impl core::fmt::Debug for NodeCache {
             .field("mem", &self.mem)
             .field("dirty", &self.dirty)
             .finish()
+    }
+}
+
+impl Drop for NodeCache {
+    fn drop(&mut self) {
+        self.set_mem(0);
     }
 }
 
@@ -57,7 +68,30 @@ impl NodeCache {
             dirty: 0,
             tick: 0,
             next_temp: TEMP_BIT | 1,
+            gauge: None,
         }
+    }
+
+    /// Publishes the cache's memory use in `gauge` from now on (adding to what others
+    /// publish there).
+    pub fn publish_to(&mut self, gauge: Arc<AtomicUsize>) {
+        if let Some(old) = self.gauge.take() {
+            old.fetch_sub(self.mem, Relaxed);
+        }
+        gauge.fetch_add(self.mem, Relaxed);
+        self.gauge = Some(gauge);
+    }
+
+    /// Sets the memory in use, publishing the change.
+    fn set_mem(&mut self, mem: usize) {
+        if let Some(g) = &self.gauge {
+            if mem >= self.mem {
+                g.fetch_add(mem - self.mem, Relaxed);
+            } else {
+                g.fetch_sub(self.mem - mem, Relaxed);
+            }
+        }
+        self.mem = mem;
     }
 
     /// A fresh temporary address.
@@ -121,8 +155,9 @@ impl NodeCache {
         let slot = self.slots.get_mut(&addr)?;
         let (before, was_dirty) = (slot.node.mem_bytes(), slot.node.is_dirty());
         let r = f(&mut slot.node);
-        self.mem = self.mem + slot.node.mem_bytes() - before;
+        let mem = self.mem + slot.node.mem_bytes() - before;
         self.dirty = self.dirty + usize::from(slot.node.is_dirty()) - usize::from(was_dirty);
+        self.set_mem(mem);
         Some(r)
     }
 
@@ -155,7 +190,7 @@ impl NodeCache {
                 return false;
             }
             let old = self.slots.remove(&node.addr).expect("present");
-            self.mem -= old.node.mem_bytes();
+            self.set_mem(self.mem - old.node.mem_bytes());
         }
         self.put(node);
         true
@@ -163,7 +198,7 @@ impl NodeCache {
 
     fn put(&mut self, node: Node) {
         self.tick += 1;
-        self.mem += node.mem_bytes();
+        self.set_mem(self.mem + node.mem_bytes());
         self.dirty += usize::from(node.is_dirty());
         self.slots.insert(
             node.addr,
@@ -177,7 +212,7 @@ impl NodeCache {
     /// Removes and returns the node at `addr`.
     pub fn remove(&mut self, addr: u64) -> Option<Node> {
         let s = self.slots.remove(&addr)?;
-        self.mem -= s.node.mem_bytes();
+        self.set_mem(self.mem - s.node.mem_bytes());
         self.dirty -= usize::from(s.node.is_dirty());
         Some(s.node)
     }
@@ -191,7 +226,7 @@ impl NodeCache {
         s.node.addr = to;
         if let Some(stale) = self.slots.remove(&to) {
             assert!(!stale.node.is_dirty(), "relocated over a live node");
-            self.mem -= stale.node.mem_bytes();
+            self.set_mem(self.mem - stale.node.mem_bytes());
         }
         self.slots.insert(to, s);
     }

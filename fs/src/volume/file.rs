@@ -14,6 +14,7 @@ use core::ops::Range;
 
 use super::core::{Core, Step, Stop, Txn};
 use super::{NineFs, MAX_FILE_SIZE};
+use crate::cache::{Part, Who};
 use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent, InodeItem};
 use crate::format::key::kind;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
@@ -28,6 +29,9 @@ const BS: u64 = BLOCK_SIZE as u64;
 const BATCH: usize = 64;
 /// Largest write handled in one transaction.
 const WRITE_CHUNK: usize = 4 << 20;
+/// Fills of the data cache a read waits for (each ended without the blocks it wanted:
+/// failed, or spoiled by a write) before it reads past the cache.
+const MAX_FILL_WAITS: usize = 8;
 
 /// The key of the file extent item of `ino` starting at file block `block`.
 pub(super) fn extent_key(ino: Ino, block: u64) -> Key {
@@ -40,11 +44,11 @@ pub(super) type RefChanges = BTreeMap<(u64, u32), i64>;
 /// One piece of a read plan: file blocks `file_block..+len` live at `disk_block..`, with
 /// these checksums (or are a hole when `disk_block` is 0).
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Piece {
-    file_block: u64,
-    len: u64,
-    disk_block: u64,
-    csums: Vec<u32>,
+pub(super) struct Piece {
+    pub(super) file_block: u64,
+    pub(super) len: u64,
+    pub(super) disk_block: u64,
+    pub(super) csums: Vec<u32>,
 }
 
 /// Adds `delta` bytes to the data an inode references.
@@ -62,7 +66,7 @@ fn content_changed(item: &mut InodeItem, delta: i64, now: Timespec, seq: u64) {
 }
 
 /// Fails unless `item` is a regular file (`EISDIR` for directories, else `EINVAL`).
-fn regular(item: &InodeItem) -> Step<()> {
+pub(super) fn regular(item: &InodeItem) -> Step<()> {
     match item.file_type() {
         Some(FileType::Regular) => Ok(()),
         Some(FileType::Directory) => Err(Errno::EISDIR.into()),
@@ -240,7 +244,7 @@ impl Core {
     }
 
     /// A plan to read blocks `b0..b1` of `ino`.
-    fn read_plan(&mut self, ino: Ino, b0: u64, b1: u64) -> Step<Vec<Piece>> {
+    pub(super) fn read_plan(&mut self, ino: Ino, b0: u64, b1: u64) -> Step<Vec<Piece>> {
         let mut out = Vec::new();
         for (fb, fe) in self.extents_in(ino, b0, b1, usize::MAX)? {
             let start = fb.max(b0);
@@ -265,6 +269,40 @@ impl Core {
             });
         }
         Ok(out)
+    }
+}
+
+/// Where the blocks of a [`Piece`] being read go: block `i` of the piece belongs at byte
+/// `at + i * BLOCK_SIZE` of `out` (`at` is negative for a read that starts inside the
+/// piece's first block), and only the part of it inside `out` is kept.
+struct Dest<'a> {
+    out: &'a mut [u8],
+    at: i128,
+}
+
+impl Dest<'_> {
+    /// Where in `out` block `i` starts.
+    fn start(&self, i: usize) -> i128 {
+        self.at + (i * BLOCK_SIZE) as i128
+    }
+
+    /// Copies `data`, blocks `i..` of the piece, where they belong.
+    fn put(&mut self, i: usize, data: &[u8]) {
+        let start = self.start(i);
+        let from = start.max(0);
+        let to = (start + data.len() as i128).min(self.out.len() as i128);
+        if from < to {
+            self.out[from as usize..to as usize]
+                .copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
+        }
+    }
+
+    /// The part of `out` blocks `i..i + n` fill, if they fall whole inside it.
+    fn whole(&mut self, i: usize, n: usize) -> Option<&mut [u8]> {
+        let start = self.start(i);
+        let end = start + (n * BLOCK_SIZE) as i128;
+        (start >= 0 && end <= self.out.len() as i128)
+            .then(|| &mut self.out[start as usize..end as usize])
     }
 }
 
@@ -401,33 +439,92 @@ impl CloneRange {
 }
 
 impl<D: BlockDevice> NineFs<D> {
-    /// Reads and verifies the data of `piece` into `out` (whole blocks). A checksum
-    /// mismatch is reported as `EAGAIN` (the caller re-plans once before failing).
-    async fn read_piece(&self, piece: &Piece, out: &mut [u8]) -> FsResult<()> {
-        debug_assert_eq!(out.len() as u64, piece.len * BS);
+    /// Reads and verifies `buf.len()` bytes (whole blocks) at device block `block`,
+    /// whose checksums are `csums`. A checksum mismatch on every copy is reported as
+    /// `EAGAIN` (the caller re-plans once before failing).
+    pub(super) async fn read_blocks(
+        &self,
+        block: u64,
+        csums: &[u32],
+        buf: &mut [u8],
+    ) -> FsResult<()> {
+        debug_assert_eq!(buf.len(), csums.len() * BLOCK_SIZE);
         let good = |b: &[u8]| {
             b.chunks(BLOCK_SIZE)
-                .zip(&piece.csums)
+                .zip(csums)
                 .all(|(block, &sum)| crc32c(block) == sum)
         };
-        let read = self.dev.read_verified(piece.disk_block, out, good).await;
-        self.core.lock().stats.data_bytes_read += out.len() as u64;
+        let read = self.dev.read_verified(block, buf, good).await;
+        self.core.lock().stats.data_bytes_read += buf.len() as u64;
         match read {
             Ok(Verified::Good | Verified::Mended) => Ok(()),
             Ok(Verified::Bad) => Err(Errno::EAGAIN),
             Err(e) => {
                 log::error!(
-                    "reading data blocks {}..{}: {e}",
-                    piece.disk_block,
-                    piece.disk_block + piece.len
+                    "reading data blocks {block}..{}: {e}",
+                    block + csums.len() as u64
                 );
                 Err(Errno::EIO)
             }
         }
     }
 
-    /// `read`.
-    pub(super) async fn read_data(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+    /// Reads the blocks of `piece` through the data cache for `who` into `dest`: cached
+    /// blocks are copied at once, the others once a device read has verified them (and
+    /// kept them in the cache; runs that land whole in `dest` are read straight into
+    /// it). Blocks another read is already bringing in are waited for, not read twice.
+    /// A checksum mismatch is `EAGAIN`, as in [`NineFs::read_blocks`].
+    async fn read_piece(&self, piece: &Piece, who: Who, dest: &mut Dest<'_>) -> FsResult<()> {
+        let cache = self.dev.cache();
+        // Runs of the piece's blocks still to get.
+        let mut todo: Vec<Range<usize>> = Vec::new();
+        todo.push(0..piece.len as usize);
+        let mut waits = 0;
+        while let Some(range) = todo.pop() {
+            let first = piece.disk_block + range.start as u64;
+            let csums = &piece.csums[range.clone()];
+            if waits > MAX_FILL_WAITS {
+                // Fills keep failing under us: read it alone, past the cache.
+                let mut buf = vec![0u8; csums.len() * BLOCK_SIZE];
+                self.read_blocks(first, csums, &mut buf).await?;
+                dest.put(range.start, &buf);
+                continue;
+            }
+            for part in cache.lookup(who, first, csums, true) {
+                match part {
+                    Part::Hit { at, data } => dest.put(range.start + at, &data),
+                    Part::Wait { at, len, fill } => {
+                        cache.wait(fill).await;
+                        waits += 1;
+                        todo.push(range.start + at..range.start + at + len);
+                    }
+                    Part::Read { at, len, fill } => {
+                        let (i, sums) = (range.start + at, &csums[at..at + len]);
+                        let block = first + at as u64;
+                        if let Some(out) = dest.whole(i, len) {
+                            self.read_blocks(block, sums, out).await?;
+                            fill.complete(who, out, sums, false);
+                        } else {
+                            let mut buf = vec![0u8; len * BLOCK_SIZE];
+                            self.read_blocks(block, sums, &mut buf).await?;
+                            fill.complete(who, &buf, sums, false);
+                            dest.put(i, &buf);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `read` for `who`.
+    pub(super) async fn read_data(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        who: Who,
+    ) -> FsResult<usize> {
         let mut retried = false;
         loop {
             let plan = self
@@ -445,25 +542,21 @@ impl<D: BlockDevice> NineFs<D> {
             let Some((len, pieces)) = plan else {
                 return Ok(0);
             };
+            // Holes read as zeros, with no device I/O.
             buf[..len].fill(0);
             let mut bad = None;
             for p in &pieces {
-                let mut data = vec![0u8; (p.len * BS) as usize];
-                match self.read_piece(p, &mut data).await {
+                let mut dest = Dest {
+                    out: &mut buf[..len],
+                    at: (p.file_block * BS) as i128 - i128::from(offset),
+                };
+                match self.read_piece(p, who, &mut dest).await {
                     Ok(()) => {}
                     Err(Errno::EAGAIN) => {
                         bad = Some(p.disk_block);
                         break;
                     }
                     Err(e) => return Err(e),
-                }
-                // Copy the overlap of [p.file_block*BS, +len*BS) and [offset, offset+len).
-                let pstart = p.file_block * BS;
-                let from = pstart.max(offset);
-                let to = (pstart + p.len * BS).min(offset + len as u64);
-                if from < to {
-                    buf[(from - offset) as usize..(to - offset) as usize]
-                        .copy_from_slice(&data[(from - pstart) as usize..(to - pstart) as usize]);
                 }
             }
             match bad {
@@ -649,7 +742,11 @@ impl<D: BlockDevice> NineFs<D> {
         let mut buf = vec![0u8; (nblocks * BS) as usize];
         for (index, piece) in &plan.old {
             let at = index * BLOCK_SIZE;
-            match self.read_piece(piece, &mut buf[at..at + BLOCK_SIZE]).await {
+            let mut dest = Dest {
+                out: &mut buf[at..at + BLOCK_SIZE],
+                at: 0,
+            };
+            match self.read_piece(piece, None, &mut dest).await {
                 Ok(()) => {}
                 Err(Errno::EAGAIN) => {
                     log::error!("data checksum mismatch at block {}", piece.disk_block);
@@ -744,7 +841,11 @@ impl<D: BlockDevice> NineFs<D> {
             return Ok(None);
         };
         let mut block = vec![0u8; BLOCK_SIZE];
-        let read = match self.read_piece(&plan.old[0].1, &mut block).await {
+        let mut dest = Dest {
+            out: &mut block,
+            at: 0,
+        };
+        let read = match self.read_piece(&plan.old[0].1, None, &mut dest).await {
             Err(Errno::EAGAIN) => {
                 let at = plan.old[0].1.disk_block;
                 log::error!("data checksum mismatch at block {at}");

@@ -52,6 +52,7 @@ mod mkfs;
 pub(crate) mod node_read;
 mod ops;
 pub mod quota;
+mod readahead;
 pub mod rebuild;
 pub mod receive;
 pub mod report;
@@ -71,6 +72,7 @@ pub use checkpoint::{
 };
 pub use grow::Growth;
 pub use mkfs::{format, FormatError, FormatOptions};
+pub use readahead::DEFAULT_READAHEAD;
 
 pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
 pub use stats::{FsStats, LockStats};
@@ -123,7 +125,17 @@ pub struct MountOptions {
     /// Blocks a rebuild copies between two records of its cursor in the superblock
     /// (default [`rebuild::CURSOR_EVERY_BLOCKS`]): what a crash makes it copy again.
     pub rebuild_record_blocks: u64,
+    /// Memory the data cache may use, in bytes, besides what the node cache leaves
+    /// unused of `cache_limit` (0: no data cache; `cache::data`). Default
+    /// [`DEFAULT_DATA_CACHE`].
+    pub data_cache: usize,
+    /// The largest readahead window of a sequential reader, in bytes (0: no
+    /// readahead). Default [`DEFAULT_READAHEAD`].
+    pub readahead: u64,
 }
+
+/// Default of [`MountOptions::data_cache`] (the appliance sizes it from its memory).
+pub const DEFAULT_DATA_CACHE: usize = 16 << 20;
 
 /// Default of [`MountOptions::discard`]: freed blocks go back to the device within
 /// about this long (plus the housekeeping interval).
@@ -147,6 +159,8 @@ impl Default for MountOptions {
             refuse_degraded: false,
             stream_buffer: streamjob::DEFAULT_STREAM_BUFFER,
             rebuild_record_blocks: rebuild::CURSOR_EVERY_BLOCKS,
+            data_cache: DEFAULT_DATA_CACHE,
+            readahead: readahead::DEFAULT_READAHEAD,
         }
     }
 }
@@ -159,6 +173,8 @@ impl ::core::fmt::Debug for MountOptions {
             .field("read_only", &self.read_only)
             .field("max_links", &self.max_links)
             .field("stream_buffer", &self.stream_buffer)
+            .field("data_cache", &self.data_cache)
+            .field("readahead", &self.readahead)
             .finish()
     }
 }
@@ -304,6 +320,10 @@ pub struct NineFs<D: BlockDevice> {
     rebuild: Mutex<Option<rebuild::Rebuild>>,
     /// [`MountOptions::rebuild_record_blocks`].
     rebuild_record_blocks: u64,
+    /// Readahead asked for by readers, for the readahead workers ([`readahead`]).
+    readahead: crate::cache::ReadaheadQueue,
+    /// [`MountOptions::readahead`].
+    readahead_max: u64,
 }
 
 /// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
@@ -365,14 +385,13 @@ impl<D: BlockDevice> NineFs<D> {
             sb.log_epoch,
             sb.log_tail,
         );
+        let mut core = Core::new(sb, opts.read_only, opts.max_links);
+        core.trees.cache.publish_to(dev.cache().node_gauge());
         NineFs {
             dev,
             is_view,
             views: Mutex::new(snapshot::OpenViews::default()),
-            core: CoreLock::new(
-                Core::new(sb, opts.read_only, opts.max_links),
-                opts.hold_clock,
-            ),
+            core: CoreLock::new(core, opts.hold_clock),
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             max_snapshots: opts.max_snapshots,
@@ -390,6 +409,8 @@ impl<D: BlockDevice> NineFs<D> {
             jobs: streamjob::StreamJobs::new(opts.stream_buffer),
             rebuild: Mutex::new(None),
             rebuild_record_blocks: opts.rebuild_record_blocks.max(1),
+            readahead: crate::cache::ReadaheadQueue::new(),
+            readahead_max: opts.readahead,
         }
     }
 
@@ -418,6 +439,7 @@ impl<D: BlockDevice> NineFs<D> {
             scrub_groups(&dev, &sb).await.map_err(MountError::Errno)?;
         }
         let opts = MountOptions { read_only, ..opts };
+        dev.cache().set_limits(opts.data_cache, opts.cache_limit);
         let fs = NineFs::assemble(Arc::new(dev), sb, false, opts, clock);
         // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
         fs.load_snapshots().await.map_err(MountError::Errno)?;
@@ -534,6 +556,11 @@ impl<D: BlockDevice> NineFs<D> {
     /// The block device.
     pub fn device(&self) -> &D {
         self.dev.inner()
+    }
+
+    /// The data cache over the device (shared with the snapshot views).
+    pub fn data_cache(&self) -> &crate::cache::DataCache {
+        self.dev.cache()
     }
 
     /// Counters.
@@ -762,11 +789,13 @@ impl<D: BlockDevice> NineFs<D> {
         }
     }
 
-    /// Periodic work, for the owner to call every few seconds: commits the release of
-    /// blocks freed more than [`MountOptions::discard`] ago (a `Discard` checkpoint), so
-    /// deleted files give their space back to the device even when nothing else
-    /// checkpoints.
+    /// Periodic work, for the owner to call every few seconds: gives the node cache back
+    /// the memory the data cache borrowed from it, if it grew into it; commits the
+    /// release of blocks freed more than [`MountOptions::discard`] ago (a `Discard`
+    /// checkpoint), so deleted files give their space back to the device even when
+    /// nothing else checkpoints.
     pub async fn housekeeping(&self) -> FsResult<()> {
+        self.dev.cache().trim();
         let Some(delay) = *self.discard.lock() else {
             return Ok(());
         };

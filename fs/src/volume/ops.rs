@@ -13,8 +13,8 @@ use super::xattr::check_xattr_name;
 use super::NineFs;
 use block::BlockDevice;
 use vfs::{
-    Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, QuotaInfo, QuotaLimits, SetAttr,
-    StatFs, XattrMode,
+    Attr, DirEntry, Errno, FileSystem, FsResult, Ino, Owner, QuotaInfo, QuotaLimits, ReadCtx,
+    SetAttr, StatFs, XattrMode,
 };
 
 impl<D: BlockDevice> NineFs<D> {
@@ -37,7 +37,7 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// The view and inode number of `ino` if it is in a snapshot; `None` for the live
     /// filesystem; `on_dir` for the snapshots directory itself.
-    async fn in_snapshot(
+    pub(super) async fn in_snapshot(
         &self,
         ino: Ino,
         on_dir: Errno,
@@ -187,11 +187,27 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        if let Some((view, ino)) = self.in_snapshot(ino, Errno::EISDIR).await? {
-            return view.read_data(ino, offset, buf).await;
+        self.read_with(ino, offset, buf, ReadCtx::default()).await
+    }
+
+    async fn read_with(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        ctx: ReadCtx<'_>,
+    ) -> FsResult<usize> {
+        let n = match self.in_snapshot(ino, Errno::EISDIR).await? {
+            Some((view, inner)) => view.read_data(inner, offset, buf, ctx.tenant).await?,
+            None => {
+                let n = self.read_data(ino, offset, buf, ctx.tenant).await?;
+                self.maintain().await?;
+                n
+            }
+        };
+        if let Some(stream) = ctx.stream {
+            self.ask_readahead(ino, offset, n as u64, ctx.tenant, stream);
         }
-        let n = self.read_data(ino, offset, buf).await?;
-        self.maintain().await?;
         Ok(n)
     }
 

@@ -301,7 +301,7 @@ impl<D: BlockDevice> NineFs<D> {
                         upto = at;
                         break 'pieces;
                     }
-                    let n = (range.end - at).min(self.dev.max_copy_blocks());
+                    let n = (range.end - at).min(self.dev.max_transfer_blocks());
                     if !self.copy_piece(r.place, at..at + n).await? {
                         // Written too often just now: go on from here next time.
                         self.rebuild_advanced(at, 0);

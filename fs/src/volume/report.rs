@@ -11,6 +11,7 @@ use vfs::FileSystem;
 
 use super::stats::FsStats;
 use super::NineFs;
+use crate::cache::{DataCacheReport, ReadaheadCounters};
 
 /// A mounted filesystem's state and counters (the `fs` object of a counters document:
 /// the counters flattened beside the state).
@@ -33,6 +34,10 @@ pub struct FsReport {
     pub quotas: Vec<QuotaReport>,
     /// The stream jobs of the administration tree (`ctl send`, `ctl receive`).
     pub streams: super::streamjob::StreamCounters,
+    /// The data cache: its size, hits, misses and evictions, in all and per tenant.
+    pub data_cache: DataCacheReport,
+    /// Readahead.
+    pub readahead: ReadaheadCounters,
     /// The counters.
     #[cfg_attr(feature = "serde", serde(flatten))]
     pub stats: FsStats,
@@ -102,6 +107,8 @@ impl<D: BlockDevice> NineFs<D> {
                 })
                 .collect(),
             streams: self.stream_counters(),
+            data_cache: self.dev.cache().report(),
+            readahead: self.readahead_counters(),
             stats: self.stats(),
         }
     }
@@ -134,6 +141,76 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::gauge("fs.cache_limit")
         .named("fs_cache_limit_bytes")
         .help("Limit of the node cache (sized from the heap)."),
+    Rule::gauge("fs.data_cache.limit_bytes")
+        .help("Memory the data cache may use now: data_cache= and what the node cache leaves unused."),
+    Rule::gauge("fs.data_cache.own_limit_bytes").help("The data cache's own limit (data_cache=)."),
+    Rule::gauge("fs.data_cache.bytes").help("Memory charged for the file data blocks cached."),
+    Rule::gauge("fs.data_cache.blocks").help("File data blocks (4 KiB) cached."),
+    Rule::gauge("fs.data_cache.protected_blocks")
+        .help("Cached blocks read at least twice (2Q's protected queue)."),
+    Rule::gauge("fs.data_cache.fills").help("Device reads under way to fill the data cache."),
+    Rule::counter("fs.data_cache.stale")
+        .help("Cached blocks found with another checksum than the reader's plan (never served): must stay 0."),
+    Rule::counter("fs.data_cache.hits").help("Data blocks reads found in the data cache."),
+    Rule::counter("fs.data_cache.misses").help("Data blocks reads had to get from the device."),
+    Rule::counter("fs.data_cache.inserted").help("Data blocks kept in the data cache."),
+    Rule::counter("fs.data_cache.evictions").help("Data blocks evicted from the data cache to make room."),
+    Rule::counter("fs.data_cache.invalidations")
+        .help("Cached data blocks dropped because their device block was written, discarded or freed."),
+    Rule::counter("fs.data_cache.prefetched").help("Data blocks read ahead into the data cache."),
+    Rule::counter("fs.data_cache.prefetch_hits").help("Data blocks read ahead that a reader then read."),
+    Rule::counter("fs.data_cache.prefetch_unused")
+        .help("Data blocks read ahead and dropped before anyone read them."),
+    Rule::elements("fs.data_cache.tenants", "tenant", "name"),
+    Rule::gauge("fs.data_cache.tenants.*.tenant")
+        .named("fs_data_cache_tenant_id")
+        .help("The tenant's id in the 9P server (absent: the filesystem's own reads)."),
+    Rule::gauge("fs.data_cache.tenants.*.bytes")
+        .named("fs_data_cache_tenant_bytes")
+        .help("Memory charged to a tenant for the data blocks its reads brought into the cache."),
+    Rule::gauge("fs.data_cache.tenants.*.blocks")
+        .named("fs_data_cache_tenant_blocks")
+        .help("Data blocks cached for a tenant."),
+    Rule::gauge("fs.data_cache.tenants.*.protected_blocks")
+        .named("fs_data_cache_tenant_protected_blocks")
+        .help("A tenant's cached blocks read at least twice."),
+    Rule::counter("fs.data_cache.tenants.*.hits")
+        .named("fs_data_cache_tenant_hits")
+        .help("Data blocks a tenant's reads found in the cache."),
+    Rule::counter("fs.data_cache.tenants.*.misses")
+        .named("fs_data_cache_tenant_misses")
+        .help("Data blocks a tenant's reads had to get from the device."),
+    Rule::counter("fs.data_cache.tenants.*.inserted")
+        .named("fs_data_cache_tenant_inserted")
+        .help("Data blocks kept in the cache for a tenant."),
+    Rule::counter("fs.data_cache.tenants.*.evictions")
+        .named("fs_data_cache_tenant_evictions")
+        .help("A tenant's cached blocks evicted to make room (for it or for a tenant below its fair share)."),
+    Rule::counter("fs.data_cache.tenants.*.invalidations")
+        .named("fs_data_cache_tenant_invalidations")
+        .help("A tenant's cached blocks dropped because they were written, discarded or freed."),
+    Rule::counter("fs.data_cache.tenants.*.prefetched")
+        .named("fs_data_cache_tenant_prefetched")
+        .help("Data blocks read ahead for a tenant."),
+    Rule::counter("fs.data_cache.tenants.*.prefetch_hits")
+        .named("fs_data_cache_tenant_prefetch_hits")
+        .help("Data blocks read ahead for a tenant that it then read."),
+    Rule::counter("fs.data_cache.tenants.*.prefetch_unused")
+        .named("fs_data_cache_tenant_prefetch_unused")
+        .help("Data blocks read ahead for a tenant and dropped before it read them."),
+    Rule::counter("fs.readahead.requests").help("Readahead requests queued for sequential readers."),
+    Rule::counter("fs.readahead.dropped")
+        .help("Readahead requests dropped because the queue (or the tenant's part of it) was full."),
+    Rule::counter("fs.readahead.cancelled")
+        .help("Readahead requests dropped because their reader stopped reading sequentially."),
+    Rule::counter("fs.readahead.reads").help("Device reads made by readahead."),
+    Rule::counter("fs.readahead.bytes")
+        .named("fs_readahead_read_bytes")
+        .help("Bytes read by readahead."),
+    Rule::counter("fs.readahead.skipped_blocks")
+        .help("Blocks readahead found cached or already being read."),
+    Rule::counter("fs.readahead.failed")
+        .help("Readahead reads that failed or whose blocks failed their checksums (nothing kept)."),
     Rule::elements("fs.quotas", "project", "name"),
     Rule::gauge("fs.quotas.*.root")
         .named("fs_quota_root_inode")

@@ -480,6 +480,9 @@ impl<D: BlockDevice> NineFs<D> {
             // A view runs no stream job.
             stream_buffer: 0,
             rebuild_record_blocks: self.rebuild_record_blocks,
+            // It shares the device's data cache; the live filesystem reads ahead for it.
+            data_cache: 0,
+            readahead: 0,
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
         let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));

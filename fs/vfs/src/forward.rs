@@ -131,6 +131,11 @@ macro_rules! forward_filesystem {
             @one $a read(ino: $crate::Ino, offset: u64, buf: &mut [u8]) -> usize
         );
         $crate::forward_filesystem!(
+            @one $a read_with(
+                ino: $crate::Ino, offset: u64, buf: &mut [u8], ctx: $crate::ReadCtx<'_>
+            ) -> usize
+        );
+        $crate::forward_filesystem!(
             @one $a write(ino: $crate::Ino, offset: u64, data: &[u8]) -> usize
         );
         $crate::forward_filesystem!(@one $a append(ino: $crate::Ino, data: &[u8]) -> (u64, usize));
@@ -188,6 +193,9 @@ macro_rules! forward_filesystem {
     (@find rename [rename $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
     (@find readdir [readdir $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
     (@find read [read $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
+    (@find read_with [read_with $($n:ident)*] $f:tt) => {
+        $crate::forward_filesystem!(@is named $f);
+    };
     (@find write [write $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
     (@find append [append $($n:ident)*] $f:tt) => { $crate::forward_filesystem!(@is named $f); };
     (@find clone_range [clone_range $($n:ident)*] $f:tt) => {

@@ -29,6 +29,9 @@ use alloc::vec::Vec;
 use core::fmt;
 
 mod forward;
+mod read;
+
+pub use read::{ReadCtx, ReadStream, Window};
 
 /// `Vec` for [`forward_filesystem!`]'s expansion, which names it from any crate.
 #[doc(hidden)]
@@ -467,6 +470,20 @@ pub trait FileSystem {
     /// Reads from a regular file into `buf`; returns the number of bytes read (short only
     /// at end of file). Holes read as zeros.
     async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize>;
+
+    /// [`FileSystem::read`] for a reader that says who it is and which open file it
+    /// reads through ([`ReadCtx`]): a filesystem with a cache charges what it keeps to
+    /// the tenant, and reads ahead of a sequential stream. Default: `read`.
+    async fn read_with(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        ctx: ReadCtx<'_>,
+    ) -> FsResult<usize> {
+        let _ = ctx;
+        self.read(ino, offset, buf).await
+    }
 
     /// Writes `data` to a regular file at `offset` (extending it, leaving a hole if past
     /// the end); returns the number of bytes written.

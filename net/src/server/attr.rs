@@ -73,7 +73,7 @@ impl<F: FileSystem> Server<F> {
             return Err(Errno::EROFS);
         }
         let attr = self.fs.getattr(f.ino).await?;
-        let opened_for_write = matches!(f.state, FidState::Open(m) if m.write);
+        let opened_for_write = matches!(f.state, FidState::Open(m, _) if m.write);
         let ch = SetattrPlan {
             req: &req,
             user: f.user(),

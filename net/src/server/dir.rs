@@ -35,7 +35,7 @@ impl<F: FileSystem> Server<F> {
     /// after the export and permission checks (`EROFS`, `ENOTDIR`, `EACCES`).
     pub(super) async fn dir_for_change(&self, s: &Session, dfid: u32) -> FsResult<(Fid, Attr)> {
         let d = s.get(dfid)?;
-        if !matches!(d.state, FidState::Path | FidState::Open(_)) {
+        if !matches!(d.state, FidState::Path | FidState::Open(..)) {
             return Err(Errno::EBADF);
         }
         if d.file_type != FileType::Directory {
@@ -59,7 +59,7 @@ impl<F: FileSystem> Server<F> {
     ) -> FsResult<Vec<u8>> {
         let f = s.get(fid)?;
         match f.state {
-            FidState::Open(m) if m.read => {}
+            FidState::Open(m, _) if m.read => {}
             _ => return Err(Errno::EBADF),
         }
         if f.file_type != FileType::Directory {

@@ -3,7 +3,7 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use vfs::{FileType, Ino, XattrMode};
+use vfs::{FileType, Ino, ReadStream, XattrMode};
 
 use super::export::Export;
 use super::perm::User;
@@ -57,13 +57,21 @@ pub enum FidState {
     /// requests.
     Path,
     /// Opened with `Tlopen`/`Tlcreate`: the filesystem was told with `open`, and is told
-    /// `release` at clunk.
-    Open(OpenMode),
+    /// `release` at clunk. The stream is how the file is being read through this fid
+    /// (the filesystem reads ahead of a sequential reader).
+    Open(OpenMode, Arc<ReadStream>),
     /// Reading an xattr value (or the name list) captured at `Txattrwalk`, charged to
     /// the connection.
     XattrRead(Arc<Charged<Vec<u8>>>),
     /// Collecting an xattr value until clunk.
     XattrWrite(Arc<Locked<XattrWrite>>),
+}
+
+impl FidState {
+    /// Opened in `mode`, not read yet.
+    pub fn opened(mode: OpenMode) -> FidState {
+        FidState::Open(mode, Arc::new(ReadStream::new()))
+    }
 }
 
 /// Where a fid's file was found: used by `Tremove` and `Trename`, which name a file by

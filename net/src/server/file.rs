@@ -4,7 +4,7 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, SetAttr};
+use vfs::{Attr, Errno, FileSystem, FileType, FsResult, Ino, ReadCtx, SetAttr};
 
 use super::fid::{Fid, FidState, OpenMode, Parent};
 use super::locks::{
@@ -97,7 +97,7 @@ impl<F: FileSystem> Server<F> {
         let attr = self.fs.getattr(f.ino).await?;
         self.prepare_open(&f, &attr, flags, mode).await?;
         self.fs.open(f.ino).await?;
-        if let Err(e) = s.transition(fid, FidState::Open(mode)) {
+        if let Err(e) = s.transition(fid, FidState::opened(mode)) {
             self.fs.release(f.ino).await?;
             return Err(e);
         }
@@ -142,7 +142,7 @@ impl<F: FileSystem> Server<F> {
         let entry = Fid {
             ino: attr.ino,
             file_type: attr.file_type(),
-            state: FidState::Open(mode),
+            state: FidState::opened(mode),
             parent: Some(Parent {
                 dir: dir.ino,
                 name: Arc::from(name),
@@ -173,12 +173,19 @@ impl<F: FileSystem> Server<F> {
         let f = s.get(fid)?;
         let count = count.min(s.msize() - RDATA_HEADER_LEN as u32);
         match f.state {
-            FidState::Open(m) if m.read => {
+            FidState::Open(m, stream) if m.read => {
                 if f.file_type == FileType::Directory {
                     return Err(Errno::EISDIR);
                 }
                 let mut out = ReadReply::new(tag, count).map_err(|_| Errno::ENOMEM)?;
-                let n = self.fs.read(f.ino, offset, out.data_mut()).await?;
+                let ctx = ReadCtx {
+                    tenant: Some(s.tenant().id()),
+                    stream: Some(&stream),
+                };
+                let n = self
+                    .fs
+                    .read_with(f.ino, offset, out.data_mut(), ctx)
+                    .await?;
                 Ok(out.finish(n))
             }
             FidState::XattrRead(value) => {
@@ -205,7 +212,7 @@ impl<F: FileSystem> Server<F> {
     ) -> FsResult<Vec<u8>> {
         let f = s.get(fid)?;
         let count = match f.state {
-            FidState::Open(m) if m.write => {
+            FidState::Open(m, _) if m.write => {
                 if !f.user().is_root() {
                     self.drop_set_id(f.ino).await?;
                 }
@@ -265,7 +272,7 @@ impl<F: FileSystem> Server<F> {
         datasync: bool,
     ) -> FsResult<Vec<u8>> {
         let f = s.get(fid)?;
-        if !matches!(f.state, FidState::Open(_) | FidState::Path) {
+        if !matches!(f.state, FidState::Open(..) | FidState::Path) {
             return Err(Errno::EBADF);
         }
         self.fs.fsync(f.ino, datasync).await?;
@@ -298,7 +305,7 @@ impl<F: FileSystem> Server<F> {
         });
         self.settle_lock_memory(s, held);
         match &f.state {
-            FidState::Open(_) => {
+            FidState::Open(..) => {
                 self.counters.releases();
                 self.fs.release(f.ino).await
             }
@@ -354,7 +361,7 @@ impl<F: FileSystem> Server<F> {
         req: LockReq<'_>,
     ) -> FsResult<Vec<u8>> {
         let f = s.get(fid)?;
-        let FidState::Open(mode) = f.state else {
+        let FidState::Open(mode, _) = f.state else {
             return Err(Errno::EBADF);
         };
         // The most one request can add to the connection's lock records: a lock split in
@@ -444,7 +451,7 @@ impl<F: FileSystem> Server<F> {
         req: LockReq<'_>,
     ) -> FsResult<Vec<u8>> {
         let f = s.get(fid)?;
-        if !matches!(f.state, FidState::Open(_) | FidState::Path) {
+        if !matches!(f.state, FidState::Open(..) | FidState::Path) {
             return Err(Errno::EBADF);
         }
         let kind = match req.lock_type {

@@ -49,6 +49,7 @@ mod walk;
 mod xattr;
 
 use alloc::collections::BTreeMap;
+use alloc::string::{String, ToString};
 use alloc::sync::{Arc, Weak};
 use alloc::vec;
 use alloc::vec::Vec;
@@ -273,6 +274,15 @@ impl<F: FileSystem> Server<F> {
     /// The tenants.
     pub fn tenants(&self) -> &Arc<Tenants> {
         &self.tenants
+    }
+
+    /// The name (`export:NAME`, `client:ADDR`, `local`) of the tenant with id `id`, if it
+    /// still has connections or is an export's (what the filesystem's per-tenant
+    /// counters are labelled with).
+    pub fn tenant_name(&self, id: u64) -> Option<String> {
+        let tenants = self.tenants.all();
+        let t = tenants.iter().find(|t| t.id() == id)?;
+        Some(t.key().to_string())
     }
 
     /// The tenant of a client at `peer` ([`tenant`]).

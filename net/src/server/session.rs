@@ -24,8 +24,14 @@ use crate::memory::{Account, Refused, Use};
 use crate::sync::Locked;
 
 /// Memory charged for one fid table entry, an upper bound: the entry, the map's share of
-/// it, and the longest name of a last walk step (which [`Fid::parent`] keeps).
-pub const FID_ENTRY_BYTES: usize = core::mem::size_of::<(u32, Fid)>() + 48 + 16 + NAME_MAX;
+/// it, the longest name of a last walk step (which [`Fid::parent`] keeps) and an open
+/// file's read stream with its allocation.
+pub const FID_ENTRY_BYTES: usize = core::mem::size_of::<(u32, Fid)>()
+    + 48
+    + 16
+    + NAME_MAX
+    + core::mem::size_of::<vfs::ReadStream>()
+    + 16;
 
 /// What the server's housekeeping knows of a connection at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

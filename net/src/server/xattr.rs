@@ -83,7 +83,7 @@ impl<F: FileSystem> Server<F> {
         name: &[u8],
     ) -> FsResult<Vec<u8>> {
         let f = s.get(fid)?;
-        if !matches!(f.state, FidState::Path | FidState::Open(_)) {
+        if !matches!(f.state, FidState::Path | FidState::Open(..)) {
             return Err(Errno::EBADF);
         }
         if newfid != fid {
