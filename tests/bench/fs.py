@@ -412,7 +412,7 @@ def goals_baseline(report, baseline):
     if not rows:
         return [("writes against the baseline: no write workload in both runs", None)]
     when = (baseline.get("meta") or {}).get("date", "?")
-    return [(f"{w}, {j} job(s): >= {1 - WRITE_SLACK:.2f}x the baseline ({when}): {b:g} -> {v:g} {u}, {r:.2f}x",
+    return [(f"{w}, {j} job(s): >= {1 - WRITE_SLACK:.2f}x the baseline ({when}): {b:.4g} -> {v:.4g} {u}, {r:.2f}x",
              r >= 1 - WRITE_SLACK) for w, j, u, b, v, r in rows]  # fmt: skip
 
 
@@ -565,6 +565,8 @@ def markdown(report, baseline=None):
     lines += ["", "## Goals", ""]
     for text, ok in goals(report):
         lines.append(f"- {'measured' if ok is None else 'met' if ok else 'NOT met'}: {text}")
+    if not goals(report):
+        lines.append(f"- none checked: issue 12's and 27's goals need {GOAL_WORKLOAD} (fio-write-jN)")
     read_goals = goals_reads(report)
     if read_goals or baseline:
         lines += [
@@ -592,6 +594,8 @@ def markdown(report, baseline=None):
         ]
         lines += [f"| {w} | {j} | {fmt(b)} | {fmt(v)} | {r:.2f} | {u} |" for w, j, u, b, v, r in rows]
     lines += reads_markdown(report)
+    if not report["devices"]:
+        return finish_markdown(lines, report)
     lines += [
         "",
         "## Device counters per fsync",
@@ -615,6 +619,10 @@ def markdown(report, baseline=None):
             f"{fmt(d.get('fua_writes_per_fsync'))} | {fmt(d.get('checkpoints_per_fsync'))} | "
             f"{fmt(d.get('nfs_writes_per_fsync'))} | {fmt(d.get('nfs_commits_per_fsync'))} |"
         )
+    return finish_markdown(lines, report)
+
+
+def finish_markdown(lines, report):
     if report["failed"]:
         lines += ["", "## Failed", ""]
         lines += [f"- {f['system']} {f['workload']}: {f['error']}" for f in report["failed"]]
