@@ -433,7 +433,9 @@ def reads_markdown(report):
     order = list(READ_RESULTS)
     rows = sorted(rows, key=lambda d: (order.index(d["workload"]) if d["workload"] in order else 99, d["jobs"],
                                        SYSTEMS.index(d["system"]) if d["system"] in SYSTEMS else 99))  # fmt: skip
-    sets = sorted({(d["workload"].rsplit("-", 1)[-1], d.get("set_mib")) for d in rows if d.get("set_mib")})
+    kind = {"warm": "warm", "cold": "cold"}
+    sets = sorted({(kind.get(d["workload"].rsplit("-", 1)[-1], "the mix"), d.get("set_mib"))
+                   for d in rows if d.get("set_mib")})  # fmt: skip
     out = [
         "",
         "## Reads",
