@@ -251,7 +251,7 @@ bench: image tool guest
 ## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. The appliance runs
 ## once per vCPU count of SMP= (default 1,2: systems ninefold-smp1, ninefold-smp2; the Linux
 ## VMs keep 1 vCPU); every point reports ops/s, p99, each vCPU's busy share and the host's
-## own CPU use. ~20 min; BENCH_ARGS=--quick (~8 min) or
+## own CPU use. ~30 min (the reads 9 of them); BENCH_ARGS=--quick (~12 min) or
 ## --system/--workload/--conns/--seconds (--help)
 .PHONY: bench-load
 # Its own default, whatever SMP means to other targets (make SMP=1,2,4 bench-load still wins).
