@@ -236,19 +236,22 @@ bench-peers: image tool guest
 
 ## bench: the appliance against the Linux peers (diod and NFS server VMs on ext4 and btrfs,
 ## the client's own disk) and the in-memory ceiling (fio fsync=1 at 1/4/16 jobs, randwrite,
-## dbench, bonnie++, fs_mark) in one run; writes build/bench/report.{json,md} and charts.
-## ~30 min; BENCH_ARGS=--quick (~7 min) or --system/--workload/--runtime (--help)
+## dbench, bonnie++, fs_mark; fio reads: 1 MiB sequential and 4 KiB random, warm and cold,
+## and a randrw mix with fsync) in one run; writes build/bench/report.{json,md} and charts.
+## about 70 min; BENCH_ARGS=--writes (the writes only, ~30 min), --reads (the reads only,
+## 37 min), --quick (~8 min), --baseline REPORT.json, or --system/--workload/--runtime (--help)
 .PHONY: bench
 bench: image tool guest
 	tests/bench/fs.py $(BENCH_ARGS)
 
 ## bench-load: the appliance, the Linux server VMs (diod on btrfs and ext4) and the in-memory
 ## ceiling driven from the host by the native 9P load generator (tests/src/bin/ninep-load.rs;
-## 9P only, so not the NFS peers of `make bench`)
+## 9P only, so not the NFS peers of `make bench`; writes with fsync, creates, getattr, and
+## warm 4 KiB random and 1 MiB sequential reads of one shared file)
 ## at 1/4/16/64 connections: build/bench/load.{json,md} and load-*.png. The appliance runs
 ## once per vCPU count of SMP= (default 1,2: systems ninefold-smp1, ninefold-smp2; the Linux
 ## VMs keep 1 vCPU); every point reports ops/s, p99, each vCPU's busy share and the host's
-## own CPU use. ~20 min; BENCH_ARGS=--quick (~8 min) or
+## own CPU use. ~30 min (the reads 9 of them); BENCH_ARGS=--quick (~12 min) or
 ## --system/--workload/--conns/--seconds (--help)
 .PHONY: bench-load
 # Its own default, whatever SMP means to other targets (make SMP=1,2,4 bench-load still wins).

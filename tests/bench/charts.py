@@ -2,6 +2,8 @@
 """Charts of a `make bench` report: charts.py REPORT.json OUTDIR (needs matplotlib).
 
   fio-write.png   fio write 64k fsync=1 throughput per system, by number of jobs
+  fio-read.png    the read workloads per system: sequential 1 MiB reads (MiB/s), random
+                  4 KiB reads (IOPS), warm and cold, by number of jobs, and the randrw mix
   ratios.png      ninefold / peer for every workload (log scale; 1x and 5x marked)
   device.png      flushes and KiB written per fsync on the fsync workloads
 """
@@ -65,6 +67,10 @@ def main():
         fig.tight_layout()
         fig.savefig(os.path.join(out, "fio-write.png"), dpi=110)
 
+    reads = [r for r in res if r["workload"].startswith(("fio-read-", "fio-randread-", "fio-randrw-"))]
+    if reads:
+        read_chart(reads, date, os.path.join(out, "fio-read.png"))
+
     rat = report["ratios"]
     if rat:
         keys = []
@@ -110,6 +116,35 @@ def main():
         a1.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(out, "device.png"), dpi=110)
+
+
+def read_chart(rows, date, path):
+    """fio-read.png: a panel per kind of read (log scale: a page cache and a disk differ by
+    orders of magnitude), a group per temperature and job count, a bar per system."""
+    panels = [
+        ("sequential read, bs=1m", "MiB/s", ("fio-read-1m-warm", "fio-read-1m-cold")),
+        ("random read, bs=4k", "IOPS", ("fio-randread-4k-warm", "fio-randread-4k-cold")),
+        ("randrw 70% reads, bs=4k, fsync=1", "IOPS (reads + writes)", ("fio-randrw-4k-fsync",)),
+    ]
+    panels = [p for p in panels if any(r["workload"] in p[2] for r in rows)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.8), squeeze=False)
+    val = {(r["workload"], r["jobs"], r["system"]): r["value"] for r in rows}
+    for ax, (title, unit, workloads) in zip(axes[0], panels, strict=True):
+        mine = [r for r in rows if r["workload"] in workloads]
+        groups = []
+        for w in workloads:
+            for j in sorted({r["jobs"] for r in mine if r["workload"] == w}):
+                temp = w.rsplit("-", 1)[-1]
+                groups.append((f"{j} job{'s' if j > 1 else ''}" + (f"\n{temp}" if temp in ("warm", "cold") else ""),
+                               w, j))  # fmt: skip
+        labels = [g[0] for g in groups]
+        key = {g[0]: (g[1], g[2]) for g in groups}
+        grouped(ax, labels, systems_in(mine), lambda g, s: val.get((*key[g], s)), unit, title, log=True)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"fio reads through the client (TCG, {date}; log scale)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 # The appliance's systems in `make bench-load` (ninefold-smp1, ninefold-smp2, ...): reds, in

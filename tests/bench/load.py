@@ -18,13 +18,18 @@ Systems:
                        what the load generator itself can drive
 
 Workloads (ninep-load --help): write64k, write4k (write + fsync), create (walk + lcreate +
-write 4 KiB + fsync + clunk), getattr (walk + getattr + clunk), each at 1, 4, 16 and 64
-connections. For every point: ops/s, p50/p99 latency, device flushes and bytes written per
-fsync (the server's disk counters before and after: the appliance's `stat` lines, the Linux
-guest's /sys/block through its control port) and, over the measured seconds (after the
-connections' set-up): every appliance vCPU's busy share (its counters document), the
-host's busy share over its cores (/proc/stat) and the CPU seconds per second of the
-server's process (QEMU, or the ceiling's) and of ninep-load.
+write 4 KiB + fsync + clunk), getattr (walk + getattr + clunk), read4k (4 KiB at random
+offsets) and read1m (1 MiB sequentially) of one shared file of --file-mib MiB that the
+set-up writes and fsyncs once and reads once untimed (warm: the server's cache holds what
+it can of it), each at 1, 4, 16 and 64 connections. For every point: ops/s, MiB/s, p50/p99
+latency, device flushes and bytes written per fsync (the server's disk counters before and
+after: the appliance's `stat` lines, the Linux guest's /sys/block through its control
+port), for the reads the device's bytes and requests read per operation over the measured
+seconds (and the appliance's own data bytes read and data cache counters, where it has
+them) and, over the measured seconds (after the connections' set-up): every appliance
+vCPU's busy share (its counters document), the host's busy share over its cores
+(/proc/stat) and the CPU seconds per second of the server's process (QEMU, or the
+ceiling's) and of ninep-load.
 
 Writes OUT/load.json, OUT/load.md and OUT/load-*.png (default OUT: build/bench).
 Options: --quick (3 s per point, 1 and 16 connections), --smp, --system, --workload,
@@ -59,10 +64,13 @@ APPLIANCE = "ninefold"
 BTRFS = "linux-vm-btrfs-diod"
 PEERS = [BTRFS, "linux-vm-ext4-diod", "ceiling"]
 SMP = [1, 2]
-WORKLOADS = ["write64k", "write4k", "create", "getattr"]
+# Issue 25's four (its goals are about them), then issue 36's reads.
+WRITE_WORKLOADS = ["write64k", "write4k", "create", "getattr"]
+READ_WORKLOADS = ["read4k", "read1m"]
+WORKLOADS = WRITE_WORKLOADS + READ_WORKLOADS
 # How the report names them.
 LABELS = {"write64k": "write64k + fsync", "write4k": "write4k + fsync", "create": "create + 4 KiB + fsync",
-          "getattr": "getattr"}  # fmt: skip
+          "getattr": "getattr", "read4k": "read 4 KiB, random (warm)", "read1m": "read 1 MiB, sequential (warm)"}  # fmt: skip
 CONNS = [1, 4, 16, 64]
 # Host ports (the project's QEMU tests use others): 9P and the counters/control port.
 NINEP_PORT, CTL_PORT_HOST = 25760, 25761
@@ -223,14 +231,15 @@ class Server:
 
     def vcpus(self):
         """The appliance's clock and every vCPU's idle time, from its counters document:
-        {"uptime_ms", "idle_ms": [CPU 0's, CPU 1's, ...]}; else None."""
+        {"uptime_ms", "idle_ms": [CPU 0's, CPU 1's, ...], "fs": its filesystem counters};
+        else None."""
         if not self.app:
             return None
         doc = json.loads(ctl(CTL_PORT_HOST, "json"))
         cpus = sorted(doc.get("cpus") or [], key=lambda c: int(c["cpu"]))
         # An image from before the per-CPU counters reports its boot CPU only.
         idle = [c["idle_ms"] for c in cpus] or [doc["idle_ms"]]
-        return {"uptime_ms": doc["uptime_ms"], "idle_ms": idle}
+        return {"uptime_ms": doc["uptime_ms"], "idle_ms": idle, "fs": doc.get("fs") or {}}
 
     def profiler(self, name, seconds):
         """With --profile, tests/bench/profile.py sampling the appliance while the point runs
@@ -247,7 +256,7 @@ class Server:
         `measuring(pid)` is called when its set-up is done and the measured seconds begin."""
         cmd = [self.a.load, "--port", str(NINEP_PORT), "--workload", workload, "--conns", str(conns),
                "--seconds", str(seconds), "--aname", self.aname, "--tag", f"{self.runs}",
-               "--idle", str(self.a.idle if check else 0)]  # fmt: skip
+               "--idle", str(self.a.idle if check else 0), "--file-mib", str(self.a.file_mib)]  # fmt: skip
         self.runs += 1
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         watchdog = threading.Timer(seconds + 600, proc.kill)
@@ -331,6 +340,10 @@ def point(server, workload, conns, seconds):
         start["host"] = hostcpu.Sample([server.pid], threads=[server.pid])
         start["vcpus"] = server.vcpus()
         start["load_cpu_s"] = hostcpu.process_seconds(load_pid)
+        if workload in READ_WORKLOADS:
+            # Reads are judged over the measured seconds only: the set-up wrote the shared
+            # file and read it once.
+            start["disk"] = server.counters()
 
     prof = server.profiler(f"{workload}-x{conns}", seconds)
     children = children_cpu_seconds()
@@ -344,7 +357,10 @@ def point(server, workload, conns, seconds):
     if "ops_per_s" not in r:
         raise GuestError(f"ninep-load: {r}")
     row = {k: r[k] for k in ("workload", "conns", "seconds", "ops", "ops_per_s", "fsyncs", "p50_us", "p99_us", "max_us")}
+    row.update((k, r[k]) for k in ("bytes", "mib_per_s", "file_bytes", "warm_s") if r.get(k) is not None)
     row["errors"] = r["errors"]
+    if workload in READ_WORKLOADS:
+        row.update(read_figures(start.get("disk"), after, start.get("vcpus"), vcpus, r["ops"]))
     if before is not None and after is not None:
         devs = guest_results.device_deltas(before, after)
         d = devs.get("data") or next(iter(devs.values()), None)
@@ -363,6 +379,29 @@ def point(server, workload, conns, seconds):
         if start["load_cpu_s"] is not None and use["wall_s"] > 0:
             row["load_cpu_per_s"] = round((load_cpu_s - start["load_cpu_s"]) / use["wall_s"], 3)
     return row
+
+
+def read_figures(before, after, app_before, app_after, ops):
+    """What the server did per read operation over the measured seconds: its device's
+    KiB and requests read, and the appliance's own data bytes read and data cache counters
+    (read defensively: an image without a data cache has none)."""
+    out = {}
+    if before is not None and after is not None and ops:
+        devs = guest_results.device_deltas(before, after)
+        if devs:
+            out["dev_kib_read_per_op"] = round(sum(d["bytes_read"] for d in devs.values()) / 1024 / ops, 2)
+            out["dev_reads_per_op"] = round(sum(d["read_ios"] for d in devs.values()) / ops, 3)
+    if app_before and app_after and ops:
+        fs = guest_results.json_deltas(app_before.get("fs") or {}, app_after.get("fs") or {})
+        if fs.get("data_bytes_read") is not None:
+            out["fs_kib_read_per_op"] = round(fs["data_bytes_read"] / 1024 / ops, 2)
+        cache = fs.get("data_cache")
+        if isinstance(cache, dict):
+            out["data_cache"] = {k: v for k, v in cache.items() if isinstance(v, (int, float))}
+            hits, misses = cache.get("hits"), cache.get("misses")
+            if isinstance(hits, (int, float)) and isinstance(misses, (int, float)) and hits + misses:
+                out["data_cache_hit_ratio"] = round(hits / (hits + misses), 3)
+    return out
 
 
 def pct(share):
@@ -502,6 +541,30 @@ def markdown(report):
     out += table(["workload", "conns", "system", "ops/s", "vCPUs busy", "CPU 0's part", "vCPU µs/op", "host busy",
                   "server CPU-s/s", "QEMU main loop; vCPU threads", "ninep-load CPU-s/s"], lines)  # fmt: skip
 
+    reads = [(w, c) for w, c in points if w in READ_WORKLOADS]
+    lines = []
+    for w, c in reads:
+        for s in systems:
+            r = val.get((w, c, s))
+            if r:
+                lines.append([LABELS[w], str(c), s, f"{r['ops_per_s']:.0f}", bench_fs.fmt(r.get("mib_per_s")),
+                              f"{r['p50_us'] / 1000:.2f}", f"{r['p99_us'] / 1000:.2f}",
+                              bench_fs.fmt(r.get("dev_kib_read_per_op"), 1), bench_fs.fmt(r.get("dev_reads_per_op"), 3),
+                              bench_fs.fmt(r.get("fs_kib_read_per_op"), 1),
+                              bench_fs.fmt(r.get("data_cache_hit_ratio"))])  # fmt: skip
+    if lines:
+        mib = {r.get("file_bytes") for r in rows if r["workload"] in READ_WORKLOADS and r.get("file_bytes")}
+        out += ["", "## Reads", "",
+                "One shared file (" + ", ".join(f"{b >> 20} MiB" for b in sorted(mib)) + ") written and fsynced "
+                "once by the set-up, then read once whole, untimed, so the measured reads show the server's "
+                "cache. read4k: one 4 KiB `Tread` at a random offset per operation; read1m: 1 MiB read "
+                "sequentially (in `Tread`s of msize - 24: diod's msize is 64 KiB). Per operation, over the "
+                "measured seconds: the server's device KiB and requests read (the appliance's `stat` lines, the "
+                "Linux guest's /sys/block), the appliance's filesystem data KiB read, and its data cache's hit "
+                "ratio where it has one.", ""]  # fmt: skip
+        out += table(["workload", "conns", "system", "ops/s", "MiB/s", "p50 ms", "p99 ms", "device KiB read / op",
+                      "device reads / op", "fs data KiB / op", "data cache hits"], lines)  # fmt: skip
+
     out += ["", "## Goals (issue 25)", ""] + goals_issue25(val, apps, base, more, m["cpus"])
     out += ["", "## Goals (issue 12)", ""] + goals_issue12(val, apps, m["cpus"])
     if report["failed"]:
@@ -554,7 +617,7 @@ def goals_issue25(val, apps, base, more, host_cores):
     # The 5x goal for the SMP setting that meets it at the most points.
     scored = []
     for s in apps:
-        checks = [over_btrfs_line(val, s, w, c, host_cores) for w in WORKLOADS for c in (16, 64)]
+        checks = [over_btrfs_line(val, s, w, c, host_cores) for w in WRITE_WORKLOADS for c in (16, 64)]
         checks = [x for x in checks if x]
         if checks:
             scored.append((sum(met for _, met in checks), smp_of(s), s, checks))
@@ -597,6 +660,8 @@ def main():
     ap.add_argument("--server-mem", default="128M")
     ap.add_argument("--server-cpus", type=int, default=1, help="the Linux VMs' vCPUs (default 1)")
     ap.add_argument("--disk-size", type=int, default=4 << 30)
+    ap.add_argument("--file-mib", type=int, default=12,
+                    help="MiB of the read workloads' shared file (default 12: every 128 MiB server's cache holds it)")
     ap.add_argument("--port", type=int, default=NINEP_PORT,
                     help=f"host port of the 9P forward; the counters' is the next one (default {NINEP_PORT})")
     ap.add_argument("--appliance", help="the image to run (default build/appliance.elf)")
@@ -625,7 +690,8 @@ def main():
     meta = {
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "host": os.uname().nodename,
         "cpus": os.cpu_count(), "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "seconds_per_point": seconds, "idle": a.idle, "systems": systems, "workloads": workloads, "conns": conns,
+        "seconds_per_point": seconds, "idle": a.idle, "file_mib": a.file_mib, "systems": systems,
+        "workloads": workloads, "conns": conns,
         "smp": [smp_of(s) for s in systems if smp_of(s)], "server_cpus": a.server_cpus,
         "server": f"{a.server_mem}, NVMe {a.disk_size >> 30} GiB, QEMU user net (TCG); the appliance with the vCPUs "
                   f"of its name (multi-threaded TCG), the Linux VMs with {a.server_cpus}",

@@ -5,13 +5,18 @@ Each workload ran in /results/NAME (see nf_measure in job/lib.sh); this module t
 such a directory into one record per workload:
 
     {"name": "fio-write-j1", "label": "...", "status": 0, "seconds": 15.0,
-     "metrics": {"write_mib_s": 5.2, "fsyncs": 1234, ...},
+     "metrics": {"write_mib_s": 5.2, "fsyncs": 1234, ...,
+                 "read_mib_s": .., "read_iops": .., "reads": .., "read_clat_mean_us": ..,
+                 "read_clat_p99_us": .., "direct": 0},   # fio's read side, when it read
      "devices": {"local data": {"bytes_written": .., "write_ios": .., "flushes": ..,
                                 "fua_writes": ..}},
      "per_fsync": {"local data": {"bytes_written": .., "flushes": .., "fua_writes": ..}},
+     "per_read": {"local data": {"bytes_read": ..}},   # device bytes per read fio did
      "appliance": {...},   # the appliance's own counters (stat-*.json), as deltas
-     "nfsd": {"compounds": .., "writes": .., "commits": .., "write_bytes": .., ...}}
+     "nfsd": {"compounds": .., "writes": .., "commits": .., "write_bytes": .., ...},
                            # an NFS server guest's /proc/net/rpc/nfsd (stat-*.nfsd), deltas
+     "client_net": {"tcp_in_segs": .., "tcp_ofo_queued": .., "nic_rx_dropped": .., ...}}
+                           # the client's TCP and NIC counters around a read workload
 
 Usage: results.py DIR [DIR..] [--json FILE]   (prints a table; writes JSON if asked)
 """
@@ -68,6 +73,7 @@ def device_deltas(before, after):
             "write_ios": d[STAT_FIELDS["write_ios"]],
             "flushes": d[STAT_FIELDS["flushes"]],
             "bytes_read": d[STAT_FIELDS["read_sectors"]] * SECTOR,
+            "read_ios": d[STAT_FIELDS["read_ios"]],
             "discards": d[STAT_FIELDS["discard_ios"]],
         }
         counted = len(after[key]) > FUA_FIELD and min(after[key][FUA_FIELD], before[key][FUA_FIELD]) >= 0
@@ -100,6 +106,34 @@ def parse_nfsd_file(path):
     return out
 
 
+# The client's network counters kept around read workloads (bench.sh's net-before/after):
+# what the report shows of them.
+NET_COUNTERS = {
+    "tcp_in_segs": ("Tcp", "InSegs"), "tcp_out_segs": ("Tcp", "OutSegs"),
+    "tcp_retrans_segs": ("Tcp", "RetransSegs"), "tcp_ofo_queued": ("TcpExt", "TCPOFOQueue"),
+    "tcp_dsacks_sent": ("TcpExt", "TCPDSACKOldSent"), "tcp_pure_acks": ("TcpExt", "TCPPureAcks"),
+    "tcp_rcv_pruned": ("TcpExt", "PruneCalled"), "nic_rx_packets": ("Nic", "rx_packets"),
+    "nic_rx_dropped": ("Nic", "rx_dropped"), "nic_tx_packets": ("Nic", "tx_packets"),
+}  # fmt: skip
+
+
+def parse_net_file(path):
+    """/proc/net/snmp + /proc/net/netstat (a header line and a value line per protocol)
+    and "Nic: NAME VALUE" lines -> {(protocol, name): int}."""
+    out, header = {}, {}
+    with open(path) as f:
+        for line in f:
+            proto, _, rest = line.partition(":")
+            cols = rest.split()
+            if proto == "Nic" and len(cols) == 2 and cols[1].lstrip("-").isdigit():
+                out[(proto, cols[0])] = int(cols[1])
+            elif cols and all(c.lstrip("-").isdigit() for c in cols) and proto in header:
+                out.update(((proto, k), int(v)) for k, v in zip(header.pop(proto), cols, strict=False))
+            elif cols:
+                header[proto] = cols
+    return out
+
+
 def fio_metrics(path):
     """Sum over the (group-reported) jobs of fio's JSON output."""
     with open(path) as f:
@@ -113,6 +147,27 @@ def fio_metrics(path):
         m["write_mib_s"] += w["bw_bytes"] / 2**20
         m["write_iops"] += w["iops"]
         m["writes"] = m.get("writes", 0) + w["total_ios"]
+        r = job.get("read") or {}
+        if r.get("total_ios"):
+            m["read_mib_s"] = m.get("read_mib_s", 0.0) + r["bw_bytes"] / 2**20
+            m["read_iops"] = m.get("read_iops", 0.0) + r["iops"]
+            m["reads"] = m.get("reads", 0) + r["total_ios"]
+            m["read_bytes"] = m.get("read_bytes", 0) + r["io_bytes"]
+            for key, ns in (("clat", r.get("clat_ns") or {}), ("lat", r.get("lat_ns") or {})):
+                if ns.get("mean") is not None:
+                    m[f"read_{key}_mean_us"] = ns["mean"] / 1000
+                p99 = (ns.get("percentile") or {}).get("99.000000")
+                if p99 is not None:
+                    m[f"read_{key}_p99_us"] = p99 / 1000
+        # What the client did with its page cache: fio's direct= (1: O_DIRECT).
+        opts = job.get("job options") or {}
+        if "direct" in opts:
+            m["direct"] = int(opts["direct"])
+        # The file set the jobs went over (size= per job, e.g. "24576k").
+        size = re.fullmatch(r"(\d+)([kmg]?)", str(opts.get("size", "")).lower())
+        if size and "offset_increment" in opts:
+            scale = {"": 1 / 1024, "k": 1, "m": 1024, "g": 1024 * 1024}[size.group(2)]
+            m["set_mib"] = round(int(size.group(1)) * scale * int(opts.get("numjobs", 1)) / 1024, 1)
         sync = job.get("sync", {})
         # fio counts fsync calls in total_ios, fdatasync calls only in lat_ns.N.
         n_sync = sync.get("total_ios") or sync.get("lat_ns", {}).get("N", 0)
@@ -133,6 +188,8 @@ def fio_metrics(path):
         if all(p99):
             m["fsync_lat_p99_us"] = max(p99) / 1000
     m["write_mib_s"] = round(m["write_mib_s"], 3)
+    if "read_mib_s" in m:
+        m["read_mib_s"] = round(m["read_mib_s"], 3)
     return m
 
 
@@ -223,6 +280,11 @@ def parse_workload(d):
                 }
                 for dev, dd in rec["devices"].items()
             }
+        reads = rec["metrics"].get("reads")
+        if reads:
+            rec["per_read"] = {
+                dev: {"bytes_read": round(dd["bytes_read"] / reads, 1)} for dev, dd in rec["devices"].items()
+            }
     jb, ja = sb + ".json", sa + ".json"
     if os.path.exists(jb) and os.path.exists(ja):
         try:
@@ -230,6 +292,10 @@ def parse_workload(d):
                 rec["appliance"] = json_deltas(json.load(fb), json.load(fa))
         except (ValueError, KeyError) as e:
             rec["error"] = f"cannot parse the appliance's counters: {e}"
+    netb, neta = os.path.join(d, "net-before"), os.path.join(d, "net-after")
+    if os.path.exists(netb) and os.path.exists(neta):
+        b, a = parse_net_file(netb), parse_net_file(neta)
+        rec["client_net"] = {k: a[key] - b[key] for k, key in NET_COUNTERS.items() if key in a and key in b}
     nb, na = sb + ".nfsd", sa + ".nfsd"
     if os.path.exists(nb) and os.path.exists(na):
         b, a = parse_nfsd_file(nb), parse_nfsd_file(na)
@@ -250,6 +316,14 @@ def parse_dir(root):
 def headline(rec):
     """The figure a workload is compared by, as (value, unit)."""
     m = rec["metrics"]
+    if m.get("reads") and m.get("writes"):
+        # A mixed workload (fio randrw): reads and writes together.
+        return m.get("read_iops", 0) + m.get("write_iops", 0), "IOPS"
+    if m.get("reads"):
+        # A read workload: MiB/s for sequential reads, IOPS for random ones.
+        if "randread" in rec["name"]:
+            return m.get("read_iops"), "IOPS"
+        return m.get("read_mib_s"), "MiB/s"
     for key, unit in (
         ("write_mib_s", "MiB/s"),
         ("mb_s", "MB/s"),
@@ -265,7 +339,7 @@ def table(recs):
     """A plain-text table: one row per workload and device."""
     lines = [
         f"{'label':<20} {'workload':<24} {'result':>14} {'fsyncs':>7} {'fsync ms':>8}  "
-        f"{'device':<12} {'KiB/fsync':>9} {'flush/fsync':>11}"
+        f"{'device':<12} {'KiB/fsync':>9} {'flush/fsync':>11} {'KiB read/read':>13}"
     ]
     for r in recs:
         v, unit = headline(r)
@@ -274,10 +348,12 @@ def table(recs):
         lat = f"{m['fsync_lat_mean_us'] / 1000:.2f}" if "fsync_lat_mean_us" in m else "-"
         left = f"{r['label']:<20} {r['name']:<24} {res:>14} {m.get('fsyncs', '-'):>7} {lat:>8}"
         devs = r.get("per_fsync") or {k: None for k in r.get("devices", {})} or {"-": None}
+        per_read = r.get("per_read") or {}
         for dev, pf in devs.items():
             kib = f"{pf['bytes_written'] / 1024:.1f}" if pf else "-"
             fl = f"{pf['flushes']:.2f}" if pf else "-"
-            lines.append(f"{left}  {dev:<12} {kib:>9} {fl:>11}")
+            rd = f"{per_read[dev]['bytes_read'] / 1024:.1f}" if dev in per_read else "-"
+            lines.append(f"{left}  {dev:<12} {kib:>9} {fl:>11} {rd:>13}")
             left = " " * len(left)
     return "\n".join(lines)
 
