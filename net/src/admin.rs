@@ -370,12 +370,18 @@ impl<F: FileSystem + Control> FileSystem for AdminFs<F> {
         )
     }
 
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+    async fn read_with(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        ctx: vfs::ReadCtx<'_>,
+    ) -> FsResult<usize> {
         route!(
             self,
             ino,
             |n| self.read_admin(n, offset, buf).await,
-            self.fs.read(ino, offset, buf).await
+            self.fs.read_with(ino, offset, buf, ctx).await
         )
     }
 

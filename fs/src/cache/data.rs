@@ -37,7 +37,7 @@
 //! it ([`DataCache::trim`], and on every insert).
 
 use alloc::collections::VecDeque;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -140,8 +140,9 @@ pub struct DataCacheReport {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TenantCacheReport {
     /// The tenant's name, which labels its metrics: what the server calls it
-    /// ([`DataCacheReport::name_tenants`]), else its id, or `filesystem` for the
-    /// filesystem's own reads and tenants past [`MAX_TENANTS`].
+    /// ([`DataCacheReport::name_tenants`]: `export:NAME`, `client:ADDR`), else
+    /// `tenant:ID` (one gone since), or `filesystem` for the filesystem's own reads and
+    /// tenants past [`MAX_TENANTS`].
     pub name: String,
     /// The tenant id (`None`: the filesystem's own).
     pub tenant: Option<u64>,
@@ -817,7 +818,7 @@ impl DataCache {
             .map(|q| TenantCacheReport {
                 name: q
                     .who
-                    .map_or_else(|| "filesystem".into(), |id| id.to_string()),
+                    .map_or_else(|| "filesystem".into(), |id| alloc::format!("tenant:{id}")),
                 tenant: q.who,
                 bytes: (q.blocks() * ENTRY_BYTES) as u64,
                 blocks: q.blocks() as u64,

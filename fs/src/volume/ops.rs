@@ -186,10 +186,6 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
         self.run(|c| c.op_readdir(dir, offset, max_entries)).await
     }
 
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        self.read_with(ino, offset, buf, ReadCtx::default()).await
-    }
-
     async fn read_with(
         &self,
         ino: Ino,

@@ -883,7 +883,13 @@ impl<C: Clock> FileSystem for ModelFs<C> {
         Ok(out)
     }
 
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+    async fn read_with(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        _: vfs::ReadCtx<'_>,
+    ) -> FsResult<usize> {
         let mut st = self.state.lock();
         let data = st.get_mut(ino)?.data_mut()?;
         Ok(data.read(self.block(), offset, buf))

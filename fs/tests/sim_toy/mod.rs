@@ -530,8 +530,14 @@ impl<D: BlockDevice> FileSystem for ToyFs<D> {
     async fn readdir(&self, dir: Ino, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
         self.model.readdir(dir, offset, max).await
     }
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        self.model.read(ino, offset, buf).await
+    async fn read_with(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        ctx: vfs::ReadCtx<'_>,
+    ) -> FsResult<usize> {
+        self.model.read_with(ino, offset, buf, ctx).await
     }
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
         let n = self.model.write(ino, offset, data).await?;

@@ -468,22 +468,23 @@ pub trait FileSystem {
     async fn readdir(&self, dir: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>>;
 
     /// Reads from a regular file into `buf`; returns the number of bytes read (short only
-    /// at end of file). Holes read as zeros.
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize>;
+    /// at end of file). Holes read as zeros. Default: [`FileSystem::read_with`] for no
+    /// one in particular.
+    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.read_with(ino, offset, buf, ReadCtx::default()).await
+    }
 
     /// [`FileSystem::read`] for a reader that says who it is and which open file it
     /// reads through ([`ReadCtx`]): a filesystem with a cache charges what it keeps to
-    /// the tenant, and reads ahead of a sequential stream. Default: `read`.
+    /// the tenant, and reads ahead of a sequential stream; others ignore `ctx`. Every
+    /// implementation writes this one (so a wrapper cannot drop the context unseen).
     async fn read_with(
         &self,
         ino: Ino,
         offset: u64,
         buf: &mut [u8],
         ctx: ReadCtx<'_>,
-    ) -> FsResult<usize> {
-        let _ = ctx;
-        self.read(ino, offset, buf).await
-    }
+    ) -> FsResult<usize>;
 
     /// Writes `data` to a regular file at `offset` (extending it, leaving a hole if past
     /// the end); returns the number of bytes written.

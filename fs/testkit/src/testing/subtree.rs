@@ -136,8 +136,14 @@ impl<F: FileSystem> FileSystem for Subtree<'_, F> {
         Ok(entries)
     }
 
-    async fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        self.fs.read(self.inward(ino), offset, buf).await
+    async fn read_with(
+        &self,
+        ino: Ino,
+        offset: u64,
+        buf: &mut [u8],
+        ctx: vfs::ReadCtx<'_>,
+    ) -> FsResult<usize> {
+        self.fs.read_with(self.inward(ino), offset, buf, ctx).await
     }
 
     async fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
