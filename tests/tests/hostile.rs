@@ -88,7 +88,7 @@ fn probes_against_a_running_server() {
         _ => Scale::short(),
     };
     let mut c = attached(port, 0, "").expect("attach as root");
-    probes::prepare(&mut c).expect("making the fixtures");
+    probes::prepare(&mut c, &scale).expect("making the fixtures");
     let filter = std::env::var("NINEFOLD_HOSTILE_PROBES").unwrap_or_default();
     let mut failures = Vec::new();
     for p in probes::all(&scale) {

@@ -38,6 +38,11 @@ pub struct Scale {
     pub read_flood_conns: &'static [usize],
     /// Reads pipelined per connection by the unread-read flood.
     pub read_flood_depth: usize,
+    /// Connections reading everything they can (the data cache flood), and the size of
+    /// the file they read (more than the data cache of a 128 MiB appliance holds).
+    pub cache_flood_conns: usize,
+    /// See [`Scale::cache_flood_conns`].
+    pub cache_flood_bytes: usize,
     /// Connections that never send a byte.
     pub silent_conns: usize,
     /// Connections sending frames that never finish.
@@ -76,6 +81,8 @@ impl Scale {
             xattr_flood_conns: &[2],
             read_flood_conns: &[5],
             read_flood_depth: 1000,
+            cache_flood_conns: 3,
+            cache_flood_bytes: 40 << 20,
             silent_conns: 70,
             slowloris_conns: 12,
             locks: 4_000,
@@ -101,6 +108,8 @@ impl Scale {
             xattr_flood_conns: &[2, 5],
             read_flood_conns: &[2, 5],
             read_flood_depth: 1000,
+            cache_flood_conns: 8,
+            cache_flood_bytes: 64 << 20,
             silent_conns: 100,
             slowloris_conns: 40,
             locks: 40_000,

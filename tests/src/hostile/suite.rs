@@ -298,7 +298,7 @@ fn chosen_probes(scale: &Scale) -> Vec<Probe> {
 fn prepare(t: &mut Target<'_>) -> Result<(), String> {
     let mut c = attached(t.port, 0, "").map_err(|e| format!("attach: {e}"))?;
     honest::prepare(&mut c, t.scale.honest_clients).map_err(|e| format!("honest dirs: {e}"))?;
-    probes::prepare(&mut c)?;
+    probes::prepare(&mut c, t.scale)?;
     let v = stats::try_json(t.stats_port, Duration::from_secs(30))?;
     t.memory_limit = stats::counter_or_zero(&v, "/9p/memory/limit");
     if t.memory_limit == 0 {

@@ -291,3 +291,106 @@ pub fn fid_flood(ctx: &Ctx<'_>) -> Outcome {
     });
     out
 }
+
+/// (c) Every connection reads the cache flood's file (more than a 128 MiB appliance's
+/// data cache holds) as fast as it can for the window: a sequential 1 MiB read (so
+/// readahead runs too), then eight 4 KiB reads at random, over and over, checking every
+/// byte. The data cache must churn within its limit (evictions, never more bytes than
+/// it may hold, no stale block), the heap within its size (the suite's sampler), and
+/// every byte read must be the file's.
+pub fn cache_flood(ctx: &Ctx<'_>) -> Outcome {
+    let size = ctx.scale.cache_flood_bytes as u64;
+    let count = ctx.limits.msize - 24;
+    let readers = in_parallel(ctx.scale.cache_flood_conns, |n| {
+        let mut out = Outcome::default();
+        let mut c = match attached(ctx.port, 0, "") {
+            Ok(c) => c,
+            Err(e) => {
+                out.fail(format!("a reader could not attach: {e}"));
+                return out;
+            }
+        };
+        if let Err(e) = c
+            .walk(0, 1, fixture::STREAM)
+            .and_then(|_| c.lopen(1, open_flags::RDONLY))
+        {
+            out.fail(format!("a reader could not open the file: {e}"));
+            return out;
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let check = |out: &mut Outcome, at: u64, got: &[u8]| {
+            out.add("bytes read", got.len() as u64);
+            let wrong = got
+                .iter()
+                .zip(at..)
+                .position(|(&b, i)| b != fixture::stream_byte(i));
+            if let Some(i) = wrong {
+                out.fail(format!("wrong data at byte {} of the file", at + i as u64));
+            }
+        };
+        let mut at = (n as u64 * size / 3) / 4096 * 4096;
+        while Instant::now() < ctx.deadline() && out.failures.is_empty() {
+            match c.read(1, at, count) {
+                Ok(data) => {
+                    check(&mut out, at, &data);
+                    at = if data.is_empty() {
+                        0
+                    } else {
+                        at + data.len() as u64
+                    };
+                }
+                Err(e) => {
+                    out.fail(format!("a sequential read got {e}"));
+                    break;
+                }
+            }
+            for _ in 0..8 {
+                let off = random() % (size / 4096) * 4096;
+                match c.read(1, off, 4096) {
+                    Ok(data) => check(&mut out, off, &data),
+                    Err(e) => out.fail(format!("a random read got {e}")),
+                }
+            }
+        }
+        out
+    });
+    let mut out = Outcome::default();
+    for r in readers {
+        out.merge(r);
+    }
+    match ctx.counters() {
+        Ok(v) => {
+            let at = |path: &str| crate::stats::counter_or_zero(&v, path);
+            let (bytes, limit) = (at("/fs/data_cache/bytes"), at("/fs/data_cache/limit_bytes"));
+            out.note("cache MiB", bytes >> 20);
+            out.note("cache evictions", at("/fs/data_cache/evictions"));
+            out.note("cache hits", at("/fs/data_cache/hits"));
+            out.note("cache misses", at("/fs/data_cache/misses"));
+            out.note("read ahead MiB", at("/fs/readahead/bytes") >> 20);
+            out.check(bytes <= limit, || {
+                format!("the data cache holds {bytes} bytes, more than its limit {limit}")
+            });
+            // Reading more distinct blocks than the cache holds must have evicted some.
+            let read = out.findings.get("bytes read").copied().unwrap_or(0);
+            out.check(
+                read < 2 * size || at("/fs/data_cache/evictions") > 0,
+                || {
+                    format!(
+                        "{read} bytes read of a {size}-byte file and the data cache never evicted"
+                    )
+                },
+            );
+            out.check(at("/fs/data_cache/stale") == 0, || {
+                "the data cache held a block a write had replaced".into()
+            });
+        }
+        Err(e) => out.fail(e),
+    }
+    out
+}

@@ -5,7 +5,7 @@
 //!
 //! | module | probes |
 //! |---|---|
-//! | [`memory`] | xattr-walk flood, unread-read flood, fid flood |
+//! | [`memory`] | xattr-walk flood, unread-read flood, fid flood, data cache flood |
 //! | [`connections`] | silent connections, slowloris, CPU fairness |
 //! | [`protocol`] | unknown version, flush storm and tag reuse, deep walks and wide readdirs, fuzzed frames |
 //! | [`locks`] | lock flood, long client ids, `Tgetlock` with `UNLCK` |
@@ -43,6 +43,13 @@ pub mod fixture {
     pub const XATTR_NAME: &str = "user.big";
     /// The xattr's size.
     pub const XATTR_SIZE: usize = 64 << 10;
+    /// A file larger than a 128 MiB appliance's data cache, for the cache flood
+    /// (`Scale::cache_flood_bytes` long): byte `i` is [`stream_byte`]`(i)`.
+    pub const STREAM: &str = "hostile/stream";
+    /// What byte `i` of [`STREAM`] holds: every 4 KiB block differs from the others.
+    pub fn stream_byte(i: u64) -> u8 {
+        ((i >> 12).wrapping_mul(131) ^ (i % 251)) as u8
+    }
     /// A file for locks (mode 0666).
     pub const LOCKS: &str = "hostile/locks";
     /// A directory owned by uid/gid [`super::access::USER`] (0755).
@@ -229,6 +236,15 @@ pub fn all(scale: &Scale) -> Vec<Probe> {
         ));
     }
     v.push(Probe::new(
+        format!("cache flood x{}", scale.cache_flood_conns),
+        format!(
+            "{} connections read a {} MiB file as fast as they can, sequentially (1 MiB) and at random (4 KiB), checking every byte",
+            scale.cache_flood_conns,
+            scale.cache_flood_bytes >> 20
+        ),
+        memory::cache_flood,
+    ));
+    v.push(Probe::new(
         "fid flood",
         format!(
             "walks into every fid allowed and more, on {} connections, held",
@@ -311,7 +327,7 @@ pub fn all(scale: &Scale) -> Vec<Probe> {
 }
 
 /// Makes the [`fixture`]s over `c` (attached as root, fid 0 at the root).
-pub fn prepare(c: &mut Client<Lossy>) -> Result<(), String> {
+pub fn prepare(c: &mut Client<Lossy>, scale: &Scale) -> Result<(), String> {
     let e = |what: &'static str| move |e: Errno| format!("preparing {what}: {e}");
     c.walk(0, 1, "").map_err(e("the root"))?;
     c.mkdir(1, fixture::DIR, 0o755).map_err(e(fixture::DIR))?;
@@ -326,6 +342,15 @@ pub fn prepare(c: &mut Client<Lossy>) -> Result<(), String> {
         c.write(2, off as u64, &chunk).map_err(e(fixture::BIG))?;
     }
     c.clunk(2).map_err(e(fixture::BIG))?;
+    // The cache flood's file.
+    c.walk(1, 2, "").map_err(e(fixture::STREAM))?;
+    c.lcreate(2, "stream", open_flags::RDWR, 0o644)
+        .map_err(e(fixture::STREAM))?;
+    for off in (0..scale.cache_flood_bytes as u64).step_by(512 << 10) {
+        let chunk: Vec<u8> = (off..off + (512 << 10)).map(fixture::stream_byte).collect();
+        c.write(2, off, &chunk).map_err(e(fixture::STREAM))?;
+    }
+    c.clunk(2).map_err(e(fixture::STREAM))?;
     // The file with a 64 KiB xattr.
     c.walk(1, 2, "").map_err(e(fixture::XATTR))?;
     c.lcreate(2, "xattr", open_flags::RDWR, 0o644)
