@@ -542,8 +542,15 @@ impl<D: BlockDevice> NineFs<D> {
             let Some((len, pieces)) = plan else {
                 return Ok(0);
             };
-            // Holes read as zeros, with no device I/O.
-            buf[..len].fill(0);
+            // Holes read as zeros, with no device I/O: only what no piece covers is
+            // zeroed (the pieces are in file order and do not overlap).
+            let mut covered = 0;
+            for p in &pieces {
+                let start = (p.file_block * BS).saturating_sub(offset) as usize;
+                buf[covered.min(len)..start.min(len)].fill(0);
+                covered = covered.max(((p.file_block + p.len) * BS - offset) as usize);
+            }
+            buf[covered.min(len)..len].fill(0);
             let mut bad = None;
             for p in &pieces {
                 let mut dest = Dest {
