@@ -24,7 +24,6 @@ pub mod nic;
 pub mod sockets;
 #[cfg(target_os = "none")]
 pub mod stack;
-#[cfg(target_os = "none")]
 pub mod stats;
 #[cfg(target_os = "none")]
 pub mod stats_port;
