@@ -117,6 +117,7 @@ impl<V: ServedVolume> Source for Monitor<V> {
                 let stack = self.listener.stack();
                 NicReport {
                     counts: stack.nic_counters().counts(),
+                    offloads: stack.nic_offloads(),
                     notifications,
                     notifications_suppressed,
                 }

@@ -60,13 +60,15 @@ pub struct Snapshot {
     pub power: PowerReport,
 }
 
-/// The virtio-net device: its frame counters (`net::stats`) and its queue
-/// notifications (`hal/virtio/event_idx.rs`).
+/// The virtio-net device: its frame counters (`net::stats`), the offloads negotiated
+/// (`net::offload`) and its queue notifications (`hal/virtio/event_idx.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct NicReport {
-    /// Frames and bytes each way.
+    /// Frames and bytes each way, checksums and segmentation.
     #[serde(flatten)]
     pub counts: crate::net::stats::NicCounts,
+    /// The checksum and segmentation offloads in effect (`offload=`).
+    pub offloads: crate::net::offload::Offloads,
     /// Notifications (trapped MMIO writes) sent to the device.
     pub notifications: u64,
     /// Notifications skipped because the device had not asked for them
@@ -303,6 +305,15 @@ const KERNEL_RULES: &[Rule] = &[
     Rule::gauge("nic.rx_longest")
         .named("nic_rx_longest_frame_bytes")
         .help("Longest frame the NIC received (above 1514: jumbo frames)."),
+    Rule::gauge("nic.offloads.csum")
+        .named("nic_offload_tx_checksum")
+        .help("1 if the NIC completes the TCP checksums of frames sent (VIRTIO_NET_F_CSUM)."),
+    Rule::gauge("nic.offloads.guest_csum")
+        .named("nic_offload_rx_checksum")
+        .help("1 if the NIC may vouch for the checksums of frames received (VIRTIO_NET_F_GUEST_CSUM)."),
+    Rule::gauge("nic.offloads.tso4")
+        .named("nic_offload_tso")
+        .help("1 if the NIC segments large TCP/IPv4 frames sent (VIRTIO_NET_F_HOST_TSO4)."),
     Rule::counter("nic.notifications")
         .named("nic_notifications")
         .help("Queue notifications written to the virtio-net device (each a trapped MMIO write)."),
@@ -477,9 +488,15 @@ mod tests {
                 counts: crate::net::stats::NicCounts {
                     tx_frames: 20,
                     tx_bytes: 1 << 20,
-                    rx_frames: 719,
+                    tx_gso_frames: 16,
+                    tx_gso_segments: 719,
                     rx_longest: 1514,
                     ..Default::default()
+                },
+                offloads: crate::net::offload::Offloads {
+                    csum: true,
+                    guest_csum: true,
+                    tso4: false,
                 },
                 notifications: 10,
                 notifications_suppressed: 30,
@@ -642,8 +659,10 @@ mod tests {
             "ninefold_nic_notifications_suppressed_total 30".to_string(),
             "ninefold_nic_tx_frames_total 20".to_string(),
             "ninefold_nic_tx_bytes_total 1048576".to_string(),
-            "ninefold_nic_rx_frames_total 719".to_string(),
+            "ninefold_nic_tx_gso_segments_total 719".to_string(),
             "ninefold_nic_rx_longest_frame_bytes 1514".to_string(),
+            "ninefold_nic_offload_tx_checksum 1".to_string(),
+            "ninefold_nic_offload_tso 0".to_string(),
             "ninefold_cpu_apic_id{cpu=\"1\"} 2".to_string(),
             "ninefold_cpu_remote_tasks_total{cpu=\"1\"} 1".to_string(),
             "ninefold_cpu_tsc_skew_bound_seconds{cpu=\"1\"} 0.0000015".to_string(),

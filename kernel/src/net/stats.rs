@@ -44,11 +44,28 @@ nic_counters! {
     /// Receive completions the device got wrong, or buffers that could not be reposted.
     rx_errors,
     /// Frames received whose checksum the device vouched for (GUEST_CSUM: `DATA_VALID`,
-    /// Frames sent.
+    /// or a partial TCP checksum from a sender inside the host): not verified by the CPU.
+    rx_csum_validated,
+    /// TCP frames received whose checksum the NIC layer verified because the device had
+    /// not (GUEST_CSUM negotiated; without it smoltcp verifies every one, uncounted).
+    rx_csum_verified,
+    /// Partial checksums of other protocols (UDP) completed for smoltcp.
+    rx_csum_completed,
+    /// Frames received and dropped for a wrong TCP checksum found by the NIC layer.
+    rx_csum_errors,
+    /// Frames handed to the device (a frame it segments counts once).
     tx_frames,
-    /// Bytes sent (Ethernet frames).
+    /// Bytes handed to the device (Ethernet frames; a frame it segments with its
+    /// headers once).
     tx_bytes,
-    /// Frames dropped: oversized, or refused by the device.
+    /// Frames sent whose TCP checksum the device completes (CSUM; segmented ones too).
+    tx_csum_offloaded,
+    /// Frames the device segments (TSO: segments smoltcp built one after another for
+    /// one connection, joined).
+    tx_gso_frames,
+    /// The segments those frames carried (and become again on the wire).
+    tx_gso_segments,
+    /// Frames dropped: oversized, refused by the device, or unfit for the offload asked.
     tx_dropped,
     /// Times smoltcp found the transmit queue full.
     tx_queue_full,
@@ -58,13 +75,20 @@ impl fmt::Display for NicStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "rx {} frames {} B (longest {} B, {} errors), tx {} frames {} B ({} dropped, queue full {}x)",
+            "rx {} frames {} B (longest {} B, {} errors; checksums: {} by the device, {} verified, {} bad), \
+             tx {} frames {} B ({} checksummed by the device, {} segmented into {}; {} dropped, queue full {}x)",
             self.rx_frames.get(),
             self.rx_bytes.get(),
             self.rx_longest.get(),
             self.rx_errors.get(),
+            self.rx_csum_validated.get(),
+            self.rx_csum_verified.get(),
+            self.rx_csum_errors.get(),
             self.tx_frames.get(),
             self.tx_bytes.get(),
+            self.tx_csum_offloaded.get(),
+            self.tx_gso_frames.get(),
+            self.tx_gso_segments.get(),
             self.tx_dropped.get(),
             self.tx_queue_full.get()
         )
