@@ -684,6 +684,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// QEMU's process id (to read its CPU time in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The serial console so far.
     pub fn serial(&self) -> String {
         String::from_utf8_lossy(&self.serial.lock().unwrap()).replace('\r', "")
