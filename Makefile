@@ -166,9 +166,10 @@ crash-quick:
 	$(CARGO) run --locked --profile crash -p ninefold-tools --bin ninefold-crash -- --size quick $(CRASH_ARGS)
 
 ## test-qemu: boot build/appliance.elf in QEMU (tests/): devices, self-checks, faults, the
-## disk's filesystem served over 9P/TCP (images made and checked with the host tool), a
-## short kill test, the short slice of the hostile-client suite, and a Linux guest
-## mounting it (the guest is built first, cached)
+## disk's filesystem served over 9P/TCP (images made and checked with the host tool), the
+## NIC's offloads on a tap in a network namespace of the test's own (as root; skipped,
+## saying why, elsewhere), a short kill test, the short slice of the hostile-client suite,
+## and a Linux guest mounting it (the guest is built first, cached)
 test-qemu: deps image guest tool
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) NINEFOLD_TOOL=$(abspath $(TOOL)) \
 		$(CARGO) test --locked -p ninefold-tests -- --test-threads=2
@@ -203,6 +204,17 @@ soak: deps image tool
 bench-net: deps image
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
 		$(CARGO) run --locked --release -p ninefold-tests --bin ninep-bench -- $(BENCH_ARGS)
+
+## bench-nic: the NIC's checksum offload and TSO measured: the appliance on a tap device
+## (with the virtio-net header) in a network namespace of its own, read from the host side
+## with offloads on and off (offload=off), alternately: MiB/s, the appliance's and QEMU's
+## CPU per MiB, frames per MiB (docs/benchmarks.md, Network). Needs root (unshare -n).
+## BENCH_ARGS="MIB PASSES ROUNDS" (default 64 2 3)
+.PHONY: bench-nic
+bench-nic: deps image
+	$(CARGO) build --locked --release -p ninefold-tests --bin ninep-tap-bench
+	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
+		unshare -n target/release/ninep-tap-bench $(BENCH_ARGS)
 
 ## lint: formatting and clippy with warnings denied (host crates, then boot and kernel
 ## for the appliance target)

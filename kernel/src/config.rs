@@ -8,6 +8,7 @@
 //! | `ip=ADDR/PREFIX` or `ip=dhcp` | the NIC's IPv4 address | `dhcp` |
 //! | `gw=ADDR` | default IPv4 gateway (static `ip=` only) | none |
 //! | `port=N` | TCP port of the 9P server | `564` |
+//! | `offload=on\|off` | negotiate the checksum and segmentation offloads the NIC offers (virtio-net CSUM, GUEST_CSUM, HOST_TSO4: a tap with `vnet_hdr`; QEMU user networking offers none); `off`: smoltcp computes and verifies every checksum and sends MSS-sized frames | `on` |
 //! | `fs=disk\|memory` | what 9P serves: the filesystem on the disk, or the same filesystem on a RAM disk formatted at boot (development only: nothing is stored) | `disk` |
 //! | `disk=nvme0\|virtio0\|BB:DD.F[,...]` | the block device holding the filesystem: the Nth NVMe or virtio-blk device in PCI order, or a PCI address (`[SSSS:]BB:DD.F`, hex); several: the legs of a mirrored volume made by `ninefold mkfs A B` (each put in the place its label names; one that does not come up is missing and the others serve, degraded; `mkfs` is refused for a mirror) | the first one found |
 //! | `mkfs` | format the disk first if it holds no ninefold filesystem (a disk with a damaged one is refused) | off |
@@ -338,6 +339,8 @@ pub struct Config {
     pub port: u16,
     /// IP MTU of the NIC: the largest IP packet sent, and the receive buffers' size.
     pub mtu: u16,
+    /// Negotiate the NIC's checksum and segmentation offloads (`offload=`).
+    pub offload: bool,
     /// What the 9P service serves.
     pub fs: FsSource,
     /// The block device for the filesystem; `None` picks the first one found.
@@ -488,6 +491,7 @@ impl Default for Config {
             gateway: None,
             port: DEFAULT_9P_PORT,
             mtu: DEFAULT_MTU,
+            offload: true,
             fs: FsSource::Disk,
             disk: None,
             mirror: Vec::new(),
@@ -592,6 +596,13 @@ impl Config {
                     .ok()
                     .filter(|m| (576..=MAX_MTU).contains(m))
                     .ok_or(Some("expected an MTU from 576 to 9000"))?
+            }
+            "offload" => {
+                self.offload = match need(value)? {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(Some("expected on or off")),
+                }
             }
             "stats" => {
                 self.stats_port = match need(value)? {
@@ -870,6 +881,9 @@ impl fmt::Display for Config {
         if self.mtu != DEFAULT_MTU {
             write!(f, " mtu={}", self.mtu)?;
         }
+        if !self.offload {
+            f.write_str(" offload=off")?;
+        }
         match self.disk {
             Some(d) => {
                 write!(f, " disk={d}")?;
@@ -1078,7 +1092,7 @@ mod tests {
     #[test]
     fn every_option_parses() {
         let (c, ignored) = parse(
-            "log=debug ip=10.0.2.15/24 gw=10.0.2.2 port=5640 mtu=9000 disk=00:04.0 fs=memory selftest poweroff crash=stackoverflow",
+            "log=debug ip=10.0.2.15/24 gw=10.0.2.2 port=5640 mtu=9000 offload=off disk=00:04.0 fs=memory selftest poweroff crash=stackoverflow",
         );
         assert!(ignored.is_empty(), "{ignored:?}");
         assert_eq!(c.log, LevelFilter::Debug);
@@ -1092,6 +1106,9 @@ mod tests {
         assert_eq!(c.gateway, Some(Ipv4Addr::new(10, 0, 2, 2)));
         assert_eq!(c.port, 5640);
         assert_eq!(c.mtu, 9000);
+        assert!(!c.offload);
+        assert!(parse("").0.offload && parse("offload=off offload=on").0.offload);
+        assert_eq!(parse("offload=maybe").1.len(), 1);
         assert_eq!(c.disk, Some(DiskSelector::Pci(PciAddress::new(0, 0, 4, 0))));
         assert_eq!(c.fs, FsSource::Memory);
         assert!(c.selftest && c.poweroff);

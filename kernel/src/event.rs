@@ -279,10 +279,9 @@ pub enum Event<'a> {
     /// The counters, every 10 s while serving when the work counters changed (with the
     /// `stats:` line).
     Stats {
-        /// The counters document (what the counters service answers).
+        /// The counters document (what the counters service answers; the NIC's
+        /// counters under `nic`).
         counters: &'a Snapshot,
-        /// The NIC's own counters.
-        nic: NicCounts,
     },
     /// The filesystem failed (a write or FLUSH the device failed: it refuses changes
     /// from now on); seen by the housekeeping, within 5 s. Once.
@@ -445,28 +444,6 @@ pub struct BenchResult<'a> {
     /// What went wrong, if the workload failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'a str>,
-}
-
-/// The NIC's counters ([`Event::Stats`]).
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct NicCounts {
-    /// Frames and bytes received, the longest frame (bytes, from the destination MAC
-    /// address on; above 1514: jumbo frames), receive errors.
-    pub rx_frames: u64,
-    /// See `rx_frames`.
-    pub rx_bytes: u64,
-    /// See `rx_frames`.
-    pub rx_longest: u64,
-    /// See `rx_frames`.
-    pub rx_errors: u64,
-    /// Frames and bytes sent, frames dropped, times the transmit queue was full.
-    pub tx_frames: u64,
-    /// See `tx_frames`.
-    pub tx_bytes: u64,
-    /// See `tx_frames`.
-    pub tx_dropped: u64,
-    /// See `tx_frames`.
-    pub tx_queue_full: u64,
 }
 
 /// A step of the clean shutdown ([`Event::Shutdown`]): `step` says which, the other

@@ -71,10 +71,7 @@ impl<V: ServedVolume> Monitor<V> {
             .json();
             if key != last {
                 log::info!("stats: {}", s.json());
-                crate::event::emit(crate::event::Event::Stats {
-                    counters: &s,
-                    nic: self.listener.stack().nic_counters().counts(),
-                });
+                crate::event::emit(crate::event::Event::Stats { counters: &s });
                 last = key;
             }
         }
@@ -121,7 +118,10 @@ impl<V: ServedVolume> Source for Monitor<V> {
                 .collect(),
             nic: {
                 let (notifications, notifications_suppressed) = hal::virtio::kick_counts();
+                let stack = self.listener.stack();
                 NicReport {
+                    counts: stack.nic_counters().counts(),
+                    offloads: stack.nic_offloads(),
                     notifications,
                     notifications_suppressed,
                 }

@@ -40,7 +40,7 @@ pub struct Snapshot {
     pub idle_ms: u64,
     /// Every CPU online, by index.
     pub cpus: Vec<CpuReport>,
-    /// The network interface's queue notifications.
+    /// The network interface: frames, offloads, queue notifications.
     pub nic: NicReport,
     /// The block devices in use.
     pub devices: Vec<DeviceReport>,
@@ -60,9 +60,15 @@ pub struct Snapshot {
     pub power: PowerReport,
 }
 
-/// The virtio-net device's queue notifications (`hal/virtio/event_idx.rs`).
+/// The virtio-net device: its frame counters (`net::stats`), the offloads negotiated
+/// (`net::offload`) and its queue notifications (`hal/virtio/event_idx.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct NicReport {
+    /// Frames and bytes each way, checksums and segmentation.
+    #[serde(flatten)]
+    pub counts: crate::net::stats::NicCounts,
+    /// The checksum and segmentation offloads in effect (`offload=`).
+    pub offloads: crate::net::offload::Offloads,
     /// Notifications (trapped MMIO writes) sent to the device.
     pub notifications: u64,
     /// Notifications skipped because the device had not asked for them
@@ -296,6 +302,18 @@ const KERNEL_RULES: &[Rule] = &[
     Rule::counter("idle_ms")
         .named("idle_seconds")
         .help("Time the boot CPU was idle (halted): 1 - rate() of it is how busy it is (every CPU: cpu_idle_seconds)."),
+    Rule::gauge("nic.rx_longest")
+        .named("nic_rx_longest_frame_bytes")
+        .help("Longest frame the NIC received (above 1514: jumbo frames)."),
+    Rule::gauge("nic.offloads.csum")
+        .named("nic_offload_tx_checksum")
+        .help("1 if the NIC completes the TCP checksums of frames sent (VIRTIO_NET_F_CSUM)."),
+    Rule::gauge("nic.offloads.guest_csum")
+        .named("nic_offload_rx_checksum")
+        .help("1 if the NIC may vouch for the checksums of frames received (VIRTIO_NET_F_GUEST_CSUM)."),
+    Rule::gauge("nic.offloads.tso4")
+        .named("nic_offload_tso")
+        .help("1 if the NIC segments large TCP/IPv4 frames sent (VIRTIO_NET_F_HOST_TSO4)."),
     Rule::counter("nic.notifications")
         .named("nic_notifications")
         .help("Queue notifications written to the virtio-net device (each a trapped MMIO write)."),
@@ -467,6 +485,19 @@ mod tests {
             uptime_ms: 1234,
             idle_ms: 1000,
             nic: NicReport {
+                counts: crate::net::stats::NicCounts {
+                    tx_frames: 20,
+                    tx_bytes: 1 << 20,
+                    tx_gso_frames: 16,
+                    tx_gso_segments: 719,
+                    rx_longest: 1514,
+                    ..Default::default()
+                },
+                offloads: crate::net::offload::Offloads {
+                    csum: true,
+                    guest_csum: true,
+                    tso4: false,
+                },
                 notifications: 10,
                 notifications_suppressed: 30,
             },
@@ -626,6 +657,12 @@ mod tests {
             "ninefold_idle_seconds_total 1".to_string(),
             "ninefold_cpu_idle_seconds_total{cpu=\"1\"} 2.5".to_string(),
             "ninefold_nic_notifications_suppressed_total 30".to_string(),
+            "ninefold_nic_tx_frames_total 20".to_string(),
+            "ninefold_nic_tx_bytes_total 1048576".to_string(),
+            "ninefold_nic_tx_gso_segments_total 719".to_string(),
+            "ninefold_nic_rx_longest_frame_bytes 1514".to_string(),
+            "ninefold_nic_offload_tx_checksum 1".to_string(),
+            "ninefold_nic_offload_tso 0".to_string(),
             "ninefold_cpu_apic_id{cpu=\"1\"} 2".to_string(),
             "ninefold_cpu_remote_tasks_total{cpu=\"1\"} 1".to_string(),
             "ninefold_cpu_tsc_skew_bound_seconds{cpu=\"1\"} 0.0000015".to_string(),

@@ -536,6 +536,22 @@ impl Qemu {
         self
     }
 
+    /// A modern virtio-net NIC on the existing tap device `ifname` (QEMU `-netdev tap`,
+    /// no scripts, no vhost, with the virtio-net header: the device offers checksum and
+    /// segmentation offloads, which QEMU's user networking does not). The test makes
+    /// the tap, gives the host side an address and reaches the appliance at its own
+    /// (`ip=`); see tests/tests/offload.rs.
+    pub fn virtio_net_tap(mut self, ifname: &str) -> Self {
+        let id = self.id("net");
+        self.args.extend([
+            "-netdev".into(),
+            format!("tap,id={id},ifname={ifname},script=no,downscript=no,vhost=off,vnet_hdr=on"),
+            "-device".into(),
+            format!("virtio-net-pci,netdev={id},disable-legacy=on,romfile="),
+        ]);
+        self
+    }
+
     /// QEMU's `edu` test device (1234:11e8), which raises an MSI on request.
     pub fn edu(self) -> Self {
         self.args(&["-device", "edu"])
@@ -668,6 +684,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// QEMU's process id (to read its CPU time in `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The serial console so far.
     pub fn serial(&self) -> String {
         String::from_utf8_lossy(&self.serial.lock().unwrap()).replace('\r', "")

@@ -1,8 +1,9 @@
 //! A 9P2000.L client over real TCP, for tests that drive the appliance through QEMU's
-//! host forward (`Qemu::virtio_net_forward`).
+//! host forward (`Qemu::virtio_net_forward`), or at its own address on a tap device
+//! (`Qemu::virtio_net_tap`).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use ninep::testing::{Client, Exchange};
@@ -48,8 +49,15 @@ pub fn stream(port: u16) -> TcpStream {
 /// A versioned client (msize 1 MiB) on `127.0.0.1:port`, retrying for up to `wait` while
 /// the appliance comes up.
 pub fn connect(port: u16, wait: Duration) -> Client<Tcp> {
-    let s = versioned(port, wait)
-        .unwrap_or_else(|| panic!("no 9P server answered on 127.0.0.1:{port} within {wait:?}"));
+    connect_to(SocketAddr::from(([127, 0, 0, 1], port)), wait)
+}
+
+/// A versioned client (msize 1 MiB) on `addr`, retrying for up to `wait` while the
+/// appliance comes up.
+pub fn connect_to(addr: SocketAddr, wait: Duration) -> Client<Tcp> {
+    let s = versioned_timed_to(addr, wait)
+        .map(|(s, _)| s)
+        .unwrap_or_else(|| panic!("no 9P server answered on {addr} within {wait:?}"));
     Client::new(Tcp(s))
 }
 
@@ -134,6 +142,11 @@ fn versioned(port: u16, wait: Duration) -> Option<TcpStream> {
 
 /// [`versioned`], and how long each part of it took.
 pub fn versioned_timed(port: u16, wait: Duration) -> Option<(TcpStream, Handshake)> {
+    versioned_timed_to(SocketAddr::from(([127, 0, 0, 1], port)), wait)
+}
+
+/// [`versioned_timed`] to `addr`.
+fn versioned_timed_to(addr: SocketAddr, wait: Duration) -> Option<(TcpStream, Handshake)> {
     let started = Instant::now();
     let deadline = started + wait;
     let mut tries = 0;
@@ -143,7 +156,7 @@ pub fn versioned_timed(port: u16, wait: Duration) -> Option<(TcpStream, Handshak
         }
         tries += 1;
         let before = Instant::now();
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };

@@ -3,12 +3,19 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// The counters as JSON (the service's answer to `json`).
 pub fn json(port: u16) -> serde_json::Value {
-    let text = request(port, "json");
+    json_at(SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// The counters as JSON, from the service at `addr` (the appliance's own address on a
+/// tap device).
+pub fn json_at(addr: SocketAddr) -> serde_json::Value {
+    let text =
+        exchange_at(addr, "json\n", Duration::from_secs(30)).expect("reading the stats answer");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("stats port answered {text:?}: {e}"))
 }
 
@@ -31,7 +38,12 @@ pub fn try_request(port: u16, line: &str, wait: Duration) -> std::io::Result<Str
 
 /// Sends `request`, reads the answer until the service closes.
 fn exchange(port: u16, request: &str, wait: Duration) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    exchange_at(SocketAddr::from(([127, 0, 0, 1], port)), request, wait)
+}
+
+/// [`exchange`] with the service at `addr`.
+fn exchange_at(addr: SocketAddr, request: &str, wait: Duration) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, wait)?;
     s.set_read_timeout(Some(wait))?;
     s.write_all(request.as_bytes())?;
     let mut out = String::new();

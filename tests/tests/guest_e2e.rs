@@ -177,11 +177,12 @@ fn linux_guest_mounts_the_appliance_over_jumbo_frames() {
     let net = format!("dgram:{guest_port}:{appliance_port}");
     let args = ["--net", &net, "--ip", "10.0.4.2/24", "--mtu", "9000"];
     run_fsops(&mut vm, &args, "10.0.4.1", 564, "jumbo");
-    // The `stats` events carry the NIC's counters (every 10 s while the counters
-    // change): take the first after the guest's connection closed.
+    // The `stats` events carry the counters document, the NIC's counters in it (every
+    // 10 s while the counters change): take the first after the guest's connection
+    // closed.
     let closed = vm.wait_for_event("conn_closed", json!({"how": "closed_by_peer"}));
     let stats = vm.wait_for_event_following(&closed, "stats", ninefold_tests::any());
-    let longest = stats["nic"]["rx_longest"].as_u64().unwrap_or(0);
+    let longest = stats["counters"]["nic"]["rx_longest"].as_u64().unwrap_or(0);
     assert!(
         (1515..=9014).contains(&longest),
         "no jumbo frame arrived: {stats}"

@@ -1,12 +1,15 @@
 //! [`NetQueues`]: a virtio-net device's receive and transmit buffers.
 //!
-//! Every buffer is a DMA stream sized for the MTU. The device holds all receive buffers
-//! until a frame arrives in one; the frame is handed out as an [`RxFrame`] and its buffer
-//! goes back to the device when the frame is recycled. Transmit buffers come from a free
-//! list (the device returns them when a frame has been sent), are filled as a [`TxFrame`]
-//! and handed to the device. Who holds a buffer while the device does is
-//! `hal::virtio::NetDevice`'s business; nothing here waits: completions are noticed by
-//! polling, typically after a queue interrupt.
+//! Every buffer is a DMA stream sized for the MTU, but for [`GSO_BUFFERS`] transmit
+//! buffers of 64 KiB set aside when the device segments for us (TSO: `net::offload`).
+//! The device holds all receive buffers until a frame arrives in one; the frame is
+//! handed out as an [`RxFrame`] (with the virtio-net header the device wrote) and its
+//! buffer goes back to the device when the frame is recycled. Transmit buffers come from
+//! a free list (the device returns them when a frame has been sent; the large ones to a
+//! list of their own, so at most [`GSO_BUFFERS`] exist), are filled as a [`TxFrame`]
+//! (with a header saying what the device is to do) and handed to the device. Who holds
+//! a buffer while the device does is `hal::virtio::NetDevice`'s business; nothing here
+//! waits: completions are noticed by polling, typically after a queue interrupt.
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -17,6 +20,7 @@ use virtio_drivers::Error;
 
 use crate::hal::virtio::{Doorbells, NetDevice, RxError, NET_QUEUE_SIZE};
 use crate::mm::{DmaDevice, DmaStream};
+use crate::net::offload::{NetHeader, Offloads, GSO_MAX_FRAME};
 
 /// Ethernet header length (no VLAN tag): a frame is this plus the IP packet.
 pub const ETHERNET_HEADER: usize = 14;
@@ -24,6 +28,13 @@ pub const ETHERNET_HEADER: usize = 14;
 const VIRTIO_HEADER_ROOM: usize = 16;
 /// Descriptors per queue.
 pub const QUEUE_SIZE: usize = NET_QUEUE_SIZE;
+/// Transmit buffers for frames the device segments (TSO), allocated when TSO is
+/// negotiated: 16 of 64 KiB, 1 MiB in all, a whole 1 MiB read reply in flight. While
+/// every one is with the device, segments go out one by one in ordinary buffers.
+pub const GSO_BUFFERS: usize = 16;
+/// Size of each of them: the longest frame smoltcp may build for segmentation and the
+/// virtio-net header's room.
+const GSO_BUFFER_LEN: usize = GSO_MAX_FRAME + VIRTIO_HEADER_ROOM;
 
 /// Size of each receive and transmit buffer for IP MTU `mtu`: the longest frame plus the
 /// virtio-net header, rounded up to 64 bytes. Without mergeable or large receive buffers
@@ -49,10 +60,20 @@ impl RxFrame {
     pub fn data(&self) -> &[u8] {
         &self.buf.as_slice()[self.frame.clone()]
     }
+
+    /// The frame, to complete a checksum in it (`net::offload::check_rx`).
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.buf.as_mut_slice()[self.frame.clone()]
+    }
+
+    /// The virtio-net header the device wrote in front of the frame.
+    pub fn header(&self) -> NetHeader {
+        NetHeader::read(&self.buf.as_slice()[..self.frame.start])
+    }
 }
 
 /// A transmit buffer with the virtio-net header already written; fill it and pass it to
-/// [`NetQueues::transmit`] (or drop it).
+/// [`NetQueues::transmit`] (or [`NetQueues::discard`], which keeps the buffer).
 pub struct TxFrame {
     buf: DmaStream,
     header: usize,
@@ -65,9 +86,16 @@ impl fmt::Debug for TxFrame {
 }
 
 impl TxFrame {
-    /// The first `len` bytes of the frame, to fill (`len` ≤ [`NetQueues::max_frame`]).
+    /// The first `len` bytes of the frame, to fill (`len` at most what the buffer was
+    /// asked for: [`NetQueues::tx_buffer`]).
     pub fn frame_mut(&mut self, len: usize) -> &mut [u8] {
         &mut self.buf.as_mut_slice()[self.header..self.header + len]
+    }
+
+    /// Sets the virtio-net header's fields (checksum and segmentation offload); it says
+    /// nothing unless set.
+    pub fn set_header(&mut self, header: &NetHeader) {
+        header.write(self.buf.as_mut_slice());
     }
 }
 
@@ -77,11 +105,15 @@ pub struct NetQueues {
     dma: DmaDevice,
     /// Transmit buffers ready for reuse.
     tx_free: Vec<DmaStream>,
+    /// The large transmit buffers ready for reuse (only with TSO).
+    gso_free: Vec<DmaStream>,
     tx_in_flight: usize,
-    /// Longest frame (without FCS) sent or received.
+    /// Longest frame (without FCS) sent or received, but for frames the device segments.
     max_frame: usize,
-    /// Size of every buffer.
+    /// Size of every buffer but the large transmit ones.
     buffer_len: usize,
+    /// The offloads negotiated (TSO only if its buffers could be allocated).
+    offloads: Offloads,
 }
 
 impl fmt::Debug for NetQueues {
@@ -96,19 +128,27 @@ impl NetQueues {
     /// Initialises the device behind `transport`, whose bus mastering `dma` holds, for IP
     /// MTU `mtu`, and gives it a full receive queue. Starts its bus mastering. Queue
     /// notifications go through the doorbells `doorbells` locates, if given
-    /// (`hal::virtio::Doorbells`: each read when its queue is set up).
+    /// (`hal::virtio::Doorbells`: each read when its queue is set up). With `offload`
+    /// (`offload=on`), the checksum and segmentation offloads the device offers are
+    /// negotiated ([`NetQueues::offloads`]).
     pub fn new(
         transport: PciTransport,
         dma: &DmaDevice,
         mtu: u16,
         doorbells: Option<Doorbells>,
+        offload: bool,
     ) -> Result<Self, Error> {
-        let device = NetDevice::new(transport, dma, doorbells)?;
+        let wanted = Offloads::wanted(offload);
+        let device = NetDevice::new(transport, dma, doorbells, move |offered| {
+            Offloads::negotiate(offered, wanted)
+        })?;
         dma.start();
         let mut q = NetQueues {
+            offloads: Offloads::from_features(device.features()),
             device,
             dma: dma.clone(),
             tx_free: Vec::new(),
+            gso_free: Vec::new(),
             tx_in_flight: 0,
             max_frame: usize::from(mtu) + ETHERNET_HEADER,
             buffer_len: buffer_len(mtu),
@@ -117,11 +157,50 @@ impl NetQueues {
             let buf = q.buffer()?;
             q.device.post_rx(buf)?;
         }
+        if q.offloads.tso4 {
+            // Negotiated TSO need not be used: without its buffers, it is not.
+            let bufs: Result<Vec<_>, _> = (0..GSO_BUFFERS)
+                .map(|_| DmaStream::alloc(dma, GSO_BUFFER_LEN))
+                .collect();
+            match bufs {
+                Ok(bufs) => q.gso_free = bufs,
+                Err(_) => {
+                    log::warn!(
+                        "virtio-net: no memory for the TSO transmit buffers; not segmenting"
+                    );
+                    q.offloads.tso4 = false;
+                }
+            }
+        }
         Ok(q)
     }
 
+    /// The offloads in effect.
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
+    }
+
+    /// A large transmit buffer, for a frame the device segments (TSO: `net::offload::Gso`,
+    /// up to [`GSO_MAX_FRAME`] bytes), if TSO is in effect, the queue has room and one is
+    /// free.
+    pub fn gso_buffer(&mut self) -> Option<TxFrame> {
+        if !self.offloads.tso4 {
+            return None;
+        }
+        self.reap_tx();
+        if !self.device.can_send() {
+            return None;
+        }
+        let mut buf = self.gso_free.pop()?;
+        let header = self
+            .device
+            .fill_header(&mut buf)
+            .expect("a buffer holds the header");
+        Some(TxFrame { buf, header })
+    }
+
     /// The longest frame (from the destination MAC address on, without FCS) this NIC
-    /// sends and receives.
+    /// sends and receives, but for frames the device segments.
     pub fn max_frame(&self) -> usize {
         self.max_frame
     }
@@ -167,7 +246,7 @@ impl NetQueues {
             match done {
                 Ok(buf) => {
                     self.tx_in_flight -= 1;
-                    self.tx_free.push(buf);
+                    self.give_back(buf);
                     n += 1;
                 }
                 Err(e) => {
@@ -179,11 +258,11 @@ impl NetQueues {
         n
     }
 
-    /// A transmit buffer, if the queue has room for another frame (and there is memory
-    /// for it).
-    pub fn tx_buffer(&mut self) -> Option<TxFrame> {
+    /// A transmit buffer for a frame of `len` bytes (at most [`NetQueues::max_frame`]),
+    /// if the queue has room for another frame (and there is memory for it).
+    pub fn tx_buffer(&mut self, len: usize) -> Option<TxFrame> {
         self.reap_tx();
-        if !self.device.can_send() {
+        if !self.device.can_send() || len > self.max_frame {
             return None;
         }
         let mut buf = match self.tx_free.pop() {
@@ -197,16 +276,32 @@ impl NetQueues {
         Some(TxFrame { buf, header })
     }
 
+    /// Gives back a transmit buffer that will not be sent.
+    pub fn discard(&mut self, frame: TxFrame) {
+        self.give_back(frame.buf);
+    }
+
+    /// Puts a transmit buffer back on its free list.
+    fn give_back(&mut self, buf: DmaStream) {
+        match buf.len() {
+            GSO_BUFFER_LEN => self.gso_free.push(buf),
+            _ => self.tx_free.push(buf),
+        }
+    }
+
     /// Sends the first `len` bytes of `frame`'s frame.
     pub fn transmit(&mut self, frame: TxFrame, len: usize) -> Result<(), Error> {
-        assert!(len <= self.max_frame, "frame of {len} bytes");
+        assert!(
+            frame.header + len <= frame.buf.len(),
+            "frame of {len} bytes"
+        );
         match self.device.transmit(frame.buf, frame.header + len) {
             Ok(()) => {
                 self.tx_in_flight += 1;
                 Ok(())
             }
             Err((buf, e)) => {
-                self.tx_free.push(buf);
+                self.give_back(buf);
                 Err(e)
             }
         }

@@ -4,6 +4,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`nic`] | virtio-net (modern PCI) as a smoltcp device; MSI-X wake-ups, polling fallback |
+//! | [`offload`] | checksum and segmentation offload: what smoltcp leaves to the device, and the work on each frame around it |
 //! | [`stack`] | interface, sockets, DHCP, and the task that polls them |
 //! | [`sockets`] | the socket table: a set per socket, frames routed by 4-tuple, only due sockets polled |
 //! | [`tcp`] | a smoltcp TCP socket as a 9P `Transport` |
@@ -21,10 +22,10 @@ pub mod limits;
 pub mod listener;
 #[cfg(target_os = "none")]
 pub mod nic;
+pub mod offload;
 pub mod sockets;
 #[cfg(target_os = "none")]
 pub mod stack;
-#[cfg(target_os = "none")]
 pub mod stats;
 #[cfg(target_os = "none")]
 pub mod stats_port;
@@ -89,7 +90,7 @@ mod serve_impl {
         heap_bytes: u64,
     ) -> Result<Rc<Listener<AdminFs<F>>>, NetError> {
         let dev = Nic::find().ok_or(NetError::NoNic)?;
-        let nic = Nic::new(dev, config.mtu).map_err(NetError::Nic)?;
+        let nic = Nic::new(dev, config.mtu, config.offload).map_err(NetError::Nic)?;
         let (stack, poller) = Stack::new(nic, config.ip, config.gateway);
         task::spawn(poller.run());
         let address = stack.wait_configured().await;

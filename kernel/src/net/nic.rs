@@ -5,10 +5,24 @@
 //! still works and the poll task polls it on a short timer instead
 //! ([`Nic::interrupts`] says which).
 //!
-//! Frames are copied once each way between the device's buffers and smoltcp (smoltcp's
-//! tokens hand out borrowed slices); the buffers themselves are DMA streams managed by
-//! [`NetQueues`] (`drivers::virtio_net`), which the `hal` keeps with the device while it
-//! holds them.
+//! smoltcp builds each frame straight in a transmit buffer and reads each received one
+//! in its receive buffer (its tokens hand out borrowed slices); the buffers themselves
+//! are DMA streams managed by [`NetQueues`] (`drivers::virtio_net`), which the `hal`
+//! keeps with the device while it holds them.
+//!
+//! The checksum and segmentation offloads the device offers (`offload=on`, the
+//! default) are negotiated at bring-up: smoltcp is told which checksums to leave out
+//! ([`Offloads::checksum_caps`]) and every frame goes through `net::offload` on its way
+//! out ([`prepare_tx`]: the virtio-net header that asks the device to complete its
+//! checksum) and in ([`check_rx`]: the checksums the device did not vouch for). With
+//! TSO, the segments smoltcp emits for one connection in a sending pass are joined into
+//! one frame the device segments ([`Gso`]): the first full segment is built in one of
+//! the large transmit buffers and held; smoltcp builds each next segment in the same
+//! buffer over the last bytes of the payload before it (kept aside and put back), so a
+//! segment that continues the frame lands where its payload belongs and costs no copy;
+//! one that does not is moved to a buffer of its own and sent after the held frame. The
+//! held frame goes to the device when it ends or has no room, before any other frame,
+//! and at the end of every sending pass ([`Nic::flush`], which the stack calls).
 
 use alloc::sync::Arc;
 use core::cell::RefCell;
@@ -17,9 +31,10 @@ use core::fmt;
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 
+use super::offload::{check_rx, prepare_tx, Gso, Offloads, RxCheck, TxOffload, GSO_MAX_HEADERS};
 use super::stats::NicStats;
 use super::syn_gate::SynGate;
-use crate::drivers::virtio_net::{self, NetQueues, RxFrame};
+use crate::drivers::virtio_net::{self, NetQueues, RxFrame, TxFrame};
 use crate::exec::IrqEvent;
 use crate::hal::virtio;
 use crate::irq::{self, IrqHandle};
@@ -73,6 +88,8 @@ impl fmt::Display for NicError {
 /// The virtio-net device, its queues and its interrupt.
 pub struct Nic {
     queues: RefCell<NetQueues>,
+    /// The offloads in effect (the queues', copied).
+    offloads: Offloads,
     event: Arc<IrqEvent>,
     interrupts: Interrupts,
     pci: PciDevice,
@@ -82,6 +99,8 @@ pub struct Nic {
     syn_gate: Arc<SynGate>,
     /// A received frame [`Nic::peek`] looked at, which `receive` hands out first.
     peeked: Option<Received>,
+    /// The frame for the device to segment being built (TSO), until [`Nic::flush`].
+    held: RefCell<Option<Held>>,
     /// Kept for as long as the NIC lives: they own the vector and the table mapping.
     _irq: Option<(IrqHandle, MsixTable)>,
 }
@@ -103,8 +122,9 @@ impl Nic {
             .or_else(|| device::find(VIRTIO_VENDOR, VIRTIO_NET_TRANSITIONAL).next())
     }
 
-    /// Brings up `dev` for IP MTU `mtu`: queues, receive buffers, MSI-X (or polling).
-    pub fn new(dev: PciDevice, mtu: u16) -> Result<Nic, NicError> {
+    /// Brings up `dev` for IP MTU `mtu`: queues, receive buffers, MSI-X (or polling);
+    /// with `offload`, the checksum and segmentation offloads the device offers.
+    pub fn new(dev: PciDevice, mtu: u16, offload: bool) -> Result<Nic, NicError> {
         // The transport maps the BARs; the queues start bus mastering.
         let dma = DmaDevice::new(dev).map_err(|_| NicError::InUse)?;
         let transport = virtio::pci_transport(&dev).map_err(NicError::Transport)?;
@@ -115,7 +135,9 @@ impl Nic {
                 dev.address()
             );
         }
-        let queues = NetQueues::new(transport, &dma, mtu, doorbells).map_err(NicError::Device)?;
+        let queues =
+            NetQueues::new(transport, &dma, mtu, doorbells, offload).map_err(NicError::Device)?;
+        let offloads = queues.offloads();
         let event = Arc::new(IrqEvent::new());
         let (irq, interrupts) = match route_msix(&dev, &event) {
             Ok((handle, table)) => {
@@ -129,12 +151,14 @@ impl Nic {
         };
         Ok(Nic {
             queues: RefCell::new(queues),
+            offloads,
             event,
             interrupts,
             pci: dev,
             stats: Arc::default(),
             syn_gate: Arc::default(),
             peeked: None,
+            held: RefCell::new(None),
             _irq: irq,
         })
     }
@@ -143,6 +167,11 @@ impl Nic {
     /// ([`SynGate`]); the listener arms it.
     pub fn syn_gate(&self) -> Arc<SynGate> {
         self.syn_gate.clone()
+    }
+
+    /// The offloads in effect.
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
     }
 
     /// The MAC address.
@@ -188,7 +217,7 @@ impl Nic {
             return Some(Received::Kept(kept));
         }
         loop {
-            let frame = match self.queues.get_mut().receive()? {
+            let mut frame = match self.queues.get_mut().receive()? {
                 Ok(frame) => frame,
                 Err(e) => {
                     self.stats.rx_errors.inc();
@@ -200,10 +229,76 @@ impl Nic {
             self.stats.rx_frames.inc();
             self.stats.rx_bytes.add(len);
             self.stats.rx_longest.raise_to(len);
+            let header = frame.header();
+            match check_rx(frame.data_mut(), &header, self.offloads) {
+                RxCheck::Smoltcp => {}
+                RxCheck::Validated => self.stats.rx_csum_validated.inc(),
+                RxCheck::Verified => self.stats.rx_csum_verified.inc(),
+                RxCheck::Completed => self.stats.rx_csum_completed.inc(),
+                RxCheck::Bad => {
+                    self.stats.rx_csum_errors.inc();
+                    self.recycle(frame);
+                    continue;
+                }
+            }
             if self.syn_gate.admits(frame.data()) {
                 return Some(Received::Device(frame));
             }
             self.recycle(frame);
+        }
+    }
+
+    /// Sends the frame being built for the device to segment, if there is one: at the end
+    /// of every sending pass (it would wait for the next one otherwise).
+    pub fn flush(&self) {
+        let held = self.held.borrow_mut().take();
+        if let Some(held) = held {
+            self.send_held(held);
+        }
+    }
+
+    /// Sends a frame built for the device to segment (one segment: as a frame of its own).
+    fn send_held(&self, mut held: Held) {
+        let len = held.gso.len();
+        let (header, done) = held.gso.finish(held.frame.frame_mut(len));
+        held.frame.set_header(&header);
+        self.send(held.frame, len, done);
+    }
+
+    /// Sends the `len`-byte frame in `frame`, its checksum completed by the device when
+    /// it can ([`prepare_tx`]); a frame unfit for that is dropped, never sent wrong.
+    fn send_single(&self, mut frame: TxFrame, len: usize) {
+        match prepare_tx(frame.frame_mut(len), self.offloads) {
+            Ok((header, done)) => {
+                frame.set_header(&header);
+                self.send(frame, len, done);
+            }
+            Err(why) => {
+                self.stats.tx_dropped.inc();
+                log::warn!("net: transmit: {why:?} frame of {len} bytes dropped");
+                self.queues.borrow_mut().discard(frame);
+            }
+        }
+    }
+
+    /// Hands a frame, its header written, to the device, and counts it.
+    fn send(&self, frame: TxFrame, len: usize, done: TxOffload) {
+        let stats = &self.stats;
+        if let Err(e) = self.queues.borrow_mut().transmit(frame, len) {
+            stats.tx_dropped.inc();
+            log::warn!("net: transmit: {e:?}");
+            return;
+        }
+        stats.tx_frames.inc();
+        stats.tx_bytes.add(len as u64);
+        match done {
+            TxOffload::None => {}
+            TxOffload::Checksum => stats.tx_csum_offloaded.inc(),
+            TxOffload::Segments(n) => {
+                stats.tx_csum_offloaded.inc();
+                stats.tx_gso_frames.inc();
+                stats.tx_gso_segments.add(u64::from(n));
+            }
         }
     }
 
@@ -214,6 +309,25 @@ impl Nic {
             log::error!("net: reposting a receive buffer: {e:?}");
         }
     }
+}
+
+/// A frame for the device to segment, being built in a large transmit buffer.
+#[derive(Debug)]
+struct Held {
+    frame: TxFrame,
+    gso: Gso,
+}
+
+/// Where smoltcp builds the frame a transmit token is used for.
+enum Build {
+    /// At the end of the held frame, which it may continue.
+    Continue(Held),
+    /// In a large buffer: it may start a frame to segment.
+    Start(TxFrame),
+    /// In a buffer of its own.
+    Alone(TxFrame),
+    /// In no buffer: it cannot be sent.
+    Nowhere,
 }
 
 /// A frame for the stack.
@@ -285,29 +399,77 @@ impl phy::RxToken for RxToken<'_> {
 
 impl phy::TxToken for TxToken<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut queues = self.nic.queues.borrow_mut();
-        let fits = len <= queues.max_frame();
-        let buffer = queues.tx_buffer();
-        drop(queues);
-        let Some(mut frame) = buffer.filter(|_| fits) else {
-            // `transmit` checked for room, so only an oversized frame gets here; smoltcp
-            // needs a buffer to build it in regardless.
-            self.nic.stats.tx_dropped.inc();
-            let mut scratch = alloc::vec![0u8; len];
-            return f(&mut scratch);
-        };
-        let r = f(frame.frame_mut(len));
-        match self.nic.queues.borrow_mut().transmit(frame, len) {
-            Ok(()) => {
-                self.nic.stats.tx_frames.inc();
-                self.nic.stats.tx_bytes.add(len as u64);
+        let nic = self.nic;
+        let held = nic.held.borrow_mut().take();
+        let build = match held {
+            Some(held) if held.gso.has_room(len) => Build::Continue(held),
+            held => {
+                // Whatever this frame is, it goes out after the held one.
+                if let Some(held) = held {
+                    nic.send_held(held);
+                }
+                let mut queues = nic.queues.borrow_mut();
+                let large = (len >= Gso::MIN_START)
+                    .then(|| queues.gso_buffer())
+                    .flatten();
+                match large {
+                    Some(frame) => Build::Start(frame),
+                    None => queues.tx_buffer(len).map_or(Build::Nowhere, Build::Alone),
+                }
             }
-            Err(e) => {
-                self.nic.stats.tx_dropped.inc();
-                log::warn!("net: transmit: {e:?}");
+        };
+        match build {
+            Build::Continue(mut held) => {
+                // Built over the end of the frame: its payload follows the frame's. The
+                // bytes its headers cover are kept and put back.
+                let (at, hdr) = (held.gso.next_at(), held.gso.hdr_len());
+                let mut kept = [0u8; GSO_MAX_HEADERS];
+                let buf = &mut held.frame.frame_mut(at + len)[at..];
+                kept[..hdr].copy_from_slice(&buf[..hdr]);
+                let r = f(buf);
+                if held.gso.accepts(buf) {
+                    buf[..hdr].copy_from_slice(&kept[..hdr]);
+                    match held.gso.is_ended() {
+                        true => nic.send_held(held),
+                        false => *nic.held.borrow_mut() = Some(held),
+                    }
+                    return r;
+                }
+                // It does not continue the frame: moved to a buffer of its own, sent after.
+                let own = nic.queues.borrow_mut().tx_buffer(len);
+                let own = own.map(|mut own| {
+                    own.frame_mut(len).copy_from_slice(buf);
+                    own
+                });
+                buf[..hdr].copy_from_slice(&kept[..hdr]);
+                nic.send_held(held);
+                match own {
+                    Some(own) => nic.send_single(own, len),
+                    None => nic.stats.tx_dropped.inc(),
+                }
+                r
+            }
+            Build::Start(mut frame) => {
+                let r = f(frame.frame_mut(len));
+                match Gso::start(frame.frame_mut(len)) {
+                    Some(gso) => *nic.held.borrow_mut() = Some(Held { frame, gso }),
+                    None => nic.send_single(frame, len),
+                }
+                r
+            }
+            Build::Alone(mut frame) => {
+                let r = f(frame.frame_mut(len));
+                nic.send_single(frame, len);
+                r
+            }
+            Build::Nowhere => {
+                // `transmit` checked for room, so only an oversized frame gets here;
+                // smoltcp needs a buffer to build it in regardless.
+                nic.stats.tx_dropped.inc();
+                let mut scratch = alloc::vec![0u8; len];
+                f(&mut scratch)
             }
         }
-        r
     }
 }
 
@@ -326,8 +488,10 @@ impl phy::Device for Nic {
     fn transmit(&mut self, _now: Instant) -> Option<TxToken<'_>> {
         let q = self.queues.get_mut();
         q.reap_tx();
-        // Room for one frame: `tx_buffer` checks again when the token is used.
-        if q.tx_in_flight() + 2 > virtio_net::QUEUE_SIZE {
+        // Room for one frame after the held one (sent first if this one does not
+        // continue it): the buffers' own checks apply again when the token is used.
+        let held = usize::from(self.held.get_mut().is_some());
+        if q.tx_in_flight() + held + 2 > virtio_net::QUEUE_SIZE {
             self.stats.tx_queue_full.inc();
             return None;
         }
@@ -338,6 +502,7 @@ impl phy::Device for Nic {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
         caps.max_transmission_unit = self.queues.borrow().max_frame();
+        caps.checksum = self.offloads.checksum_caps();
         caps
     }
 }

@@ -32,6 +32,7 @@ use smoltcp::socket::{dhcpv4, tcp, AnySocket};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpCidr, Ipv4Cidr};
 
 use super::nic::{Interrupts, Nic};
+use super::offload::Offloads;
 use super::sockets::{Route, SockId, SocketCell, Sockets};
 use super::stats::NicStats;
 use super::syn_gate::SynGate;
@@ -73,6 +74,7 @@ pub struct Stack {
     /// The NIC's counters, and the event its interrupt signals (counts interrupts).
     nic_stats: Arc<NicStats>,
     nic_event: Arc<IrqEvent>,
+    nic_offloads: Offloads,
 }
 
 impl core::fmt::Debug for Stack {
@@ -137,12 +139,26 @@ impl Stack {
                 (None, Some(cidr))
             }
         };
+        let o = nic.offloads();
         log::info!(
-            "net: {} MAC {mac}, {}",
+            "net: {} MAC {mac}, {}; offloads: {}",
             nic.pci().address(),
             match nic.interrupts() {
                 Interrupts::MsiX { vector } => alloc::format!("MSI-X vector {vector:#x}"),
                 Interrupts::Polling => alloc::format!("polled every {POLL_FALLBACK:?}"),
+            },
+            match [
+                (o.csum, "transmit checksums"),
+                (o.guest_csum, "receive checksums"),
+                (o.tso4, "TSO"),
+            ]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, what)| *what)
+            .collect::<alloc::vec::Vec<_>>()
+            {
+                v if v.is_empty() => alloc::string::String::from("none"),
+                v => v.join(", "),
             }
         );
         let poller_event = (nic.event(), nic.interrupts() == Interrupts::Polling);
@@ -156,6 +172,7 @@ impl Stack {
             polls: AtomicU64::new(0),
             nic_stats: nic.stats(),
             nic_event: nic.event(),
+            nic_offloads: nic.offloads(),
             engine: spin::Mutex::new(Engine { iface, nic, dhcp }),
         });
         let poller = Poller {
@@ -182,6 +199,7 @@ impl Stack {
         let Engine { iface, nic, .. } = &mut *engine;
         let due = self.sockets.lock().egress_one(h, |set| {
             while iface.poll_egress(now, nic, set) != PollResult::None {}
+            nic.flush();
             iface.poll_at(now, set)
         });
         // The poll task sleeps until the earliest time a socket asked for when it last
@@ -295,6 +313,11 @@ impl Stack {
         &self.nic_stats
     }
 
+    /// The offloads in effect on the NIC.
+    pub fn nic_offloads(&self) -> Offloads {
+        self.nic_offloads
+    }
+
     /// Times the interface was polled.
     pub fn polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)
@@ -334,8 +357,12 @@ impl Poller {
             }
             let next = sockets.egress(now, |set| {
                 while iface.poll_egress(now, nic, set) != PollResult::None {}
+                // The end of a socket's pass: its segments are joined, and sent.
+                nic.flush();
                 iface.poll_at(now, set)
             });
+            // Nothing is held past a pass (a reply smoltcp made while taking frames in).
+            nic.flush();
             if ingress < ACK_EVERY_FRAMES {
                 break next;
             }

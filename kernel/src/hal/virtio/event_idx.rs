@@ -21,7 +21,17 @@
 //! when the queue is set up and sends the notifications that remain itself, in one MMIO
 //! write: the crate's transport finds the register anew each time, in three trapped
 //! accesses.
+//!
+//! It also negotiates the features the crate does not know: the crate accepts a fixed
+//! set (`SUPPORTED_FEATURES` of its net device: no checksum or segmentation offload), so
+//! when the crate writes the driver's features this adds the ones the driver asked for
+//! ([`EventIdxTransport::with_features`]) that the device offers, filtered by a rule
+//! the driver gives, and records what was written. The crate's own handling of the
+//! device does not change with them: they only allow the driver to set fields of the
+//! virtio-net header the crate leaves at zero.
 
+use alloc::boxed::Box;
+use alloc::sync::Arc;
 use core::fmt;
 use core::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -70,6 +80,11 @@ pub struct EventIdxTransport<T: Transport> {
     /// Each queue's notification register, found at its setup (`queue_set`).
     doorbells: [Option<MmioRegion>; QUEUES],
     stats: &'static KickStats,
+    /// Features to add when the device offers them: the device's offer goes through
+    /// the rule, whose result is added ([`EventIdxTransport::with_features`]).
+    extra: Option<Box<dyn Fn(u64) -> u64 + Send>>,
+    /// The features written to the device, once negotiated.
+    negotiated: Arc<AtomicU64>,
 }
 
 impl<T: Transport> fmt::Debug for EventIdxTransport<T> {
@@ -102,7 +117,22 @@ impl<T: Transport> EventIdxTransport<T> {
             locator,
             doorbells: [const { None }; QUEUES],
             stats,
+            extra: None,
+            negotiated: Arc::default(),
         }
+    }
+
+    /// Also negotiates the features `rule` picks from those the device offers (it gets
+    /// the device's offer and returns the bits to add), beyond the ones the crate asks
+    /// for; the features written in the end are readable through the returned cell
+    /// once the crate has initialised the device.
+    pub fn with_features(
+        mut self,
+        rule: impl Fn(u64) -> u64 + Send + 'static,
+    ) -> (Self, Arc<AtomicU64>) {
+        self.extra = Some(Box::new(rule));
+        let negotiated = self.negotiated.clone();
+        (self, negotiated)
     }
 
     /// Whether the device asked to be notified of queue `queue`'s new buffers.
@@ -141,7 +171,15 @@ impl<T: Transport> Transport for EventIdxTransport<T> {
 
     fn write_driver_features(&mut self, driver_features: u64) {
         self.event_idx = driver_features & EVENT_IDX != 0;
-        self.inner.write_driver_features(driver_features)
+        let offered = self.inner.read_device_features();
+        // Only bits the device offers: a driver must not accept others.
+        let extra = self
+            .extra
+            .as_ref()
+            .map_or(0, |rule| rule(offered) & offered);
+        let features = driver_features | extra;
+        self.negotiated.store(features, Ordering::Relaxed);
+        self.inner.write_driver_features(features)
     }
 
     fn max_queue_size(&mut self, queue: u16) -> u32 {

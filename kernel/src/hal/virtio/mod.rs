@@ -11,7 +11,9 @@
 //!   the device hands them back;
 //! - [`NetDevice`] (in `net`): the crate's raw virtio-net device, made safe the same way,
 //!   over `event_idx::EventIdxTransport`, which drops the queue notifications the device
-//!   did not ask for (the crate's event-index test is looser than the specification's).
+//!   did not ask for (the crate's event-index test is looser than the specification's)
+//!   and negotiates the features the crate does not know (checksum and segmentation
+//!   offload, which the driver asks for: `net::offload`).
 //!
 //! The drivers' request logic (virtio-blk's request layout and slots, virtio-net's buffer
 //! recycling) lives in `drivers/` on top of these.

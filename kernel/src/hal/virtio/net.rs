@@ -52,6 +52,8 @@ pub struct NetDevice {
     rx: Vec<Option<LentStream>>,
     /// Transmit buffers the device holds, with the length handed over, by token.
     tx: Vec<Option<(LentStream, usize)>>,
+    /// The feature bits negotiated.
+    features: u64,
 }
 
 impl fmt::Debug for NetDevice {
@@ -66,20 +68,32 @@ impl fmt::Debug for NetDevice {
 impl NetDevice {
     /// Initialises the device behind `transport`, whose bus mastering `device` holds;
     /// queue notifications go through the doorbells `doorbells` locates
-    /// ([`super::Doorbells`]) if given.
+    /// ([`super::Doorbells`]) if given. Besides the features the crate negotiates (MAC,
+    /// STATUS, indirect descriptors, event index, VERSION_1), those `extra` picks from
+    /// the device's offer are accepted (only offered ones): it gets the offer and
+    /// returns the bits wanted. The crate leaves the header fields they concern at
+    /// zero; the driver sets them ([`NetDevice::fill_header`] then its own writes).
     pub fn new(
         transport: PciTransport,
         device: &DmaDevice,
         doorbells: Option<Doorbells>,
+        extra: impl Fn(u64) -> u64 + Send + 'static,
     ) -> Result<NetDevice, Error> {
+        let (transport, negotiated) =
+            EventIdxTransport::new(transport, &KICKS, doorbells).with_features(extra);
+        let raw = VirtIONetRaw::new(transport)?;
         Ok(NetDevice {
-            raw: Some(VirtIONetRaw::new(EventIdxTransport::new(
-                transport, &KICKS, doorbells,
-            ))?),
+            raw: Some(raw),
             device: device.clone(),
             rx: (0..NET_QUEUE_SIZE).map(|_| None).collect(),
             tx: (0..NET_QUEUE_SIZE).map(|_| None).collect(),
+            features: negotiated.load(core::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// The feature bits negotiated with the device.
+    pub fn features(&self) -> u64 {
+        self.features
     }
 
     fn raw(&self) -> &VirtIONetRaw<VirtioHal, EventIdxTransport<PciTransport>, NET_QUEUE_SIZE> {
