@@ -272,6 +272,13 @@ impl Core {
     }
 }
 
+/// Whether every 4 KiB block of `buf` has its checksum in `csums`.
+pub(super) fn blocks_match(buf: &[u8], csums: &[u32]) -> bool {
+    buf.chunks(BLOCK_SIZE)
+        .zip(csums)
+        .all(|(block, &sum)| crc32c(block) == sum)
+}
+
 /// Where the blocks of a [`Piece`] being read go: block `i` of the piece belongs at byte
 /// `at + i * BLOCK_SIZE` of `out` (`at` is negative for a read that starts inside the
 /// piece's first block), and only the part of it inside `out` is kept.
@@ -449,12 +456,10 @@ impl<D: BlockDevice> NineFs<D> {
         buf: &mut [u8],
     ) -> FsResult<()> {
         debug_assert_eq!(buf.len(), csums.len() * BLOCK_SIZE);
-        let good = |b: &[u8]| {
-            b.chunks(BLOCK_SIZE)
-                .zip(csums)
-                .all(|(block, &sum)| crc32c(block) == sum)
-        };
-        let read = self.dev.read_verified(block, buf, good).await;
+        let read = self
+            .dev
+            .read_verified(block, buf, |b| blocks_match(b, csums))
+            .await;
         self.core.lock().stats.data_bytes_read += buf.len() as u64;
         match read {
             Ok(Verified::Good | Verified::Mended) => Ok(()),
