@@ -1,15 +1,25 @@
 //! Receiving a snapshot stream (`docs/format.md`, "Snapshot streams"): the live tree of
 //! the target is made the sent snapshot's tree, then a snapshot of it is taken under the
 //! sent name. That snapshot is the result: it appears whole (its checkpoint) or not at
-//! all; a receive that stops half way leaves a live tree that no longer matches its
-//! base, which the next receive detects and refuses.
+//! all.
 //!
 //! What a target holds is known from its snapshots: the root of every received one
 //! carries [`RECEIVED_XATTR`] (the sender's uuid and the snapshot's checkpoint there).
 //! An incremental stream applies only if a snapshot with its base's identity exists and
 //! the live tree still equals it (compared with [`treediff`], so the check costs what
-//! differs). The stream is read twice ([`StreamSource`]): checked whole first, then
-//! applied, so its size never costs memory and a damaged one changes nothing.
+//! differs); a full one only to an empty live tree.
+//!
+//! The stream is read twice ([`StreamSource`]). The first pass checks it whole before
+//! anything changes: its framing ([`Decoder`]), the order and fields of its records
+//! ([`Validator`]) and what they do to the tree they apply to ([`Model`]: every path
+//! names an inode there, an entry removed is there and one added is free, links go into
+//! directories, no directory gets a second name or goes under itself, no inode changes
+//! its type, every inode described keeps a name, every directory removed is empty). The
+//! second pass is checked the same way as it is applied, record by record (a client may
+//! write a different stream the second time). Whatever still fails while applying (no
+//! space, a quota, a device error, a second pass that differs, a stop) is rolled back
+//! before the receive returns: the live tree is what it was (the base snapshot again, or
+//! empty), and the next stream is received as if this one had never come.
 //!
 //! Records are applied in the order the sender writes them, which is one where no order
 //! of renames can cycle or collide: removed entries are first moved into a staging
@@ -17,7 +27,8 @@
 //! data), added entries are linked (directories renamed) into place, what is left in
 //! staging is deleted, and times are set last (every other step changes some).
 
-use alloc::collections::BTreeMap;
+use alloc::boxed::Box;
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -25,10 +36,11 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::core::Txn;
-use super::dir::check_name;
+use super::dir::{check_name, within, FIRST_INDEX, MAX_DEPTH};
 use super::inode::check_target;
 use super::send::RECEIVED_XATTR;
-use super::snapshot::{read_items, SnapshotInfo};
+use super::snapdir::is_reserved;
+use super::snapshot::{read_items, valid_name, SnapshotInfo};
 use super::treediff;
 use super::xattr::check_xattr_name;
 use super::{CheckpointCause, NineFs};
@@ -36,14 +48,24 @@ use crate::format::items::SnapshotItem;
 use crate::format::stream::{DataMode, Decoder, Header, InodeRef, InodeState, Record, StreamError};
 use crate::format::TreeId;
 use block::BlockDevice;
-use vfs::{Errno, FileSystem, FileType, Ino, Owner, SetAttr, Timespec, XattrMode, ROOT_INO};
+use vfs::{Attr, Errno, FileSystem, FileType, Ino, Owner, SetAttr, Timespec, XattrMode, ROOT_INO};
 
-/// Name of the staging directory at the root while a receive runs.
+/// Name of the staging directory at the root while a receive runs (or, when the stream
+/// itself has an entry of that name at the root, `STAGING.1`, `STAGING.2`, ...).
 pub const STAGING: &[u8] = b".ninefold-receive";
 /// The live tree as a rollback found it (deleted when it is done).
 pub const ROLLBACK_LIVE: &str = "receive-rollback-live";
 /// The rolled-back tree while its snapshot is retaken (deleted when it is done).
 pub const ROLLBACK_BASE: &str = "receive-rollback-base";
+
+/// Whether `name` is one a staging directory may have: [`STAGING`], or it and `.N`.
+pub fn is_staging_name(name: &[u8]) -> bool {
+    match name.strip_prefix(STAGING) {
+        Some([]) => true,
+        Some([b'.', n @ ..]) => !n.is_empty() && n.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
 
 /// Why a receive was refused or failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,15 +81,49 @@ pub enum ReceiveError {
     NotEmpty,
     /// A snapshot of that name exists already.
     Exists(String),
-    /// The stream refers to something it never described (a bug of the sender).
+    /// The stream names its snapshot with a name no snapshot may have
+    /// ([`valid_name`]).
+    BadName(String),
+    /// No room for the received snapshot (and, for an incremental, the two a rollback
+    /// would take): `.0` snapshots exist, at most `.1`.
+    SnapshotLimit(usize, usize),
+    /// The stream refers to something it never described or that is not there, or asks
+    /// for what the filesystem would refuse (`.0` says what); nothing was applied.
     Inconsistent(&'static str),
+    /// A receive or a rollback is running.
+    Busy,
     /// The filesystem failed an operation.
     Fs(Errno),
+    /// Applying failed part way (`.0`); the live tree was rolled back to what it was.
+    RolledBack(Box<ReceiveError>),
+    /// Applying failed part way (`.0`), and so did rolling back (`.1`): the live tree
+    /// is half way, as after a crash (`receive rollback`).
+    NotRolledBack(Box<ReceiveError>, Box<ReceiveError>),
 }
 
 impl From<Errno> for ReceiveError {
     fn from(e: Errno) -> ReceiveError {
         ReceiveError::Fs(e)
+    }
+}
+
+impl ReceiveError {
+    /// What went wrong, without what it left (for a failure while applying).
+    fn cause(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReceiveError::Stream(e) => write!(f, "{e}"),
+            ReceiveError::Inconsistent(w) => write!(f, "inconsistent stream: {w}"),
+            e => write!(f, "{e}"),
+        }
+    }
+}
+
+/// [`ReceiveError::cause`] as a value to format.
+struct Cause<'a>(&'a ReceiveError);
+
+impl fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.cause(f)
     }
 }
 
@@ -86,10 +142,36 @@ impl fmt::Display for ReceiveError {
                 "the live tree differs from the base snapshot ({n} items): it changed, \
                  or an earlier receive stopped half way"
             ),
-            ReceiveError::NotEmpty => write!(f, "a full stream needs an empty filesystem"),
+            ReceiveError::NotEmpty => write!(
+                f,
+                "a full stream needs an empty filesystem (after a receive that stopped \
+                 half way: receive rollback)"
+            ),
             ReceiveError::Exists(n) => write!(f, "snapshot {n:?} exists already"),
-            ReceiveError::Inconsistent(w) => write!(f, "inconsistent stream: {w}"),
+            ReceiveError::BadName(n) => write!(
+                f,
+                "the stream's snapshot name {n:?} is not one a snapshot may have; nothing applied"
+            ),
+            ReceiveError::SnapshotLimit(n, max) => write!(
+                f,
+                "{n} of at most {max} snapshots exist: no room for the received one (and, \
+                 for an incremental, the two a rollback takes)"
+            ),
+            ReceiveError::Inconsistent(w) => write!(f, "inconsistent stream: {w}; nothing applied"),
+            ReceiveError::Busy => write!(f, "a receive or a rollback is running"),
             ReceiveError::Fs(e) => write!(f, "{e}"),
+            ReceiveError::RolledBack(e) => write!(
+                f,
+                "failed while applying: {}; rolled back: the live tree is as it was",
+                Cause(e)
+            ),
+            ReceiveError::NotRolledBack(e, r) => write!(
+                f,
+                "failed while applying: {}; rolling back failed too ({}): the live tree \
+                 is half way (receive rollback)",
+                Cause(e),
+                Cause(r)
+            ),
         }
     }
 }
@@ -101,20 +183,339 @@ pub fn received_mark(source: &[u8; 16], seq: u64) -> Vec<u8> {
 
 const OWNER: Owner = Owner { uid: 0, gid: 0 };
 
+fn refuse(what: &'static str) -> ReceiveError {
+    ReceiveError::Inconsistent(what)
+}
+
+/// An inode as the stream leaves it so far ([`Model`]).
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    ty: FileType,
+    /// One of the stream's new inodes (it has no entries in the base).
+    new: bool,
+    /// Not a directory: its names.
+    links: u32,
+    /// A directory: its parent; itself while it has no name (removed, or new and not
+    /// yet linked). The root is its own parent too, and always has its name.
+    parent: Ino,
+    /// A directory: its entries.
+    entries: u64,
+    /// An INODE record describes it: it must have a name when the stream ends.
+    described: bool,
+}
+
+impl Node {
+    fn is_dir(&self) -> bool {
+        self.ty == FileType::Directory
+    }
+}
+
+/// The tree a stream applies to, changed record by record as the stream would change
+/// it, and every record checked against it first: what the filesystem's own operations
+/// would refuse half way through applying is refused here, before anything changes.
+///
+/// The tree is the base snapshot (which the live tree equals) or, for a full stream,
+/// an empty root, plus what the stream did so far. Base inodes are known by their
+/// numbers (those of the live tree), new ones by numbers of the model's own, counted
+/// down from `u64::MAX`. It holds the inodes and entries the stream touches (a few
+/// dozen bytes each and the names), never the base's others, which are read from the
+/// base snapshot when a record names them.
+struct Model<D: BlockDevice> {
+    /// The base snapshot here; `None`: a full stream, into an empty live tree.
+    base: Option<Arc<NineFs<D>>>,
+    /// Base entries met on paths: directory → name → inode.
+    paths: BTreeMap<Ino, BTreeMap<Vec<u8>, Ino>>,
+    /// Entries the stream removed (`None`) or added: directory → name → inode.
+    changed: BTreeMap<Ino, BTreeMap<Vec<u8>, Option<Ino>>>,
+    /// Every inode the stream touched.
+    nodes: BTreeMap<Ino, Node>,
+    /// New inodes: the sender's number → the model's.
+    new: BTreeMap<Ino, Ino>,
+    /// The model's number for the next new inode.
+    next_new: Ino,
+    /// Names of entries the stream adds at the root that a staging directory could
+    /// have ([`is_staging_name`]): the one applying it must take another.
+    root_names: BTreeSet<Vec<u8>>,
+    /// While applying: the staging directory's name (no entry of the stream's may
+    /// have it).
+    staging: Option<Vec<u8>>,
+}
+
+impl<D: BlockDevice> Model<D> {
+    fn new(base: Option<Arc<NineFs<D>>>, staging: Option<Vec<u8>>) -> Model<D> {
+        Model {
+            base,
+            paths: BTreeMap::new(),
+            changed: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            new: BTreeMap::new(),
+            next_new: u64::MAX,
+            root_names: BTreeSet::new(),
+            staging,
+        }
+    }
+
+    /// Base inode `ino`, whose directory in the base is `parent` (read from the base
+    /// the first time; after that, as the stream left it).
+    async fn base_node(&mut self, ino: Ino, parent: Ino) -> Result<Node, ReceiveError> {
+        if let Some(n) = self.nodes.get(&ino) {
+            return Ok(*n);
+        }
+        let node = match &self.base {
+            Some(base) => {
+                let a = base.getattr(ino).await?;
+                let ty = a.file_type();
+                Node {
+                    ty,
+                    new: false,
+                    links: a.nlink,
+                    parent,
+                    entries: if ty == FileType::Directory { a.size } else { 0 },
+                    described: false,
+                }
+            }
+            None if ino == ROOT_INO => Node {
+                ty: FileType::Directory,
+                new: false,
+                links: 0,
+                parent: ROOT_INO,
+                entries: 0,
+                described: false,
+            },
+            None => return Err(refuse("a base path in a full stream")),
+        };
+        self.nodes.insert(ino, node);
+        Ok(node)
+    }
+
+    fn node(&mut self, ino: Ino) -> &mut Node {
+        self.nodes
+            .get_mut(&ino)
+            .expect("the model has every inode it resolved")
+    }
+
+    /// The inode `r` names (a base path is looked up in the base snapshot).
+    async fn resolve(&mut self, r: &InodeRef) -> Result<Ino, ReceiveError> {
+        let path = match r {
+            InodeRef::New(n) => {
+                return self
+                    .new
+                    .get(n)
+                    .copied()
+                    .ok_or(refuse("an inode used before it is described"))
+            }
+            InodeRef::Base(path) => path,
+        };
+        let mut at = ROOT_INO;
+        self.base_node(ROOT_INO, ROOT_INO).await?;
+        for name in path {
+            let known = self.paths.get(&at).and_then(|m| m.get(name.as_slice()));
+            let next = match known {
+                Some(&ino) => ino,
+                None => {
+                    let base = self
+                        .base
+                        .as_ref()
+                        .ok_or(refuse("a base path in a full stream"))?;
+                    let ino = match base.lookup(at, name).await {
+                        Ok(a) => a.ino,
+                        Err(Errno::ENOENT | Errno::ENOTDIR) => {
+                            return Err(refuse("a base path that names nothing here"))
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    self.paths.entry(at).or_default().insert(name.clone(), ino);
+                    ino
+                }
+            };
+            self.base_node(next, at).await?;
+            at = next;
+        }
+        Ok(at)
+    }
+
+    /// What entry `name` of directory `dir` names now.
+    async fn entry(&mut self, dir: Ino, name: &[u8]) -> Result<Option<Ino>, ReceiveError> {
+        if let Some(e) = self.changed.get(&dir).and_then(|m| m.get(name)) {
+            return Ok(*e);
+        }
+        let base = match &self.base {
+            Some(base) if !self.nodes[&dir].new => base,
+            _ => return Ok(None),
+        };
+        match base.lookup(dir, name).await {
+            Ok(a) => Ok(Some(a.ino)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The directory `dir` names, in which entry `name` is to change.
+    async fn dir(&mut self, dir: &InodeRef, name: &[u8]) -> Result<Ino, ReceiveError> {
+        let d = self.resolve(dir).await?;
+        if !self.nodes[&d].is_dir() {
+            return Err(refuse("an entry in something not a directory"));
+        }
+        if is_reserved(d, name) || (d == ROOT_INO && self.staging.as_deref() == Some(name)) {
+            return Err(refuse(
+                "an entry named as the snapshots or the staging directory",
+            ));
+        }
+        Ok(d)
+    }
+
+    fn set_entry(&mut self, dir: Ino, name: &[u8], to: Option<Ino>) {
+        self.changed
+            .entry(dir)
+            .or_default()
+            .insert(name.to_vec(), to);
+    }
+
+    /// Checks record `r` against the tree and changes the tree as it does.
+    async fn record(&mut self, r: &Record) -> Result<(), ReceiveError> {
+        match r {
+            Record::Begin(_) | Record::Xattrs(..) | Record::Data(..) => Ok(()),
+            Record::Inode(s) => self.inode(s).await,
+            Record::Unlink(dir, name) => {
+                let d = self.dir(dir, name).await?;
+                let child = self
+                    .entry(d, name)
+                    .await?
+                    .ok_or(refuse("an entry removed that is not there"))?;
+                self.base_node(child, d).await?;
+                self.set_entry(d, name, None);
+                let dn = self.node(d);
+                dn.entries = dn.entries.saturating_sub(1);
+                let c = self.node(child);
+                match c.is_dir() {
+                    true => c.parent = child,
+                    false => c.links = c.links.saturating_sub(1),
+                }
+                Ok(())
+            }
+            Record::Link(dir, name, child) => {
+                let d = self.dir(dir, name).await?;
+                let c = self.resolve(child).await?;
+                if self.entry(d, name).await?.is_some() {
+                    return Err(refuse("an entry added where one is"));
+                }
+                let cn = self.nodes[&c];
+                if cn.is_dir() {
+                    if c == ROOT_INO || cn.parent != c {
+                        return Err(refuse("a second name for a directory"));
+                    }
+                    let nodes = &self.nodes;
+                    let parent = |i: Ino| match nodes.get(&i) {
+                        Some(n) => Ok(n.parent),
+                        None => Err(refuse("a directory the stream never reached")),
+                    };
+                    if within(d, c, parent, || refuse("directories nested too deep"))? {
+                        return Err(refuse("a directory linked under itself"));
+                    }
+                    self.node(c).parent = d;
+                } else {
+                    let cn = self.node(c);
+                    cn.links = cn.links.saturating_add(1);
+                }
+                self.node(d).entries += 1;
+                self.set_entry(d, name, Some(c));
+                if d == ROOT_INO && is_staging_name(name) {
+                    self.root_names.insert(name.clone());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// An INODE record: a new inode is made; a base one keeps its type (an inode's type
+    /// never changes: a file replaced by another kind is a new inode of the stream), its
+    /// symlink target and its device number.
+    async fn inode(&mut self, s: &InodeState) -> Result<(), ReceiveError> {
+        let ty = FileType::from_mode(s.mode).ok_or(refuse("mode"))?;
+        let ino = match &s.ino {
+            InodeRef::New(n) => {
+                if self.new.contains_key(n) {
+                    return Err(refuse("an inode described twice"));
+                }
+                let ino = self.next_new;
+                self.next_new -= 1;
+                self.new.insert(*n, ino);
+                let node = Node {
+                    ty,
+                    new: true,
+                    links: 0,
+                    parent: ino,
+                    entries: 0,
+                    described: false,
+                };
+                self.nodes.insert(ino, node);
+                ino
+            }
+            r => {
+                let ino = self.resolve(r).await?;
+                if self.nodes[&ino].ty != ty {
+                    return Err(refuse("an inode record changes the inode's type"));
+                }
+                let changed = match (&self.base, ty) {
+                    (Some(base), FileType::Symlink) => base.readlink(ino).await? != s.target,
+                    (Some(base), FileType::CharDevice | FileType::BlockDevice) => {
+                        base.getattr(ino).await?.rdev != s.rdev
+                    }
+                    _ => false,
+                };
+                if changed {
+                    return Err(refuse(
+                        "an inode record changes a symlink's target or a device number",
+                    ));
+                }
+                ino
+            }
+        };
+        let node = self.node(ino);
+        if node.described {
+            return Err(refuse("an inode described twice"));
+        }
+        node.described = true;
+        Ok(())
+    }
+
+    /// After the last record: every inode described has a name, and every directory
+    /// left without one (it goes with the staging directory) is empty.
+    fn finish(&self) -> Result<(), ReceiveError> {
+        for (&ino, n) in &self.nodes {
+            let named = match n.is_dir() {
+                true => ino == ROOT_INO || n.parent != ino,
+                false => n.links > 0,
+            };
+            if n.described && !named {
+                return Err(refuse("an inode described but left without a name"));
+            }
+            if n.is_dir() && !named && n.entries > 0 {
+                return Err(refuse("a directory removed that keeps entries"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The receive in progress: how stream inodes map to inodes here.
 struct Apply<'a, D: BlockDevice> {
     fs: &'a NineFs<D>,
-    /// The base snapshot here (`None` for a full stream).
-    base: Option<Arc<NineFs<D>>>,
+    /// The tree as the records applied so far left it, which checks each record first.
+    model: Model<D>,
     staging: Ino,
     staging_name: Vec<u8>,
     new: BTreeMap<Ino, Ino>,
     /// Every described inode's times, set last.
     times: Vec<(Ino, [Timespec; 4])>,
-    resolved: BTreeMap<Vec<Vec<u8>>, Ino>,
     /// Directories now in staging, by inode: their name there.
     staged_dirs: BTreeMap<Ino, Vec<u8>>,
     next_name: u64,
+    /// The inodes this receive made (what [`Apply::discard`] deletes).
+    made: BTreeSet<Ino>,
+    /// Names this receive gave inodes it made in directories it did not make:
+    /// directory, name, inode.
+    placed: Vec<(Ino, Vec<u8>, Ino)>,
 }
 
 impl<D: BlockDevice> Apply<'_, D> {
@@ -123,22 +524,8 @@ impl<D: BlockDevice> Apply<'_, D> {
             InodeRef::New(n) => self.new.get(n).copied().ok_or(ReceiveError::Inconsistent(
                 "an inode used before it is made",
             )),
-            InodeRef::Base(path) if path.is_empty() => Ok(ROOT_INO),
-            InodeRef::Base(path) => {
-                if let Some(&ino) = self.resolved.get(path) {
-                    return Ok(ino);
-                }
-                let base = self
-                    .base
-                    .as_ref()
-                    .ok_or(ReceiveError::Inconsistent("a base path in a full stream"))?;
-                let mut at = ROOT_INO;
-                for name in path {
-                    at = base.lookup(at, name).await?.ino;
-                }
-                self.resolved.insert(path.clone(), at);
-                Ok(at)
-            }
+            // Base inodes have the same numbers here as in the base snapshot.
+            InodeRef::Base(_) => self.model.resolve(r).await,
         }
     }
 
@@ -162,6 +549,7 @@ impl<D: BlockDevice> Apply<'_, D> {
             self.staged_dirs.insert(attr.ino, name);
         }
         self.new.insert(src, attr.ino);
+        self.made.insert(attr.ino);
         Ok(())
     }
 
@@ -221,6 +609,9 @@ impl<D: BlockDevice> Apply<'_, D> {
                 self.fs.link(c, d, name).await?;
             }
         }
+        if self.made.contains(&c) && !self.made.contains(&d) {
+            self.placed.push((d, name.to_vec(), c));
+        }
         Ok(())
     }
 
@@ -235,8 +626,10 @@ impl<D: BlockDevice> Apply<'_, D> {
         Ok(())
     }
 
-    /// Applies one record (in stream order, which [`Validator`] checked).
+    /// Applies one record (in stream order, which [`Validator`] checked), once the
+    /// model has checked it.
     async fn record(&mut self, r: &Record) -> Result<(), ReceiveError> {
+        self.model.record(r).await?;
         match r {
             Record::Begin(_) => {}
             Record::Unlink(dir, name) => self.unlink(dir, name).await?,
@@ -258,59 +651,74 @@ impl<D: BlockDevice> Apply<'_, D> {
         Ok(())
     }
 
-    /// After the last record: empties and removes staging, marks the root with `mark`
-    /// and sets the times (every other step changes some).
-    async fn finish(mut self, mark: &[u8]) -> Result<(), ReceiveError> {
-        self.clear_staging().await?;
+    /// After the last record: removes staging and what is left in it, marks the root
+    /// with `mark` and sets the times (every other step changes some).
+    async fn finish(&mut self, mark: &[u8]) -> Result<(), ReceiveError> {
+        self.model.finish()?;
+        self.fs
+            .remove_tree(ROOT_INO, &self.staging_name, &mut |_| None)
+            .await?;
         self.fs
             .setxattr(ROOT_INO, RECEIVED_XATTR, mark, XattrMode::Upsert)
             .await?;
-        for (ino, times) in self.times {
+        for (ino, times) in core::mem::take(&mut self.times) {
             self.fs.restore_times(ino, times).await?;
         }
         Ok(())
     }
 
-    /// Deletes what is left in staging (entries removed for good), then staging.
-    async fn clear_staging(&mut self) -> Result<(), ReceiveError> {
-        let fs = self.fs;
-        loop {
-            let entries = fs.readdir(self.staging, 0, 256).await?;
-            let mut left = false;
-            for e in entries.iter().filter(|e| e.name != b"." && e.name != b"..") {
-                left = true;
-                match e.file_type {
-                    FileType::Directory => fs.rmdir(self.staging, &e.name).await?,
-                    _ => fs.unlink(self.staging, &e.name).await?,
+    /// After a failure: deletes every inode this receive made, wherever it put them,
+    /// so that the rollback that follows has the space they took (a receive that ran
+    /// out of it could not start one otherwise). Base inodes met on the way are moved
+    /// to staging, where the rollback finds them as it finds the others.
+    async fn discard(&mut self) -> Result<(), ReceiveError> {
+        let (fs, staging) = (self.fs, self.staging);
+        for (dir, name, ino) in core::mem::take(&mut self.placed) {
+            match fs.lookup(dir, &name).await {
+                Ok(a) if a.ino == ino => {
+                    let staged = self.stage_name();
+                    fs.rename(dir, &name, staging, &staged).await?;
                 }
-            }
-            if !left {
-                break;
+                Ok(_) | Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e.into()),
             }
         }
-        fs.rmdir(ROOT_INO, &self.staging_name).await?;
-        Ok(())
+        let (made, next_name) = (&self.made, &mut self.next_name);
+        let mut spare = |a: &Attr| {
+            (!made.contains(&a.ino)).then(|| {
+                *next_name += 1;
+                (staging, format!("{next_name}").into_bytes())
+            })
+        };
+        let mut offset = FIRST_INDEX;
+        loop {
+            let entries = fs.readdir(staging, offset, 64).await?;
+            let Some(last) = entries.last() else {
+                return Ok(());
+            };
+            offset = last.next_offset;
+            for e in entries.iter().filter(|e| made.contains(&e.ino)) {
+                fs.remove_tree(staging, &e.name, &mut spare).await?;
+            }
+        }
     }
 }
 
-/// Checks, record by record, what the checksums cannot, so that a stream the receiver
-/// could not apply is refused in the checking pass, before anything changes:
+/// Checks, record by record, what the checksums cannot and needs no tree, so that a
+/// stream the receiver could not apply is refused in the checking pass, before
+/// anything changes ([`Model`] checks the rest, against the tree):
 /// - the records come in the order the receiver applies them in (entries removed, then
 ///   each inode followed by its xattrs and data, then entries added);
-/// - an inode named by sender number is described before it is used, and once;
-/// - a full stream names nothing by a base path but the root;
-/// - every mode names a type; names, symlink targets, xattr names and values are ones
-///   the filesystem takes; data lies within its file and only where data is sent.
+/// - a full stream names nothing by a base path but the root; a path is no deeper than
+///   the sender walks ([`MAX_DEPTH`]);
+/// - every mode names a type; names, symlink targets (and only symlinks have one),
+///   xattr names and values are ones the filesystem takes, and no xattr is the
+///   receiver's own mark; data lies within its file and only where data is sent.
 struct Validator {
     full: bool,
     phase: u8,
-    described: alloc::collections::BTreeSet<Ino>,
     /// The last inode described: its ref, size and how its data comes.
     current: Option<(InodeRef, u64, DataMode)>,
-}
-
-fn refuse(what: &'static str) -> ReceiveError {
-    ReceiveError::Inconsistent(what)
 }
 
 impl Validator {
@@ -318,19 +726,16 @@ impl Validator {
         Validator {
             full: header.base.is_none(),
             phase: 0,
-            described: alloc::collections::BTreeSet::new(),
             current: None,
         }
     }
 
     fn uses(&self, r: &InodeRef) -> Result<(), ReceiveError> {
         match r {
-            InodeRef::New(n) if !self.described.contains(n) => {
-                Err(refuse("an inode used before it is described"))
-            }
             InodeRef::Base(path) if self.full && !path.is_empty() => {
                 Err(refuse("a base path in a full stream"))
             }
+            InodeRef::Base(path) if path.len() > MAX_DEPTH => Err(refuse("a base path too deep")),
             InodeRef::Base(path) if path.iter().any(|n| check_name(n).is_err()) => {
                 Err(refuse("a bad name in a base path"))
             }
@@ -360,19 +765,22 @@ impl Validator {
             Record::Begin(_) => Ok(()),
             Record::Inode(s) => {
                 let ty = FileType::from_mode(s.mode).ok_or(refuse("mode"))?;
-                if ty == FileType::Symlink {
-                    check_target(&s.target).map_err(|_| refuse("a bad symlink target"))?;
+                match ty {
+                    FileType::Symlink => {
+                        check_target(&s.target).map_err(|_| refuse("a bad symlink target"))?
+                    }
+                    _ if !s.target.is_empty() => {
+                        return Err(refuse(
+                            "a symlink target for an inode that is not a symlink",
+                        ))
+                    }
+                    _ => {}
                 }
                 if s.data != DataMode::Keep && ty != FileType::Regular {
                     return Err(refuse("data for an inode that is not a file"));
                 }
                 if s.size > super::MAX_FILE_SIZE {
                     return Err(refuse("a file too large"));
-                }
-                if let InodeRef::New(n) = s.ino {
-                    if !self.described.insert(n) {
-                        return Err(refuse("an inode described twice"));
-                    }
                 }
                 self.current = Some((s.ino.clone(), s.size, s.data));
                 self.uses(&s.ino)
@@ -384,6 +792,9 @@ impl Validator {
                     .any(|(n, v)| check_xattr_name(n).is_err() || v.len() > vfs::XATTR_VALUE_MAX)
                 {
                     return Err(refuse("a bad xattr"));
+                }
+                if list.iter().any(|(n, _)| n == RECEIVED_XATTR) {
+                    return Err(refuse("the receiver's own mark as an xattr"));
                 }
                 Ok(())
             }
@@ -405,6 +816,13 @@ impl Validator {
             }
         }
     }
+}
+
+/// The root's own state before a full receive (it had no entries), given back if the
+/// receive fails.
+struct RootState {
+    attr: Attr,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// A stream the receiver reads twice: once to check it whole, then to apply it.
@@ -449,7 +867,7 @@ impl StreamSource for InMemory<'_> {
 struct Records<'a, S: StreamSource> {
     src: &'a mut S,
     decoder: Decoder,
-    pending: alloc::collections::VecDeque<Record>,
+    pending: VecDeque<Record>,
     validator: Option<Validator>,
     chunk: Vec<u8>,
 }
@@ -461,7 +879,7 @@ impl<'a, S: StreamSource> Records<'a, S> {
         let mut r = Records {
             src,
             decoder: Decoder::new(),
-            pending: alloc::collections::VecDeque::new(),
+            pending: VecDeque::new(),
             validator: None,
             chunk: alloc::vec![0; 64 * 1024],
         };
@@ -500,6 +918,58 @@ fn size(n: u64) -> SetAttr {
         size: Some(n),
         ..SetAttr::default()
     }
+}
+
+impl RootState {
+    async fn capture<D: BlockDevice>(fs: &NineFs<D>) -> Result<RootState, ReceiveError> {
+        let mut xattrs = Vec::new();
+        for name in fs.listxattr(ROOT_INO).await? {
+            let value = fs.getxattr(ROOT_INO, &name).await?;
+            xattrs.push((name, value));
+        }
+        Ok(RootState {
+            attr: fs.getattr(ROOT_INO).await?,
+            xattrs,
+        })
+    }
+
+    async fn restore<D: BlockDevice>(&self, fs: &NineFs<D>) -> Result<(), ReceiveError> {
+        for name in fs.listxattr(ROOT_INO).await? {
+            if !self.xattrs.iter().any(|(n, _)| *n == name) {
+                fs.removexattr(ROOT_INO, &name).await?;
+            }
+        }
+        for (name, value) in &self.xattrs {
+            fs.setxattr(ROOT_INO, name, value, XattrMode::Upsert)
+                .await?;
+        }
+        let a = &self.attr;
+        let set = SetAttr {
+            uid: Some(a.uid),
+            gid: Some(a.gid),
+            mode: Some(a.mode & vfs::mode::PERMISSIONS),
+            ..SetAttr::default()
+        };
+        fs.setattr(ROOT_INO, set).await?;
+        fs.restore_times(ROOT_INO, [a.atime, a.mtime, a.ctime, a.btime])
+            .await?;
+        Ok(())
+    }
+}
+
+/// The first pass over `records`: each checked against the tree (the `base` snapshot,
+/// or an empty live tree). Returns the names the stream adds at the root that a
+/// staging directory could have.
+async fn check_pass<D: BlockDevice, S: StreamSource>(
+    records: &mut Records<'_, S>,
+    base: Option<Arc<NineFs<D>>>,
+) -> Result<BTreeSet<Vec<u8>>, ReceiveError> {
+    let mut model = Model::new(base, None);
+    while let Some(r) = records.next().await? {
+        model.record(&r).await?;
+    }
+    model.finish()?;
+    Ok(model.root_names)
 }
 
 impl<D: BlockDevice> NineFs<D> {
@@ -544,14 +1014,19 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// The snapshot carrying `mark` that the live tree still equals, key for key (after
-    /// a rollback two may carry it: the one the live tree equals counts).
-    async fn base_for(&self, mark: &[u8], name: &str) -> Result<Arc<NineFs<D>>, ReceiveError> {
+    /// a rollback two may carry it: the one the live tree equals counts): its name here
+    /// and its view.
+    async fn base_for(
+        &self,
+        mark: &[u8],
+        name: &str,
+    ) -> Result<(String, Arc<NineFs<D>>), ReceiveError> {
         self.checkpoint(CheckpointCause::Snapshot).await?;
         let mut diverged = None;
-        for (_, m, view) in self.received().await? {
+        for (item, m, view) in self.received().await? {
             if m == mark {
                 match self.differs_from(&view).await? {
-                    0 => return Ok(view),
+                    0 => return Ok((String::from_utf8_lossy(&item.name).into_owned(), view)),
                     n => diverged = Some(diverged.map_or(n, |d: usize| d.min(n))),
                 }
             }
@@ -569,74 +1044,141 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// [`NineFs::receive`] from a source read twice: once checked whole, once applied
-    /// (the memory a receive takes is one record's, whatever the stream's size).
+    /// (the memory a receive takes is one record's, whatever the stream's size, plus
+    /// what the check keeps of the inodes and entries the stream touches). A stream
+    /// refused by the check changes nothing; one that fails while it is applied is
+    /// rolled back ([`ReceiveError::RolledBack`]) before this returns.
     pub async fn receive_from(
         &self,
         src: &mut impl StreamSource,
     ) -> Result<SnapshotInfo, ReceiveError> {
+        let _one = self.receive_lock.try_lock().ok_or(ReceiveError::Busy)?;
         let (mut records, header) = Records::start(src).await?;
-        while records.next().await?.is_some() {}
         let Header {
             source,
             snapshot,
             base,
         } = &header;
-        if self
-            .snapshots()
-            .await?
-            .iter()
-            .any(|s| s.name == snapshot.name)
-        {
+        if !valid_name(&snapshot.name) {
+            return Err(ReceiveError::BadName(snapshot.name.clone()));
+        }
+        let existing = self.snapshots().await?;
+        if existing.iter().any(|s| s.name == snapshot.name) {
             return Err(ReceiveError::Exists(snapshot.name.clone()));
         }
-        let base_view = match base {
-            Some(b) => Some(
-                self.base_for(&received_mark(source, b.seq), &b.name)
-                    .await?,
-            ),
-            None => {
+        // The received snapshot; for an incremental, the two a rollback takes.
+        let room = if base.is_some() { 2 } else { 1 };
+        if existing.len() + room > self.max_snapshots {
+            return Err(ReceiveError::SnapshotLimit(
+                existing.len(),
+                self.max_snapshots,
+            ));
+        }
+        let base_mark = base.as_ref().map(|b| received_mark(source, b.seq));
+        let base = match (base, &base_mark) {
+            (Some(b), Some(mark)) => Some(self.base_for(mark, &b.name).await?),
+            _ => {
                 if self.readdir(ROOT_INO, 0, 3).await?.len() > 2 {
                     return Err(ReceiveError::NotEmpty);
                 }
                 None
             }
         };
+        let view = base.as_ref().map(|(_, v)| v.clone());
+        let reserved = check_pass(&mut records, view.clone()).await?;
         let (mut records, again) = Records::start(records.src).await?;
         if again != header {
             return Err(ReceiveError::Inconsistent("the stream changed while read"));
         }
-        let mut a = self.start_apply(base_view).await?;
-        while let Some(r) = records.next().await? {
-            a.record(&r).await?;
-        }
-        a.finish(&received_mark(source, snapshot.seq)).await?;
-        Ok(self.snapshot_create(&snapshot.name).await?)
+        let before = match base {
+            None => Some(RootState::capture(self).await?),
+            Some(_) => None,
+        };
+        let mark = received_mark(source, snapshot.seq);
+        let applied = match self
+            .apply_records(&mut records, view, &reserved, &mark)
+            .await
+        {
+            Ok(()) => self
+                .snapshot_create(&snapshot.name)
+                .await
+                .map_err(ReceiveError::from),
+            Err(e) => Err(e),
+        };
+        let failed = match applied {
+            Ok(info) => return Ok(info),
+            Err(e) => Box::new(e),
+        };
+        log::warn!("receive: {}; rolling back", Cause(&failed));
+        let undone = match (&base, &base_mark) {
+            (Some((name, view)), Some(mark)) => self.rollback_to(name, mark, view.clone()).await,
+            _ => self.empty_live(before.as_ref()).await,
+        };
+        Err(match undone {
+            Ok(()) => ReceiveError::RolledBack(failed),
+            Err(e) => ReceiveError::NotRolledBack(failed, Box::new(e)),
+        })
     }
 
-    /// Makes the staging directory — the first free of `STAGING`, `STAGING.1`, ... (a
-    /// receive that stopped half way left one, which a rollback removes) — and starts
-    /// applying records to the live tree, which equals `base` (or is empty without one).
+    /// The second pass: makes the staging directory, then checks and applies each
+    /// record, and finishes with `mark` on the root. `reserved`: names the staging
+    /// directory may not take.
+    async fn apply_records<S: StreamSource>(
+        &self,
+        records: &mut Records<'_, S>,
+        base: Option<Arc<NineFs<D>>>,
+        reserved: &BTreeSet<Vec<u8>>,
+        mark: &[u8],
+    ) -> Result<(), ReceiveError> {
+        let mut a = self.start_apply(base, reserved).await?;
+        let mut applied = async {
+            while let Some(r) = records.next().await? {
+                a.record(&r).await?;
+            }
+            Ok(())
+        }
+        .await;
+        if applied.is_ok() {
+            applied = a.finish(mark).await;
+        }
+        if applied.is_err() {
+            if let Err(e) = a.discard().await {
+                log::warn!("receive: deleting what it made failed: {e}");
+            }
+        }
+        applied
+    }
+
+    /// Makes the staging directory — the first free of `STAGING`, `STAGING.1`, ... not
+    /// in `reserved` (a receive that stopped half way left one, which a rollback
+    /// removes) — and starts applying records to the live tree, which equals `base` (or
+    /// is empty without one).
     async fn start_apply(
         &self,
         base: Option<Arc<NineFs<D>>>,
+        reserved: &BTreeSet<Vec<u8>>,
     ) -> Result<Apply<'_, D>, ReceiveError> {
         for n in 0u32.. {
             let name = match n {
                 0 => STAGING.to_vec(),
                 n => [STAGING, format!(".{n}").as_bytes()].concat(),
             };
+            if reserved.contains(&name) {
+                continue;
+            }
             match self.mkdir(ROOT_INO, &name, 0o700, OWNER).await {
                 Ok(attr) => {
                     return Ok(Apply {
                         fs: self,
-                        base,
+                        model: Model::new(base, Some(name.clone())),
                         staging: attr.ino,
                         staging_name: name,
                         new: BTreeMap::new(),
                         times: Vec::new(),
-                        resolved: BTreeMap::new(),
                         staged_dirs: BTreeMap::new(),
                         next_name: 0,
+                        made: BTreeSet::new(),
+                        placed: Vec::new(),
                     })
                 }
                 Err(Errno::EEXIST) => {}
@@ -646,25 +1188,114 @@ impl<D: BlockDevice> NineFs<D> {
         unreachable!("u32 staging names")
     }
 
+    /// Removes `dir`/`name` and everything below it, depth first with a stack of its
+    /// own (however deep the tree), but what `spare` gives a place (a directory and a
+    /// name): that is moved there instead, with what is below it.
+    async fn remove_tree(
+        &self,
+        dir: Ino,
+        name: &[u8],
+        spare: &mut impl FnMut(&Attr) -> Option<(Ino, Vec<u8>)>,
+    ) -> Result<(), Errno> {
+        let mut stack = alloc::vec![(dir, name.to_vec())];
+        while let Some((parent, name)) = stack.last() {
+            let (parent, attr) = (*parent, self.lookup(*parent, name).await?);
+            if let Some((to, to_name)) = spare(&attr) {
+                self.rename(parent, name, to, &to_name).await?;
+                stack.pop();
+                continue;
+            }
+            if attr.file_type() != FileType::Directory {
+                self.unlink(parent, name).await?;
+                stack.pop();
+                continue;
+            }
+            match self.readdir(attr.ino, FIRST_INDEX, 1).await?.pop() {
+                Some(e) => stack.push((attr.ino, e.name)),
+                None => {
+                    self.rmdir(parent, name).await?;
+                    stack.pop();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every entry of the live tree (staging directories last: while one is
+    /// there, a rollback after a crash knows a receive was half way), then gives the
+    /// root the attributes and xattrs of `before`.
+    async fn empty_live(&self, before: Option<&RootState>) -> Result<(), ReceiveError> {
+        loop {
+            let entries = self.readdir(ROOT_INO, FIRST_INDEX, 256).await?;
+            let next = entries
+                .iter()
+                .find(|e| !is_staging_name(&e.name))
+                .or(entries.first());
+            let Some(e) = next else { break };
+            self.remove_tree(ROOT_INO, &e.name, &mut |_| None).await?;
+        }
+        if let Some(before) = before {
+            before.restore(self).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether a staging directory is at the root: a receive stopped half way.
+    async fn staging_left(&self) -> Result<bool, ReceiveError> {
+        let mut offset = FIRST_INDEX;
+        loop {
+            let entries = self.readdir(ROOT_INO, offset, 256).await?;
+            let Some(last) = entries.last() else {
+                return Ok(false);
+            };
+            offset = last.next_offset;
+            if entries
+                .iter()
+                .any(|e| e.file_type == FileType::Directory && is_staging_name(&e.name))
+            {
+                return Ok(true);
+            }
+        }
+    }
+
     /// Rolls the live tree back to the last received snapshot, after local changes or
     /// a receive that stopped half way (a crash), so that the next incremental applies.
-    /// Returns that snapshot's name. The live tree is taken as a snapshot, the stream
-    /// from it to the received one is applied, and the result is snapshotted again
-    /// under the received name (it must equal the live tree key for key); at every
-    /// step some snapshot with the received mark equals the live tree or the live tree
-    /// is untouched, so a crash in between only leaves it to run again.
-    pub async fn receive_rollback(&self) -> Result<String, ReceiveError> {
+    /// Returns that snapshot's name. With none received, a full receive that stopped
+    /// half way (its staging directory is there) is undone by emptying the live tree
+    /// (`None`), as it was before; without one, it is refused.
+    pub async fn receive_rollback(&self) -> Result<Option<String>, ReceiveError> {
+        let _one = self.receive_lock.try_lock().ok_or(ReceiveError::Busy)?;
         let last = self
             .received()
             .await?
             .into_iter()
-            .max_by_key(|(item, _, _)| item.seq)
-            .ok_or(ReceiveError::BaseMissing("(none received)".into()))?;
-        let (item, mark, view) = last;
+            .max_by_key(|(item, _, _)| item.seq);
+        let Some((item, mark, view)) = last else {
+            if !self.staging_left().await? {
+                return Err(ReceiveError::BaseMissing("(none received)".into()));
+            }
+            self.empty_live(None).await?;
+            return Ok(None);
+        };
         let name = String::from_utf8_lossy(&item.name).into_owned();
+        self.rollback_to(&name, &mark, view).await?;
+        Ok(Some(name))
+    }
+
+    /// Makes the live tree snapshot `name` (`view`, carrying `mark`) again. The live
+    /// tree is taken as a snapshot, the stream from it to `name` is checked and applied,
+    /// and the result is snapshotted again under `name` (it must equal the live tree key
+    /// for key); at every step some snapshot with the mark equals the live tree or the
+    /// live tree is untouched, so a crash in between only leaves it to run again.
+    async fn rollback_to(
+        &self,
+        name: &str,
+        mark: &[u8],
+        view: Arc<NineFs<D>>,
+    ) -> Result<(), ReceiveError> {
         self.checkpoint(CheckpointCause::Snapshot).await?;
         if self.differs_from(&view).await? == 0 {
-            return Ok(name);
+            return Ok(());
         }
         for tmp in [ROLLBACK_LIVE, ROLLBACK_BASE] {
             match self.snapshot_delete(tmp).await {
@@ -674,7 +1305,7 @@ impl<D: BlockDevice> NineFs<D> {
         }
         self.snapshot_create(ROLLBACK_LIVE).await?;
         let mut stream = Vec::new();
-        self.send(&name, Some(ROLLBACK_LIVE), &mut |b: &[u8]| {
+        self.send(name, Some(ROLLBACK_LIVE), &mut |b: &[u8]| {
             stream.extend_from_slice(b);
             Ok(())
         })
@@ -682,16 +1313,15 @@ impl<D: BlockDevice> NineFs<D> {
         let live = self.snapshot_view(ROLLBACK_LIVE).await?;
         let mut src = InMemory::new(&stream);
         let (mut records, _) = Records::start(&mut src).await?;
-        let mut a = self.start_apply(Some(live)).await?;
-        while let Some(r) = records.next().await? {
-            a.record(&r).await?;
-        }
-        a.finish(&mark).await?;
+        let reserved = check_pass(&mut records, Some(live.clone())).await?;
+        let (mut records, _) = Records::start(records.src).await?;
+        self.apply_records(&mut records, Some(live), &reserved, mark)
+            .await?;
         self.snapshot_create(ROLLBACK_BASE).await?;
-        self.snapshot_delete(&name).await?;
-        self.snapshot_create(&name).await?;
+        self.snapshot_delete(name).await?;
+        self.snapshot_create(name).await?;
         self.snapshot_delete(ROLLBACK_BASE).await?;
         self.snapshot_delete(ROLLBACK_LIVE).await?;
-        Ok(name)
+        Ok(())
     }
 }
