@@ -898,10 +898,15 @@ fn forged_incremental_streams_are_refused_before_anything_changes() {
                 "{what}: {text}"
             );
             unchanged(&dst, &before, what).await;
+            // Nothing to roll back: the live tree is still the base.
+            let back = dst.receive_rollback().await;
+            assert_eq!(back, Ok(Some("c".to_string())), "{what}");
             dst.receive(&ce)
                 .await
                 .unwrap_or_else(|e| panic!("{what}: the valid stream after it: {e}"));
             assert_same(&src, &dst, "e").await;
+            let back = dst.receive_rollback().await;
+            assert_eq!(back, Ok(Some("e".to_string())), "{what}");
             dst.unmount().await.unwrap();
         });
         check(&disk);
@@ -1031,10 +1036,18 @@ fn forged_full_streams_are_refused_before_anything_changes() {
                 "{what}: {text}"
             );
             unchanged(&dst, &before, what).await;
+            // Nothing received and nothing half way: nothing to roll back.
+            let back = dst.receive_rollback().await;
+            assert!(
+                matches!(back, Err(ReceiveError::BaseMissing(_))),
+                "{what}: {back:?}"
+            );
             dst.receive(&full)
                 .await
                 .unwrap_or_else(|e| panic!("{what}: the valid stream after it: {e}"));
             assert_same(&src, &dst, "a").await;
+            let back = dst.receive_rollback().await;
+            assert_eq!(back, Ok(Some("a".to_string())), "{what}");
             dst.unmount().await.unwrap();
         });
         check(&disk);
