@@ -1039,7 +1039,7 @@ fn forged_full_streams_are_refused_before_anything_changes() {
             // Nothing received and nothing half way: nothing to roll back.
             let back = dst.receive_rollback().await;
             assert!(
-                matches!(back, Err(ReceiveError::BaseMissing(_))),
+                matches!(back, Err(ReceiveError::NothingToRollBack)),
                 "{what}: {back:?}"
             );
             dst.receive(&full)
@@ -1256,4 +1256,36 @@ fn a_target_that_fills_up_is_rolled_back() {
         dst.unmount().await.unwrap();
         check(&dst_disk);
     });
+}
+
+/// A full receive a crash left half way (its staging directory at the root, some of the
+/// tree applied): the valid full stream is refused until a rollback empties the live
+/// tree; with nothing received and nothing half way, a rollback has nothing to do.
+#[test]
+fn a_full_receive_left_half_way_is_undone_by_a_rollback() {
+    let c = clock();
+    let (src_disk, dst_disk) = (formatted(4096, 1), formatted(4096, 2));
+    let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
+    pollster::block_on(async {
+        let (full, _) = sample_streams(&src).await;
+        assert_eq!(
+            dst.receive_rollback().await,
+            Err(ReceiveError::NothingToRollBack)
+        );
+        // What a crash after the first records leaves.
+        let staging = dst
+            .mkdir(ROOT_INO, b".ninefold-receive", 0o700, OWNER)
+            .await
+            .unwrap();
+        let f = dst.create(staging.ino, b"1", 0o644, OWNER).await.unwrap();
+        dst.write(f.ino, 0, b"half").await.unwrap();
+        dst.mkdir(ROOT_INO, b"d", 0o755, OWNER).await.unwrap();
+        assert_eq!(dst.receive(&full).await, Err(ReceiveError::NotEmpty));
+        assert_eq!(dst.receive_rollback().await, Ok(None));
+        assert!(dst.readdir(ROOT_INO, 2, 8).await.unwrap().is_empty());
+        dst.receive(&full).await.unwrap();
+        assert_same(&src, &dst, "a").await;
+        dst.unmount().await.unwrap();
+    });
+    check(&dst_disk);
 }

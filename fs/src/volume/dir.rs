@@ -36,7 +36,7 @@ pub const MAX_DEPTH: usize = 4096;
 /// Whether directory `ino` is `ancestor` or below it, walking up through `parent` (a
 /// directory's parent; the root, and a directory that has no name, are their own):
 /// what `rename` checks before moving a directory, so that it never goes under
-/// itself. Also the check of a received stream's links (`receive::Model`), on the tree
+/// itself. Also the check of a received stream's links (`receive/model.rs`), on the tree
 /// the stream makes. `too_deep` is the error after [`MAX_DEPTH`] steps.
 pub(crate) fn within<E>(
     mut ino: Ino,

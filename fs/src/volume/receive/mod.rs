@@ -82,6 +82,9 @@ pub enum ReceiveError {
     Stream(StreamError),
     /// No snapshot here is the incremental stream's base.
     BaseMissing(String),
+    /// A rollback with nothing received here and no receive stopped half way: there is
+    /// nothing to roll back to.
+    NothingToRollBack,
     /// The live tree changed since the base snapshot (`.0` keys differ), or a receive
     /// stopped half way: roll back before receiving more.
     Diverged(usize),
@@ -149,6 +152,11 @@ impl fmt::Display for ReceiveError {
                 f,
                 "the live tree differs from the base snapshot ({n} items): it changed, \
                  or an earlier receive stopped half way"
+            ),
+            ReceiveError::NothingToRollBack => write!(
+                f,
+                "nothing to roll back: no snapshot was received here and no receive \
+                 stopped half way"
             ),
             ReceiveError::NotEmpty => write!(
                 f,
@@ -533,7 +541,8 @@ impl<D: BlockDevice> NineFs<D> {
     /// a receive that stopped half way (a crash), so that the next incremental applies.
     /// Returns that snapshot's name. With none received, a full receive that stopped
     /// half way (its staging directory is there) is undone by emptying the live tree
-    /// (`None`), as it was before; without one, it is refused.
+    /// (`None`), as it was before; without one, there is nothing to roll back
+    /// ([`ReceiveError::NothingToRollBack`]).
     pub async fn receive_rollback(&self) -> Result<Option<String>, ReceiveError> {
         let _one = self.receive_lock.try_lock().ok_or(ReceiveError::Busy)?;
         let last = self
@@ -543,7 +552,7 @@ impl<D: BlockDevice> NineFs<D> {
             .max_by_key(|(item, _, _)| item.seq);
         let Some((item, mark, view)) = last else {
             if !self.staging_left().await? {
-                return Err(ReceiveError::BaseMissing("(none received)".into()));
+                return Err(ReceiveError::NothingToRollBack);
             }
             self.empty_live(None).await?;
             return Ok(None);
