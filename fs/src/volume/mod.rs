@@ -297,6 +297,8 @@ pub struct NineFs<D: BlockDevice> {
     checkpoint_lock: async_lock::Mutex<()>,
     /// [`MountOptions::max_snapshots`].
     max_snapshots: usize,
+    /// Held by a receive or a rollback (`receive`): one changes the live tree at a time.
+    receive_lock: async_lock::Mutex<()>,
     /// Serialises `set_quota` (one labeling walk at a time).
     quota_lock: async_lock::Mutex<()>,
     /// Held by the log committer across one commit's I/O.
@@ -395,6 +397,7 @@ impl<D: BlockDevice> NineFs<D> {
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             max_snapshots: opts.max_snapshots,
+            receive_lock: async_lock::Mutex::new(()),
             quota_lock: async_lock::Mutex::new(()),
             commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(HashMap::new()),
