@@ -1,6 +1,7 @@
 //! Directories: names (`DIR_ENTRY` by hash, `DIR_INDEX` by readdir cookie, `INODE_REF`
 //! back-references), lookup, readdir, link, unlink, rmdir, rename.
 
+use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
@@ -25,6 +26,9 @@ pub fn check_name(name: &[u8]) -> Result<(), Errno> {
     }
     Ok(())
 }
+
+/// What [`Core::is_within`] stops with when directory parents form a loop.
+pub(super) const PARENT_LOOP: &str = "directory parents form a loop";
 
 /// First `DIR_INDEX` of a directory (`.` and `..` are offsets 0 and 1).
 pub const FIRST_INDEX: u64 = 2;
@@ -113,14 +117,19 @@ impl Core {
         Ok(())
     }
 
-    /// Whether `ino` is `ancestor` or below it (walking up through parents).
-    fn is_within(&mut self, tx: &Txn, mut ino: Ino, ancestor: Ino) -> Step<bool> {
-        for _ in 0..4096 {
+    /// Whether `ino` is `ancestor` or below it (walking up through parents, however
+    /// deep; a walk that comes back to a directory it passed is [`PARENT_LOOP`]).
+    pub(super) fn is_within(&mut self, tx: &Txn, mut ino: Ino, ancestor: Ino) -> Step<bool> {
+        let mut passed = BTreeSet::new();
+        loop {
             if ino == ancestor {
                 return Ok(true);
             }
             if ino == ROOT_INO {
                 return Ok(false);
+            }
+            if !passed.insert(ino) {
+                return Err(Stop::Corrupt(PARENT_LOOP));
             }
             let p = self.parent_of(tx, ino)?;
             if p == ino {
@@ -128,7 +137,6 @@ impl Core {
             }
             ino = p;
         }
-        Err(Stop::Corrupt("directory parents form a loop"))
     }
 
     /// Whether directory `dir` has no entries.

@@ -89,19 +89,23 @@ impl<D: BlockDevice> Image<D> {
     pub async fn log_commits(
         &self,
     ) -> Result<
-        Vec<ninefs::volume::synclog::replay::LoggedCommit>,
+        ninefs::volume::synclog::replay::LogScan,
         ninefs::volume::synclog::replay::UnreadableLog,
     > {
         let l = self.sb.layout;
-        let (commits, _) = ninefs::volume::synclog::replay::scan(
+        ninefs::volume::synclog::replay::scan(
             &self.dev,
             l.log_start,
             l.log_blocks,
             self.sb.log_epoch,
             self.sb.log_tail,
         )
-        .await?;
-        Ok(commits)
+        .await
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        self.dev.inner()
     }
 
     /// Reads `blocks` blocks at `block`.
