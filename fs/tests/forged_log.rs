@@ -241,6 +241,16 @@ fn a_second_name_for_a_directory_is_refused() {
         block_on(fs.lookup(ROOT_INO, b"again")).unwrap_err(),
         Errno::ENOENT
     );
+    drop(fs);
+    // The same as the names of `e`: its own and one more.
+    let image = forge(
+        &b,
+        &[vec![dir_names(
+            b.e,
+            &[(b.d, INDEX, b"e"), (ROOT_INO, INDEX, b"again")],
+        )]],
+    );
+    refused_everywhere(&image, "more than one name");
 }
 
 #[test]

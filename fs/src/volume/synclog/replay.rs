@@ -333,8 +333,9 @@ impl<D: BlockDevice> NineFs<D> {
             log::error!(
                 "{r}: no live operation does this, so the commit is forged or written by a bug; the filesystem is mounted read-only as the commits before it left it, and the log is kept whole on the disk (run `ninefold fsck`)"
             );
-            self.core.lock().read_only = true;
-            self.core.lock().stats.corruptions += 1;
+            let mut c = self.core.lock();
+            c.read_only = true;
+            c.stats.corruptions += 1;
         }
         if summary.commits > 0 || refused.is_some() {
             log::info!(

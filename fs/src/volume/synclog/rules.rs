@@ -160,7 +160,8 @@ impl Core {
     }
 
     /// After a commit is applied: every directory among `inos` (those whose names it
-    /// changed) has at most one name (the root none), and is not inside itself.
+    /// changed) has at most one name, and is not inside itself. (The root never gets
+    /// one: [`Core::check_entry`] refuses every entry naming it.)
     pub(super) fn check_shape(&mut self, inos: &BTreeSet<Ino>) -> Check {
         let tx = Txn::new();
         for &ino in inos {
@@ -173,10 +174,9 @@ impl Core {
                 continue;
             }
             let names = self.names_of(&tx, ino)?;
-            let most = if ino == ROOT_INO { 0 } else { 1 };
             ensure(
-                names.len() <= most,
-                "a directory with more than one name (or the root with any)",
+                names.len() <= 1,
+                "a directory with more than one name",
                 ino,
                 None,
             )?;
@@ -292,16 +292,10 @@ impl Core {
         )
     }
 
-    /// A `NAMES` record: every name an entry [`Core::check_entry`] accepts; a
-    /// directory has at most one.
+    /// A `NAMES` record: every name an entry [`Core::check_entry`] accepts (how many a
+    /// directory has is checked once the commit is applied, [`Core::check_shape`]).
     fn check_names_record(&mut self, ino: Ino, names: &[LoggedName]) -> Check {
-        let item = self.logged_inode(ino)?;
-        ensure(
-            !item.is_dir() || names.len() <= 1,
-            "a directory with more than one name",
-            ino,
-            None,
-        )?;
+        self.logged_inode(ino)?;
         for n in names {
             self.check_entry(n.parent, &n.name, ino, n.file_type)?;
         }
