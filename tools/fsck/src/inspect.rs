@@ -85,7 +85,8 @@ impl<D: BlockDevice> Image<D> {
     }
 
     /// The commits the log holds past the checkpoint (what mount would replay, before
-    /// it checks the last commit's data), or the log block the device failed to read.
+    /// it checks the last commit's data) and a commit that does not decode after them,
+    /// or the log block the device failed to read.
     pub async fn log_commits(
         &self,
     ) -> Result<
