@@ -26,6 +26,9 @@ pub fn check_name(name: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
+/// What [`Core::is_within`] stops with when directory parents form a loop.
+pub(super) const PARENT_LOOP: &str = "directory parents form a loop";
+
 /// First `DIR_INDEX` of a directory (`.` and `..` are offsets 0 and 1).
 pub const FIRST_INDEX: u64 = 2;
 
@@ -141,13 +144,14 @@ impl Core {
         Ok(())
     }
 
-    /// Whether `ino` is `ancestor` or below it (walking up through parents).
-    fn is_within(&mut self, tx: &Txn, ino: Ino, ancestor: Ino) -> Step<bool> {
+    /// Whether `ino` is `ancestor` or below it (walking up through parents; a walk
+    /// longer than [`MAX_DEPTH`] is a loop: [`PARENT_LOOP`]).
+    pub(super) fn is_within(&mut self, tx: &Txn, ino: Ino, ancestor: Ino) -> Step<bool> {
         within(
             ino,
             ancestor,
             |i| self.parent_of(tx, i),
-            || Stop::Corrupt("directory parents form a loop"),
+            || Stop::Corrupt(PARENT_LOOP),
         )
     }
 

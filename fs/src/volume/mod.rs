@@ -367,6 +367,19 @@ fn mount_read_only<D: BlockDevice>(
     Ok(opts.read_only || sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
 }
 
+/// The in-memory state of a filesystem on `dev` as its committed superblock `sb`
+/// leaves it, before anything is read (its node cache counted in `dev`'s cache).
+fn fresh_core<D: BlockDevice>(
+    dev: &Dev<D>,
+    sb: Superblock,
+    read_only: bool,
+    max_links: u32,
+) -> Core {
+    let mut core = Core::new(sb, read_only, max_links);
+    core.trees.cache.publish_to(dev.cache().node_gauge());
+    core
+}
+
 impl<D: BlockDevice> NineFs<D> {
     /// Puts a mounted filesystem together: the one place a [`NineFs`] is built, for a
     /// mount and for a snapshot view (`is_view`). `sb` is what it starts from (its log
@@ -387,8 +400,7 @@ impl<D: BlockDevice> NineFs<D> {
             sb.log_epoch,
             sb.log_tail,
         );
-        let mut core = Core::new(sb, opts.read_only, opts.max_links);
-        core.trees.cache.publish_to(dev.cache().node_gauge());
+        let core = fresh_core(&dev, sb, opts.read_only, opts.max_links);
         NineFs {
             dev,
             is_view,
@@ -447,11 +459,14 @@ impl<D: BlockDevice> NineFs<D> {
         // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
         fs.load_snapshots().await.map_err(MountError::Errno)?;
         // A cleanly unmounted image has an empty log (its tail is the head).
-        let replayed = if clean {
-            synclog::replay::ReplaySummary::default()
+        let (replayed, refused) = if clean {
+            (synclog::replay::ReplaySummary::default(), None)
         } else {
             fs.replay().await.map_err(MountError::Errno)?
         };
+        // A refused commit leaves the filesystem read-only (docs/durability.md, "Log
+        // commits as input"): nothing is written, so the whole log stays on the disk.
+        let read_only = read_only || refused.is_some();
         {
             let mut l = fs.log.lock();
             let s = &mut l.stats;
@@ -461,6 +476,8 @@ impl<D: BlockDevice> NineFs<D> {
             s.replayed_bytes = replayed.bytes;
             s.dropped_commits = replayed.dropped;
             s.unverified_commits = replayed.unverified;
+            s.refused_commits = u64::from(refused.is_some());
+            l.refused = refused;
         }
         if !read_only {
             let end = if clean {

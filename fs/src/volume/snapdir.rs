@@ -29,6 +29,8 @@ pub const SNAPSHOTS_DIR: &[u8] = b".snapshots";
 pub const SNAPSHOTS_DIR_INO: Ino = 1 << 63;
 /// Bits of a snapshot's own inode numbers.
 const INNER_BITS: u32 = 48;
+/// Live inode numbers are below this (they never reach the bits of snapshot inodes).
+pub const LIVE_INO_END: Ino = 1 << INNER_BITS;
 /// Snapshot ids must fit the 15 bits between the inner number and the flag.
 pub const MAX_SNAPSHOT_ID: u64 = (1 << 15) - 1;
 

@@ -29,7 +29,8 @@ fn chunk_key(ino: Ino, id: u64, chunk: usize) -> Key {
 }
 
 impl Core {
-    fn xattr_key(&self, ino: Ino, name: &[u8]) -> Key {
+    /// The key of the xattr bucket that holds `name` of `ino`.
+    pub(super) fn xattr_key(&self, ino: Ino, name: &[u8]) -> Key {
         Key::new(
             ino,
             kind::XATTR,

@@ -85,23 +85,28 @@ impl<D: BlockDevice> Image<D> {
     }
 
     /// The commits the log holds past the checkpoint (what mount would replay, before
-    /// it checks the last commit's data), or the log block the device failed to read.
+    /// it checks the last commit's data) and a commit that does not decode after them,
+    /// or the log block the device failed to read.
     pub async fn log_commits(
         &self,
     ) -> Result<
-        Vec<ninefs::volume::synclog::replay::LoggedCommit>,
+        ninefs::volume::synclog::replay::LogScan,
         ninefs::volume::synclog::replay::UnreadableLog,
     > {
         let l = self.sb.layout;
-        let (commits, _) = ninefs::volume::synclog::replay::scan(
+        ninefs::volume::synclog::replay::scan(
             &self.dev,
             l.log_start,
             l.log_blocks,
             self.sb.log_epoch,
             self.sb.log_tail,
         )
-        .await?;
-        Ok(commits)
+        .await
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        self.dev.inner()
     }
 
     /// Reads `blocks` blocks at `block`.
