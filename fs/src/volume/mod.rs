@@ -31,8 +31,8 @@ use crate::btree::{Node, NodeCache};
 use crate::format::bitmap::GroupBlock;
 use crate::format::bset::NodeId;
 use crate::format::layout::SUPERBLOCK_BLOCKS;
-use crate::format::superblock::{state, NodePtr, Superblock};
-use crate::format::{features, Key, TreeId, BLOCK_SIZE};
+use crate::format::superblock::{next_seq, state, NodePtr, Superblock};
+use crate::format::{features, Corrupt, Key, TreeId, BLOCK_SIZE};
 use crate::io::{Dev, DevError};
 use crate::util::check::ensure;
 use block::{BlockDevice, WriteFlags};
@@ -70,6 +70,7 @@ pub use self::core::InodeState;
 pub use checkpoint::{
     CheckpointCause, DirtyThresholdPolicy, Pressure, PressurePolicy, WritePolicy,
 };
+pub use dir::check_name;
 pub use grow::Growth;
 pub use mkfs::{format, FormatError, FormatOptions};
 pub use readahead::DEFAULT_READAHEAD;
@@ -187,7 +188,9 @@ pub enum MountError {
     /// Reading the superblocks failed.
     Io(block::IoError),
     /// Neither superblock copy is valid.
-    NoSuperblock,
+    /// No superblock copy is valid; with why the last one read was refused (a checksum,
+    /// a field out of its bounds).
+    NoSuperblock(Option<Corrupt>),
     /// The filesystem uses features this code does not know.
     Features(u64),
     /// The device is smaller than the filesystem.
@@ -199,6 +202,11 @@ pub enum MountError {
     /// Legs are out of service (bit `i`: leg `i`) and
     /// [`MountOptions::refuse_degraded`] is set.
     Degraded(u64),
+    /// The superblock a writable mount writes would take this field (a sequence or
+    /// counter) to its bound
+    /// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)); nothing was written. The filesystem
+    /// can still be mounted read-only.
+    Exhausted(Corrupt),
 }
 
 impl ::core::fmt::Display for MountError {
@@ -206,7 +214,8 @@ impl ::core::fmt::Display for MountError {
         match self {
             MountError::Device(e) => write!(f, "unusable device: {e:?}"),
             MountError::Io(e) => write!(f, "reading the superblocks: {e}"),
-            MountError::NoSuperblock => f.write_str("no valid superblock"),
+            MountError::NoSuperblock(None) => f.write_str("no valid superblock"),
+            MountError::NoSuperblock(Some(why)) => write!(f, "no valid superblock ({why})"),
             MountError::Features(bits) => write!(f, "unknown incompatible features {bits:#x}"),
             MountError::TooSmall => f.write_str("device smaller than the filesystem"),
             MountError::Errno(e) => write!(f, "mount failed: {e}"),
@@ -214,6 +223,10 @@ impl ::core::fmt::Display for MountError {
             MountError::Degraded(mask) => {
                 write!(f, "legs out of service (mask {mask:#x}): refused")
             }
+            MountError::Exhausted(what) => write!(
+                f,
+                "{what}: at its bound (2^62), no superblock can be written; mount read-only"
+            ),
         }
     }
 }
@@ -237,6 +250,7 @@ async fn read_superblock_copy<D: BlockDevice>(
 ) -> Result<(Superblock, [bool; 2]), MountError> {
     let mut best: Option<Superblock> = None;
     let mut valid = [false; 2];
+    let mut refused = None;
     for (i, &b) in SUPERBLOCK_BLOCKS.iter().enumerate() {
         let mut buf = vec![0u8; BLOCK_SIZE];
         match copy {
@@ -251,10 +265,14 @@ async fn read_superblock_copy<D: BlockDevice>(
                     best = Some(sb);
                 }
             }
-            Err(e) => log::warn!("superblock copy {i} at block {b}: {e}"),
+            Err(e) => {
+                log::warn!("superblock copy {i} at block {b}: {e}");
+                refused = Some(e);
+            }
         }
     }
-    best.map(|sb| (sb, valid)).ok_or(MountError::NoSuperblock)
+    best.map(|sb| (sb, valid))
+        .ok_or(MountError::NoSuperblock(refused))
 }
 
 /// Chooses the committed version of a bitmap group from its two slots: the valid one
@@ -347,6 +365,19 @@ impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     }
 }
 
+/// What this code can do with a filesystem of the feature bits of `sb`: `Err` when it
+/// uses an incompatible feature this code does not know (never mounted), `Ok(true)`
+/// when only read (an unknown read-only-compatible feature), else `Ok(false)`. The
+/// mount decides by it, and fsck reports what it refuses.
+pub fn check_features(sb: &Superblock) -> Result<bool, MountError> {
+    if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
+        return Err(MountError::Features(
+            sb.incompat & !features::INCOMPAT_SUPPORTED,
+        ));
+    }
+    Ok(sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
+}
+
 /// Whether the filesystem of `sb` on `dev` mounts read-only (asked for, or features this
 /// code can only read); refuses what cannot be mounted at all.
 fn mount_read_only<D: BlockDevice>(
@@ -354,15 +385,11 @@ fn mount_read_only<D: BlockDevice>(
     dev: &Dev<D>,
     opts: &MountOptions,
 ) -> Result<bool, MountError> {
-    if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
-        return Err(MountError::Features(
-            sb.incompat & !features::INCOMPAT_SUPPORTED,
-        ));
-    }
+    let read_only = check_features(sb)?;
     if sb.layout.total_blocks > dev.blocks() {
         return Err(MountError::TooSmall);
     }
-    Ok(opts.read_only || sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
+    Ok(opts.read_only || read_only)
 }
 
 impl<D: BlockDevice> NineFs<D> {
@@ -485,12 +512,17 @@ impl<D: BlockDevice> NineFs<D> {
         // earlier mount, torn or not) is ever taken for one of this mount's.
         let epoch = {
             let mut c = self.core.lock();
-            c.sb.mount_count += 1;
+            // Both move on by one, and neither may reach its bound: a superblock that
+            // would is never written (the filesystem is then mounted read-only only).
+            let exhausted = |field| MountError::Exhausted(Corrupt::Field(field));
+            let mount_count = next_seq(c.sb.mount_count).ok_or(exhausted("mount_count"))?;
+            let epoch = next_seq(c.sb.generation).ok_or(exhausted("generation"))?;
+            c.sb.mount_count = mount_count;
             c.sb.state = 0;
             c.sb.incompat |= features::INCOMPAT_LOG;
-            c.sb.log_epoch = c.sb.generation + 1;
+            c.sb.log_epoch = epoch;
             c.sb.log_tail = end;
-            c.sb.log_epoch
+            epoch
         };
         {
             let mut l = self.log.lock();
@@ -506,14 +538,12 @@ impl<D: BlockDevice> NineFs<D> {
         }
         let mut sb = {
             let mut c = self.core.lock();
-            c.sb.generation += 1;
+            c.sb.generation = epoch;
             c.sb.clone()
         };
         self.stamp_legs(&mut sb);
-        debug_assert_eq!(sb.generation, epoch);
-        let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
         self.dev
-            .write(slot, &sb.encode(), WriteFlags::FUA)
+            .write(sb.slot(), &sb.encode(), WriteFlags::FUA)
             .await
             .map_err(MountError::Io)
     }
@@ -677,11 +707,11 @@ impl<D: BlockDevice> NineFs<D> {
         ptr: NodePtr,
         last_try: bool,
     ) -> FsResult<()> {
-        let node_size = self.core.lock().sb.node_size;
-        if is_temp_addr(ptr.addr)
-            || ptr.blocks == 0
-            || ptr.blocks as usize * BLOCK_SIZE > node_size as usize
-        {
+        let valid = {
+            let c = self.core.lock();
+            ptr.is_valid(&c.sb.layout, c.sb.node_size)
+        };
+        if is_temp_addr(ptr.addr) || !valid {
             log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
             return Err(Errno::EIO);
         }
@@ -870,20 +900,20 @@ impl<D: BlockDevice> NineFs<D> {
             self.dev.flush().await?;
             // Legs that failed up to here are out of what this checkpoint committed.
             self.stamp_legs(&mut plan.sb);
-            let slot = SUPERBLOCK_BLOCKS[(plan.sb.generation % 2) as usize];
             self.dev
-                .write(slot, &plan.sb.encode(), WriteFlags::FUA)
+                .write(plan.sb.slot(), &plan.sb.encode(), WriteFlags::FUA)
                 .await?;
             if cause == CheckpointCause::Unmount {
                 // Both copies clean and current: on a cleanly unmounted image a damaged
-                // copy is then detectably damage, not a torn last write.
+                // copy is then detectably damage, not a torn last write. (Not past the
+                // generations' bound: then the other copy stays one generation older.)
                 let mut other = plan.sb.clone();
-                other.generation += 1;
-                let slot = SUPERBLOCK_BLOCKS[(other.generation % 2) as usize];
-                self.dev
-                    .write(slot, &other.encode(), WriteFlags::FUA)
-                    .await?;
-                self.core.lock().sb.generation = other.generation;
+                if other.next_generation().is_ok() {
+                    self.dev
+                        .write(other.slot(), &other.encode(), WriteFlags::FUA)
+                        .await?;
+                    self.core.lock().sb.generation = other.generation;
+                }
             }
             Ok(())
         }
