@@ -321,6 +321,42 @@ fn f2_a_checkpoint_that_would_reach_the_bound_fails_and_writes_nothing() {
     }
 }
 
+/// F2: a mount whose own superblock would take the generation or the mount count to
+/// the bound writes nothing and says so; the filesystem still mounts read-only.
+#[test]
+fn f2_a_mount_that_would_reach_the_bound_is_refused_and_writes_nothing() {
+    type Field = fn(&mut Superblock) -> &mut u64;
+    let fields: [(&str, Field); 2] = [
+        ("generation", |sb| &mut sb.generation),
+        ("mount_count", |sb| &mut sb.mount_count),
+    ];
+    let clean = Image::build();
+    for (name, field) in fields {
+        let mut image = Image(clean.0.clone());
+        image.forge_superblock(|sb| *field(sb) = MAX_SEQ - 1);
+        let disk = MemDisk::from_bytes(4096, image.0.clone());
+        let err = pollster::block_on(NineFs::mount(&disk, MountOptions::default(), clock()))
+            .err()
+            .unwrap_or_else(|| panic!("{name} at MAX_SEQ - 1 mounts writable"));
+        assert!(
+            err.to_string()
+                .contains(&format!("bad field {name}: at its bound")),
+            "{name}: {err}"
+        );
+        assert!(
+            disk.snapshot() == image.0,
+            "{name}: the refused mount wrote"
+        );
+        let fs = image
+            .mount_with(MountOptions {
+                read_only: true,
+                ..MountOptions::default()
+            })
+            .unwrap();
+        assert_eq!(lookup(&fs, b"f").unwrap().size, 10_000);
+    }
+}
+
 /// F5: `next_ino` in the snapshot inode space (bit 63) or at `u64::MAX` handed out
 /// inode numbers that collide with snapshots' or wrap to 0. Refused at mount and by
 /// fsck.
@@ -373,6 +409,73 @@ fn f5_inode_numbers_run_out_with_enospc() {
     assert_eq!(after.superblock().next_ino, MAX_INO);
     let report = after.fsck().unwrap();
     assert!(report.is_clean(), "{:#?}", report.errors);
+}
+
+/// Counters of an inode at their end (a directory's readdir index, a file's xattr
+/// ids) were forged, never made: the operation that would move them on is a counted
+/// corruption (`EIO`), not a wrap to index 0 (which is `.`'s) or to a used xattr id.
+#[test]
+fn inode_counters_at_their_end_are_corruption_not_wrapped() {
+    let mut image = Image::build();
+    let (d, f) = image
+        .mount()
+        .map(|fs| {
+            (
+                lookup(&fs, b"d").unwrap().ino,
+                lookup(&fs, b"f").unwrap().ino,
+            )
+        })
+        .unwrap();
+    let (mut dir, mut file) = (image.inode(d), image.inode(f));
+    dir.next_seq = u64::MAX;
+    file.next_seq = u64::MAX;
+    image.forge_fs_items(|items| {
+        items.insert(Key::new(d, kind::INODE, 0), dir.encode());
+        items.insert(Key::new(f, kind::INODE, 0), file.encode());
+    });
+    let fs = image.mount().unwrap();
+    pollster::block_on(async {
+        assert_eq!(
+            fs.create(d, b"x", 0o644, OWNER).await.unwrap_err(),
+            Errno::EIO
+        );
+        assert_eq!(fs.lookup(d, b"x").await.unwrap_err(), Errno::ENOENT);
+        let set = fs
+            .setxattr(f, b"user.a", b"v", vfs::XattrMode::Upsert)
+            .await;
+        assert_eq!(set, Err(Errno::EIO));
+    });
+    assert_eq!(fs.stats().corruptions, 2);
+}
+
+/// A bitmap group whose free count is not what its bits show (resealed) took the
+/// allocator's books below zero when its blocks were allocated. The group is refused
+/// like a damaged one: fsck reports it, and a change that needs it is `EIO`.
+#[test]
+fn a_bitmap_group_with_a_forged_free_count_is_refused() {
+    let mut image = Image::build();
+    let layout = image.superblock().layout;
+    for slot in 0..2 {
+        let b = image.block_mut(layout.bitmap_block(0, slot));
+        // No block free, says the header; thousands, say the bits.
+        b[12..16].copy_from_slice(&0u32.to_le_bytes());
+        let crc = crc32c(&b[8..]);
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
+    }
+    // Resealed: only the free count makes the slots invalid.
+    let block = layout.bitmap_block(0, 0);
+    image.fsck_reports(&format!(
+        "bitmap group 0 at block {block}: bitmap slot invalid"
+    ));
+    let fs = image.mount().unwrap();
+    // Reads need no group; a write allocates in the (only) group.
+    assert_eq!(lookup(&fs, b"f").unwrap().size, 10_000);
+    pollster::block_on(async {
+        let g = fs.create(ROOT_INO, b"g", 0o644, OWNER).await.unwrap();
+        let written = fs.write(g.ino, 0, &[1u8; 8192]).await;
+        assert_eq!(written, Err(Errno::EIO));
+    });
+    assert!(fs.stats().corruptions > 0);
 }
 
 /// F6: an inode larger than the largest file.

@@ -293,7 +293,8 @@ pub fn choose_group(
                 }
             }
             Ok(_) => {}
-            Err(_) if strict => return Err("bitmap slot fails its checksum"),
+            // A checksum, the group number or a free count its bits do not show.
+            Err(_) if strict => return Err("bitmap slot invalid"),
             Err(_) => {}
         }
     }
@@ -378,6 +379,18 @@ pub fn check_features(sb: &Superblock) -> Result<bool, MountError> {
     Ok(sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
 }
 
+/// The mount count and log epoch (the next generation) a writable mount of `sb`
+/// writes: each one more, and neither may reach its bound
+/// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)), since a superblock that did
+/// would be refused by every later mount. `Exhausted` then: the filesystem can still
+/// be mounted read-only.
+fn next_epoch(sb: &Superblock) -> Result<(u64, u64), MountError> {
+    let exhausted = |field| MountError::Exhausted(Corrupt::Field(field));
+    let mount_count = next_seq(sb.mount_count).ok_or(exhausted("mount_count"))?;
+    let epoch = next_seq(sb.generation).ok_or(exhausted("generation"))?;
+    Ok((mount_count, epoch))
+}
+
 /// Whether the filesystem of `sb` on `dev` mounts read-only (asked for, or features this
 /// code can only read); refuses what cannot be mounted at all.
 fn mount_read_only<D: BlockDevice>(
@@ -454,6 +467,10 @@ impl<D: BlockDevice> NineFs<D> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, _) = read_superblock(&dev).await?;
         let read_only = mount_read_only(&sb, &dev, &opts)?;
+        if !read_only {
+            // Refused before anything is written, not at the superblock write.
+            next_epoch(&sb)?;
+        }
         let out = dev.failed_copies();
         if out != 0 {
             if opts.refuse_degraded {
@@ -512,11 +529,7 @@ impl<D: BlockDevice> NineFs<D> {
         // earlier mount, torn or not) is ever taken for one of this mount's.
         let epoch = {
             let mut c = self.core.lock();
-            // Both move on by one, and neither may reach its bound: a superblock that
-            // would is never written (the filesystem is then mounted read-only only).
-            let exhausted = |field| MountError::Exhausted(Corrupt::Field(field));
-            let mount_count = next_seq(c.sb.mount_count).ok_or(exhausted("mount_count"))?;
-            let epoch = next_seq(c.sb.generation).ok_or(exhausted("generation"))?;
+            let (mount_count, epoch) = next_epoch(&c.sb)?;
             c.sb.mount_count = mount_count;
             c.sb.state = 0;
             c.sb.incompat |= features::INCOMPAT_LOG;
