@@ -221,6 +221,31 @@ fn snapshot_create_list_delete_on_an_image() {
     let _ = std::fs::remove_file(&img);
 }
 
+/// `ninefold dump IMAGE | head`: a reader that goes away ends the dump quietly (it
+/// panicked on the broken pipe).
+#[test]
+fn dump_into_a_closed_pipe_ends_quietly() {
+    let img = temp("pipe.img");
+    let path = img.to_str().unwrap();
+    let out = ninefold()
+        .args(["mkfs", path, "--size", "64M"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // The reading end is closed before the dump starts: its first write meets EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = ninefold()
+        .args(["dump", path, "--tree", "fs"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
+    let _ = std::fs::remove_file(&img);
+}
+
 #[test]
 fn quota_set_show_list_on_an_image() {
     let img = temp("quota.img");

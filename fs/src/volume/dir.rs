@@ -182,8 +182,14 @@ impl Core {
     ) -> Step<()> {
         let mut d = tx.inode(self, dir)?;
         let index = d.next_seq;
-        d.next_seq += 1;
-        d.size += 1;
+        // Both come from the disk: at their end they were forged, never made.
+        d.next_seq = index
+            .checked_add(1)
+            .ok_or(Stop::Corrupt("directory index counter out of range"))?;
+        d.size = d
+            .size
+            .checked_add(1)
+            .ok_or(Stop::Corrupt("directory size out of range"))?;
         d.mtime = now;
         d.ctime = now;
         tx.put_inode(dir, &d);

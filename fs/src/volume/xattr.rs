@@ -117,7 +117,10 @@ impl Core {
             }
             None => {
                 let id = item.next_seq;
-                item.next_seq += 1;
+                // From the disk: at its end it was forged, never made.
+                item.next_seq = id
+                    .checked_add(1)
+                    .ok_or(Stop::Corrupt("xattr id counter out of range"))?;
                 id
             }
         };

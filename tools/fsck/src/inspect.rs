@@ -1,6 +1,7 @@
 //! Read-only access to an unmounted image: superblocks, nodes, bitmap groups, decoded
 //! items. Shared by `fsck` and `dump`.
 
+use alloc::collections::BTreeSet;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
@@ -56,7 +57,12 @@ impl<D: BlockDevice> Image<D> {
         let root = self.sb.root(TreeId::Fs);
         let mut out = Vec::new();
         let mut stack = vec![(root.level, root.ptr)];
+        // Each node once, however often a forged tree points to it.
+        let mut seen = BTreeSet::new();
         while let Some((level, ptr)) = stack.pop() {
+            if !seen.insert(ptr.addr) {
+                continue;
+            }
             let node = self
                 .read_node(TreeId::Fs, level, ptr)
                 .await
@@ -77,6 +83,13 @@ impl<D: BlockDevice> Image<D> {
         }
         out.sort_by_key(|(id, _)| *id);
         Ok(out)
+    }
+
+    /// Superblock copy `i` (0 or 1) decoded, or why it is refused.
+    pub async fn superblock_copy(&self, i: usize) -> Result<Superblock, String> {
+        let block = ninefs::format::layout::SUPERBLOCK_BLOCKS[i];
+        let buf = self.read_blocks(block, 1).await?;
+        Superblock::decode(&buf).map_err(|e| e.to_string())
     }
 
     /// Whether the image was unmounted cleanly.
@@ -111,11 +124,17 @@ impl<D: BlockDevice> Image<D> {
 
     /// Reads `blocks` blocks at `block`.
     pub async fn read_blocks(&self, block: u64, blocks: u64) -> Result<Vec<u8>, String> {
+        let end = block.saturating_add(blocks);
+        if end > self.dev.blocks() {
+            return Err(format!(
+                "blocks {block}..{end} lie past the end of the device"
+            ));
+        }
         let mut buf = vec![0u8; (blocks as usize) * BLOCK_SIZE];
         self.dev
             .read(block, &mut buf)
             .await
-            .map_err(|e| format!("read of blocks {block}..{}: {e}", block + blocks))?;
+            .map_err(|e| format!("read of blocks {block}..{end}: {e}"))?;
         Ok(buf)
     }
 
@@ -126,10 +145,9 @@ impl<D: BlockDevice> Image<D> {
         level: u8,
         ptr: NodePtr,
     ) -> Result<Node, NodeError> {
-        let max = self.sb.node_size as usize / BLOCK_SIZE;
-        if ptr.blocks == 0 || ptr.blocks as usize > max {
+        if !ptr.is_valid(&self.sb.layout, self.sb.node_size) {
             return Err(NodeError::Corrupt(format!(
-                "pointer claims {} blocks",
+                "pointer to {} blocks outside the data area, or of another size",
                 ptr.blocks
             )));
         }
@@ -225,7 +243,7 @@ pub fn describe_item(tree: TreeId, key: &Key, val: &[u8]) -> String {
                 e.disk_block,
                 e.offset_blocks,
                 e.disk_block,
-                e.disk_block + u64::from(e.disk_blocks),
+                e.disk_block.saturating_add(u64::from(e.disk_blocks)),
                 e.num_blocks
             ),
             None => String::from("<undecodable file extent>"),
