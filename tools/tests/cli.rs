@@ -55,13 +55,27 @@ fn mkfs_then_fsck_a_1gib_image() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("nlink 2"));
 
-    // Damage the root node: errors, exit 4.
-    let bytes = std::fs::read(&img).unwrap();
-    let sb = ninefs::format::Superblock::decode(&bytes[8192..12288]).unwrap();
-    let fs_root = sb.root(ninefs::format::TreeId::Fs).ptr.addr as usize;
-    let mut bad = bytes;
-    bad[fs_root * 4096 + 100] ^= 0x40;
-    std::fs::write(&img, &bad).unwrap();
+    // Damage the root node: errors, exit 4. One byte patched in place, so
+    // the sparse image stays sparse (a full rewrite costs 1 GiB of disk).
+    {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&img)
+            .unwrap();
+        let mut sb = vec![0u8; 4096];
+        file.seek(SeekFrom::Start(8192)).unwrap();
+        file.read_exact(&mut sb).unwrap();
+        let sb = ninefs::format::Superblock::decode(&sb).unwrap();
+        let at = sb.root(ninefs::format::TreeId::Fs).ptr.addr * 4096 + 100;
+        let mut byte = [0u8];
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.read_exact(&mut byte).unwrap();
+        byte[0] ^= 0x40;
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.write_all(&byte).unwrap();
+    }
     let out = ninefold()
         .args(["fsck", img.to_str().unwrap()])
         .output()
