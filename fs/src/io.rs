@@ -79,7 +79,17 @@ impl<D: BlockDevice> Dev<D> {
 
     /// Filesystem blocks `buf` spans from `block`.
     fn span(block: u64, buf: &[u8]) -> core::ops::Range<u64> {
-        block..block + (buf.len() / BLOCK_SIZE) as u64
+        block..block.saturating_add((buf.len() / BLOCK_SIZE) as u64)
+    }
+
+    /// The device's address of the byte `done` bytes past filesystem block `block`
+    /// (`done` a multiple of 4 KiB): `OutOfRange` past the last address, as a block
+    /// number read from a forged image may be, rather than a wrapped one.
+    fn lba(&self, block: u64, done: usize) -> Result<u64, IoError> {
+        block
+            .checked_add((done / BLOCK_SIZE) as u64)
+            .and_then(|b| b.checked_mul(1 << self.shift))
+            .ok_or(IoError::OutOfRange)
     }
 
     /// The underlying device.
@@ -118,7 +128,7 @@ impl<D: BlockDevice> Dev<D> {
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(self.max_bytes);
-            let lba = (block + (done / BLOCK_SIZE) as u64) << self.shift;
+            let lba = self.lba(block, done)?;
             let part = &mut buf[done..done + n];
             match copy {
                 None => self.dev.read(lba, part).await?,
@@ -323,7 +333,7 @@ impl<D: BlockDevice> Dev<D> {
         let mut done = 0;
         while done < buf.len() {
             let n = (buf.len() - done).min(self.max_bytes);
-            let lba = (block + (done / BLOCK_SIZE) as u64) << self.shift;
+            let lba = self.lba(block, done)?;
             let part = &buf[done..done + n];
             match copy {
                 None => self.dev.write(lba, part, flags).await?,

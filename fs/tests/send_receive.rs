@@ -6,9 +6,9 @@
 use block::{CountingDisk, MemDisk};
 use fsck::{fsck, FsckOptions};
 use ninefs::format::stream::{
-    decode, DataMode, Encoder, InodeRef, InodeState, Record, StreamError,
+    decode, DataMode, Encoder, Header, InodeRef, InodeState, Record, StreamError,
 };
-use ninefs::volume::receive::ReceiveError;
+use ninefs::volume::receive::{ReceiveError, StreamSource};
 use ninefs::volume::send::{SendStats, RECEIVED_XATTR};
 use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use proptest::prelude::*;
@@ -308,12 +308,12 @@ fn a_live_tree_that_diverged_from_the_base_is_refused_until_rolled_back() {
         ));
         // A rollback makes the live tree the last received snapshot again (and drops
         // its temporary snapshots); then the incremental applies.
-        assert_eq!(dst.receive_rollback().await, Ok("a".to_string()));
+        assert_eq!(dst.receive_rollback().await, Ok(Some("a".to_string())));
         assert_eq!(snapshot_names(&dst).await, ["a"]);
         assert_same(&src, &dst, "a").await;
         dst.receive(&incr).await.unwrap();
         assert_same(&src, &dst, "b").await;
-        assert_eq!(dst.receive_rollback().await, Ok("b".to_string()));
+        assert_eq!(dst.receive_rollback().await, Ok(Some("b".to_string())));
     });
 }
 
@@ -528,4 +528,764 @@ fn sparse_and_cloned_files_keep_their_holes() {
         let dst_c = dst.snapshots().await.unwrap().into_iter().last().unwrap();
         assert_eq!(mark[16..], dst_c.seq.to_le_bytes());
     });
+}
+
+// Forged streams (issue 40): checksums resealed, records that the filesystem's own
+// operations would refuse half way. Each is refused by the check, before anything
+// changes, and the valid stream is received right after.
+
+/// `records` after `header`, encoded as a stream (checksums and trailer resealed).
+fn reseal(header: &Header, records: &[Record]) -> Vec<u8> {
+    let (mut enc, mut stream) = Encoder::start();
+    stream.extend(enc.record(&Record::Begin(header.clone())));
+    for r in records {
+        stream.extend(enc.record(r));
+    }
+    stream.extend(enc.finish());
+    stream
+}
+
+/// A base path.
+fn at(path: &[&str]) -> InodeRef {
+    InodeRef::Base(path.iter().map(|n| n.as_bytes().to_vec()).collect())
+}
+
+/// An INODE record: `mode` (type and permissions), with a symlink's `target`.
+fn inode(ino: InodeRef, mode: u32, target: &[u8]) -> Record {
+    Record::Inode(InodeState {
+        ino,
+        mode,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        size: 0,
+        atime: op_time(1),
+        mtime: op_time(1),
+        ctime: op_time(1),
+        btime: op_time(1),
+        data: DataMode::Keep,
+        target: target.to_vec(),
+    })
+}
+
+fn link(dir: InodeRef, name: &str, child: InodeRef) -> Record {
+    Record::Link(dir, name.as_bytes().to_vec(), child)
+}
+
+fn unlink(dir: InodeRef, name: &str) -> Record {
+    Record::Unlink(dir, name.as_bytes().to_vec())
+}
+
+const FILE: u32 = 0o100644;
+const DIR: u32 = 0o040755;
+const SYMLINK: u32 = 0o120777;
+const CHARDEV: u32 = 0o020644;
+
+/// What a receive must not change: the live tree (times too) and the snapshots.
+async fn observed<D: block::BlockDevice>(fs: &NineFs<D>) -> (VisibleState, Vec<String>) {
+    (VisibleState::capture(fs).await, snapshot_names(fs).await)
+}
+
+/// Asserts that `fs` is as `before` says.
+async fn unchanged<D: block::BlockDevice>(
+    fs: &NineFs<D>,
+    before: &(VisibleState, Vec<String>),
+    what: &str,
+) {
+    let after = observed(fs).await;
+    let diff = before.0.diff(&after.0, true);
+    assert!(diff.is_empty(), "{what}: the live tree changed: {diff:#?}");
+    assert_eq!(before.1, after.1, "{what}: the snapshots changed");
+}
+
+/// The source of the forgery tests: [`sample`]'s `a` and `b`, then `c` adds a character
+/// device, `e` rewrites a file and adds one. Returns the streams `a` (full), `a→b`,
+/// `b→c`, `c→e`.
+async fn forge_source<D: block::BlockDevice>(src: &NineFs<D>) -> [Vec<u8>; 4] {
+    sample(src).await;
+    src.mknod(ROOT_INO, b"cdev", CHARDEV, 0x0501, OWNER)
+        .await
+        .unwrap();
+    src.snapshot_create("c").await.unwrap();
+    let f = src.lookup(ROOT_INO, b"f").await.unwrap();
+    src.write(f.ino, 0, b"changed").await.unwrap();
+    let g = src.create(ROOT_INO, b"g", 0o600, OWNER).await.unwrap();
+    src.write(g.ino, 0, b"new file").await.unwrap();
+    src.snapshot_create("e").await.unwrap();
+    [
+        send(src, "a", None).await.0,
+        send(src, "b", Some("a")).await.0,
+        send(src, "c", Some("b")).await.0,
+        send(src, "e", Some("c")).await.0,
+    ]
+}
+
+/// Forged incremental streams, on a target holding `c` (the base of the valid `c→e`):
+/// each refused with the reason given, nothing changed, and `c→e` received after it.
+#[test]
+fn forged_incremental_streams_are_refused_before_anything_changes() {
+    let c = clock();
+    let src_disk = formatted(4096, 1);
+    let src = mount(&src_disk, &c);
+    let [full, ab, bc, ce] = pollster::block_on(forge_source(&src));
+    let prepared = formatted(4096, 2);
+    pollster::block_on(async {
+        let dst = mount(&prepared, &c);
+        for s in [&full, &ab, &bc] {
+            dst.receive(s).await.unwrap();
+        }
+        dst.unmount().await.unwrap();
+    });
+    let image = prepared.snapshot();
+    let (header, valid) = decode(&ce).unwrap();
+    let new = InodeRef::New(900);
+    let new2 = InodeRef::New(901);
+    let root = InodeRef::root;
+    let mut bad_name = header.clone();
+    bad_name.snapshot.name = "../x".into();
+    let mut device = match inode(at(&["cdev"]), CHARDEV, b"") {
+        Record::Inode(s) => s,
+        _ => unreachable!(),
+    };
+    device.rdev = 0x0502;
+    let cases: Vec<(&str, Header, Vec<Record>, &str)> = vec![
+        (
+            "link into a file",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b""),
+                link(at(&["f"]), "x", new.clone()),
+            ],
+            "not a directory",
+        ),
+        (
+            "link into a symlink",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b""),
+                link(at(&["l"]), "x", new.clone()),
+            ],
+            "not a directory",
+        ),
+        (
+            "link into a fifo",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b""),
+                link(at(&["d", "p"]), "x", new.clone()),
+            ],
+            "not a directory",
+        ),
+        (
+            "a directory under itself",
+            header.clone(),
+            vec![unlink(root(), "d"), link(at(&["d"]), "d", at(&["d"]))],
+            "under itself",
+        ),
+        (
+            "two new directories in each other",
+            header.clone(),
+            vec![
+                inode(new.clone(), DIR, b""),
+                inode(new2.clone(), DIR, b""),
+                link(root(), "n", new.clone()),
+                link(new.clone(), "m", new2.clone()),
+                link(new2.clone(), "n", new.clone()),
+            ],
+            "directory",
+        ),
+        (
+            "a cycle of removed directories",
+            header.clone(),
+            vec![
+                unlink(root(), "d"),
+                inode(new.clone(), DIR, b""),
+                link(new.clone(), "d", at(&["d"])),
+                link(at(&["d"]), "n", new.clone()),
+            ],
+            "under itself",
+        ),
+        (
+            ".snapshots as a name",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b""),
+                link(root(), ".snapshots", new.clone()),
+            ],
+            "snapshots",
+        ),
+        (
+            "the staging directory removed",
+            header.clone(),
+            vec![unlink(root(), ".ninefold-receive")],
+            "not there",
+        ),
+        (
+            "an entry removed that is not there",
+            header.clone(),
+            vec![unlink(root(), "nosuch")],
+            "not there",
+        ),
+        (
+            "an entry removed twice",
+            header.clone(),
+            vec![
+                unlink(at(&["d"]), "p"),
+                unlink(at(&["d"]), "p"),
+                link(root(), "p", at(&["d", "p"])),
+            ],
+            "not there",
+        ),
+        (
+            "a link over an entry",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b""),
+                link(root(), "f", new.clone()),
+            ],
+            "where one is",
+        ),
+        (
+            "a second name for a directory",
+            header.clone(),
+            vec![link(root(), "d2", at(&["d"]))],
+            "second name",
+        ),
+        (
+            "a name for the root",
+            header.clone(),
+            vec![link(at(&["d"]), "r", root())],
+            "second name",
+        ),
+        (
+            "an inode described, never linked",
+            header.clone(),
+            vec![inode(new.clone(), FILE, b"")],
+            "without a name",
+        ),
+        (
+            "a base inode described, then unlinked",
+            header.clone(),
+            vec![
+                unlink(at(&["d"]), "p"),
+                inode(at(&["d", "p"]), 0o010644, b""),
+            ],
+            "without a name",
+        ),
+        (
+            "a removed directory that keeps entries",
+            header.clone(),
+            vec![unlink(root(), "d")],
+            "keeps entries",
+        ),
+        (
+            "a path that names nothing",
+            header.clone(),
+            vec![inode(at(&["nosuch"]), FILE, b"")],
+            "names nothing",
+        ),
+        (
+            "a path through a file",
+            header.clone(),
+            vec![inode(at(&["f", "x"]), FILE, b"")],
+            "names nothing",
+        ),
+        (
+            "an inode described twice",
+            header.clone(),
+            vec![inode(at(&["f"]), FILE, b""), inode(at(&["f"]), FILE, b"")],
+            "twice",
+        ),
+        (
+            "the receive mark as an xattr",
+            header.clone(),
+            vec![
+                inode(root(), DIR, b""),
+                Record::Xattrs(root(), vec![(RECEIVED_XATTR.to_vec(), vec![0; 24])]),
+            ],
+            "mark",
+        ),
+        (
+            "BEGIN naming the snapshot ../x",
+            bad_name,
+            valid.clone(),
+            "not one a snapshot may have",
+        ),
+        // Type changes: an inode keeps its type for life (a replaced file is a new inode).
+        (
+            "the root made a file",
+            header.clone(),
+            vec![inode(root(), FILE, b"")],
+            "type",
+        ),
+        (
+            "the root made a symlink",
+            header.clone(),
+            vec![inode(root(), SYMLINK, b"x")],
+            "type",
+        ),
+        (
+            "a file made a symlink",
+            header.clone(),
+            vec![inode(at(&["f"]), SYMLINK, b"t")],
+            "type",
+        ),
+        (
+            "a file made a directory",
+            header.clone(),
+            vec![inode(at(&["f"]), DIR, b"")],
+            "type",
+        ),
+        (
+            "a file made a device",
+            header.clone(),
+            vec![inode(at(&["f"]), CHARDEV, b"")],
+            "type",
+        ),
+        (
+            "a directory made a file",
+            header.clone(),
+            vec![inode(at(&["d"]), FILE, b"")],
+            "type",
+        ),
+        (
+            "a symlink made a file",
+            header.clone(),
+            vec![inode(at(&["l"]), FILE, b"")],
+            "type",
+        ),
+        (
+            "a symlink's target changed",
+            header.clone(),
+            vec![inode(at(&["l"]), SYMLINK, b"elsewhere")],
+            "symlink's target",
+        ),
+        (
+            "a symlink target on a file",
+            header.clone(),
+            vec![inode(at(&["f"]), FILE, b"t")],
+            "not a symlink",
+        ),
+        (
+            "a fifo made a device",
+            header.clone(),
+            vec![inode(at(&["d", "p"]), CHARDEV, b"")],
+            "type",
+        ),
+        (
+            "a device number changed",
+            header.clone(),
+            vec![Record::Inode(device)],
+            "device number",
+        ),
+    ];
+    for (what, header, records, reason) in cases {
+        let disk = MemDisk::from_bytes(4096, image.clone());
+        let dst = mount(&disk, &c);
+        pollster::block_on(async {
+            let before = observed(&dst).await;
+            let err = dst.receive(&reseal(&header, &records)).await.unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(
+                    err,
+                    ReceiveError::Inconsistent(_) | ReceiveError::BadName(_)
+                ),
+                "{what}: {err:?}"
+            );
+            assert!(
+                text.contains(reason) && text.contains("nothing applied"),
+                "{what}: {text}"
+            );
+            unchanged(&dst, &before, what).await;
+            // Nothing to roll back: the live tree is still the base.
+            let back = dst.receive_rollback().await;
+            assert_eq!(back, Ok(Some("c".to_string())), "{what}");
+            dst.receive(&ce)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: the valid stream after it: {e}"));
+            assert_same(&src, &dst, "e").await;
+            let back = dst.receive_rollback().await;
+            assert_eq!(back, Ok(Some("e".to_string())), "{what}");
+            dst.unmount().await.unwrap();
+        });
+        check(&disk);
+    }
+}
+
+/// Forged full streams into an empty filesystem: refused, nothing changed, and the
+/// valid full stream received after each.
+#[test]
+fn forged_full_streams_are_refused_before_anything_changes() {
+    let c = clock();
+    let src_disk = formatted(4096, 1);
+    let src = mount(&src_disk, &c);
+    let [full, ..] = pollster::block_on(forge_source(&src));
+    let (header, valid) = decode(&full).unwrap();
+    let (new, new2) = (InodeRef::New(900), InodeRef::New(901));
+    let root = InodeRef::root;
+    let mut bad_name = header.clone();
+    bad_name.snapshot.name = ".hidden".into();
+    let with = |extra: Vec<Record>| -> Vec<Record> {
+        // The valid records, then forged links (links come last).
+        valid.iter().cloned().chain(extra).collect()
+    };
+    let cases: Vec<(&str, Header, Vec<Record>, &str)> = vec![
+        (
+            "link into a new file",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b""),
+                inode(new2.clone(), FILE, b""),
+                link(root(), "a", new.clone()),
+                link(new.clone(), "x", new2.clone()),
+            ],
+            "not a directory",
+        ),
+        (
+            "two new directories in each other",
+            header.clone(),
+            vec![
+                inode(new.clone(), DIR, b""),
+                inode(new2.clone(), DIR, b""),
+                link(new.clone(), "m", new2.clone()),
+                link(new2.clone(), "n", new.clone()),
+            ],
+            "under itself",
+        ),
+        (
+            ".snapshots as a name",
+            header.clone(),
+            with(vec![link(
+                root(),
+                ".snapshots",
+                InodeRef::New(valid_new(&valid)),
+            )]),
+            "snapshots",
+        ),
+        (
+            "a second link to the same name",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b""),
+                inode(new2.clone(), FILE, b""),
+                link(root(), "a", new.clone()),
+                link(root(), "a", new2.clone()),
+            ],
+            "where one is",
+        ),
+        (
+            "an inode described, never linked",
+            header.clone(),
+            vec![inode(new.clone(), FILE, b"")],
+            "without a name",
+        ),
+        (
+            "a new directory linked twice",
+            header.clone(),
+            vec![
+                inode(new.clone(), DIR, b""),
+                link(root(), "a", new.clone()),
+                link(root(), "b", new.clone()),
+            ],
+            "second name",
+        ),
+        (
+            "an entry removed from the empty root",
+            header.clone(),
+            vec![unlink(root(), "x")],
+            "not there",
+        ),
+        (
+            "the root made a file",
+            header.clone(),
+            vec![inode(root(), FILE, b"")],
+            "type",
+        ),
+        (
+            "the root made a symlink",
+            header.clone(),
+            vec![inode(root(), SYMLINK, b"x")],
+            "type",
+        ),
+        (
+            "a symlink target on a new file",
+            header.clone(),
+            vec![
+                inode(new.clone(), FILE, b"t"),
+                link(root(), "a", new.clone()),
+            ],
+            "not a symlink",
+        ),
+        (
+            "a bad snapshot name",
+            bad_name,
+            valid.clone(),
+            "not one a snapshot may have",
+        ),
+    ];
+    for (what, header, records, reason) in cases {
+        let disk = formatted(4096, 2);
+        let dst = mount(&disk, &c);
+        pollster::block_on(async {
+            let before = observed(&dst).await;
+            let err = dst.receive(&reseal(&header, &records)).await.unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(reason) && text.contains("nothing applied"),
+                "{what}: {text}"
+            );
+            unchanged(&dst, &before, what).await;
+            // Nothing received and nothing half way: nothing to roll back.
+            let back = dst.receive_rollback().await;
+            assert!(
+                matches!(back, Err(ReceiveError::NothingToRollBack)),
+                "{what}: {back:?}"
+            );
+            dst.receive(&full)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: the valid stream after it: {e}"));
+            assert_same(&src, &dst, "a").await;
+            let back = dst.receive_rollback().await;
+            assert_eq!(back, Ok(Some("a".to_string())), "{what}");
+            dst.unmount().await.unwrap();
+        });
+        check(&disk);
+    }
+}
+
+/// The sender's number of some new inode of a full stream.
+fn valid_new(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .find_map(|r| match r {
+            Record::Inode(InodeState {
+                ino: InodeRef::New(n),
+                ..
+            }) => Some(*n),
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// Entries named as a staging directory at the root are ordinary names of the sent
+/// tree: received as they are (the staging directory takes a name the stream leaves
+/// free), in full and incrementally.
+#[test]
+fn a_stream_may_name_an_entry_as_the_staging_directory() {
+    let c = clock();
+    let (src_disk, dst_disk) = (formatted(4096, 1), formatted(4096, 2));
+    let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
+    pollster::block_on(async {
+        let f = src
+            .create(ROOT_INO, b".ninefold-receive", 0o644, OWNER)
+            .await
+            .unwrap();
+        src.write(f.ino, 0, b"mine").await.unwrap();
+        src.mkdir(ROOT_INO, b".ninefold-receive.1", 0o755, OWNER)
+            .await
+            .unwrap();
+        src.snapshot_create("a").await.unwrap();
+        src.mkdir(ROOT_INO, b".ninefold-receive.2", 0o755, OWNER)
+            .await
+            .unwrap();
+        src.snapshot_create("b").await.unwrap();
+        dst.receive(&send(&src, "a", None).await.0).await.unwrap();
+        assert_same(&src, &dst, "a").await;
+        dst.receive(&send(&src, "b", Some("a")).await.0)
+            .await
+            .unwrap();
+        assert_same(&src, &dst, "b").await;
+        dst.unmount().await.unwrap();
+    });
+    check(&dst_disk);
+}
+
+/// A stream source that gives one stream in the checking pass and another when it is
+/// applied (as a client writing `receive` twice may).
+struct TwoPasses<'a> {
+    passes: [&'a [u8]; 2],
+    pass: usize,
+    at: usize,
+}
+
+impl<'a> TwoPasses<'a> {
+    fn new(first: &'a [u8], second: &'a [u8]) -> TwoPasses<'a> {
+        TwoPasses {
+            passes: [first, second],
+            pass: 0,
+            at: 0,
+        }
+    }
+}
+
+impl StreamSource for TwoPasses<'_> {
+    async fn rewind(&mut self) -> Result<(), vfs::Errno> {
+        self.pass += 1;
+        self.at = 0;
+        Ok(())
+    }
+
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, vfs::Errno> {
+        let bytes = self.passes[(self.pass - 1).min(1)];
+        let n = buf.len().min(bytes.len() - self.at).min(1000);
+        buf[..n].copy_from_slice(&bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// What the check cannot see fails while applying: a second pass other than the
+/// first. What was applied is rolled back, incremental or full, and the valid stream is
+/// received after it.
+#[test]
+fn a_failure_while_applying_is_rolled_back() {
+    let c = clock();
+    let src_disk = formatted(4096, 1);
+    let src = mount(&src_disk, &c);
+    let [full, ab, bc, ce] = pollster::block_on(forge_source(&src));
+    pollster::block_on(async {
+        // Incremental: the valid records applied, then a link over an entry.
+        let dst_disk = formatted(4096, 2);
+        let dst = mount(&dst_disk, &c);
+        for s in [&full, &ab, &bc] {
+            dst.receive(s).await.unwrap();
+        }
+        let (header, mut records) = decode(&ce).unwrap();
+        records.push(link(InodeRef::root(), "f", at(&["d", "p"])));
+        let forged = reseal(&header, &records);
+        let before = observed(&dst).await;
+        let err = dst
+            .receive_from(&mut TwoPasses::new(&ce, &forged))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ReceiveError::RolledBack(e) if matches!(**e, ReceiveError::Inconsistent(_))),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("rolled back"), "{err}");
+        unchanged(&dst, &before, "incremental").await;
+        dst.receive(&ce).await.unwrap();
+        assert_same(&src, &dst, "e").await;
+        dst.unmount().await.unwrap();
+        check(&dst_disk);
+
+        // Full: every valid record applied, then a cycle.
+        let dst_disk = formatted(4096, 3);
+        let dst = mount(&dst_disk, &c);
+        let (header, mut records) = decode(&full).unwrap();
+        records.push(link(at(&[]), "self", at(&[])));
+        let forged = reseal(&header, &records);
+        let before = observed(&dst).await;
+        let err = dst
+            .receive_from(&mut TwoPasses::new(&full, &forged))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ReceiveError::RolledBack(_)), "{err:?}");
+        unchanged(&dst, &before, "full").await;
+        dst.receive(&full).await.unwrap();
+        assert_same(&src, &dst, "a").await;
+        // A second pass cut short is rolled back too.
+        let before = observed(&dst).await;
+        let err = dst
+            .receive_from(&mut TwoPasses::new(&ab, &ab[..ab.len() / 2]))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ReceiveError::RolledBack(e) if matches!(**e, ReceiveError::Stream(_))),
+            "{err:?}"
+        );
+        unchanged(&dst, &before, "truncated second pass").await;
+        dst.receive(&ab).await.unwrap();
+        assert_same(&src, &dst, "b").await;
+        dst.unmount().await.unwrap();
+        check(&dst_disk);
+    });
+}
+
+/// A target too small for the stream: `ENOSPC` half way, rolled back (full and
+/// incremental), and a stream that fits received after it.
+#[test]
+fn a_target_that_fills_up_is_rolled_back() {
+    let c = clock();
+    let src_disk = formatted(16 * 1024, 1);
+    let src = mount(&src_disk, &c);
+    let streams = pollster::block_on(async {
+        let f = src.create(ROOT_INO, b"small", 0o644, OWNER).await.unwrap();
+        src.write(f.ino, 0, &[1; 10_000]).await.unwrap();
+        src.snapshot_create("small").await.unwrap();
+        let g = src.create(ROOT_INO, b"big", 0o644, OWNER).await.unwrap();
+        for i in 0..24u64 {
+            src.write(g.ino, i << 20, &vec![i as u8 + 1; 1 << 20])
+                .await
+                .unwrap();
+        }
+        src.snapshot_create("big").await.unwrap();
+        src.unlink(ROOT_INO, b"big").await.unwrap();
+        src.write(f.ino, 0, &[2; 5000]).await.unwrap();
+        src.snapshot_create("fits").await.unwrap();
+        [
+            send(&src, "big", None).await.0,
+            send(&src, "small", None).await.0,
+            send(&src, "big", Some("small")).await.0,
+            send(&src, "fits", Some("small")).await.0,
+        ]
+    });
+    let [big_full, small_full, big_incr, fits_incr] = streams;
+    pollster::block_on(async {
+        let dst_disk = formatted(4096, 2);
+        let dst = mount(&dst_disk, &c);
+        let before = observed(&dst).await;
+        let err = dst.receive(&big_full).await.unwrap_err();
+        assert!(
+            matches!(&err, ReceiveError::RolledBack(e) if **e == ReceiveError::Fs(vfs::Errno::ENOSPC)),
+            "{err:?}"
+        );
+        unchanged(&dst, &before, "full").await;
+        dst.receive(&small_full).await.unwrap();
+        assert_same(&src, &dst, "small").await;
+        let before = observed(&dst).await;
+        let err = dst.receive(&big_incr).await.unwrap_err();
+        assert!(
+            matches!(&err, ReceiveError::RolledBack(e) if **e == ReceiveError::Fs(vfs::Errno::ENOSPC)),
+            "{err:?}"
+        );
+        unchanged(&dst, &before, "incremental").await;
+        dst.receive(&fits_incr).await.unwrap();
+        assert_same(&src, &dst, "fits").await;
+        dst.unmount().await.unwrap();
+        check(&dst_disk);
+    });
+}
+
+/// A full receive a crash left half way (its staging directory at the root, some of the
+/// tree applied): the valid full stream is refused until a rollback empties the live
+/// tree; with nothing received and nothing half way, a rollback has nothing to do.
+#[test]
+fn a_full_receive_left_half_way_is_undone_by_a_rollback() {
+    let c = clock();
+    let (src_disk, dst_disk) = (formatted(4096, 1), formatted(4096, 2));
+    let (src, dst) = (mount(&src_disk, &c), mount(&dst_disk, &c));
+    pollster::block_on(async {
+        let (full, _) = sample_streams(&src).await;
+        assert_eq!(
+            dst.receive_rollback().await,
+            Err(ReceiveError::NothingToRollBack)
+        );
+        // What a crash after the first records leaves.
+        let staging = dst
+            .mkdir(ROOT_INO, b".ninefold-receive", 0o700, OWNER)
+            .await
+            .unwrap();
+        let f = dst.create(staging.ino, b"1", 0o644, OWNER).await.unwrap();
+        dst.write(f.ino, 0, b"half").await.unwrap();
+        dst.mkdir(ROOT_INO, b"d", 0o755, OWNER).await.unwrap();
+        assert_eq!(dst.receive(&full).await, Err(ReceiveError::NotEmpty));
+        assert_eq!(dst.receive_rollback().await, Ok(None));
+        assert!(dst.readdir(ROOT_INO, 2, 8).await.unwrap().is_empty());
+        dst.receive(&full).await.unwrap();
+        assert_same(&src, &dst, "a").await;
+        dst.unmount().await.unwrap();
+    });
+    check(&dst_disk);
 }

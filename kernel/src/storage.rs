@@ -665,7 +665,7 @@ mod mount_impl {
             Dev::new(disk).map_err(|e| StorageError::Mount(name.clone(), MountError::Device(e)))?;
         let (sb, copies) = match ninefs::volume::read_superblock(&dev).await {
             Ok(found) => found,
-            Err(MountError::NoSuperblock) => return Err(StorageError::Damaged(name)),
+            Err(MountError::NoSuperblock(_)) => return Err(StorageError::Damaged(name)),
             Err(e) => return Err(StorageError::Mount(name, e)),
         };
         if copies != [true, true] {

@@ -202,9 +202,10 @@ fn owner_of(c: &mut TestClient, dir: u32, path: &str) -> (u32, u32, u32) {
 }
 
 /// A server with a world-writable directory `shared` owned `0:50`, uid 1001 in group
-/// 100, and a client for uid 1000 (in no group) and one for root attached at fid 0.
+/// 100, uid 1000 in group 300 only (its groups known, none of the files'), and a client
+/// for uid 1000 and one for root attached at fid 0.
 fn shared_dir() -> (Arc<Server<Model>>, TestClient, TestClient) {
-    let server = configured(&[("group", "1001:100")]);
+    let server = configured(&[("group", "1001:100"), ("group", "1000:300")]);
     let mut root = client(&server);
     root.attach(0, 0, "").unwrap();
     root.mkdir(0, "shared", 0o777).unwrap();
@@ -385,6 +386,42 @@ fn chmod(c: &mut TestClient, dir: u32, path: &str, mode: u32) -> u32 {
     let st = c.getattr(98).unwrap();
     c.clunk(98).unwrap();
     st.mode & 0o7777
+}
+
+/// pjdfstest `chmod` (`clear_isgid_bit`): a user the server has no `group=` entry for
+/// chmods its own file, of its own primary group, to 02755. 9P2000.L's `Tsetattr`
+/// carries no groups, so only the client knows the user is in that group; Linux's
+/// client clears the bit itself when the caller is not (`setattr_prepare`), so the
+/// server stores the mode it is sent. A user whose groups are configured is still
+/// checked by the server.
+#[test]
+fn chmod_by_a_user_whose_groups_the_server_does_not_know_keeps_what_the_client_sent() {
+    let server = configured(&[("group", "1001:100")]);
+    let mut root = client(&server);
+    root.attach(0, 0, "").unwrap();
+    root.mkdir(0, "home", 0o777).unwrap();
+    root.walk(0, 1, "home").unwrap();
+    let mut user = client(&server);
+    user.attach(0, 2000, "").unwrap();
+    user.walk(0, 1, "home").unwrap();
+    user.walk(1, 2, "").unwrap();
+    user.lcreate(2, "own", RDWR, 0o644).unwrap();
+    user.mkdir(1, "own-dir", 0o755).unwrap();
+    // Its primary group 2000, which the server knows nothing about.
+    root.walk(1, 2, "own").unwrap();
+    root.setattr(2, setattr::GID, 0, 0, 2000, 0).unwrap();
+    root.walk(1, 3, "own-dir").unwrap();
+    root.setattr(3, setattr::GID, 0, 0, 2000, 0).unwrap();
+    assert_eq!(chmod(&mut user, 1, "own", 0o2755), 0o2755);
+    assert_eq!(chmod(&mut user, 1, "own-dir", 0o2775), 0o2775);
+    // The same request from uid 1001, whose groups are configured (100 only), on a
+    // file of group 2000: the server knows it is not a member.
+    root.setattr(2, setattr::UID | setattr::MODE, 0o644, 1001, 0, 0)
+        .unwrap();
+    let mut member = client(&server);
+    member.attach(0, 1001, "").unwrap();
+    member.walk(0, 1, "home").unwrap();
+    assert_eq!(chmod(&mut member, 1, "own", 0o2755), 0o755);
 }
 
 #[test]

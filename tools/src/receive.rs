@@ -107,10 +107,12 @@ fn on_image(args: &ReceiveArgs, stream: Option<&mut FileSource<'_>>) -> Result<(
                     info.name, info.inode_count
                 )
             }),
-            None => fs
-                .receive_rollback()
-                .await
-                .map(|name| format!("live tree rolled back to snapshot {name}")),
+            None => fs.receive_rollback().await.map(|name| match name {
+                Some(name) => format!("live tree rolled back to snapshot {name}"),
+                None => "nothing was received: the live tree emptied, as before the full \
+                    receive that stopped half way"
+                    .to_string(),
+            }),
         };
         let unmounted = fs.unmount().await.map(|_| ());
         println!("{}", done.map_err(|e| e.to_string())?);

@@ -55,13 +55,27 @@ fn mkfs_then_fsck_a_1gib_image() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("nlink 2"));
 
-    // Damage the root node: errors, exit 4.
-    let bytes = std::fs::read(&img).unwrap();
-    let sb = ninefs::format::Superblock::decode(&bytes[8192..12288]).unwrap();
-    let fs_root = sb.root(ninefs::format::TreeId::Fs).ptr.addr as usize;
-    let mut bad = bytes;
-    bad[fs_root * 4096 + 100] ^= 0x40;
-    std::fs::write(&img, &bad).unwrap();
+    // Damage the root node: errors, exit 4. One byte patched in place, so
+    // the sparse image stays sparse (a full rewrite costs 1 GiB of disk).
+    {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&img)
+            .unwrap();
+        let mut sb = vec![0u8; 4096];
+        file.seek(SeekFrom::Start(8192)).unwrap();
+        file.read_exact(&mut sb).unwrap();
+        let sb = ninefs::format::Superblock::decode(&sb).unwrap();
+        let at = sb.root(ninefs::format::TreeId::Fs).ptr.addr * 4096 + 100;
+        let mut byte = [0u8];
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.read_exact(&mut byte).unwrap();
+        byte[0] ^= 0x40;
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.write_all(&byte).unwrap();
+    }
     let out = ninefold()
         .args(["fsck", img.to_str().unwrap()])
         .output()
@@ -218,6 +232,31 @@ fn snapshot_create_list_delete_on_an_image() {
     assert_eq!(out.lines().count(), 1, "{out}");
     let (ok, out, _) = run(&["fsck", path]);
     assert!(ok && out.contains("1 snapshots"), "{out}");
+    let _ = std::fs::remove_file(&img);
+}
+
+/// `ninefold dump IMAGE | head`: a reader that goes away ends the dump quietly (it
+/// panicked on the broken pipe).
+#[test]
+fn dump_into_a_closed_pipe_ends_quietly() {
+    let img = temp("pipe.img");
+    let path = img.to_str().unwrap();
+    let out = ninefold()
+        .args(["mkfs", path, "--size", "64M"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // The reading end is closed before the dump starts: its first write meets EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = ninefold()
+        .args(["dump", path, "--tree", "fs"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
     let _ = std::fs::remove_file(&img);
 }
 
@@ -417,7 +456,10 @@ fn send_and_receive_full_and_incremental_between_images() {
     assert!(run(&["mkfs", dst_p, "--size", "64M"], None).0);
     let (ok, _, err) = run(&["receive", dst_p], Some(&stream));
     assert!(!ok && err.contains("base snapshot \"a\""), "{err}");
-    let cut = &stream[..stream.len() - 3];
+    // A damaged stream is refused before anything is applied (a full one: an
+    // incremental's base is looked for first).
+    let full_stream = std::fs::read(full_p).unwrap();
+    let cut = &full_stream[..full_stream.len() - 3];
     let (ok, _, err) = run(&["receive", dst_p], Some(cut));
     assert!(
         !ok && err.contains("truncated") && err.contains("nothing applied"),

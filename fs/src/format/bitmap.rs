@@ -47,7 +47,8 @@ impl GroupBlock {
         b
     }
 
-    /// Decodes one block, checking magic, checksum and that it belongs to `group`.
+    /// Decodes one block, checking magic, checksum, that it belongs to `group` and that
+    /// its free count is its clear bits'.
     pub fn decode(b: &[u8], group: u32) -> Result<GroupBlock, Corrupt> {
         if b.len() != BLOCK_SIZE {
             return Err(Corrupt::Truncated);
@@ -63,11 +64,19 @@ impl GroupBlock {
         if g != group {
             return Err(Corrupt::Field("group"));
         }
+        let free = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
+        // The filesystem writes a group with the count its bits show (`space`): a
+        // count that differs was forged, and would take the allocator's books below
+        // zero when its blocks are allocated.
+        let bits = &b[HEADER_LEN..];
+        if free != bits.iter().map(|x| x.count_zeros()).sum::<u32>() {
+            return Err(Corrupt::Field("group free count"));
+        }
         Ok(GroupBlock {
             group,
-            free: u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")),
+            free,
             seq: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
-            bits: b[HEADER_LEN..].to_vec(),
+            bits: bits.to_vec(),
         })
     }
 }
@@ -97,7 +106,7 @@ mod tests {
         let g = GroupBlock {
             group: 3,
             seq: 9,
-            free: 5,
+            free: BLOCKS_PER_GROUP as u32 - 1,
             bits,
         };
         let mut b = g.encode();
@@ -106,5 +115,15 @@ mod tests {
         b[100] ^= 1;
         assert_eq!(GroupBlock::decode(&b, 3), Err(Corrupt::Checksum));
         assert!(test_bit(&g.bits, 77) && !test_bit(&g.bits, 76));
+        // A free count its bits do not show (resealed, as a forger would).
+        let forged = GroupBlock {
+            free: BLOCKS_PER_GROUP as u32,
+            ..g
+        }
+        .encode();
+        assert_eq!(
+            GroupBlock::decode(&forged, 3),
+            Err(Corrupt::Field("group free count"))
+        );
     }
 }

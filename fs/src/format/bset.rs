@@ -240,6 +240,11 @@ pub fn decode_header(b: &[u8]) -> Result<BsetHeader, Corrupt> {
 }
 
 fn decode_entries(payload: &[u8], nkeys: u32) -> Result<Vec<RawEntry<'_>>, Corrupt> {
+    // Every entry takes at least its fixed part: a count the payload cannot hold is
+    // corrupt, and nothing is allocated for it.
+    if nkeys as usize > payload.len() / ENTRY_OVERHEAD {
+        return Err(Corrupt::Field("key count"));
+    }
     let mut r = Reader::new(payload);
     let mut out = Vec::with_capacity(nkeys as usize);
     let mut last: Option<Key> = None;
@@ -401,5 +406,32 @@ mod tests {
             }
         );
         assert!(parse_node(&node, ID, 0).is_err());
+    }
+
+    /// A header that claims more keys than its payload can hold (resealed, as a
+    /// forger would) is corrupt, before anything is allocated for them.
+    #[test]
+    fn key_count_is_bounded_by_the_payload() {
+        let node = two_bsets();
+        for nkeys in [u32::MAX, 3, (BLOCK_SIZE / ENTRY_OVERHEAD) as u32] {
+            let mut c = node.clone();
+            c[36..40].copy_from_slice(&nkeys.to_le_bytes());
+            let crc = crc32c(&c[8..HEADER_LEN]);
+            c[4..8].copy_from_slice(&crc.to_le_bytes());
+            let what = parse_node(&c, ID, 2).unwrap_err().what;
+            assert!(
+                matches!(what, Corrupt::Field("key count") | Corrupt::Truncated),
+                "{nkeys} keys: {what:?}"
+            );
+        }
+        // Fewer keys than the payload holds leave bytes over.
+        let mut c = node.clone();
+        c[36..40].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c(&c[8..HEADER_LEN]);
+        c[4..8].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            parse_node(&c, ID, 2).unwrap_err().what,
+            Corrupt::Field("payload length")
+        );
     }
 }

@@ -289,7 +289,9 @@ impl FileExtent {
         w.finish()
     }
 
-    /// Decodes (and checks the piece lies within its extent).
+    /// Decodes (and checks the piece lies within its extent, and the extent is no
+    /// longer than [`MAX_EXTENT_BLOCKS`](super::MAX_EXTENT_BLOCKS) and ends before the
+    /// last block number: where on the device it may lie is the reader's to check).
     pub fn decode(b: &[u8]) -> Option<FileExtent> {
         if b.len() != Self::LEN {
             return None;
@@ -302,7 +304,12 @@ impl FileExtent {
             num_blocks: r.u32()?,
         };
         let end = e.offset_blocks.checked_add(e.num_blocks)?;
-        (e.num_blocks > 0 && e.disk_block > 0 && end <= e.disk_blocks).then_some(e)
+        e.disk_block.checked_add(u64::from(e.disk_blocks))?;
+        (e.num_blocks > 0
+            && e.disk_block > 0
+            && end <= e.disk_blocks
+            && e.disk_blocks <= super::MAX_EXTENT_BLOCKS)
+            .then_some(e)
     }
 }
 
@@ -654,6 +661,17 @@ mod tests {
         assert_eq!(FileExtent::decode(&e.encode()), Some(e));
         let over = FileExtent { num_blocks: 7, ..e };
         assert_eq!(FileExtent::decode(&over.encode()), None);
+        // Extents longer than the largest, or running past the last block number.
+        let long = FileExtent {
+            disk_blocks: crate::format::MAX_EXTENT_BLOCKS + 1,
+            ..e
+        };
+        assert_eq!(FileExtent::decode(&long.encode()), None);
+        let wraps = FileExtent {
+            disk_block: u64::MAX - 4,
+            ..e
+        };
+        assert_eq!(FileExtent::decode(&wraps.encode()), None);
         let x = ExtentItem { refs: 2, owner: 7 };
         assert_eq!(ExtentItem::decode(&x.encode()), Some(x));
         assert_eq!(

@@ -107,6 +107,24 @@ impl Layout {
             && self.data_start() < self.total_blocks
     }
 
+    /// Whether `start..end` lies where nodes and data extents may: after the fixed
+    /// regions (superblocks, bitmap region, log), inside the filesystem, off the bitmap
+    /// slots of groups added by growth (their first two blocks). Empty or reversed
+    /// ranges do not.
+    pub fn is_data_area(&self, start: u64, end: u64) -> bool {
+        if start >= end || start < self.data_start() || end > self.total_blocks {
+            return false;
+        }
+        let (first, _) = Self::group_of(start);
+        let (last, _) = Self::group_of(end - 1);
+        (first..=last)
+            .filter(|&g| g >= self.fixed_groups())
+            .all(|g| {
+                let slots = u64::from(g) * BLOCKS_PER_GROUP;
+                end <= slots || start >= slots + 2
+            })
+    }
+
     /// First block after the fixed regions.
     pub fn data_start(&self) -> u64 {
         self.log_start + self.log_blocks

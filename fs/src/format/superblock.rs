@@ -15,10 +15,29 @@ use super::key::TreeId;
 use super::layout::Layout;
 use super::{Corrupt, BLOCK_SIZE, FORMAT_VERSION};
 use crate::util::crc::{crc32c, crc32c_parts};
-use vfs::Timespec;
+use vfs::{Timespec, ROOT_INO};
 
 /// Magic at the start of a superblock.
 pub const MAGIC: [u8; 8] = *b"NINEFOLD";
+
+/// Every sequence and counter of the superblock (`generation`, `checkpoint_seq`,
+/// `log_tail`, `log_epoch`, `mount_count`) stays below this (2^62): a superblock
+/// holding more is refused at mount and by fsck, and a filesystem whose next write
+/// would reach it fails that write instead ([`next_seq`]). At a million checkpoints
+/// (or log blocks) a second that is 146,000 years, so only a forged or corrupt
+/// superblock ever comes near it, and no increment of these can wrap.
+pub const MAX_SEQ: u64 = 1 << 62;
+
+/// Live inode numbers are below this (2^48): `next_ino` is at most it, and inode
+/// numbers with bits 48 and up belong to the snapshots (`volume::snapdir`). A create
+/// once it is reached fails with `ENOSPC`.
+pub const MAX_INO: u64 = 1 << 48;
+
+/// `n + 1` for a sequence or counter of the superblock, while that stays below
+/// [`MAX_SEQ`]; `None` past it.
+pub fn next_seq(n: u64) -> Option<u64> {
+    n.checked_add(1).filter(|&m| m < MAX_SEQ)
+}
 /// Length of the label field.
 pub const LABEL_LEN: usize = 64;
 
@@ -72,6 +91,20 @@ impl NodePtr {
     /// Decodes an interior node entry's value (exactly [`Self::ENCODED_LEN`] bytes).
     pub fn from_bytes(b: &[u8]) -> Option<NodePtr> {
         NodePtrDisk::ref_from_bytes(b).ok().map(NodePtr::from)
+    }
+
+    /// Whether this can point to a node of a filesystem of `layout` with nodes of
+    /// `node_size` bytes: its whole extent in the data area
+    /// ([`Layout::is_data_area`]), and 1 to `node_size` blocks committed. Every pointer read from
+    /// disk is checked so before it is read through.
+    pub fn is_valid(&self, layout: &Layout, node_size: u32) -> bool {
+        let node_blocks = u64::from(node_size) / BLOCK_SIZE as u64;
+        self.blocks > 0
+            && u64::from(self.blocks) <= node_blocks
+            && self
+                .addr
+                .checked_add(node_blocks)
+                .is_some_and(|end| layout.is_data_area(self.addr, end))
     }
 }
 
@@ -246,6 +279,20 @@ impl Superblock {
         &self.label[..end]
     }
 
+    /// Moves to the next generation (every superblock write is one); `Err` when that
+    /// would reach [`MAX_SEQ`], and then nothing changes: the superblock must not be
+    /// written.
+    pub fn next_generation(&mut self) -> Result<u64, Corrupt> {
+        self.generation = next_seq(self.generation).ok_or(Corrupt::Field("generation"))?;
+        Ok(self.generation)
+    }
+
+    /// The block this superblock is written to: copy `generation % 2`, so a torn write
+    /// leaves the previous generation whole in the other.
+    pub fn slot(&self) -> u64 {
+        super::layout::SUPERBLOCK_BLOCKS[(self.generation % 2) as usize]
+    }
+
     /// Encodes into one block.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = alloc::vec![0u8; BLOCK_SIZE];
@@ -346,11 +393,19 @@ impl Superblock {
     }
 
     fn validate(self, block_size: u32) -> Result<Superblock, Corrupt> {
-        if self.version != FORMAT_VERSION {
-            return Err(Corrupt::Field("version"));
-        }
         if block_size as usize != BLOCK_SIZE {
             return Err(Corrupt::Field("block_size"));
+        }
+        self.check()?;
+        Ok(self)
+    }
+
+    /// The checks [`Superblock::decode`] makes of every field: what a mount and fsck
+    /// accept. The filesystem checks each superblock it writes the same way
+    /// (`volume::checks`), so it never writes one the next mount would refuse.
+    pub fn check(&self) -> Result<(), Corrupt> {
+        if self.version != FORMAT_VERSION {
+            return Err(Corrupt::Field("version"));
         }
         if !self.node_size.is_power_of_two()
             || !(super::MIN_NODE_SIZE..=super::MAX_NODE_SIZE).contains(&self.node_size)
@@ -363,18 +418,35 @@ impl Superblock {
         {
             return Err(Corrupt::Field("layout"));
         }
-        for root in &self.roots {
-            let node_blocks = u64::from(self.node_size) / BLOCK_SIZE as u64;
-            if root.ptr.addr != 0
-                && (root.ptr.addr < self.layout.data_start()
-                    || root.ptr.addr + node_blocks > self.layout.total_blocks
-                    || root.ptr.blocks == 0
-                    || u64::from(root.ptr.blocks) > node_blocks)
-            {
-                return Err(Corrupt::Field("root"));
-            }
+        if self
+            .roots
+            .iter()
+            .any(|root| root.ptr.addr != 0 && !root.ptr.is_valid(&self.layout, self.node_size))
+        {
+            return Err(Corrupt::Field("root"));
         }
-        if self.free_blocks > self.layout.total_blocks {
+        let counters = [
+            ("generation", self.generation),
+            ("checkpoint_seq", self.checkpoint_seq),
+            ("log_tail", self.log_tail),
+            ("log_epoch", self.log_epoch),
+            ("mount_count", self.mount_count),
+        ];
+        if let Some((name, _)) = counters.iter().find(|(_, v)| *v >= MAX_SEQ) {
+            return Err(Corrupt::Field(name));
+        }
+        // The epoch is the generation of a superblock its mount wrote.
+        if self.log_epoch > self.generation {
+            return Err(Corrupt::Field("log_epoch"));
+        }
+        if !(ROOT_INO + 1..=MAX_INO).contains(&self.next_ino) {
+            return Err(Corrupt::Field("next_ino"));
+        }
+        // The root exists, and every inode has a number below `next_ino`.
+        if self.inode_count == 0 || self.inode_count >= self.next_ino {
+            return Err(Corrupt::Field("inode_count"));
+        }
+        if self.free_blocks > self.layout.data_blocks() {
             return Err(Corrupt::Field("free_blocks"));
         }
         if self.created.nsec >= 1_000_000_000 {
@@ -395,7 +467,7 @@ impl Superblock {
         {
             return Err(Corrupt::Field("rebuild_cursor"));
         }
-        Ok(self)
+        Ok(())
     }
 }
 

@@ -432,14 +432,20 @@ impl Allocator {
         }
     }
 
+    /// Whether log replay may claim `r` for an extent the log references
+    /// ([`Allocator::claim_replayed`]): every block free in the checkpoint and not
+    /// pinned. Its groups must be cached.
+    pub fn replayable(&self, r: Range<u64>) -> bool {
+        !r.into_iter()
+            .any(|b| self.is_allocated(b) != Some(false) || self.pinned.contains(b))
+    }
+
     /// Log replay: marks `r` allocated and referenced (blocks of an extent the log
     /// references, free in the checkpoint). Its groups must be cached
     /// ([`Allocator::ensure_groups`]). Returns false (changing nothing) if any block is
     /// already allocated.
     pub fn claim_replayed(&mut self, r: Range<u64>) -> bool {
-        if r.clone()
-            .any(|b| self.is_allocated(b) != Some(false) || self.pinned.contains(b))
-        {
+        if !self.replayable(r.clone()) {
             return false;
         }
         let mut s = r.start;

@@ -269,7 +269,9 @@ impl Core {
         let mut sb = self.sb.clone();
         sb.roots = self.trees.roots;
         sb.checkpoint_seq = seq;
-        sb.generation += 1;
+        // Checked below with the rest (`checks::superblock`): one past the bound is
+        // refused before anything is written.
+        sb.generation = sb.generation.saturating_add(1);
         sb.next_ino = self.next_ino;
         sb.inode_count = self.inode_count;
         sb.free_blocks = self.space.committed_free();
@@ -278,8 +280,9 @@ impl Core {
         } else {
             0
         };
-        self.check(checks::superblock(&sb, &self.sb, nb))?;
+        self.check(checks::superblock(&sb, &self.sb))?;
         self.sb = sb.clone();
+        // Below `MAX_SEQ` (checked above), so this cannot wrap.
         self.seq = seq + 1;
         self.trees.set_birth_seq(seq + 1);
         self.changed = false;

@@ -34,28 +34,10 @@ use alloc::format;
 
 use super::synclog::{Batch, LogState};
 use crate::btree::NodeWrite;
-use crate::format::bitmap::BLOCKS_PER_GROUP;
 use crate::format::log::{rec, RECORD_HEADER_LEN};
 use crate::format::superblock::Superblock;
-use crate::format::{Layout, TreeId, BLOCK_SIZE};
+use crate::format::{Layout, BLOCK_SIZE};
 use crate::util::check::{ensure, Violation};
-
-/// Whether `start..end` lies where nodes may: after the fixed regions (superblocks,
-/// bitmap region, log), inside the filesystem, off the bitmap slots of groups added by
-/// growth (their first two blocks).
-fn in_data_area(layout: &Layout, start: u64, end: u64) -> bool {
-    if start >= end || start < layout.data_start() || end > layout.total_blocks {
-        return false;
-    }
-    let (first, _) = Layout::group_of(start);
-    let (last, _) = Layout::group_of(end - 1);
-    (first..=last)
-        .filter(|&g| g >= layout.fixed_groups())
-        .all(|g| {
-            let slots = u64::from(g) * BLOCKS_PER_GROUP;
-            end <= slots || start >= slots + 2
-        })
-}
 
 /// A node write stays inside its node's extent (`node_blocks` from the node's
 /// location: an append never runs into the next extent), and that extent lies in the
@@ -73,7 +55,7 @@ pub fn node_write(w: &NodeWrite, layout: &Layout, node_blocks: u64) -> Result<()
         },
     )?;
     ensure(
-        in_data_area(layout, w.node, w.node + node_blocks),
+        layout.is_data_area(w.node, w.node.saturating_add(node_blocks)),
         "node outside the data area",
         || {
             format!(
@@ -89,11 +71,14 @@ pub fn node_write(w: &NodeWrite, layout: &Layout, node_blocks: u64) -> Result<()
 
 /// The superblock a checkpoint commits, against the one before it: the next
 /// generation and checkpoint sequence; inode numbers never handed out twice
-/// (`next_ino` does not go back, and exceeds the inode count); no more blocks free
-/// than the data area has; every tree's root a node of the data area.
-pub fn superblock(new: &Superblock, old: &Superblock, node_blocks: u64) -> Result<(), Violation> {
+/// (`next_ino` does not go back, and exceeds the inode count); and every field as a
+/// mount accepts it ([`Superblock::check`]: no more blocks free than the data area
+/// has, every tree's root a node of the data area, sequences and counters below their
+/// bound), so the filesystem never commits a superblock the next mount would refuse.
+pub fn superblock(new: &Superblock, old: &Superblock) -> Result<(), Violation> {
     ensure(
-        new.generation == old.generation + 1 && new.checkpoint_seq == old.checkpoint_seq + 1,
+        old.generation.checked_add(1) == Some(new.generation)
+            && old.checkpoint_seq.checked_add(1) == Some(new.checkpoint_seq),
         "superblock out of sequence",
         || {
             format!(
@@ -112,31 +97,10 @@ pub fn superblock(new: &Superblock, old: &Superblock, node_blocks: u64) -> Resul
             )
         },
     )?;
-    let layout = &new.layout;
-    ensure(
-        new.free_blocks <= layout.data_blocks(),
-        "more blocks free than the data area has",
-        || format!("{} free of {}", new.free_blocks, layout.data_blocks()),
-    )?;
-    for tree in TreeId::ALL {
-        let p = new.roots[tree as usize].ptr;
-        ensure(
-            p.addr == 0
-                || (p.blocks > 0
-                    && u64::from(p.blocks) <= node_blocks
-                    && in_data_area(layout, p.addr, p.addr + node_blocks)),
-            "tree root outside the data area",
-            || {
-                format!(
-                    "{} tree root {} blocks at {}",
-                    tree.name(),
-                    p.blocks,
-                    p.addr
-                )
-            },
-        )?;
+    match new.check() {
+        Ok(()) => Ok(()),
+        Err(e) => ensure(false, "superblock a mount would refuse", || format!("{e}")),
     }
-    Ok(())
 }
 
 /// A log commit about to be written (`encoded` blocks, framed from `batch`): exactly
@@ -204,7 +168,9 @@ mod tests {
     use vfs::{Errno, FileSystem, Owner, Timespec, ROOT_INO};
 
     use super::*;
+    use crate::format::bitmap::BLOCKS_PER_GROUP;
     use crate::format::bset::{NodeId, UnsealedBset};
+    use crate::format::TreeId;
     use crate::volume::core::Txn;
     use crate::volume::{format, FormatOptions, MountOptions, NineFs};
 

@@ -328,7 +328,12 @@ impl<D: BlockDevice> NineFs<D> {
                 false => Err("no receive is running".to_string()),
             },
             Command::ReceiveRollback => match self.receive_rollback().await {
-                Ok(name) => Ok(format!("rolled back to snapshot {name:?}")),
+                Ok(Some(name)) => Ok(format!("rolled back to snapshot {name:?}")),
+                Ok(None) => Ok(
+                    "nothing was received: the live tree emptied, as before the \
+                    full receive that stopped half way"
+                        .to_string(),
+                ),
                 Err(e) => Err(format!("rollback refused: {e}")),
             },
         }

@@ -294,7 +294,9 @@ pub fn node_blocks(sb: &Superblock) -> u64 {
 impl Core {
     /// The state for a filesystem whose committed superblock is `sb`.
     pub fn new(sb: Superblock, read_only: bool, max_links: u32) -> Core {
-        let seq = sb.checkpoint_seq + 1;
+        // A decoded superblock's sequence is below `MAX_SEQ`; a checkpoint at the
+        // bound is refused (`checks::superblock`).
+        let seq = sb.checkpoint_seq.saturating_add(1);
         Core {
             trees: Trees::new(sb.roots, sb.node_size, sb.secret, seq),
             space: Allocator::new(sb.layout, sb.node_size, sb.free_blocks),
@@ -419,6 +421,12 @@ impl Core {
         }) {
             return Err(Stop::Errno(Errno::ENOSPC));
         }
+        // The inode count cannot go below zero (or past `u64`): only a superblock that
+        // understates the inodes the tree holds would take it there.
+        let inode_count = self
+            .inode_count
+            .checked_add_signed(tx.inode_delta)
+            .ok_or(Stop::Corrupt("inode count out of range"))?;
         // Make sure every leaf the transaction touches is cached, so that applying it
         // cannot stop half way.
         for (tree, key, _) in &tx.ops {
@@ -461,7 +469,7 @@ impl Core {
             self.space.free(a..a + nb);
         }
         self.check_space()?;
-        self.inode_count = (self.inode_count as i64 + tx.inode_delta) as u64;
+        self.inode_count = inode_count;
         let (cur, committed) = (self.seq, self.committed_seq);
         for ino in tx.touched {
             self.inodes.entry(ino).or_default().last_trans = cur;

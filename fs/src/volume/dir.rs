@@ -26,8 +26,39 @@ pub fn check_name(name: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
+/// What [`Core::is_within`] stops with when directory parents form a loop.
+pub(super) const PARENT_LOOP: &str = "directory parents form a loop";
+
 /// First `DIR_INDEX` of a directory (`.` and `..` are offsets 0 and 1).
 pub const FIRST_INDEX: u64 = 2;
+
+/// Deepest a directory is followed up through its parents (or down a path): deeper is
+/// taken for a loop of parents.
+pub const MAX_DEPTH: usize = 4096;
+
+/// Whether directory `ino` is `ancestor` or below it, walking up through `parent` (a
+/// directory's parent; the root, and a directory that has no name, are their own):
+/// what `rename` checks before moving a directory, so that it never goes under
+/// itself. Also the check of a received stream's links (`receive/model.rs`), on the tree
+/// the stream makes. `too_deep` is the error after [`MAX_DEPTH`] steps.
+pub(crate) fn within<E>(
+    mut ino: Ino,
+    ancestor: Ino,
+    mut parent: impl FnMut(Ino) -> Result<Ino, E>,
+    too_deep: impl FnOnce() -> E,
+) -> Result<bool, E> {
+    for _ in 0..MAX_DEPTH {
+        if ino == ancestor {
+            return Ok(true);
+        }
+        let p = parent(ino)?;
+        if p == ino {
+            return Ok(false);
+        }
+        ino = p;
+    }
+    Err(too_deep())
+}
 
 impl Core {
     /// The keyed hash of a directory entry name (the `DIR_ENTRY` key offset).
@@ -113,22 +144,15 @@ impl Core {
         Ok(())
     }
 
-    /// Whether `ino` is `ancestor` or below it (walking up through parents).
-    fn is_within(&mut self, tx: &Txn, mut ino: Ino, ancestor: Ino) -> Step<bool> {
-        for _ in 0..4096 {
-            if ino == ancestor {
-                return Ok(true);
-            }
-            if ino == ROOT_INO {
-                return Ok(false);
-            }
-            let p = self.parent_of(tx, ino)?;
-            if p == ino {
-                return Ok(false);
-            }
-            ino = p;
-        }
-        Err(Stop::Corrupt("directory parents form a loop"))
+    /// Whether `ino` is `ancestor` or below it (walking up through parents; a walk
+    /// longer than [`MAX_DEPTH`] is a loop: [`PARENT_LOOP`]).
+    pub(super) fn is_within(&mut self, tx: &Txn, ino: Ino, ancestor: Ino) -> Step<bool> {
+        within(
+            ino,
+            ancestor,
+            |i| self.parent_of(tx, i),
+            || Stop::Corrupt(PARENT_LOOP),
+        )
     }
 
     /// Whether directory `dir` has no entries.
@@ -158,8 +182,14 @@ impl Core {
     ) -> Step<()> {
         let mut d = tx.inode(self, dir)?;
         let index = d.next_seq;
-        d.next_seq += 1;
-        d.size += 1;
+        // Both come from the disk: at their end they were forged, never made.
+        d.next_seq = index
+            .checked_add(1)
+            .ok_or(Stop::Corrupt("directory index counter out of range"))?;
+        d.size = d
+            .size
+            .checked_add(1)
+            .ok_or(Stop::Corrupt("directory size out of range"))?;
         d.mtime = now;
         d.ctime = now;
         tx.put_inode(dir, &d);

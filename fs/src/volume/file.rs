@@ -87,9 +87,18 @@ impl Core {
         if b0 >= b1 {
             return Ok(out);
         }
+        let layout = self.sb.layout;
+        // Every extent a file maps lies in the data area: what is read, written over
+        // or freed through one is never a fixed region or past the end.
+        let decode = |k: &Key, v: &[u8]| {
+            FileExtent::decode(v).filter(|fe| {
+                let end = fe.disk_block + u64::from(fe.disk_blocks); // no wrap: decoded
+                k.offset.is_multiple_of(BS) && layout.is_data_area(fe.disk_block, end)
+            })
+        };
         if let Some((k, v)) = self.trees.get_le(TreeId::Fs, &extent_key(ino, b0))? {
             if k.objectid == ino && k.kind == kind::EXTENT_DATA {
-                let fe = FileExtent::decode(&v).ok_or(Stop::Corrupt("undecodable file extent"))?;
+                let fe = decode(&k, &v).ok_or(Stop::Corrupt("undecodable file extent"))?;
                 let fb = k.offset / BS;
                 if fb + u64::from(fe.num_blocks) > b0 {
                     out.push((fb, fe));
@@ -105,9 +114,9 @@ impl Core {
         );
         if from <= to && out.len() < limit {
             self.trees.range(TreeId::Fs, from, to, |k, v| {
-                match FileExtent::decode(v) {
-                    Some(fe) if k.offset.is_multiple_of(BS) => out.push((k.offset / BS, fe)),
-                    _ => corrupt = true,
+                match decode(&k, v) {
+                    Some(fe) => out.push((k.offset / BS, fe)),
+                    None => corrupt = true,
                 }
                 !corrupt && out.len() < limit
             })?;
@@ -270,6 +279,13 @@ impl Core {
         }
         Ok(out)
     }
+}
+
+/// Whether every 4 KiB block of `buf` has its checksum in `csums`.
+pub(super) fn blocks_match(buf: &[u8], csums: &[u32]) -> bool {
+    buf.chunks(BLOCK_SIZE)
+        .zip(csums)
+        .all(|(block, &sum)| crc32c(block) == sum)
 }
 
 /// Where the blocks of a [`Piece`] being read go: block `i` of the piece belongs at byte
@@ -449,12 +465,10 @@ impl<D: BlockDevice> NineFs<D> {
         buf: &mut [u8],
     ) -> FsResult<()> {
         debug_assert_eq!(buf.len(), csums.len() * BLOCK_SIZE);
-        let good = |b: &[u8]| {
-            b.chunks(BLOCK_SIZE)
-                .zip(csums)
-                .all(|(block, &sum)| crc32c(block) == sum)
-        };
-        let read = self.dev.read_verified(block, buf, good).await;
+        let read = self
+            .dev
+            .read_verified(block, buf, |b| blocks_match(b, csums))
+            .await;
         self.core.lock().stats.data_bytes_read += buf.len() as u64;
         match read {
             Ok(Verified::Good | Verified::Mended) => Ok(()),

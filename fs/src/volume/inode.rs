@@ -7,6 +7,7 @@ use super::core::{Core, Step, Stop, Txn};
 use super::dir::check_name;
 use crate::format::items::InodeItem;
 use crate::format::key::kind;
+use crate::format::superblock::MAX_INO;
 use crate::format::{Key, TreeId};
 use vfs::{
     mode, Attr, Errno, FileType, Ino, Owner, SetAttr, SetTime, StatFs, Timespec, NAME_MAX,
@@ -85,7 +86,12 @@ impl Core {
             NewInode::Symlink(t) => (FileType::Symlink, 0, t.len() as u64),
             NewInode::Special(t, rdev) => (*t, *rdev, 0),
         };
+        // Live inode numbers stay below `MAX_INO` (higher ones are the snapshots'):
+        // once they are all used, no inode can be made.
         let ino = self.next_ino;
+        if ino >= MAX_INO {
+            return Err(Errno::ENOSPC.into());
+        }
         let item = InodeItem {
             mode: ft.mode_bits() | (perm & mode::PERMISSIONS),
             uid: owner.uid,
@@ -122,7 +128,7 @@ impl Core {
         }
         tx.inode_delta = 1;
         self.commit(tx)?;
-        self.next_ino += 1;
+        self.next_ino = ino + 1; // below `MAX_INO` + 1: no wrap
         self.state(ino).no_xattrs = true;
         Ok(self.attr(ino, &item))
     }
@@ -231,6 +237,9 @@ impl Core {
         let free = self.space.free_after_checkpoint();
         // What users may still fill: both reserves are kept from them.
         let avail = free.saturating_sub(self.data_keep());
+        // An inode takes no block of its own, but its number: free inodes are as many
+        // as either allows.
+        let inodes_free = avail.min(MAX_INO.saturating_sub(self.next_ino));
         let mut fsid = [0u8; 8];
         fsid.copy_from_slice(&self.sb.uuid[..8]);
         StatFs {
@@ -238,8 +247,8 @@ impl Core {
             blocks: self.sb.layout.data_blocks(),
             blocks_free: free,
             blocks_avail: avail,
-            files: self.inode_count + avail,
-            files_free: avail,
+            files: self.inode_count.saturating_add(inodes_free),
+            files_free: inodes_free,
             fsid: u64::from_le_bytes(fsid),
             name_max: NAME_MAX as u32,
         }

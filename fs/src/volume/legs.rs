@@ -22,7 +22,6 @@
 use alloc::vec::Vec;
 
 use super::{read_superblock_copy, MountError, NineFs};
-use crate::format::layout::SUPERBLOCK_BLOCKS;
 use crate::format::superblock::{leg, Superblock};
 use crate::io::Dev;
 use block::{BlockDevice, WriteFlags};
@@ -58,6 +57,7 @@ pub(super) async fn choose<D: BlockDevice>(
     dev: &Dev<D>,
 ) -> Result<(Superblock, [bool; 2]), MountError> {
     let mut found: Vec<(usize, Superblock, [bool; 2])> = Vec::new();
+    let mut refused = MountError::NoSuperblock(None);
     for c in 0..dev.copies() {
         if dev.failed_copies() & 1 << c != 0 {
             continue;
@@ -67,6 +67,7 @@ pub(super) async fn choose<D: BlockDevice>(
             Err(e) => {
                 log::warn!("leg {c}: {e}: taken out of service");
                 dev.fail_copy(c);
+                refused = e;
             }
         }
     }
@@ -74,7 +75,7 @@ pub(super) async fn choose<D: BlockDevice>(
         .iter()
         .max_by_key(|(_, sb, _)| sb.generation)
         .map(|(_, sb, valid)| (sb.clone(), *valid))
-        .ok_or(MountError::NoSuperblock)?;
+        .ok_or(refused)?;
     let sb = &best.0;
     if sb.leg_count() != dev.copies() {
         return Err(MountError::Legs(sb.leg_count()));
@@ -161,14 +162,20 @@ impl<D: BlockDevice> NineFs<D> {
         };
         let mut sb = {
             let mut c = self.core.lock();
-            c.sb.generation += 1;
+            if let Err(e) = c.sb.next_generation() {
+                log::error!("{what}: no superblock can be written ({e}: at its bound)");
+                return Err(Errno::EIO);
+            }
             c.sb.clone()
         };
         self.stamp_legs(&mut sb);
         log::info!("{what} (superblock generation {})", sb.generation);
-        let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
         let written = match flushed {
-            Ok(()) => self.dev.write(slot, &sb.encode(), WriteFlags::FUA).await,
+            Ok(()) => {
+                self.dev
+                    .write(sb.slot(), &sb.encode(), WriteFlags::FUA)
+                    .await
+            }
             Err(e) => Err(e),
         };
         let mut c = self.core.lock();

@@ -31,8 +31,8 @@ use crate::btree::{Node, NodeCache};
 use crate::format::bitmap::GroupBlock;
 use crate::format::bset::NodeId;
 use crate::format::layout::SUPERBLOCK_BLOCKS;
-use crate::format::superblock::{state, NodePtr, Superblock};
-use crate::format::{features, Key, TreeId, BLOCK_SIZE};
+use crate::format::superblock::{next_seq, state, NodePtr, Superblock};
+use crate::format::{features, Corrupt, Key, TreeId, BLOCK_SIZE};
 use crate::io::{Dev, DevError};
 use crate::util::check::ensure;
 use block::{BlockDevice, WriteFlags};
@@ -70,6 +70,7 @@ pub use self::core::InodeState;
 pub use checkpoint::{
     CheckpointCause, DirtyThresholdPolicy, Pressure, PressurePolicy, WritePolicy,
 };
+pub use dir::check_name;
 pub use grow::Growth;
 pub use mkfs::{format, FormatError, FormatOptions};
 pub use readahead::DEFAULT_READAHEAD;
@@ -187,7 +188,9 @@ pub enum MountError {
     /// Reading the superblocks failed.
     Io(block::IoError),
     /// Neither superblock copy is valid.
-    NoSuperblock,
+    /// No superblock copy is valid; with why the last one read was refused (a checksum,
+    /// a field out of its bounds).
+    NoSuperblock(Option<Corrupt>),
     /// The filesystem uses features this code does not know.
     Features(u64),
     /// The device is smaller than the filesystem.
@@ -199,6 +202,11 @@ pub enum MountError {
     /// Legs are out of service (bit `i`: leg `i`) and
     /// [`MountOptions::refuse_degraded`] is set.
     Degraded(u64),
+    /// The superblock a writable mount writes would take this field (a sequence or
+    /// counter) to its bound
+    /// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)); nothing was written. The filesystem
+    /// can still be mounted read-only.
+    Exhausted(Corrupt),
 }
 
 impl ::core::fmt::Display for MountError {
@@ -206,7 +214,8 @@ impl ::core::fmt::Display for MountError {
         match self {
             MountError::Device(e) => write!(f, "unusable device: {e:?}"),
             MountError::Io(e) => write!(f, "reading the superblocks: {e}"),
-            MountError::NoSuperblock => f.write_str("no valid superblock"),
+            MountError::NoSuperblock(None) => f.write_str("no valid superblock"),
+            MountError::NoSuperblock(Some(why)) => write!(f, "no valid superblock ({why})"),
             MountError::Features(bits) => write!(f, "unknown incompatible features {bits:#x}"),
             MountError::TooSmall => f.write_str("device smaller than the filesystem"),
             MountError::Errno(e) => write!(f, "mount failed: {e}"),
@@ -214,6 +223,10 @@ impl ::core::fmt::Display for MountError {
             MountError::Degraded(mask) => {
                 write!(f, "legs out of service (mask {mask:#x}): refused")
             }
+            MountError::Exhausted(what) => write!(
+                f,
+                "{what}: at its bound (2^62), no superblock can be written; mount read-only"
+            ),
         }
     }
 }
@@ -237,6 +250,7 @@ async fn read_superblock_copy<D: BlockDevice>(
 ) -> Result<(Superblock, [bool; 2]), MountError> {
     let mut best: Option<Superblock> = None;
     let mut valid = [false; 2];
+    let mut refused = None;
     for (i, &b) in SUPERBLOCK_BLOCKS.iter().enumerate() {
         let mut buf = vec![0u8; BLOCK_SIZE];
         match copy {
@@ -251,10 +265,14 @@ async fn read_superblock_copy<D: BlockDevice>(
                     best = Some(sb);
                 }
             }
-            Err(e) => log::warn!("superblock copy {i} at block {b}: {e}"),
+            Err(e) => {
+                log::warn!("superblock copy {i} at block {b}: {e}");
+                refused = Some(e);
+            }
         }
     }
-    best.map(|sb| (sb, valid)).ok_or(MountError::NoSuperblock)
+    best.map(|sb| (sb, valid))
+        .ok_or(MountError::NoSuperblock(refused))
 }
 
 /// Chooses the committed version of a bitmap group from its two slots: the valid one
@@ -275,7 +293,8 @@ pub fn choose_group(
                 }
             }
             Ok(_) => {}
-            Err(_) if strict => return Err("bitmap slot fails its checksum"),
+            // A checksum, the group number or a free count its bits do not show.
+            Err(_) if strict => return Err("bitmap slot invalid"),
             Err(_) => {}
         }
     }
@@ -297,6 +316,8 @@ pub struct NineFs<D: BlockDevice> {
     checkpoint_lock: async_lock::Mutex<()>,
     /// [`MountOptions::max_snapshots`].
     max_snapshots: usize,
+    /// Held by a receive or a rollback (`receive`): one changes the live tree at a time.
+    receive_lock: async_lock::Mutex<()>,
     /// Serialises `set_quota` (one labeling walk at a time).
     quota_lock: async_lock::Mutex<()>,
     /// Held by the log committer across one commit's I/O.
@@ -347,6 +368,31 @@ impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     }
 }
 
+/// What this code can do with a filesystem of the feature bits of `sb`: `Err` when it
+/// uses an incompatible feature this code does not know (never mounted), `Ok(true)`
+/// when only read (an unknown read-only-compatible feature), else `Ok(false)`. The
+/// mount decides by it, and fsck reports what it refuses.
+pub fn check_features(sb: &Superblock) -> Result<bool, MountError> {
+    if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
+        return Err(MountError::Features(
+            sb.incompat & !features::INCOMPAT_SUPPORTED,
+        ));
+    }
+    Ok(sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
+}
+
+/// The mount count and log epoch (the next generation) a writable mount of `sb`
+/// writes: each one more, and neither may reach its bound
+/// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)), since a superblock that did
+/// would be refused by every later mount. `Exhausted` then: the filesystem can still
+/// be mounted read-only.
+fn next_epoch(sb: &Superblock) -> Result<(u64, u64), MountError> {
+    let exhausted = |field| MountError::Exhausted(Corrupt::Field(field));
+    let mount_count = next_seq(sb.mount_count).ok_or(exhausted("mount_count"))?;
+    let epoch = next_seq(sb.generation).ok_or(exhausted("generation"))?;
+    Ok((mount_count, epoch))
+}
+
 /// Whether the filesystem of `sb` on `dev` mounts read-only (asked for, or features this
 /// code can only read); refuses what cannot be mounted at all.
 fn mount_read_only<D: BlockDevice>(
@@ -354,15 +400,24 @@ fn mount_read_only<D: BlockDevice>(
     dev: &Dev<D>,
     opts: &MountOptions,
 ) -> Result<bool, MountError> {
-    if sb.incompat & !features::INCOMPAT_SUPPORTED != 0 {
-        return Err(MountError::Features(
-            sb.incompat & !features::INCOMPAT_SUPPORTED,
-        ));
-    }
+    let read_only = check_features(sb)?;
     if sb.layout.total_blocks > dev.blocks() {
         return Err(MountError::TooSmall);
     }
-    Ok(opts.read_only || sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
+    Ok(opts.read_only || read_only)
+}
+
+/// The in-memory state of a filesystem on `dev` as its committed superblock `sb`
+/// leaves it, before anything is read (its node cache counted in `dev`'s cache).
+fn fresh_core<D: BlockDevice>(
+    dev: &Dev<D>,
+    sb: Superblock,
+    read_only: bool,
+    max_links: u32,
+) -> Core {
+    let mut core = Core::new(sb, read_only, max_links);
+    core.trees.cache.publish_to(dev.cache().node_gauge());
+    core
 }
 
 impl<D: BlockDevice> NineFs<D> {
@@ -385,8 +440,7 @@ impl<D: BlockDevice> NineFs<D> {
             sb.log_epoch,
             sb.log_tail,
         );
-        let mut core = Core::new(sb, opts.read_only, opts.max_links);
-        core.trees.cache.publish_to(dev.cache().node_gauge());
+        let core = fresh_core(&dev, sb, opts.read_only, opts.max_links);
         NineFs {
             dev,
             is_view,
@@ -395,6 +449,7 @@ impl<D: BlockDevice> NineFs<D> {
             log: Mutex::new(log),
             checkpoint_lock: async_lock::Mutex::new(()),
             max_snapshots: opts.max_snapshots,
+            receive_lock: async_lock::Mutex::new(()),
             quota_lock: async_lock::Mutex::new(()),
             commit_lock: async_lock::Mutex::new(()),
             inode_locks: Mutex::new(HashMap::new()),
@@ -427,6 +482,10 @@ impl<D: BlockDevice> NineFs<D> {
         let dev = Dev::new(dev).map_err(MountError::Device)?;
         let (sb, _) = read_superblock(&dev).await?;
         let read_only = mount_read_only(&sb, &dev, &opts)?;
+        if !read_only {
+            // Refused before anything is written, not at the superblock write.
+            next_epoch(&sb)?;
+        }
         let out = dev.failed_copies();
         if out != 0 {
             if opts.refuse_degraded {
@@ -444,11 +503,14 @@ impl<D: BlockDevice> NineFs<D> {
         // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
         fs.load_snapshots().await.map_err(MountError::Errno)?;
         // A cleanly unmounted image has an empty log (its tail is the head).
-        let replayed = if clean {
-            synclog::replay::ReplaySummary::default()
+        let (replayed, refused) = if clean {
+            (synclog::replay::ReplaySummary::default(), None)
         } else {
             fs.replay().await.map_err(MountError::Errno)?
         };
+        // A refused commit leaves the filesystem read-only (docs/durability.md, "Log
+        // commits as input"): nothing is written, so the whole log stays on the disk.
+        let read_only = read_only || refused.is_some();
         {
             let mut l = fs.log.lock();
             let s = &mut l.stats;
@@ -458,6 +520,8 @@ impl<D: BlockDevice> NineFs<D> {
             s.replayed_bytes = replayed.bytes;
             s.dropped_commits = replayed.dropped;
             s.unverified_commits = replayed.unverified;
+            s.refused_commits = u64::from(refused.is_some());
+            l.refused = refused;
         }
         if !read_only {
             let end = if clean {
@@ -485,12 +549,13 @@ impl<D: BlockDevice> NineFs<D> {
         // earlier mount, torn or not) is ever taken for one of this mount's.
         let epoch = {
             let mut c = self.core.lock();
-            c.sb.mount_count += 1;
+            let (mount_count, epoch) = next_epoch(&c.sb)?;
+            c.sb.mount_count = mount_count;
             c.sb.state = 0;
             c.sb.incompat |= features::INCOMPAT_LOG;
-            c.sb.log_epoch = c.sb.generation + 1;
+            c.sb.log_epoch = epoch;
             c.sb.log_tail = end;
-            c.sb.log_epoch
+            epoch
         };
         {
             let mut l = self.log.lock();
@@ -506,14 +571,12 @@ impl<D: BlockDevice> NineFs<D> {
         }
         let mut sb = {
             let mut c = self.core.lock();
-            c.sb.generation += 1;
+            c.sb.generation = epoch;
             c.sb.clone()
         };
         self.stamp_legs(&mut sb);
-        debug_assert_eq!(sb.generation, epoch);
-        let slot = SUPERBLOCK_BLOCKS[(sb.generation % 2) as usize];
         self.dev
-            .write(slot, &sb.encode(), WriteFlags::FUA)
+            .write(sb.slot(), &sb.encode(), WriteFlags::FUA)
             .await
             .map_err(MountError::Io)
     }
@@ -677,11 +740,11 @@ impl<D: BlockDevice> NineFs<D> {
         ptr: NodePtr,
         last_try: bool,
     ) -> FsResult<()> {
-        let node_size = self.core.lock().sb.node_size;
-        if is_temp_addr(ptr.addr)
-            || ptr.blocks == 0
-            || ptr.blocks as usize * BLOCK_SIZE > node_size as usize
-        {
+        let valid = {
+            let c = self.core.lock();
+            ptr.is_valid(&c.sb.layout, c.sb.node_size)
+        };
+        if is_temp_addr(ptr.addr) || !valid {
             log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
             return Err(Errno::EIO);
         }
@@ -870,20 +933,20 @@ impl<D: BlockDevice> NineFs<D> {
             self.dev.flush().await?;
             // Legs that failed up to here are out of what this checkpoint committed.
             self.stamp_legs(&mut plan.sb);
-            let slot = SUPERBLOCK_BLOCKS[(plan.sb.generation % 2) as usize];
             self.dev
-                .write(slot, &plan.sb.encode(), WriteFlags::FUA)
+                .write(plan.sb.slot(), &plan.sb.encode(), WriteFlags::FUA)
                 .await?;
             if cause == CheckpointCause::Unmount {
                 // Both copies clean and current: on a cleanly unmounted image a damaged
-                // copy is then detectably damage, not a torn last write.
+                // copy is then detectably damage, not a torn last write. (Not past the
+                // generations' bound: then the other copy stays one generation older.)
                 let mut other = plan.sb.clone();
-                other.generation += 1;
-                let slot = SUPERBLOCK_BLOCKS[(other.generation % 2) as usize];
-                self.dev
-                    .write(slot, &other.encode(), WriteFlags::FUA)
-                    .await?;
-                self.core.lock().sb.generation = other.generation;
+                if other.next_generation().is_ok() {
+                    self.dev
+                        .write(other.slot(), &other.encode(), WriteFlags::FUA)
+                        .await?;
+                    self.core.lock().sb.generation = other.generation;
+                }
             }
             Ok(())
         }

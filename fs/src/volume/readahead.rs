@@ -15,13 +15,12 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use super::file::regular;
+use super::file::{blocks_match, regular};
 use super::NineFs;
 use crate::cache::data::Fill;
 use crate::cache::{Part, ReadaheadCounters, ReadaheadRequest, Who};
 use crate::format::BLOCK_SIZE;
 use crate::io::Verified;
-use crate::util::crc::crc32c;
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Ino, ReadStream, Window};
 
@@ -153,12 +152,10 @@ impl<D: BlockDevice> NineFs<D> {
         let first = batch[0].0.blocks().start;
         let csums: Vec<u32> = batch.iter().flat_map(|(_, s)| s.iter().copied()).collect();
         let mut buf = vec![0u8; csums.len() * BLOCK_SIZE];
-        let good = |b: &[u8]| {
-            b.chunks(BLOCK_SIZE)
-                .zip(&csums)
-                .all(|(block, &sum)| crc32c(block) == sum)
-        };
-        let read = self.dev.read_verified(first, &mut buf, good).await;
+        let read = self
+            .dev
+            .read_verified(first, &mut buf, |b| blocks_match(b, &csums))
+            .await;
         self.core.lock().stats.data_bytes_read += buf.len() as u64;
         match read {
             Ok(Verified::Good | Verified::Mended) => {

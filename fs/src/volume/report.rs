@@ -302,4 +302,7 @@ pub const METRIC_RULES: &[Rule] = &[
     Rule::counter("fs.log.unverified_commits").help(
         "Commits replayed at mount although the device could not read some of their data blocks (reads of those give EIO).",
     ),
+    Rule::counter("fs.log.refused_commits").help(
+        "Log commits replay refused at mount (each also logged): no live operation does what they ask, so they are forged or written by a bug; the filesystem is read-only. Must stay 0: run ninefold fsck.",
+    ),
 ];

@@ -332,15 +332,12 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     async fn scrub_node(&self, tree: TreeId, level: u8, ptr: NodePtr) -> FsResult<u64> {
-        let (node_size, total) = {
+        let valid = {
             let c = self.core.lock();
-            (c.sb.node_size, c.sb.layout.total_blocks)
+            ptr.is_valid(&c.sb.layout, c.sb.node_size)
         };
         let blocks = u64::from(ptr.blocks);
-        if ptr.blocks == 0
-            || blocks * BLOCK_SIZE as u64 > u64::from(node_size)
-            || ptr.addr.checked_add(blocks).is_none_or(|e| e > total)
-        {
+        if !valid {
             self.scrub_failed(ScrubError::Node {
                 tree,
                 level,

@@ -14,6 +14,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::core::Txn;
+use super::dir::MAX_DEPTH;
 use super::snapshot::read_items;
 use super::treediff::{self, TreeDiff};
 use super::NineFs;
@@ -149,7 +150,7 @@ impl<D: BlockDevice> BasePaths<'_, D> {
                 .ok_or(Errno::EIO)?;
             chain.push((at, first.name));
             at = first.parent;
-            if chain.len() > 4096 {
+            if chain.len() > MAX_DEPTH {
                 return Err(Errno::ELOOP);
             }
         }

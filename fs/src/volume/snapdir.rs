@@ -20,6 +20,7 @@ use alloc::vec::Vec;
 
 use super::snapshot::read_items;
 use super::NineFs;
+use crate::format::superblock::MAX_INO;
 use block::BlockDevice;
 use vfs::{mode, Attr, DirEntry, Errno, FileType, FsResult, Ino, ROOT_INO};
 
@@ -27,8 +28,11 @@ use vfs::{mode, Attr, DirEntry, Errno, FileType, FsResult, Ino, ROOT_INO};
 pub const SNAPSHOTS_DIR: &[u8] = b".snapshots";
 /// Inode number of the snapshots directory.
 pub const SNAPSHOTS_DIR_INO: Ino = 1 << 63;
-/// Bits of a snapshot's own inode numbers.
-const INNER_BITS: u32 = 48;
+/// Bits of a snapshot's own inode numbers: those of the live inode space
+/// ([`MAX_INO`]), which a snapshot's inodes come from.
+const INNER_BITS: u32 = MAX_INO.trailing_zeros();
+/// Live inode numbers are below this (they never reach the bits of snapshot inodes).
+pub const LIVE_INO_END: Ino = MAX_INO;
 /// Snapshot ids must fit the 15 bits between the inner number and the flag.
 pub const MAX_SNAPSHOT_ID: u64 = (1 << 15) - 1;
 

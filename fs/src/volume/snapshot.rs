@@ -17,11 +17,12 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::core::{Core, Step, Stop, Txn};
+use super::snapdir::MAX_SNAPSHOT_ID;
 use super::{CheckpointCause, FsStats, NineFs};
 use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
 use crate::format::key::kind;
-use crate::format::superblock::{NodePtr, Root, Superblock};
-use crate::format::{features, Key, TreeId, BLOCK_SIZE};
+use crate::format::superblock::{NodePtr, Root, Superblock, MAX_INO};
+use crate::format::{features, Key, TreeId, BLOCK_SIZE, MAX_EXTENT_BLOCKS};
 use crate::util::ranges::RangeSet;
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Timespec};
@@ -145,9 +146,40 @@ fn snapshot_key(id: u64) -> Key {
     Key::new(0, kind::SNAPSHOT, id)
 }
 
-/// The snapshot items of the fs tree, by id.
+/// Whether the snapshot items `items` (by id, ascending) of a filesystem whose last
+/// checkpoint is `checkpoint_seq` can be served: ids that fit the snapshot inode space
+/// (1 to [`MAX_SNAPSHOT_ID`]), valid names ([`valid_name`]), each used once, a
+/// checkpoint no later than the filesystem's, an inode count of the live inode space.
+/// The mount (whenever it reads them) and fsck check the same: `Err` names the first
+/// item that fails, and why.
+pub fn check_items(
+    items: &[(u64, SnapshotItem)],
+    checkpoint_seq: u64,
+) -> Result<(), (u64, &'static str)> {
+    let mut names = BTreeMap::new();
+    for (id, item) in items {
+        let what = if !(1..=MAX_SNAPSHOT_ID).contains(id) {
+            "snapshot id out of range"
+        } else if !core::str::from_utf8(&item.name).is_ok_and(valid_name) {
+            "snapshot name invalid"
+        } else if names.insert(&item.name, id).is_some() {
+            "snapshot name used twice"
+        } else if item.seq > checkpoint_seq {
+            "snapshot of a later checkpoint than the filesystem's"
+        } else if item.inode_count == 0 || item.inode_count >= MAX_INO {
+            "snapshot inode count out of range"
+        } else {
+            continue;
+        };
+        return Err((*id, what));
+    }
+    Ok(())
+}
+
+/// The snapshot items of the fs tree, by id: checked ([`check_items`]), so a forged
+/// item is corruption (`EIO`, counted) rather than served.
 pub(super) fn read_items(c: &mut Core) -> Step<Vec<(u64, SnapshotItem)>> {
-    Txn::new()
+    let items = Txn::new()
         .range(c, TreeId::Fs, snapshot_key(0), snapshot_key(u64::MAX))?
         .into_iter()
         .map(|(k, v)| {
@@ -155,7 +187,9 @@ pub(super) fn read_items(c: &mut Core) -> Step<Vec<(u64, SnapshotItem)>> {
                 .map(|item| (k.offset, item))
                 .ok_or(Stop::Corrupt("undecodable snapshot item"))
         })
-        .collect()
+        .collect::<Step<Vec<_>>>()?;
+    check_items(&items, c.sb.checkpoint_seq).map_err(|(_, what)| Stop::Corrupt(what))?;
+    Ok(items)
 }
 
 fn info(id: u64, item: &SnapshotItem) -> SnapshotInfo {
@@ -185,6 +219,7 @@ pub async fn referenced_blocks<D: BlockDevice>(
         .collect();
     while let Some((tree, level, ptr)) = stack.pop() {
         let node = super::treediff::read_node(dev, node_size, tree, level, ptr).await?;
+        // Read whole, so its blocks are on the device: no wrap.
         if !set.insert(ptr.addr..ptr.addr + node_blocks) {
             log::error!(
                 "{} tree: node at {} referenced twice",
@@ -197,12 +232,17 @@ pub async fn referenced_blocks<D: BlockDevice>(
             if level > 0 {
                 let child = NodePtr::from_bytes(v).ok_or(Errno::EIO)?;
                 stack.push((tree, level - 1, child));
-            } else if tree == TreeId::Extent
-                && k.kind == kind::EXTENT
-                && !set.insert(k.objectid..k.objectid + k.offset)
-            {
-                log::error!("data extent {}+{} overlaps another", k.objectid, k.offset);
-                return Err(Errno::EIO);
+            } else if tree == TreeId::Extent && k.kind == kind::EXTENT {
+                let end = k.objectid.checked_add(k.offset);
+                let long = k.offset > u64::from(MAX_EXTENT_BLOCKS);
+                if long || !end.is_some_and(|end| set.insert(k.objectid..end)) {
+                    log::error!(
+                        "data extent {}+{} overlaps another, or is no extent",
+                        k.objectid,
+                        k.offset
+                    );
+                    return Err(Errno::EIO);
+                }
             }
         }
     }
@@ -299,10 +339,7 @@ impl<D: BlockDevice> NineFs<D> {
             if items.iter().any(|(_, i)| i.name == name.as_bytes()) {
                 return Err(Errno::EEXIST);
             }
-            let id = next_id(
-                items.iter().map(|(id, _)| *id),
-                super::snapdir::MAX_SNAPSHOT_ID,
-            );
+            let id = next_id(items.iter().map(|(id, _)| *id), MAX_SNAPSHOT_ID);
             let Some(id) = id.filter(|_| items.len() < self.max_snapshots) else {
                 self.core.lock().stats.snapshot_limit_hits += 1;
                 return Err(Errno::ENOSPC);

@@ -29,7 +29,8 @@ fn chunk_key(ino: Ino, id: u64, chunk: usize) -> Key {
 }
 
 impl Core {
-    fn xattr_key(&self, ino: Ino, name: &[u8]) -> Key {
+    /// The key of the xattr bucket that holds `name` of `ino`.
+    pub(super) fn xattr_key(&self, ino: Ino, name: &[u8]) -> Key {
         Key::new(
             ino,
             kind::XATTR,
@@ -116,7 +117,10 @@ impl Core {
             }
             None => {
                 let id = item.next_seq;
-                item.next_seq += 1;
+                // From the disk: at its end it was forged, never made.
+                item.next_seq = id
+                    .checked_add(1)
+                    .ok_or(Stop::Corrupt("xattr id counter out of range"))?;
                 id
             }
         };

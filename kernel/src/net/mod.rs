@@ -17,6 +17,8 @@
 //! whatever the boot sequence mounted.
 
 pub mod limits;
+#[cfg(test)]
+mod loss_recovery;
 
 #[cfg(target_os = "none")]
 pub mod listener;

@@ -153,7 +153,9 @@ impl SetattrPlan<'_> {
 
     /// chmod: the owner or root; set-gid only for root or a member of the file's (new)
     /// group, directories included, as Linux's `setattr_prepare` (anyone else's request
-    /// goes through without the bit).
+    /// goes through without the bit). Whether the user is a member, only a `group=`
+    /// entry tells the server; for a user without one the client's own check stands
+    /// ([`User::may_keep_set_gid`]).
     fn mode(&self, ch: &mut SetAttr) -> FsResult<()> {
         if self.req.valid & setattr::MODE == 0 {
             return Ok(());
@@ -163,7 +165,7 @@ impl SetattrPlan<'_> {
         }
         let gid = ch.gid.unwrap_or(self.attr.gid);
         let mut mode = self.req.mode & 0o7777;
-        if !self.user.may_use_group(gid) {
+        if !self.user.may_keep_set_gid(gid) {
             mode &= !S_ISGID;
         }
         ch.mode = Some(mode);

@@ -52,6 +52,12 @@ pub struct User {
     pub uid: u32,
     /// Groups the user is a member of (from [`crate::server::Config::groups`]).
     pub groups: Vec<u32>,
+    /// Whether [`User::groups`] is known: the configuration names this uid's groups
+    /// (`group=`), or the user is squashed. 9P carries no groups, so without an entry
+    /// the server cannot tell whether the user is in a file's group; the client can
+    /// (Linux's applies `setattr_prepare` before it sends a chmod), and its request is
+    /// then taken as sent.
+    pub groups_known: bool,
     /// gid forced onto new files (squashed users); `None`: the gid the client names, if
     /// the user may use it (see [`User::new_file`]).
     pub forced_gid: Option<u32>,
@@ -80,6 +86,13 @@ impl User {
     /// Whether the user is root or in group `gid`: may own files in it, set-gid ones too.
     pub fn may_use_group(&self, gid: u32) -> bool {
         self.is_root() || self.in_group(gid)
+    }
+
+    /// Whether a chmod by this user keeps a requested set-gid bit on a file of group
+    /// `gid`: when [`User::may_use_group`], or when the server does not know the user's
+    /// groups (the client, which does, cleared the bit already if it had to).
+    pub fn may_keep_set_gid(&self, gid: u32) -> bool {
+        self.may_use_group(gid) || !self.groups_known
     }
 
     /// Owner and bits of a new `kind` entry of `dir` that the client asks to create with
@@ -181,6 +194,7 @@ mod tests {
         User {
             uid,
             groups: groups.to_vec(),
+            groups_known: true,
             forced_gid: None,
         }
     }
@@ -225,6 +239,7 @@ mod tests {
         User {
             uid: anon,
             groups: alloc::vec![anon],
+            groups_known: true,
             forced_gid: Some(anon),
         }
     }

@@ -75,12 +75,14 @@ impl<F: FileSystem> Server<F> {
             User {
                 uid,
                 groups: alloc::vec![export.anon_gid],
+                groups_known: true,
                 forced_gid: Some(export.anon_gid),
             }
         } else {
             User {
                 uid,
                 groups: self.config.groups.get(&uid).cloned().unwrap_or_default(),
+                groups_known: self.config.groups.contains_key(&uid),
                 forced_gid: None,
             }
         }

@@ -19,6 +19,9 @@ use ninefs::format::items::{
 use ninefs::format::key::kind;
 use ninefs::format::{Key, TreeId, BLOCK_SIZE};
 use ninefs::util::hash::name_ref_hash;
+use ninefs::volume::snapdir::SNAPSHOTS_DIR;
+use ninefs::volume::snapshot::check_items;
+use ninefs::volume::{check_name, MAX_FILE_SIZE};
 use vfs::{FileType, ROOT_INO};
 
 /// A directory entry as the checker compares them: `(dir, name) -> (ino, dirent type,
@@ -74,6 +77,7 @@ impl<D: BlockDevice> Checker<D> {
         self.check_names(&t);
         let counts = self.count_names(&t);
         self.check_links(&t, &counts);
+        self.check_tree_shape(&t);
         self.check_orphans(&t);
         self.check_xattr_chunks(&mut t);
         self.check_quotas(&t);
@@ -177,6 +181,26 @@ impl<D: BlockDevice> Checker<D> {
         }
     }
 
+    /// The snapshot items of the live fs tree: what the mount checks when it reads
+    /// them (`volume::snapshot::check_items`), and the feature bit that makes it read
+    /// them (without it, a mount would free the blocks they hold).
+    pub(crate) fn check_snapshot_items(&mut self) {
+        let items: Vec<(u64, SnapshotItem)> = self
+            .snapshots
+            .iter()
+            .map(|(id, item)| (*id, item.clone()))
+            .collect();
+        if let Err((id, what)) = check_items(&items, self.img.sb.checkpoint_seq) {
+            self.error(format!("snapshot item {id}: {what}"));
+        }
+        let feature = ninefs::format::features::INCOMPAT_SNAPSHOTS;
+        if !items.is_empty() && self.img.sb.incompat & feature == 0 {
+            self.error(String::from(
+                "snapshot items exist but the superblock lacks the SNAPSHOTS feature",
+            ));
+        }
+    }
+
     /// Quotas: every project's usage is what its inodes add up to (one inode each, and
     /// their bytes), every charged inode's project has a quota item whose root is a
     /// directory of that project, and the feature bit is set if any exists. The usage
@@ -195,7 +219,7 @@ impl<D: BlockDevice> Checker<D> {
                 continue;
             }
             let u = usage.entry(i.project).or_default();
-            u.0 += i.bytes;
+            u.0 = u.0.saturating_add(i.bytes);
             u.1 += 1;
         }
         let feature = ninefs::format::features::RO_COMPAT_QUOTA;
@@ -298,11 +322,17 @@ impl<D: BlockDevice> Checker<D> {
         }
     }
 
-    /// Counts names, subdirectories and entries; every entry points to an inode of its
-    /// type, inside a directory.
+    /// Counts names, subdirectories and entries; every entry is a name an operation
+    /// would take, and points to an inode of its type, inside a directory.
     fn count_names(&mut self, t: &FsTree) -> NameCounts {
         let mut c = NameCounts::default();
         for ((dir, name), (ino, ft, idx)) in &t.by_name {
+            if check_name(name).is_err() || *dir == ROOT_INO && name[..] == *SNAPSHOTS_DIR {
+                self.error(format!(
+                    "entry {:?} in dir {dir}: a name the filesystem never makes",
+                    name.escape_ascii().to_string()
+                ));
+            }
             *c.names.entry(*ino).or_default() += 1;
             *c.entries.entry(*dir).or_default() += 1;
             let m = c.max_index.entry(*dir).or_default();
@@ -337,6 +367,12 @@ impl<D: BlockDevice> Checker<D> {
     /// sizes.
     fn check_links(&mut self, t: &FsTree, c: &NameCounts) {
         for (ino, item) in &t.inodes {
+            if item.size > MAX_FILE_SIZE {
+                self.error(format!(
+                    "inode {ino}: size {} is larger than the largest file ({MAX_FILE_SIZE})",
+                    item.size
+                ));
+            }
             let n = c.names.get(ino).copied().unwrap_or(0);
             if item.is_dir() {
                 self.check_directory(*ino, item, n, c);
@@ -383,13 +419,66 @@ impl<D: BlockDevice> Checker<D> {
         }
     }
 
-    /// Orphan items name existing, unlinked inodes.
+    /// The directories form one tree under the root: no entry names the root, and every
+    /// linked directory reaches the root through its parents (its one name each), so
+    /// no path loops (`dir/loop/loop/...`).
+    fn check_tree_shape(&mut self, t: &FsTree) {
+        let is_dir = |ino: &u64| t.inodes.get(ino).is_some_and(InodeItem::is_dir);
+        let mut parent: BTreeMap<u64, u64> = BTreeMap::new();
+        for ((dir, name), (ino, _, _)) in &t.by_name {
+            if *ino == ROOT_INO {
+                self.error(format!(
+                    "entry {:?} in dir {dir} names the root",
+                    name.escape_ascii().to_string()
+                ));
+            } else if is_dir(ino) {
+                parent.insert(*ino, *dir);
+            }
+        }
+        // Directories known to reach the root, or not to: each walk up stops at one of
+        // them, so every directory is walked over once.
+        let mut reached = BTreeSet::from([ROOT_INO]);
+        let mut stranded = BTreeSet::new();
+        for (&ino, item) in &t.inodes {
+            if !item.is_dir() || item.nlink == 0 || reached.contains(&ino) {
+                continue;
+            }
+            let mut path = BTreeSet::new();
+            let mut at = ino;
+            let ok = loop {
+                if reached.contains(&at) {
+                    break true;
+                }
+                if stranded.contains(&at) || !path.insert(at) {
+                    break false;
+                }
+                match parent.get(&at) {
+                    Some(&p) => at = p,
+                    None => break false,
+                }
+            };
+            if ok {
+                reached.extend(path);
+            } else {
+                if stranded.len() < MAX_LISTED {
+                    self.error(format!(
+                        "directory {ino} does not reach the root (its parents loop or end)"
+                    ));
+                }
+                stranded.extend(path);
+            }
+        }
+    }
+
+    /// Orphan items name existing, unlinked inodes (the filesystem removes an inode and
+    /// its orphan item in one transaction).
     fn check_orphans(&mut self, t: &FsTree) {
         for ino in &t.orphans {
             match t.inodes.get(ino) {
                 Some(i) if i.nlink == 0 => {}
                 Some(_) => self.error(format!("orphan item for linked inode {ino}")),
-                None => self.warn(format!("orphan item for missing inode {ino}")),
+                // An inode and its orphan item go in one transaction: never left so.
+                None => self.error(format!("orphan item for missing inode {ino}")),
             }
         }
     }
@@ -427,17 +516,20 @@ impl<D: BlockDevice> Checker<D> {
                 if *fb < end {
                     self.error(format!("inode {ino}: file extents overlap at block {fb}"));
                 }
+                // A key's file block is at most 2^52: no wrap below.
                 end = fb + u64::from(e.num_blocks);
                 blocks += u64::from(e.num_blocks);
-                *counted.entry((e.disk_block, e.disk_blocks)).or_default() += 1;
+                let refs = counted.entry((e.disk_block, e.disk_blocks)).or_default();
+                *refs = refs.saturating_add(1);
             }
             if let Some(i) = item {
-                if end * BLOCK_SIZE as u64 > i.size.next_multiple_of(BLOCK_SIZE as u64) {
+                let size_blocks = i.size.div_ceil(BLOCK_SIZE as u64);
+                if end > size_blocks {
                     self.warn(format!(
                         "inode {ino}: extents past the end of file (an interrupted truncation)"
                     ));
                 }
-                if i.bytes != blocks * BLOCK_SIZE as u64 {
+                if u128::from(i.bytes) != u128::from(blocks) * BLOCK_SIZE as u128 {
                     self.error(format!(
                         "inode {ino}: records {} bytes of extents, has {}",
                         i.bytes,

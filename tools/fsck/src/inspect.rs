@@ -1,6 +1,7 @@
 //! Read-only access to an unmounted image: superblocks, nodes, bitmap groups, decoded
 //! items. Shared by `fsck` and `dump`.
 
+use alloc::collections::BTreeSet;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
@@ -56,7 +57,12 @@ impl<D: BlockDevice> Image<D> {
         let root = self.sb.root(TreeId::Fs);
         let mut out = Vec::new();
         let mut stack = vec![(root.level, root.ptr)];
+        // Each node once, however often a forged tree points to it.
+        let mut seen = BTreeSet::new();
         while let Some((level, ptr)) = stack.pop() {
+            if !seen.insert(ptr.addr) {
+                continue;
+            }
             let node = self
                 .read_node(TreeId::Fs, level, ptr)
                 .await
@@ -79,38 +85,56 @@ impl<D: BlockDevice> Image<D> {
         Ok(out)
     }
 
+    /// Superblock copy `i` (0 or 1) decoded, or why it is refused.
+    pub async fn superblock_copy(&self, i: usize) -> Result<Superblock, String> {
+        let block = ninefs::format::layout::SUPERBLOCK_BLOCKS[i];
+        let buf = self.read_blocks(block, 1).await?;
+        Superblock::decode(&buf).map_err(|e| e.to_string())
+    }
+
     /// Whether the image was unmounted cleanly.
     pub fn clean(&self) -> bool {
         self.sb.state & state::CLEAN != 0
     }
 
     /// The commits the log holds past the checkpoint (what mount would replay, before
-    /// it checks the last commit's data), or the log block the device failed to read.
+    /// it checks the last commit's data) and a commit that does not decode after them,
+    /// or the log block the device failed to read.
     pub async fn log_commits(
         &self,
     ) -> Result<
-        Vec<ninefs::volume::synclog::replay::LoggedCommit>,
+        ninefs::volume::synclog::replay::LogScan,
         ninefs::volume::synclog::replay::UnreadableLog,
     > {
         let l = self.sb.layout;
-        let (commits, _) = ninefs::volume::synclog::replay::scan(
+        ninefs::volume::synclog::replay::scan(
             &self.dev,
             l.log_start,
             l.log_blocks,
             self.sb.log_epoch,
             self.sb.log_tail,
         )
-        .await?;
-        Ok(commits)
+        .await
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        self.dev.inner()
     }
 
     /// Reads `blocks` blocks at `block`.
     pub async fn read_blocks(&self, block: u64, blocks: u64) -> Result<Vec<u8>, String> {
+        let end = block.saturating_add(blocks);
+        if end > self.dev.blocks() {
+            return Err(format!(
+                "blocks {block}..{end} lie past the end of the device"
+            ));
+        }
         let mut buf = vec![0u8; (blocks as usize) * BLOCK_SIZE];
         self.dev
             .read(block, &mut buf)
             .await
-            .map_err(|e| format!("read of blocks {block}..{}: {e}", block + blocks))?;
+            .map_err(|e| format!("read of blocks {block}..{end}: {e}"))?;
         Ok(buf)
     }
 
@@ -121,10 +145,9 @@ impl<D: BlockDevice> Image<D> {
         level: u8,
         ptr: NodePtr,
     ) -> Result<Node, NodeError> {
-        let max = self.sb.node_size as usize / BLOCK_SIZE;
-        if ptr.blocks == 0 || ptr.blocks as usize > max {
+        if !ptr.is_valid(&self.sb.layout, self.sb.node_size) {
             return Err(NodeError::Corrupt(format!(
-                "pointer claims {} blocks",
+                "pointer to {} blocks outside the data area, or of another size",
                 ptr.blocks
             )));
         }
@@ -220,7 +243,7 @@ pub fn describe_item(tree: TreeId, key: &Key, val: &[u8]) -> String {
                 e.disk_block,
                 e.offset_blocks,
                 e.disk_block,
-                e.disk_block + u64::from(e.disk_blocks),
+                e.disk_block.saturating_add(u64::from(e.disk_blocks)),
                 e.num_blocks
             ),
             None => String::from("<undecodable file extent>"),

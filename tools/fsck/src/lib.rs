@@ -13,7 +13,10 @@
 //! - snapshots: each one's trees as above (its own reference counts and checksums); a
 //!   block may be shared between the live trees and any number of snapshots;
 //! - allocation: the bitmap against the blocks actually used by the live trees or a
-//!   snapshot (fixed regions, nodes, data extents), the free counts, overlaps.
+//!   snapshot (fixed regions, nodes, data extents), the free counts, overlaps;
+//! - the fsync log of an image not unmounted cleanly: every commit the mount would
+//!   replay, replayed in memory by the filesystem's own replay, which must accept it
+//!   ([`log`]).
 //!
 //! It never changes the image. Problems are reported as errors (the image is damaged)
 //! or warnings (harmless leftovers, such as extents past the end of a file after a crash
@@ -30,6 +33,7 @@ extern crate alloc;
 
 mod fs_tree;
 pub mod inspect;
+mod log;
 
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -159,19 +163,9 @@ pub async fn fsck<D: BlockDevice>(dev: D, opts: &FsckOptions) -> Result<Report, 
         snapshots: BTreeMap::new(),
         snap_used: vec![0; total.div_ceil(64) as usize],
     };
-    c.check_superblocks();
+    c.check_superblocks().await;
     if !c.img.clean() {
-        match c.img.log_commits().await {
-            Ok(commits) if !commits.is_empty() => {
-                let records: usize = commits.iter().map(|c| c.records.len()).sum();
-                c.warn(format!(
-                    "the fsync log holds {} commits ({records} records) that mount will replay; this check covers the checkpoint only",
-                    commits.len()
-                ));
-            }
-            Ok(_) => {}
-            Err(e) => c.error(format!("fsync log: {e}; mount will fail")),
-        }
+        c.check_log().await;
     }
     for tree in TreeId::ALL {
         let root = c.img.sb.root(tree);
@@ -184,6 +178,7 @@ pub async fn fsck<D: BlockDevice>(dev: D, opts: &FsckOptions) -> Result<Report, 
         c.walk(tree, root.level, root.ptr, Key::MIN, None).await;
     }
     c.check_fs_tree();
+    c.check_snapshot_items();
     c.check_extents(opts).await;
     for (id, snap) in core::mem::take(&mut c.snapshots) {
         c.check_snapshot(id, &snap, opts).await;
@@ -277,11 +272,21 @@ impl<D: BlockDevice> Checker<D> {
         }
     }
 
-    fn check_superblocks(&mut self) {
+    async fn check_superblocks(&mut self) {
         let sb = self.img.sb.clone();
+        // What the mount refuses outright; the rest is still checked.
+        match ninefs::volume::check_features(&sb) {
+            Err(e) => self.error(format!("{e}: the mount refuses the filesystem")),
+            Ok(true) => self.warn(format!(
+                "unknown read-only compatible features {:#x}: the mount is read-only",
+                sb.ro_compat & !ninefs::format::features::RO_COMPAT_SUPPORTED
+            )),
+            Ok(false) => {}
+        }
         for (i, valid) in self.img.sb_valid.into_iter().enumerate() {
             if !valid {
-                let msg = format!("superblock copy {i} is invalid");
+                let why = self.img.superblock_copy(i).await.err().unwrap_or_default();
+                let msg = format!("superblock copy {i} is invalid ({why})");
                 if self.img.clean() {
                     self.error(msg);
                 } else {
@@ -315,15 +320,24 @@ impl<D: BlockDevice> Checker<D> {
         // Iterative depth-first walk (async recursion would need boxing).
         let mut stack = vec![(level, ptr, lower, upper)];
         let node_blocks = u64::from(self.img.sb.node_size) / BLOCK_SIZE as u64;
-        let data_start = self.img.sb.layout.data_start();
+        // Each node once: a forged tree whose nodes point to one child many times
+        // over would otherwise be walked exponentially often.
+        let mut seen = BTreeSet::new();
         while let Some((level, ptr, lower, upper)) = stack.pop() {
             let at = format!(
                 "{} tree node at block {} (level {level})",
                 tree.name(),
                 ptr.addr
             );
-            if ptr.addr < data_start {
-                self.error(format!("{at}: inside the fixed regions"));
+            if !ptr.is_valid(&self.img.sb.layout, self.img.sb.node_size) {
+                self.error(format!(
+                    "{at}: pointer to {} blocks outside the data area, or of another size",
+                    ptr.blocks
+                ));
+                continue;
+            }
+            if !seen.insert(ptr.addr) {
+                self.error(format!("{at}: referenced twice"));
                 continue;
             }
             self.mark(ptr.addr, node_blocks, &at);
@@ -452,10 +466,12 @@ impl<D: BlockDevice> Checker<D> {
                 continue;
             }
             if len > u64::from(ninefs::format::MAX_EXTENT_BLOCKS)
-                || start + len > self.img.sb.layout.total_blocks
+                || start
+                    .checked_add(len)
+                    .is_none_or(|end| !self.img.sb.layout.is_data_area(start, end))
             {
                 self.error(format!(
-                    "data extent {start}+{len} is too long or outside the filesystem"
+                    "data extent {start}+{len} is too long or outside the data area"
                 ));
                 continue;
             }

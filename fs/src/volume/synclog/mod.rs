@@ -10,7 +10,8 @@
 //!   items), into a scratch buffer reserved beforehand;
 //! - [`commit`]: group commit — fsyncs append to the open batch; one committer at a time
 //!   writes a batch and flushes; everyone whose record is in it returns;
-//! - [`replay`]: reading the log at mount and applying it.
+//! - [`replay`]: reading the log at mount and applying it;
+//! - [`rules`]: what replay accepts (what the live operations accept).
 //!
 //! [`LogState`] is the ring: sequence numbers, the open batch, what is durable. It sits
 //! behind its own short-held lock, taken after the core lock when both are needed.
@@ -24,6 +25,7 @@ use crate::format::log::{commit_blocks, LOG_PAYLOAD};
 pub mod build;
 pub mod commit;
 pub mod replay;
+pub mod rules;
 pub mod track;
 
 pub use build::{Built, Fallback};
@@ -94,6 +96,9 @@ pub struct LogStats {
     pub dropped_commits: u64,
     /// Commits replayed although the device could not read some of their data blocks.
     pub unverified_commits: u64,
+    /// Commits replay refused (1 at most: replay stops there; the filesystem is then
+    /// read-only), see [`LogState::refused`].
+    pub refused_commits: u64,
 }
 
 /// Spare record buffers kept for reuse.
@@ -144,6 +149,8 @@ pub struct LogState {
     commit_buf: Vec<u8>,
     /// Counters.
     pub stats: LogStats,
+    /// The commit replay refused at mount, if it refused one.
+    pub refused: Option<replay::RefusedCommit>,
 }
 
 impl LogState {
@@ -165,6 +172,7 @@ impl LogState {
             pool: Vec::new(),
             commit_buf: Vec::new(),
             stats: LogStats::default(),
+            refused: None,
         }
     }
 

@@ -9,7 +9,13 @@
 //!    never acknowledged). If any block reads back different, that commit is dropped.
 //! 3. **Apply** the records in order (inode items of a commit first, so names can point
 //!    to them), in memory: names, xattrs, directory entries are made exactly what was
-//!    logged; file mappings are edited and their reference changes summed.
+//!    logged; file mappings are edited and their reference changes summed. Each record
+//!    is applied only if the live operation it stands for would be accepted
+//!    ([`super::rules`]); a commit that breaks a rule, or whose records do not decode,
+//!    is *refused*: replay starts again from the checkpoint and applies only the commits
+//!    before it, the refusal is logged and counted (`corruptions`,
+//!    `log.refused_commits`), and the mount is read-only, so nothing is written and the
+//!    whole log stays on the disk (`docs/durability.md`, "Log commits as input").
 //! 4. **Finish**: apply the summed reference changes (new extents get their checksum
 //!    items and their blocks allocated; extents left unreferenced are freed), then fix
 //!    link counts, directory sizes and index counters of every inode replay touched
@@ -42,7 +48,7 @@ use crate::format::items::{
 };
 use crate::format::key::kind;
 use crate::format::log::{decode_records, LogBlockHeader, LoggedEntry, LoggedName, Record};
-use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::format::{Corrupt, Key, TreeId, BLOCK_SIZE};
 use crate::io::Verified;
 use crate::util::crc::crc32c;
 use block::{BlockDevice, IoError};
@@ -51,6 +57,8 @@ use vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
 use super::super::core::{inode_key, Core, Step, Stop, Txn};
 use super::super::file::RefChanges;
 use super::super::NineFs;
+pub use super::rules::Refusal;
+use super::rules::{settle, NewExtents};
 
 /// Symlink targets are stored in chunks of this many bytes (as `inode.rs` does).
 const SYMLINK_CHUNK: usize = 2048;
@@ -106,6 +114,40 @@ enum DataCheck {
     Unreadable(u64),
 }
 
+/// A commit replay refused: it breaks a rule of [`super::rules`], or its records do
+/// not decode. Neither it nor anything after it in the log is replayed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedCommit {
+    /// Sequence number of its first block.
+    pub seq: u64,
+    /// Commits before it in the log, all replayed.
+    pub applied: u64,
+    /// Why.
+    pub why: Refusal,
+}
+
+impl core::fmt::Display for RefusedCommit {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "log commit at sequence {} (after {} replayed) refused: {}",
+            self.seq, self.applied, self.why
+        )
+    }
+}
+
+/// What [`scan`] found in the log.
+#[derive(Debug, Default)]
+pub struct LogScan {
+    /// The complete commits, in order.
+    pub commits: Vec<LoggedCommit>,
+    /// The sequence number after the last one.
+    pub end: u64,
+    /// A complete commit after them whose records do not decode (no writer makes one):
+    /// its sequence number and what is wrong. The scan stops there.
+    pub undecodable: Option<(u64, Corrupt)>,
+}
+
 /// A commit read from the log.
 #[derive(Debug)]
 pub struct LoggedCommit {
@@ -117,17 +159,18 @@ pub struct LoggedCommit {
     pub bytes: usize,
 }
 
-/// Reads the log of `dev` from `tail` in `epoch`: the complete commits, and the sequence
-/// number after the last one; or the first block the device failed to read. Also used
-/// by fsck and dump.
+/// Reads the log of `dev` from `tail` in `epoch`: the complete commits, the sequence
+/// number after the last one, and a commit that does not decode if the log goes on
+/// with one; or the first block the device failed to read. Also used by fsck.
 pub async fn scan<D: BlockDevice>(
     dev: &crate::io::Dev<D>,
     start: u64,
     capacity: u64,
     epoch: u64,
     tail: u64,
-) -> Result<(Vec<LoggedCommit>, u64), UnreadableLog> {
+) -> Result<LogScan, UnreadableLog> {
     let mut out = Vec::new();
+    let mut undecodable = None;
     let mut seq = tail;
     let mut buf = vec![0u8; BLOCK_SIZE];
     let read = ReadLog {
@@ -159,15 +202,17 @@ pub async fn scan<D: BlockDevice>(
                 bytes: payload.len(),
             }),
             Err(e) => {
-                log::error!(
-                    "log commit at sequence {seq}: undecodable records ({e}); log ends there"
-                );
+                undecodable = Some((seq, e));
                 break;
             }
         }
         seq += n;
     }
-    Ok((out, seq))
+    Ok(LogScan {
+        commits: out,
+        end: seq,
+        undecodable,
+    })
 }
 
 /// Where and what to read.
@@ -212,19 +257,31 @@ struct Replay {
     inodes: BTreeSet<Ino>,
     /// Reference changes per data extent `(disk block, blocks)`.
     refs: RefChanges,
-    /// Checksums logged per data extent.
+    /// Checksums logged per data extent (by the commits up to the one being applied).
     csums: BTreeMap<u64, Vec<u32>>,
+    /// New data extents the records reference so far.
+    new: NewExtents,
 }
 
 impl<D: BlockDevice> NineFs<D> {
-    /// Replays the log (see the module documentation) into memory.
-    pub(in crate::volume) async fn replay(&self) -> FsResult<ReplaySummary> {
+    /// The log commit replay refused at mount, if it refused one (the filesystem is then
+    /// read-only, as the commits before it left it).
+    pub fn refused_log_commit(&self) -> Option<RefusedCommit> {
+        self.log.lock().refused.clone()
+    }
+
+    /// Replays the log (see the module documentation) into memory. Returns what it did,
+    /// and the commit it refused if it refused one: then the filesystem holds the
+    /// commits before that one and is read-only.
+    pub(in crate::volume) async fn replay(
+        &self,
+    ) -> FsResult<(ReplaySummary, Option<RefusedCommit>)> {
         let (start, capacity, epoch, tail) = {
             let c = self.core.lock();
             let l = c.sb.layout;
             (l.log_start, l.log_blocks, c.sb.log_epoch, c.sb.log_tail)
         };
-        let (mut commits, end) = scan(&self.dev, start, capacity, epoch, tail)
+        let found = scan(&self.dev, start, capacity, epoch, tail)
             .await
             .map_err(|e| {
                 log::error!(
@@ -232,54 +289,122 @@ impl<D: BlockDevice> NineFs<D> {
                 );
                 Errno::EIO
             })?;
-        let mut summary = ReplaySummary {
-            end,
-            ..ReplaySummary::default()
+        let commits = &found.commits;
+        // The last commit's data is checked only if it ends the log.
+        let verify_last = found.undecodable.is_none();
+        let (mut summary, refused) = match self.replay_commits(commits, verify_last).await? {
+            Ok(summary) => {
+                let refused = found.undecodable.map(|(seq, e)| RefusedCommit {
+                    seq,
+                    applied: commits.len() as u64,
+                    why: Refusal {
+                        rule: match e {
+                            Corrupt::Truncated => "records cut short",
+                            _ => "records that do not decode",
+                        },
+                        ino: 0,
+                        name: None,
+                    },
+                });
+                (summary, refused)
+            }
+            Err((applied, why)) => {
+                // The refused commit may be applied in part, in memory only: start again
+                // from the checkpoint and replay the commits before it.
+                self.restart_replay().await?;
+                let summary = match self.replay_commits(&commits[..applied], false).await? {
+                    Ok(s) => s,
+                    Err((_, again)) => {
+                        log::error!("log replay: a commit refused the second time: {again}");
+                        return Err(Errno::EIO);
+                    }
+                };
+                let seq = commits[applied].seq;
+                let refused = RefusedCommit {
+                    seq,
+                    applied: applied as u64,
+                    why,
+                };
+                (summary, Some(refused))
+            }
         };
-        if commits.is_empty() {
-            return Ok(summary);
+        summary.end = found.end;
+        if let Some(r) = &refused {
+            log::error!(
+                "{r}: no live operation does this, so the commit is forged or written by a bug; the filesystem is mounted read-only as the commits before it left it, and the log is kept whole on the disk (run `ninefold fsck`)"
+            );
+            let mut c = self.core.lock();
+            c.read_only = true;
+            c.stats.corruptions += 1;
         }
+        if summary.commits > 0 || refused.is_some() {
+            log::info!(
+                "log replay: {} commits, {} records, {} inodes, {} bytes replayed ({} dropped, {} refused)",
+                summary.commits,
+                summary.records,
+                summary.inodes,
+                summary.bytes,
+                summary.dropped,
+                u64::from(refused.is_some()),
+            );
+        }
+        Ok((summary, refused))
+    }
+
+    /// Replays `commits` (the whole log, or those before a refused one): checks and
+    /// applies them, then finishes. `Err((i, why))` if commit `i` is refused; the trees
+    /// then hold the commits before it and part of it, unfinished.
+    async fn replay_commits(
+        &self,
+        commits: &[LoggedCommit],
+        verify_last: bool,
+    ) -> FsResult<Result<ReplaySummary, (usize, Refusal)>> {
+        let mut summary = ReplaySummary::default();
         let mut r = Replay::default();
-        for c in &commits {
+        for (i, c) in commits.iter().enumerate() {
             for rec in &c.records {
                 if let Record::Csum { disk_block, csums } = rec {
                     r.csums.insert(*disk_block, csums.clone());
                 }
             }
-        }
-        let last = commits.pop().expect("not empty");
-        for c in &commits {
-            self.apply_commit(&mut r, c, &mut summary).await?;
-        }
-        match self.check_data(&r, &last).await? {
-            DataCheck::Present => self.apply_commit(&mut r, &last, &mut summary).await?,
-            DataCheck::Unreadable(blocks) => {
-                log::warn!(
-                    "log replay: the last commit (sequence {}) has {blocks} data blocks the device cannot read; it is applied (it may have been acknowledged) and reading those blocks gives EIO",
-                    last.seq
-                );
-                summary.unverified += 1;
-                self.apply_commit(&mut r, &last, &mut summary).await?;
+            if verify_last && i + 1 == commits.len() {
+                match self.check_data(&r, c).await? {
+                    DataCheck::Present => {}
+                    DataCheck::Unreadable(blocks) => {
+                        log::warn!(
+                            "log replay: the last commit (sequence {}) has {blocks} data blocks the device cannot read; it is applied (it may have been acknowledged) and reading those blocks gives EIO",
+                            c.seq
+                        );
+                        summary.unverified += 1;
+                    }
+                    DataCheck::Missing => {
+                        log::warn!(
+                            "log replay: the last commit (sequence {}) lacks its data on disk; it was never acknowledged and is dropped",
+                            c.seq
+                        );
+                        summary.dropped += 1;
+                        break;
+                    }
+                }
             }
-            DataCheck::Missing => {
-                log::warn!(
-                    "log replay: the last commit (sequence {}) lacks its data on disk; it was never acknowledged and is dropped",
-                    last.seq
-                );
-                summary.dropped += 1;
+            if let Err(why) = self.apply_commit(&mut r, c, &mut summary).await? {
+                return Ok(Err((i, why)));
             }
         }
         self.finish_replay(&r).await?;
         summary.inodes = r.inodes.len() as u64;
-        log::info!(
-            "log replay: {} commits, {} records, {} inodes, {} bytes replayed ({} dropped)",
-            summary.commits,
-            summary.records,
-            summary.inodes,
-            summary.bytes,
-            summary.dropped
-        );
-        Ok(summary)
+        Ok(Ok(summary))
+    }
+
+    /// Puts the filesystem back as the checkpoint left it, read-only (nothing was
+    /// written since the mount read it).
+    async fn restart_replay(&self) -> FsResult<()> {
+        {
+            let mut c = self.core.lock();
+            let (sb, max_links) = (c.sb.clone(), c.max_links);
+            *c = super::super::fresh_core(&self.dev, sb, true, max_links);
+        }
+        self.load_snapshots().await
     }
 
     /// Whether every data block the records of `commit` map is on the disk (matches its
@@ -349,25 +474,45 @@ impl<D: BlockDevice> NineFs<D> {
         })
     }
 
+    /// Checks `record` ([`Core::check_record`]) against what replay has made so far.
+    async fn check(&self, r: &mut Replay, record: &Record) -> FsResult<Result<(), Refusal>> {
+        let Replay { csums, new, .. } = r;
+        self.run(|c| settle(c.check_record(record, csums, new)))
+            .await
+    }
+
+    /// Checks and applies the records of `commit`; a refusal stops it where it is.
     async fn apply_commit(
         &self,
         r: &mut Replay,
         commit: &LoggedCommit,
         summary: &mut ReplaySummary,
-    ) -> FsResult<()> {
+    ) -> FsResult<Result<(), Refusal>> {
+        // Inodes whose names the commit changes.
+        let mut named = BTreeSet::new();
         // Inode items first: names may point to inodes logged later in the commit.
         for rec in &commit.records {
             if let Record::Inode { ino, item } = rec {
+                if let Err(why) = self.check(r, rec).await? {
+                    return Ok(Err(why));
+                }
                 self.run(|c| c.replay_inode(*ino, item)).await?;
                 r.touched.insert(*ino);
                 r.inodes.insert(*ino);
             }
         }
         for rec in &commit.records {
+            if matches!(rec, Record::Inode { .. }) {
+                continue;
+            }
+            if let Err(why) = self.check(r, rec).await? {
+                return Ok(Err(why));
+            }
             match rec {
                 Record::Inode { .. } | Record::Csum { .. } => {}
                 Record::Names { ino, names } => {
                     let t = self.run(|c| c.replay_names(*ino, names)).await?;
+                    named.extend(t.iter().copied());
                     r.touched.extend(t);
                     r.inodes.insert(*ino);
                 }
@@ -401,15 +546,19 @@ impl<D: BlockDevice> NineFs<D> {
                     let t = self
                         .run(|c| c.replay_dentries(*dir, entries, removed))
                         .await?;
+                    named.extend(t.iter().copied());
                     r.touched.extend(t);
                     r.inodes.insert(*dir);
                 }
             }
         }
+        if let Err(why) = self.run(|c| settle(c.check_shape(&named))).await? {
+            return Ok(Err(why));
+        }
         summary.commits += 1;
         summary.records += commit.records.len() as u64;
         summary.bytes += commit.bytes as u64;
-        Ok(())
+        Ok(Ok(()))
     }
 
     async fn finish_replay(&self, r: &Replay) -> FsResult<()> {
@@ -431,28 +580,14 @@ impl<D: BlockDevice> NineFs<D> {
 }
 
 impl Core {
-    /// Whether `ino` can be an inode number (not the orphan list's 0, not absurd).
-    fn valid_ino(ino: Ino) -> Step<()> {
-        if !(ROOT_INO..1 << 62).contains(&ino) {
-            return Err(Stop::Corrupt("log replay: invalid inode number"));
-        }
-        Ok(())
-    }
-
     /// Whether data extent `disk+len` lies in the data area.
-    fn valid_extent(&self, disk: u64, len: u32) -> Step<()> {
+    pub(super) fn in_data_area(&self, disk: u64, len: u32) -> bool {
         let l = self.sb.layout;
         let end = disk.checked_add(u64::from(len));
-        if disk < l.data_start() || end.is_none_or(|e| e > l.total_blocks) || len == 0 {
-            return Err(Stop::Corrupt(
-                "log replay: data extent outside the data area",
-            ));
-        }
-        Ok(())
+        disk >= l.data_start() && end.is_some_and(|e| e <= l.total_blocks) && len > 0
     }
 
     fn replay_inode(&mut self, ino: Ino, item: &[u8]) -> Step<()> {
-        Self::valid_ino(ino)?;
         let decoded = InodeItem::decode(item).ok_or(Stop::Corrupt("undecodable logged inode"))?;
         let mut tx = Txn::unlimited();
         let existed = tx.get(self, TreeId::Fs, &inode_key(ino))?.is_some();
@@ -468,7 +603,6 @@ impl Core {
     /// A transaction for replaying a record of `ino`, or `None` when `ino` no longer
     /// exists (a later record or the checkpoint removed it: the record has nothing to do).
     fn txn_for(&mut self, ino: Ino) -> Step<Option<Txn>> {
-        Self::valid_ino(ino)?;
         let tx = Txn::unlimited();
         Ok(self.exists(&tx, ino)?.then_some(tx))
     }
@@ -523,8 +657,8 @@ impl Core {
         index: u64,
     ) -> Step<Vec<Ino>> {
         if !self.exists(tx, dir)? || !self.exists(tx, ino)? {
-            log::warn!("log replay: entry {name:?} of {dir} -> {ino}: an inode is missing");
-            return Ok(Vec::new());
+            // The rules refused such a record before it got here.
+            return Err(Stop::Corrupt("log replay: an entry for a missing inode"));
         }
         let hash = self.name_hash(name);
         if let Some(e) = self.find_entry(tx, dir, name)? {
@@ -546,9 +680,6 @@ impl Core {
 
     /// Makes the names of `ino` exactly `names`.
     fn replay_names(&mut self, ino: Ino, names: &[LoggedName]) -> Step<Vec<Ino>> {
-        for n in names {
-            Self::valid_ino(n.parent)?;
-        }
         let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(Vec::new());
         };
@@ -572,12 +703,6 @@ impl Core {
 
     /// Makes the xattr items of `ino` exactly `items`.
     fn replay_xattrs(&mut self, ino: Ino, items: &[(u8, u64, Vec<u8>)]) -> Step<()> {
-        if items
-            .iter()
-            .any(|(_, _, v)| v.len() > crate::format::MAX_VALUE_LEN)
-        {
-            return Err(Stop::Corrupt("log replay: xattr item too large"));
-        }
         let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(());
         };
@@ -591,9 +716,6 @@ impl Core {
             tx.del(TreeId::Fs, k);
         }
         for (k, off, v) in items {
-            if *k != kind::XATTR && *k != kind::XATTR_CHUNK {
-                return Err(Stop::Corrupt("logged xattr item of another kind"));
-            }
             tx.put(TreeId::Fs, Key::new(ino, *k, *off), v.clone());
         }
         self.commit(tx)
@@ -608,9 +730,6 @@ impl Core {
         end: u64,
         pieces: &[(u64, FileExtent)],
     ) -> Step<RefChanges> {
-        for (_, fe) in pieces {
-            self.valid_extent(fe.disk_block, fe.disk_blocks)?;
-        }
         let Some(mut tx) = self.txn_for(ino)? else {
             return Ok(RefChanges::new());
         };
@@ -649,9 +768,6 @@ impl Core {
         entries: &[LoggedEntry],
         removed: &[(u64, Ino)],
     ) -> Step<Vec<Ino>> {
-        for e in entries {
-            Self::valid_ino(e.ino)?;
-        }
         let Some(mut tx) = self.txn_for(dir)? else {
             return Ok(Vec::new());
         };
@@ -668,7 +784,11 @@ impl Core {
 
     /// Applies the summed reference change `d` of data extent `disk+len`.
     fn replay_refs(&mut self, disk: u64, len: u32, d: i64, sums: Option<&Vec<u32>>) -> Step<()> {
-        self.valid_extent(disk, len)?;
+        if !self.in_data_area(disk, len) {
+            return Err(Stop::Corrupt(
+                "log replay: data extent outside the data area",
+            ));
+        }
         let key = Key::new(disk, kind::EXTENT, u64::from(len));
         let cur = match self.trees.get(TreeId::Extent, &key)? {
             Some(b) => i64::from(

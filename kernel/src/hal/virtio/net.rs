@@ -151,7 +151,7 @@ impl NetDevice {
     /// The next received frame, if one has arrived: its buffer and where the frame lies
     /// in it.
     pub fn receive(&mut self) -> Option<Result<(DmaStream, Range<usize>), RxError>> {
-        let token = self.raw().poll_receive()?;
+        let token = look_twice(|| self.raw().poll_receive())?;
         let Some(buf) = self.rx.get_mut(usize::from(token)).and_then(Option::take) else {
             return Some(Err(RxError::UnknownToken(token)));
         };
@@ -187,7 +187,7 @@ impl NetDevice {
     /// The buffer of the next finished transmission, if there is one. An `Err` is a
     /// device that broke the protocol (the transmission's buffer stays with it).
     pub fn transmitted(&mut self) -> Option<Result<DmaStream, Error>> {
-        let token = self.raw_mut().poll_transmit()?;
+        let token = look_twice(|| self.raw_mut().poll_transmit())?;
         let Some((buf, len)) = self.tx.get_mut(usize::from(token)).and_then(Option::take) else {
             return Some(Err(Error::WrongToken));
         };
@@ -217,6 +217,24 @@ impl Drop for NetDevice {
             self.device.retire(raw);
         }
     }
+}
+
+/// A queue's next used token from `peek`, which looks again after a full fence when it
+/// first finds the queue empty.
+///
+/// With `VIRTIO_F_EVENT_IDX` the crate publishes `used_event` ("interrupt me once the
+/// used index passes this") with a release store when it pops, and the next peek loads
+/// the used index. x86 may satisfy that load before the store is visible to the device:
+/// the driver sees the queue empty while the device, reading the old `used_event`,
+/// skips the interrupt for the buffer it just returned. Nothing then wakes the driver
+/// for that queue (seen as a transmit queue that stayed full with the appliance idle).
+/// Linux's `virtqueue_poll` orders the two with a full barrier; the second look here
+/// does the same, at the cost of a fence only when the queue seems empty.
+fn look_twice(mut peek: impl FnMut() -> Option<u16>) -> Option<u16> {
+    peek().or_else(|| {
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+        peek()
+    })
 }
 
 /// The lent stream's memory as the crate takes it.

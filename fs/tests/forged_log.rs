@@ -1,0 +1,389 @@
+//! Forged log commits (issue 40, F3): commits sealed exactly as a writer seals them,
+//! whose records ask for what no live operation does. The mount refuses each one (a
+//! counted corruption; the filesystem read-only as the commits before it left it, the
+//! log kept on the disk) and fsck reports it; a forged commit a live operation could
+//! have written is replayed, and fsck calls it clean.
+
+use block::MemDisk;
+use fsck::{fsck, FsckOptions, Report};
+use ninefs::format::items::{FileExtent, InodeItem};
+use ninefs::format::log::{encode_commit, rec};
+use ninefs::format::Superblock;
+use ninefs::util::crc::crc32c;
+use ninefs::volume::{format, CheckpointCause, FormatOptions, MountOptions, NineFs};
+use pollster::block_on;
+use testkit::testing::ManualClock;
+use vfs::{mode, Errno, FileSystem, FileType, Ino, Owner, ROOT_INO};
+
+const OWNER: Owner = Owner { uid: 1, gid: 1 };
+const BLOCK: usize = 4096;
+/// A readdir index no entry of the base image has yet.
+const INDEX: u64 = 1000;
+
+/// A checkpointed filesystem, crashed right after its checkpoint (not clean, an empty
+/// log from `sb.log_tail` on): `/d/e` (directories) and `/f` (a file of 3 blocks).
+struct Base {
+    image: Vec<u8>,
+    sb: Superblock,
+    d: Ino,
+    e: Ino,
+    f: Ino,
+}
+
+fn mount(disk: MemDisk) -> NineFs<MemDisk> {
+    block_on(NineFs::mount(
+        disk,
+        MountOptions::default(),
+        Box::new(ManualClock::default()),
+    ))
+    .expect("mounts")
+}
+
+fn base() -> Base {
+    let disk = MemDisk::new(BLOCK as u32, 4096);
+    block_on(format(&disk, &FormatOptions::default())).unwrap();
+    let fs = mount(disk);
+    let (d, e, f) = block_on(async {
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).await.unwrap().ino;
+        let e = fs.mkdir(d, b"e", 0o755, OWNER).await.unwrap().ino;
+        let f = fs.create(ROOT_INO, b"f", 0o644, OWNER).await.unwrap().ino;
+        fs.write(f, 0, &[0x5a; 3 * BLOCK]).await.unwrap();
+        fs.checkpoint(CheckpointCause::Sync).await.unwrap();
+        (d, e, f)
+    });
+    let sb = fs.superblock();
+    let image = fs.device().snapshot();
+    drop(fs);
+    Base { image, sb, d, e, f }
+}
+
+/// A record: kind, length, body.
+fn record(kind: u8, body: Vec<u8>) -> Vec<u8> {
+    let mut out = vec![kind];
+    out.extend((body.len() as u32).to_le_bytes());
+    out.extend(body);
+    out
+}
+
+/// `(index, child, type, name)` of `dir` as a `DENTRIES` record (nothing removed).
+fn dentries(dir: Ino, entries: &[(u64, Ino, FileType, &[u8])]) -> Vec<u8> {
+    let mut b = dir.to_le_bytes().to_vec();
+    b.extend((entries.len() as u32).to_le_bytes());
+    for (index, ino, ft, name) in entries {
+        b.extend(index.to_le_bytes());
+        b.extend(ino.to_le_bytes());
+        b.push(ft.dirent_type());
+        b.push(name.len() as u8);
+        b.extend(*name);
+    }
+    b.extend(0u32.to_le_bytes());
+    record(rec::DENTRIES, b)
+}
+
+/// Every name of directory `ino`: `(parent, index, name)`, as a `NAMES` record.
+fn dir_names(ino: Ino, names: &[(Ino, u64, &[u8])]) -> Vec<u8> {
+    let mut b = ino.to_le_bytes().to_vec();
+    b.extend((names.len() as u32).to_le_bytes());
+    for (parent, index, name) in names {
+        b.extend(parent.to_le_bytes());
+        b.extend(index.to_le_bytes());
+        b.push(FileType::Directory.dirent_type());
+        b.push(name.len() as u8);
+        b.extend(*name);
+    }
+    record(rec::NAMES, b)
+}
+
+/// An `INODE` record.
+fn inode(ino: Ino, item: &InodeItem) -> Vec<u8> {
+    let mut b = ino.to_le_bytes().to_vec();
+    b.extend(item.encode());
+    record(rec::INODE, b)
+}
+
+/// The image of `b` with `commits` (each a list of records) in its log from the
+/// checkpoint's tail on, sealed as the log writer seals them.
+fn forge(b: &Base, commits: &[Vec<Vec<u8>>]) -> Vec<u8> {
+    let mut image = b.image.clone();
+    let l = b.sb.layout;
+    let mut seq = b.sb.log_tail;
+    for records in commits {
+        let mut out = Vec::new();
+        let n = encode_commit(records, seq, b.sb.log_epoch, b.sb.checkpoint_seq, &mut out);
+        for (i, block) in out.chunks(BLOCK).enumerate() {
+            let at = (l.log_start + (seq + i as u64) % l.log_blocks) as usize * BLOCK;
+            image[at..at + BLOCK].copy_from_slice(block);
+        }
+        seq += n;
+    }
+    image
+}
+
+fn disk(image: &[u8]) -> MemDisk {
+    MemDisk::from_bytes(BLOCK as u32, image.to_vec())
+}
+
+fn check(image: &[u8]) -> Report {
+    block_on(fsck(&disk(image), &FsckOptions::default())).expect("fsck runs")
+}
+
+/// Mounts the forged `image` and checks the refusal: the rule broken mentions `rule`,
+/// the `applied` commits before it are replayed, the refusal is counted, and the
+/// filesystem is read-only. Returns it, to look at what it serves.
+fn refused(image: &[u8], rule: &str, applied: u64) -> NineFs<MemDisk> {
+    let fs = mount(disk(image));
+    let r = fs
+        .refused_log_commit()
+        .expect("the forged commit is refused");
+    assert!(r.why.rule.contains(rule), "{r}");
+    assert_eq!(r.applied, applied, "{r}");
+    let s = fs.stats();
+    assert_eq!(s.log.refused_commits, 1);
+    assert_eq!(s.log.replayed_commits, applied);
+    assert_eq!(s.corruptions, 1);
+    assert_eq!(
+        block_on(fs.mkdir(ROOT_INO, b"new", 0o755, OWNER)).unwrap_err(),
+        Errno::EROFS
+    );
+    fs
+}
+
+/// fsck on the forged `image` reports the refused commit, naming `rule`.
+fn fsck_reports(image: &[u8], rule: &str) {
+    let report = check(image);
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains("fsync log") && e.contains("refused") && e.contains(rule)),
+        "{:#?}",
+        report
+    );
+}
+
+/// The forged `image`: refused by the mount (rule `rule`, nothing before it), reported
+/// by fsck, and the same again at the next mount (the log stays).
+fn refused_everywhere(image: &[u8], rule: &str) -> NineFs<MemDisk> {
+    fsck_reports(image, rule);
+    let fs = refused(image, rule, 0);
+    let again = disk(&fs.device().snapshot());
+    drop(fs);
+    let again = mount(again);
+    assert!(again.refused_log_commit().is_some(), "the log is kept");
+    drop(again);
+    refused(image, rule, 0)
+}
+
+#[test]
+fn a_forged_commit_a_live_link_could_write_is_replayed() {
+    let b = base();
+    let image = forge(
+        &b,
+        &[vec![dentries(
+            ROOT_INO,
+            &[(INDEX, b.f, FileType::Regular, b"g")],
+        )]],
+    );
+    let report = check(&image);
+    assert!(report.is_clean(), "{:#?}", report.errors);
+    let fs = mount(disk(&image));
+    assert_eq!(fs.refused_log_commit(), None);
+    assert_eq!(fs.stats().log.replayed_commits, 1);
+    let g = block_on(fs.lookup(ROOT_INO, b"g")).unwrap();
+    assert_eq!(g.ino, b.f);
+    assert_eq!(g.nlink, 2);
+    block_on(fs.mkdir(ROOT_INO, b"new", 0o755, OWNER)).unwrap();
+    let disk = block_on(fs.unmount()).unwrap();
+    let report = block_on(fsck(&disk, &FsckOptions::default())).unwrap();
+    assert!(report.is_clean(), "{:#?}", report.errors);
+}
+
+#[test]
+fn a_name_for_the_root_is_refused() {
+    let b = base();
+    let image = forge(
+        &b,
+        &[vec![dentries(
+            ROOT_INO,
+            &[(INDEX, ROOT_INO, FileType::Directory, b"loop")],
+        )]],
+    );
+    let fs = refused_everywhere(&image, "root");
+    assert_eq!(
+        block_on(fs.lookup(ROOT_INO, b"loop")).unwrap_err(),
+        Errno::ENOENT
+    );
+}
+
+#[test]
+fn a_directory_cycle_is_refused() {
+    // `d` moved into its own child `e`: `d/e/d/e/...`, cut off from the root.
+    let b = base();
+    let image = forge(&b, &[vec![dir_names(b.d, &[(b.e, INDEX, b"d")])]]);
+    let fs = refused_everywhere(&image, "cycle");
+    let d = block_on(fs.lookup(ROOT_INO, b"d")).unwrap();
+    assert_eq!(d.ino, b.d);
+    assert_eq!(block_on(fs.lookup(b.e, b"d")).unwrap_err(), Errno::ENOENT);
+}
+
+#[test]
+fn a_second_name_for_a_directory_is_refused() {
+    let b = base();
+    let image = forge(
+        &b,
+        &[vec![dentries(
+            ROOT_INO,
+            &[(INDEX, b.e, FileType::Directory, b"again")],
+        )]],
+    );
+    let fs = refused_everywhere(&image, "more than one name");
+    assert_eq!(
+        block_on(fs.lookup(ROOT_INO, b"again")).unwrap_err(),
+        Errno::ENOENT
+    );
+    drop(fs);
+    // The same as the names of `e`: its own and one more.
+    let image = forge(
+        &b,
+        &[vec![dir_names(
+            b.e,
+            &[(b.d, INDEX, b"e"), (ROOT_INO, INDEX, b"again")],
+        )]],
+    );
+    refused_everywhere(&image, "more than one name");
+}
+
+#[test]
+fn a_second_dotdot_is_refused() {
+    let b = base();
+    let image = forge(
+        &b,
+        &[vec![dentries(
+            b.e,
+            &[(INDEX, ROOT_INO, FileType::Directory, b"..")],
+        )]],
+    );
+    refused_everywhere(&image, "name");
+    let image = forge(
+        &b,
+        &[vec![dentries(
+            ROOT_INO,
+            &[(INDEX, b.e, FileType::Directory, b"..")],
+        )]],
+    );
+    refused_everywhere(&image, "name");
+}
+
+#[test]
+fn names_no_live_operation_accepts_are_refused() {
+    let b = base();
+    for name in [&b"a/b"[..], b".", b"a\0b", b".snapshots"] {
+        let image = forge(
+            &b,
+            &[vec![dentries(
+                ROOT_INO,
+                &[(INDEX, b.f, FileType::Regular, name)],
+            )]],
+        );
+        let fs = refused_everywhere(&image, "name");
+        assert_eq!(
+            block_on(fs.lookup(ROOT_INO, b"a")).unwrap_err(),
+            Errno::ENOENT
+        );
+    }
+}
+
+#[test]
+fn the_root_turned_into_a_regular_file_is_refused() {
+    let b = base();
+    let item = InodeItem {
+        mode: mode::S_IFREG | 0o644,
+        nlink: 1,
+        generation: 1,
+        ..InodeItem::default()
+    };
+    let image = forge(&b, &[vec![inode(ROOT_INO, &item)]]);
+    let fs = refused_everywhere(&image, "type");
+    let root = block_on(fs.getattr(ROOT_INO)).unwrap();
+    assert_eq!(FileType::from_mode(root.mode), Some(FileType::Directory));
+    assert_eq!(block_on(fs.lookup(ROOT_INO, b"d")).unwrap().ino, b.d);
+}
+
+#[test]
+fn an_entry_of_the_wrong_type_or_outside_the_live_inodes_is_refused() {
+    let b = base();
+    let image = forge(
+        &b,
+        &[vec![dentries(
+            ROOT_INO,
+            &[(INDEX, b.f, FileType::Directory, b"h")],
+        )]],
+    );
+    refused_everywhere(&image, "type");
+    let image = forge(
+        &b,
+        &[vec![dentries(
+            ROOT_INO,
+            &[(INDEX, 1 << 50, FileType::Regular, b"h")],
+        )]],
+    );
+    refused_everywhere(&image, "outside the live");
+}
+
+#[test]
+fn a_new_extent_over_used_blocks_is_refused() {
+    let b = base();
+    // A new one-block extent inside `/f`'s data, with the right checksum.
+    let used = check(&b.image)
+        .data_blocks
+        .iter()
+        .find(|&&(_, n)| n >= 2)
+        .map(|&(first, _)| first + 1)
+        .expect("f's data");
+    let at = used as usize * BLOCK;
+    let sum = crc32c(&b.image[at..at + BLOCK]);
+    let fe = FileExtent {
+        disk_block: used,
+        disk_blocks: 1,
+        offset_blocks: 0,
+        num_blocks: 1,
+    };
+    let mut body = b.f.to_le_bytes().to_vec();
+    for v in [3u64, 4] {
+        body.extend(v.to_le_bytes());
+    }
+    body.extend(1u32.to_le_bytes());
+    body.extend(3u64.to_le_bytes());
+    body.extend(fe.encode());
+    let mut csum = used.to_le_bytes().to_vec();
+    csum.extend(1u32.to_le_bytes());
+    csum.extend(sum.to_le_bytes());
+    let image = forge(
+        &b,
+        &[vec![record(rec::CSUM, csum), record(rec::EXTENTS, body)]],
+    );
+    let fs = refused_everywhere(&image, "blocks the checkpoint uses");
+    assert_eq!(block_on(fs.getattr(b.f)).unwrap().size, 3 * BLOCK as u64);
+}
+
+#[test]
+fn the_commits_before_a_refused_one_are_replayed() {
+    let b = base();
+    let image = forge(
+        &b,
+        &[
+            vec![dentries(ROOT_INO, &[(INDEX, b.f, FileType::Regular, b"g")])],
+            vec![dentries(
+                ROOT_INO,
+                &[(INDEX + 1, ROOT_INO, FileType::Directory, b"loop")],
+            )],
+        ],
+    );
+    fsck_reports(&image, "root");
+    let fs = refused(&image, "root", 1);
+    assert_eq!(block_on(fs.lookup(ROOT_INO, b"g")).unwrap().ino, b.f);
+    assert_eq!(
+        block_on(fs.lookup(ROOT_INO, b"loop")).unwrap_err(),
+        Errno::ENOENT
+    );
+}
