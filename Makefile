@@ -216,15 +216,36 @@ bench-nic: deps image
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
 		unshare -n target/release/ninep-tap-bench $(BENCH_ARGS)
 
+## fuzz: the coverage-guided fuzz targets of fuzz/ (docs/testing.md, "Fuzzing"), built
+## with a pinned nightly (scripts/fuzz.sh; installed with rustup if missing), each run
+## FUZZ_SECONDS (default 600) one after another; FUZZ_TARGETS="node receive" picks some.
+## Per-target logs, new corpus entries and crashing inputs go to build/fuzz/; the
+## summary line per target to build/fuzz/summary.txt.
+FUZZ_SECONDS ?= 600
+.PHONY: fuzz fuzz-replay fuzz-seeds
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh run
+
+## fuzz-replay: every seed (fuzz/corpus/) and regression input (fuzz/regressions/) once
+fuzz-replay:
+	scripts/fuzz.sh replay
+
+## fuzz-seeds: regenerate the seed corpora with the filesystem's own code (after a format
+## change)
+fuzz-seeds:
+	scripts/fuzz.sh seeds
+
 ## lint: formatting and clippy with warnings denied (host crates, then boot and kernel
 ## for the appliance target)
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) clippy -p ninefold-kernel -p ninefold-boot --target $(TARGET) --locked -- -D warnings
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml
 
 ## clean: build outputs and the KVM verdict; the disk image (your data) stays
 clean:

@@ -6,18 +6,20 @@
 #
 #   scripts/fuzz.sh build              build the targets (instrumented, release + checks)
 #   scripts/fuzz.sh run                fuzz each target FUZZ_SECONDS (default 60)
+#   scripts/fuzz.sh fuzz               the same without building first
 #   scripts/fuzz.sh replay             run every seed and regression input once
 #   scripts/fuzz.sh seeds              regenerate the seed corpora (fuzz/corpus/*/seed-*)
 #   scripts/fuzz.sh toolchain          print (installing if needed) the nightly it uses
 #
 # FUZZ_TARGETS="node receive" picks targets (default: all). FUZZ_JOBS: cargo's -j
 # (default 1: the machine is shared). FUZZ_ARGS: more libFuzzer options for `run`.
-# FUZZ_TOOLCHAIN: another toolchain (default the pinned nightly below).
+# FUZZ_TOOLCHAIN: another toolchain (default the pinned nightly below). FUZZ_BIN_DIR:
+# run the binaries found there (e.g. a copy, while the build dir is rebuilt).
 #
 # Where things go (build/fuzz/): target/ the build, corpus/TARGET/ what the fuzzer
 # found interesting (the seeds in fuzz/corpus/ are only read), artifacts/TARGET/ the
 # crashing, timing-out or leaking inputs, logs/TARGET.log libFuzzer's output, and
-# summary.txt one line per target of the last `run`.
+# summary.txt one line per target (its latest run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,7 +87,7 @@ build() {
         --target "$HOST" -j "${FUZZ_JOBS:-1}" "${bins[@]}"
 }
 
-bin() { echo "$CARGO_TARGET_DIR/$HOST/release/$1"; }
+bin() { echo "${FUZZ_BIN_DIR:-$CARGO_TARGET_DIR/$HOST/release}/$1"; }
 
 # Inputs a target is run on besides what it finds: its seeds and its regressions.
 inputs() {
@@ -119,8 +121,7 @@ replay() {
 # Fuzzes each target FUZZ_SECONDS; fails if one found a crash, a timeout or an OOM.
 run() {
     local secs=${FUZZ_SECONDS:-60} failed=0 t
-    mkdir -p "$OUT/logs"
-    : >"$OUT/summary.txt"
+    mkdir -p "$OUT/logs" "$OUT/summary"
     for t in $TARGETS; do
         mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
         mapfile -t dirs < <(inputs "$t")
@@ -144,8 +145,12 @@ run() {
             grep -E "panicked|ERROR: libFuzzer|SUMMARY" "$log" | head -3 >&2 || true
         fi
         echo "fuzz: $line"
-        echo "$line" >>"$OUT/summary.txt"
+        echo "$(date -u +%FT%TZ) $line" >"$OUT/summary/$t.txt"
     done
+    # One line per target, the latest run of each.
+    for t in $TARGETS_ALL; do
+        [[ -f $OUT/summary/$t.txt ]] && cat "$OUT/summary/$t.txt"
+    done >"$OUT/summary.txt"
     return $failed
 }
 
@@ -155,17 +160,18 @@ seeds() {
     tc=$(toolchain)
     need_cxx
     CARGO_TARGET_DIR=$PWD/$OUT/seeds-target cargo "+$tc" run --manifest-path fuzz/Cargo.toml \
-        --locked --release -j "${FUZZ_JOBS:-1}" --bin seeds -- "$PWD/fuzz/corpus" ${FUZZ_TARGETS:-}
+        --locked -j "${FUZZ_JOBS:-1}" --bin seeds -- "$PWD/fuzz/corpus" ${FUZZ_TARGETS:-}
 }
 
 case ${1:-} in
     toolchain) toolchain ;;
     build) build ;;
     run) build && run ;;
+    fuzz) run ;;
     replay) build && replay ;;
     seeds) seeds ;;
     *)
-        sed -n '2,20p' "$0" >&2
+        sed -n '2,/^set -e/p' "$0" | sed '$d' >&2
         exit 2
         ;;
 esac

@@ -21,8 +21,14 @@ pub fn run(data: &[u8]) {
     let effective = c.to_string();
     let mut again_ignored = Vec::new();
     let again = Config::parse(&effective, |i| again_ignored.push(i.to_string()));
-    assert!(again_ignored.is_empty(), "the effective line {effective:?} has ignored options: {again_ignored:?}");
-    assert_eq!(again, c, "the effective line {effective:?} parses to another configuration");
+    assert!(
+        again_ignored.is_empty(),
+        "the effective line {effective:?} has ignored options: {again_ignored:?}"
+    );
+    assert_eq!(
+        again, c,
+        "the effective line {effective:?} parses to another configuration"
+    );
 }
 
 /// Seeds: the README's examples, every option with a value, and malformed ones.

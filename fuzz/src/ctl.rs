@@ -39,7 +39,11 @@ pub fn run(data: &[u8]) {
     // A scrub, a send or a receive started by a command is left to the unmount.
     let disk = block_on(fs.unmount()).expect("unmount after commands");
     let r = images::check(&disk.snapshot()).expect("fsck runs");
-    assert!(r.is_clean(), "after {cmds:?}: {:?}", &r.errors[..r.errors.len().min(5)]);
+    assert!(
+        r.is_clean(),
+        "after {cmds:?}: {:?}",
+        &r.errors[..r.errors.len().min(5)]
+    );
 }
 
 /// Seeds: every command, valid and with wrong arguments.

@@ -16,7 +16,10 @@ impl<'a> Envelope<'a> {
     pub fn new(data: &'a [u8]) -> Envelope<'a> {
         match data.split_first() {
             Some((&flags, rest)) => Envelope { flags, rest },
-            None => Envelope { flags: 0, rest: &[] },
+            None => Envelope {
+                flags: 0,
+                rest: &[],
+            },
         }
     }
 

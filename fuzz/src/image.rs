@@ -113,11 +113,18 @@ pub fn mutation(meta: bool, block: u16, offset: u16, value: &[u8]) -> Vec<u8> {
 
 /// Seeds: both bases unchanged, and a few forgeries of the kinds issue 40 lists.
 pub fn seeds() -> Vec<(String, Vec<u8>)> {
-    let mut out = vec![("clean".to_string(), vec![0u8]), ("crashed".to_string(), vec![1u8])];
+    let mut out = vec![
+        ("clean".to_string(), vec![0u8]),
+        ("crashed".to_string(), vec![1u8]),
+    ];
     // Superblock fields (block 1 and 2 are metadata blocks 0 and 1): checkpoint_seq
     // (offset 172), next_ino (284), incompat (24), the state (CLEAN) bit.
     let meta = metadata_blocks(false);
-    let sb_copy = |b: u64| meta.iter().position(|&m| m == b).expect("superblock is metadata") as u16;
+    let sb_copy = |b: u64| {
+        meta.iter()
+            .position(|&m| m == b)
+            .expect("superblock is metadata") as u16
+    };
     for (name, off, val) in [
         ("next-ino", 284u16, &[0, 0, 0, 0, 0, 0, 0, 0x40][..]),
         ("incompat", 32, &[0x10][..]),

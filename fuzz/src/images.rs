@@ -18,7 +18,10 @@ use crate::{block_on, known, walk};
 /// Blocks of the images (4 MiB: the smallest filesystem).
 pub const BLOCKS: u64 = 1024;
 /// Who creates things.
-pub const OWNER: Owner = Owner { uid: 1000, gid: 1000 };
+pub const OWNER: Owner = Owner {
+    uid: 1000,
+    gid: 1000,
+};
 
 /// The clock every filesystem here reads (fixed: runs are deterministic).
 pub fn clock() -> ManualClock {
@@ -81,7 +84,9 @@ async fn populate(fs: &NineFs<MemDisk>) {
             .create(d.ino, format!("f{i}").as_bytes(), 0o644, OWNER)
             .await
             .unwrap();
-        let data: Vec<u8> = (0..i as usize * 1700).map(|j| (j as u32 * 31 + i) as u8).collect();
+        let data: Vec<u8> = (0..i as usize * 1700)
+            .map(|j| (j as u32 * 31 + i) as u8)
+            .collect();
         fs.write(f.ino, 0, &data).await.unwrap();
         if i % 3 == 0 {
             fs.setxattr(f.ino, b"user.small", b"value", XattrMode::Upsert)
@@ -95,11 +100,15 @@ async fn populate(fs: &NineFs<MemDisk>) {
     fs.setxattr(big.ino, b"user.big", &[3u8; 5000], XattrMode::Upsert)
         .await
         .unwrap();
-    fs.symlink(ROOT_INO, b"link", &[b'x'; 2500], OWNER).await.unwrap();
+    fs.symlink(ROOT_INO, b"link", &[b'x'; 2500], OWNER)
+        .await
+        .unwrap();
     fs.symlink(d.ino, b"up", b"../big", OWNER).await.unwrap();
     let f1 = fs.lookup(d.ino, b"f1").await.unwrap();
     fs.link(f1.ino, ROOT_INO, b"hard").await.unwrap();
-    fs.mknod(ROOT_INO, b"dev", 0o20644, 0x0801, OWNER).await.unwrap();
+    fs.mknod(ROOT_INO, b"dev", 0o20644, 0x0801, OWNER)
+        .await
+        .unwrap();
     let q = fs.mkdir(ROOT_INO, b"quota", 0o755, OWNER).await.unwrap();
     fs.set_quota(
         q.ino,
@@ -142,7 +151,9 @@ pub fn crashed_image() -> Vec<u8> {
             let nd = fs.mkdir(ROOT_INO, b"nd", 0o700, OWNER).await.unwrap();
             let f = fs.create(nd.ino, b"inner", 0o644, OWNER).await.unwrap();
             fs.write(f.ino, 0, b"inner data").await.unwrap();
-            fs.setxattr(f.ino, b"user.x", b"y", XattrMode::Upsert).await.unwrap();
+            fs.setxattr(f.ino, b"user.x", b"y", XattrMode::Upsert)
+                .await
+                .unwrap();
             fs.fsync(f.ino, false).await.unwrap();
             let s = fs.symlink(nd.ino, b"sym", b"../new", OWNER).await.unwrap();
             fs.fsync(s.ino, false).await.unwrap();
@@ -191,7 +202,15 @@ async fn exercise(fs: &NineFs<MemDisk>) {
         let _ = fs.unlink(dir.ino, b"f1").await;
         if let Ok(f) = fs.lookup(dir.ino, b"f7").await {
             let _ = fs.write(f.ino, 1000, b"overwrite").await;
-            let _ = fs.setattr(f.ino, vfs::SetAttr { size: Some(5), ..Default::default() }).await;
+            let _ = fs
+                .setattr(
+                    f.ino,
+                    vfs::SetAttr {
+                        size: Some(5),
+                        ..Default::default()
+                    },
+                )
+                .await;
         }
     }
     let _ = fs.sync().await;
@@ -248,10 +267,17 @@ pub fn assert_rule(o: &Outcome, what: &str) {
     }
     if o.fsck_before == Some(true) {
         assert!(o.mounted, "{what}: fsck clean but the mount refuses");
-        assert!(o.walk_errors.is_empty(), "{what}: fsck clean but reads fail: {:?}", o.walk_errors);
+        assert!(
+            o.walk_errors.is_empty(),
+            "{what}: fsck clean but reads fail: {:?}",
+            o.walk_errors
+        );
         assert!(o.unmounted, "{what}: fsck clean but the unmount fails");
         if let Some((clean, errors)) = &o.fsck_after {
-            assert!(clean, "{what}: fsck clean, mounted, written, unmounted: now {errors:?}");
+            assert!(
+                clean,
+                "{what}: fsck clean, mounted, written, unmounted: now {errors:?}"
+            );
         }
     }
 }

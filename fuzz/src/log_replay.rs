@@ -46,7 +46,14 @@ pub fn run(data: &[u8]) {
     } else {
         own_commits(&img).1
     };
-    reseal::write_commits(&mut img, ring, sb.log_epoch, sb.checkpoint_seq, start, &commits);
+    reseal::write_commits(
+        &mut img,
+        ring,
+        sb.log_epoch,
+        sb.checkpoint_seq,
+        start,
+        &commits,
+    );
     let o = images::cycle(img);
     if !crate::known::open("F3") {
         images::assert_rule(&o, "forged log commits");
@@ -84,7 +91,11 @@ pub fn own_commits(img: &[u8]) -> (Vec<Vec<u8>>, u64) {
 pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let (commits, _) = own_commits(&images::crashed_image());
     assert!(!commits.is_empty(), "the crashed image has log commits");
-    let fits: Vec<&[u8]> = commits.iter().filter(|c| c.len() < 60_000).map(|c| &c[..]).collect();
+    let fits: Vec<&[u8]> = commits
+        .iter()
+        .filter(|c| c.len() < 60_000)
+        .map(|c| &c[..])
+        .collect();
     let mut out = vec![
         ("all".to_string(), envelope::encode(0, &fits)),
         ("again".to_string(), envelope::encode(1, &fits)),

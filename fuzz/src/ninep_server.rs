@@ -63,10 +63,19 @@ fn serve<F: FileSystem + 'static>(server: &Arc<Server<F>>, frames: &[Vec<u8>], c
     poll(&mut conn);
     drain(&mut conn);
     block_on(conn.shutdown());
-    assert_eq!(server.lock_count(), 0, "locks left after the connection closed");
+    assert_eq!(
+        server.lock_count(),
+        0,
+        "locks left after the connection closed"
+    );
     let m = server.memory();
     assert_eq!(
-        (m.charged.frames, m.charged.replies, m.charged.xattrs, m.charged.locks),
+        (
+            m.charged.frames,
+            m.charged.replies,
+            m.charged.xattrs,
+            m.charged.locks
+        ),
         (0, 0, 0, 0),
         "memory left charged after the connection closed"
     );
@@ -85,16 +94,41 @@ fn drain<F: FileSystem + 'static>(conn: &mut Connection<F>) {
 fn bystander<F: FileSystem + 'static>(server: &Arc<Server<F>>) {
     let mut conn: Connection<F> = Connection::new(server.clone());
     let reqs = [
-        frame(1, &Tmsg::Version { msize: 8192, version: b"9P2000.L" }),
-        frame(2, &Tmsg::Attach { fid: 0, afid: !0, uname: b"", aname: b"", n_uname: 0 }),
-        frame(3, &Tmsg::Walk { fid: 0, newfid: 1, names: vec![] }),
+        frame(
+            1,
+            &Tmsg::Version {
+                msize: 8192,
+                version: b"9P2000.L",
+            },
+        ),
+        frame(
+            2,
+            &Tmsg::Attach {
+                fid: 0,
+                afid: !0,
+                uname: b"",
+                aname: b"",
+                n_uname: 0,
+            },
+        ),
+        frame(
+            3,
+            &Tmsg::Walk {
+                fid: 0,
+                newfid: 1,
+                names: vec![],
+            },
+        ),
     ];
     for r in &reqs {
         assert_eq!(conn.receive(r), r.len());
         poll(&mut conn);
         let reply = conn.take_output().expect("the bystander is answered");
         let (_, m) = Rmsg::decode(&reply).expect("decodes");
-        assert!(!matches!(m, Rmsg::Lerror { .. }), "the bystander is refused: {m:?}");
+        assert!(
+            !matches!(m, Rmsg::Lerror { .. }),
+            "the bystander is refused: {m:?}"
+        );
     }
     block_on(conn.shutdown());
 }
@@ -105,8 +139,23 @@ pub fn run(data: &[u8]) {
     let f = env.flags;
     let mut frames: Vec<Vec<u8>> = Vec::new();
     if f & 2 != 0 {
-        frames.push(frame(0xfffe, &Tmsg::Version { msize: 65536, version: b"9P2000.L" }));
-        frames.push(frame(0xfffd, &Tmsg::Attach { fid: 0, afid: !0, uname: b"", aname: b"", n_uname: 0 }));
+        frames.push(frame(
+            0xfffe,
+            &Tmsg::Version {
+                msize: 65536,
+                version: b"9P2000.L",
+            },
+        ));
+        frames.push(frame(
+            0xfffd,
+            &Tmsg::Attach {
+                fid: 0,
+                afid: !0,
+                uname: b"",
+                aname: b"",
+                n_uname: 0,
+            },
+        ));
     }
     for p in env.pieces(128) {
         let mut fr = p.to_vec();
@@ -121,7 +170,10 @@ pub fn run(data: &[u8]) {
         n => 1 + 97 * n as usize,
     };
     if f & 4 != 0 {
-        let server = Arc::new(Server::new(ModelFs::new(images::clock()), Config::default()));
+        let server = Arc::new(Server::new(
+            ModelFs::new(images::clock()),
+            Config::default(),
+        ));
         serve(&server, &frames, chunk);
         bystander(&server);
         return;
@@ -133,7 +185,11 @@ pub fn run(data: &[u8]) {
     let _ = block_on(server.fs().sync());
     let img = server.fs().device().snapshot();
     let r = images::check(&img).expect("fsck runs");
-    assert!(r.is_clean(), "a 9P session damaged the filesystem: {:?}", &r.errors[..r.errors.len().min(5)]);
+    assert!(
+        r.is_clean(),
+        "a 9P session damaged the filesystem: {:?}",
+        &r.errors[..r.errors.len().min(5)]
+    );
 }
 
 /// Seeds: the session of `ninep_wire` over both filesystems, whole and in chunks; a
@@ -142,13 +198,56 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let frames = session();
     let all: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
     let existing = [
-        frame(3, &Tmsg::Walk { fid: 0, newfid: 1, names: vec![b"dir", b"f4"] }),
+        frame(
+            3,
+            &Tmsg::Walk {
+                fid: 0,
+                newfid: 1,
+                names: vec![b"dir", b"f4"],
+            },
+        ),
         frame(4, &Tmsg::Lopen { fid: 1, flags: 2 }),
-        frame(5, &Tmsg::Read { fid: 1, offset: 0, count: 4096 }),
-        frame(6, &Tmsg::Write { fid: 1, offset: 10, data: ninep::wire::Data(b"x") }),
-        frame(7, &Tmsg::Walk { fid: 0, newfid: 2, names: vec![b".snapshots", b"s1", b"big"] }),
-        frame(8, &Tmsg::Xattrwalk { fid: 2, newfid: 3, name: b"" }),
-        frame(9, &Tmsg::Renameat { olddirfid: 0, oldname: b"dir", newdirfid: 0, newname: b"quota" }),
+        frame(
+            5,
+            &Tmsg::Read {
+                fid: 1,
+                offset: 0,
+                count: 4096,
+            },
+        ),
+        frame(
+            6,
+            &Tmsg::Write {
+                fid: 1,
+                offset: 10,
+                data: ninep::wire::Data(b"x"),
+            },
+        ),
+        frame(
+            7,
+            &Tmsg::Walk {
+                fid: 0,
+                newfid: 2,
+                names: vec![b".snapshots", b"s1", b"big"],
+            },
+        ),
+        frame(
+            8,
+            &Tmsg::Xattrwalk {
+                fid: 2,
+                newfid: 3,
+                name: b"",
+            },
+        ),
+        frame(
+            9,
+            &Tmsg::Renameat {
+                olddirfid: 0,
+                oldname: b"dir",
+                newdirfid: 0,
+                newname: b"quota",
+            },
+        ),
     ];
     let ex: Vec<&[u8]> = existing.iter().map(|f| &f[..]).collect();
     vec![

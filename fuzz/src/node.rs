@@ -47,7 +47,9 @@ fn layout(mut rest: &[u8], fix_offsets: bool, seal: bool) -> Vec<u8> {
         rest = &rest[take..];
         // Pad to the blocks the header claims (as a writer would), or at least to a
         // block boundary when the payload was cut short.
-        let claimed = (bset::HEADER_LEN + payload_len).div_ceil(BLOCK_SIZE).min(MAX_BLOCKS);
+        let claimed = (bset::HEADER_LEN + payload_len)
+            .div_ceil(BLOCK_SIZE)
+            .min(MAX_BLOCKS);
         let end = (start + claimed * BLOCK_SIZE).max(node.len().div_ceil(BLOCK_SIZE) * BLOCK_SIZE);
         node.resize(end, 0);
         if seal {
@@ -124,9 +126,13 @@ pub fn run(data: &[u8]) {
             expect.insert(e.key, e.val.map(<[u8]>::to_vec));
         }
     }
-    let expect: Vec<(Key, Vec<u8>)> = expect.into_iter().filter_map(|(k, v)| Some((k, v?))).collect();
+    let expect: Vec<(Key, Vec<u8>)> = expect
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect();
     let n = Node::from_disk(id, 1000, blocks as u32, &sets);
-    n.check_invariants().expect("a decoded node keeps its invariants");
+    n.check_invariants()
+        .expect("a decoded node keeps its invariants");
     let got: Vec<(Key, Vec<u8>)> = entries(&n);
     assert_eq!(got, expect, "the node holds what its bsets say");
     for (k, v) in &expect {
@@ -173,12 +179,15 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
                 let mut blk = b;
                 let first = bset::decode_header(&img[at..]).ok();
                 while blk < end {
-                    let Ok(h) = bset::decode_header(&img[blk * BLOCK_SIZE..]) else { break };
+                    let Ok(h) = bset::decode_header(&img[blk * BLOCK_SIZE..]) else {
+                        break;
+                    };
                     if Some(h.id) != first.map(|f| f.id) {
                         break;
                     }
                     let s = blk * BLOCK_SIZE;
-                    compact.extend_from_slice(&img[s..s + bset::HEADER_LEN + h.payload_len as usize]);
+                    compact
+                        .extend_from_slice(&img[s..s + bset::HEADER_LEN + h.payload_len as usize]);
                     blk += h.blocks() as usize;
                 }
                 b = blk.max(b + 1);
@@ -195,15 +204,36 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         level: 0,
         nonce: 42,
     };
-    let mut node = bset::encode(id, 3, 0, [
-        (Key::new(1, kind::INODE, 0), Some(&[0u8; 128][..])),
-        (Key::new(2, kind::XATTR, 7), Some(&b"xattr"[..])),
-    ]);
-    node.extend(bset::encode(id, 4, 1, [(Key::new(1, kind::INODE, 0), None)]));
+    let mut node = bset::encode(
+        id,
+        3,
+        0,
+        [
+            (Key::new(1, kind::INODE, 0), Some(&[0u8; 128][..])),
+            (Key::new(2, kind::XATTR, 7), Some(&b"xattr"[..])),
+        ],
+    );
+    node.extend(bset::encode(
+        id,
+        4,
+        1,
+        [(Key::new(1, kind::INODE, 0), None)],
+    ));
     out.push(("whiteout".into(), compact(&node)));
     let interior = NodeId { level: 1, ..id };
-    out.push(("interior".into(), compact(&bset::encode(interior, 9, 0, [(Key::MIN, Some(&[1u8; 24][..]))]))));
-    out.push(("empty".into(), compact(&bset::encode(id, 1, 0, std::iter::empty()))));
+    out.push((
+        "interior".into(),
+        compact(&bset::encode(
+            interior,
+            9,
+            0,
+            [(Key::MIN, Some(&[1u8; 24][..]))],
+        )),
+    ));
+    out.push((
+        "empty".into(),
+        compact(&bset::encode(id, 1, 0, std::iter::empty())),
+    ));
     out
 }
 
@@ -212,7 +242,9 @@ fn compact(node: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8];
     let mut at = 0;
     while at + bset::HEADER_LEN <= node.len() {
-        let Ok(h) = bset::decode_header(&node[at..]) else { break };
+        let Ok(h) = bset::decode_header(&node[at..]) else {
+            break;
+        };
         out.extend_from_slice(&node[at..at + bset::HEADER_LEN + h.payload_len as usize]);
         at += h.blocks() as usize * BLOCK_SIZE;
     }

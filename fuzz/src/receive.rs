@@ -72,12 +72,19 @@ pub fn run(data: &[u8]) {
     let result = block_on(fs.receive(&stream));
     let after = block_on(walk::walk(&fs));
     if result.is_err() && !known::open("F4") {
-        assert_eq!(before, after, "a refused stream ({result:?}) changed the live tree");
+        assert_eq!(
+            before, after,
+            "a refused stream ({result:?}) changed the live tree"
+        );
     }
     let disk: MemDisk = block_on(fs.unmount()).expect("unmount after a receive");
     if !known::open("F4") {
         let r = images::check(&disk.snapshot()).expect("fsck runs");
-        assert!(r.is_clean(), "after a receive ({result:?}): {:?}", &r.errors[..r.errors.len().min(5)]);
+        assert!(
+            r.is_clean(),
+            "after a receive ({result:?}): {:?}",
+            &r.errors[..r.errors.len().min(5)]
+        );
     }
 }
 

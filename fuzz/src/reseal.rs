@@ -79,7 +79,12 @@ pub fn stream(s: &mut [u8], fix_count: bool) {
         if fix_count && kind == 7 && len == 8 {
             s[at + 5..end].copy_from_slice(&records.to_le_bytes());
         }
-        let crc = crc32c_parts(&[&prev.to_le_bytes(), &[kind], &(len as u32).to_le_bytes(), &s[at + 5..end]]);
+        let crc = crc32c_parts(&[
+            &prev.to_le_bytes(),
+            &[kind],
+            &(len as u32).to_le_bytes(),
+            &s[at + 5..end],
+        ]);
         put_u32(s, end, crc);
         prev = crc;
         records += 1;

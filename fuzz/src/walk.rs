@@ -34,7 +34,9 @@ pub async fn walk(fs: &impl FileSystem) -> Seen {
     let mut stack: Vec<(Ino, String, usize)> = vec![(ROOT_INO, String::new(), 0)];
     let mut nodes = 0usize;
     match fs.getattr(ROOT_INO).await {
-        Ok(a) => seen.lines.push(format!("/ {:?} {:o} {}", a.file_type(), a.mode, a.nlink)),
+        Ok(a) => seen
+            .lines
+            .push(format!("/ {:?} {:o} {}", a.file_type(), a.mode, a.nlink)),
         Err(e) => seen.errors.push(format!("getattr /: {e}")),
     }
     while let Some((dir, path, depth)) = stack.pop() {
@@ -44,13 +46,15 @@ pub async fn walk(fs: &impl FileSystem) -> Seen {
             let batch = match fs.readdir(dir, offset, 32).await {
                 Ok(b) => b,
                 Err(e) => {
-                    seen.errors.push(format!("readdir {path}/ at {offset}: {e}"));
+                    seen.errors
+                        .push(format!("readdir {path}/ at {offset}: {e}"));
                     break;
                 }
             };
             let Some(last) = batch.last() else { break };
             if last.next_offset <= offset {
-                seen.errors.push(format!("readdir {path}/: offset {offset} went back"));
+                seen.errors
+                    .push(format!("readdir {path}/: offset {offset} went back"));
                 break;
             }
             offset = last.next_offset;

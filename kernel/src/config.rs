@@ -585,9 +585,13 @@ impl Config {
         match key {
             "log" => self.log = parse_level(need(value)?)?,
             "ip" => self.ip = parse_ip(need(value)?)?,
+            // `none` and `auto` below are what the effective configuration prints for
+            // the defaults (the `config` event): that line parses back to itself.
             "gw" => {
-                let v = need(value)?;
-                self.gateway = Some(v.parse().map_err(|_| Some("not an IPv4 address"))?);
+                self.gateway = match need(value)? {
+                    "none" => None,
+                    v => Some(v.parse().map_err(|_| Some("not an IPv4 address or none"))?),
+                }
             }
             "port" => self.port = parse_port(need(value)?)?,
             "mtu" => {
@@ -616,6 +620,10 @@ impl Config {
                     Some("force") => Mkfs::Force,
                     Some(_) => return Err(Some("expected mkfs or mkfs=force")),
                 }
+            }
+            "disk" if value == Some("auto") => {
+                self.disk = None;
+                self.mirror.clear();
             }
             "disk" => {
                 let legs = need(value)?.split(',').map(parse_disk);
@@ -1010,6 +1018,29 @@ mod tests {
         assert_eq!(c, Config::default());
         assert!(ignored.is_empty());
         assert_eq!(c.to_string(), "log=info ip=dhcp gw=none port=564 disk=auto");
+    }
+
+    /// Found by the `cmdline` fuzz target (fuzz/regressions/cmdline/): the effective
+    /// line the `config` event prints said `gw=none` and `disk=auto`, which the parser
+    /// refused, so that line did not parse back to the configuration it described.
+    #[test]
+    fn effective_line_parses_back_to_itself() {
+        for line in [
+            "",
+            "ip=10.0.2.15/24 gw=10.0.2.2 disk=nvme0,nvme1 mkfs",
+            "gw=10.0.2.2 ip=10.0.2.15/24 gw=none disk=virtio0 disk=auto",
+        ] {
+            let (c, ignored) = parse(line);
+            assert!(ignored.is_empty(), "{line:?}: {ignored:?}");
+            let effective = c.to_string();
+            let (again, ignored) = parse(&effective);
+            assert!(ignored.is_empty(), "{effective:?}: {ignored:?}");
+            assert_eq!(again, c, "{effective:?}");
+        }
+        let (c, _) = parse("ip=10.0.2.15/24 gw=10.0.2.2 gw=none disk=nvme0,nvme1 disk=auto");
+        assert_eq!((c.gateway, c.disk, c.mirror.len()), (None, None, 0));
+        let (_, ignored) = parse("gw=nonsense disk=automatic");
+        assert_eq!(ignored.len(), 2, "{ignored:?}");
     }
 
     #[test]

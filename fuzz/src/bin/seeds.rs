@@ -19,7 +19,10 @@ fn main() {
         }
         let d = dir.join(name);
         std::fs::create_dir_all(&d).expect("corpus directory");
-        for e in std::fs::read_dir(&d).expect("read corpus directory").flatten() {
+        for e in std::fs::read_dir(&d)
+            .expect("read corpus directory")
+            .flatten()
+        {
             if e.file_name().to_string_lossy().starts_with("seed-") {
                 std::fs::remove_file(e.path()).expect("remove an old seed");
             }
