@@ -194,6 +194,13 @@ impl Allocator {
     }
 
     /// Adds a group read from disk: `slot` is the slot its content came from.
+    ///
+    /// The free total came from the superblock: the groups' counts, as they are read,
+    /// must agree with it (their sum at most the total, and equal to it once every
+    /// group's is known). A superblock that disagrees — forged, since both are written
+    /// by the same checkpoint — breaks the books: a [`Violation`], so the filesystem
+    /// fails before it commits anything on a wrong total (a total below what is free
+    /// would otherwise underflow as blocks are allocated).
     pub fn insert_group(&mut self, block: GroupBlock, slot: usize) {
         let g = block.group;
         if self.groups.contains_key(&g) {
@@ -202,6 +209,23 @@ impl Allocator {
         self.tick += 1;
         self.stats.group_loads += 1;
         self.group_free[g as usize] = Some(block.free);
+        let known: u64 = self
+            .group_free
+            .iter()
+            .flatten()
+            .map(|&f| u64::from(f))
+            .sum();
+        let all = self.group_free.iter().all(Option::is_some);
+        if known > self.free_total || (all && known != self.free_total) {
+            self.broke(Violation {
+                what: "free total differs from the groups' counts",
+                detail: alloc::format!(
+                    "the total says {} free, the groups read so far {known}{}",
+                    self.free_total,
+                    if all { " (all of them)" } else { "" }
+                ),
+            });
+        }
         self.groups.insert(
             g,
             Group {
@@ -776,15 +800,47 @@ mod tests {
 
     fn allocator() -> Allocator {
         let layout = Layout::for_size(70_000); // three groups
-        let mut a = Allocator::new(layout, 16384, 0);
-        let mut free = 0;
-        for g in 0..layout.groups {
-            let blk = initial_group(&layout, g, &[]);
-            free += u64::from(blk.free);
+        let groups: Vec<GroupBlock> = (0..layout.groups)
+            .map(|g| initial_group(&layout, g, &[]))
+            .collect();
+        let free = groups.iter().map(|b| u64::from(b.free)).sum();
+        let mut a = Allocator::new(layout, 16384, free);
+        for blk in groups {
             a.insert_group(blk, 0);
         }
-        a.free_total = free;
+        assert_eq!(a.take_violation(), None);
         a
+    }
+
+    /// Found by the `superblock` fuzz target (fuzz/regressions/superblock/): a
+    /// superblock whose free total disagrees with the bitmap groups was trusted (the
+    /// invariant check after a commit caught it in debug builds; in release the total
+    /// was simply wrong, and one below what is free could underflow).
+    #[test]
+    fn a_free_total_the_groups_disagree_with_is_a_violation() {
+        let layout = Layout::for_size(70_000);
+        let groups: Vec<GroupBlock> = (0..layout.groups)
+            .map(|g| initial_group(&layout, g, &[]))
+            .collect();
+        let free: u64 = groups.iter().map(|b| u64::from(b.free)).sum();
+        for total in [free - 174, free + 1, 0] {
+            let mut a = Allocator::new(layout, 16384, total);
+            let mut broke = None;
+            for blk in groups.iter().cloned() {
+                a.insert_group(blk, 0);
+                broke = broke.or(a.take_violation());
+            }
+            let v = broke.expect("a wrong total is found");
+            assert_eq!(v.what, "free total differs from the groups' counts");
+        }
+        // Below what the first group alone has free: found at once.
+        let mut a = Allocator::new(layout, 16384, 10);
+        a.insert_group(groups[0].clone(), 0);
+        assert!(a.take_violation().is_some());
+        // Partial and consistent: nothing.
+        let mut a = Allocator::new(layout, 16384, free);
+        a.insert_group(groups[1].clone(), 0);
+        assert_eq!(a.take_violation(), None);
     }
 
     #[test]
