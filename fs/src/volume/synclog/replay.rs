@@ -894,6 +894,30 @@ impl Core {
             }
         } else {
             item.nlink = names;
+            if item.file_type() == Some(FileType::Regular) {
+                // The bytes a file references are its extents' (what every live
+                // change keeps, and fsck checks): not what a logged inode item says,
+                // which replayed extents do not adjust and a forged one may set to
+                // anything.
+                let mut blocks = 0u64;
+                let mut undecodable = false;
+                self.trees.range(
+                    TreeId::Fs,
+                    Key::new(ino, kind::EXTENT_DATA, 0),
+                    Key::new(ino, kind::EXTENT_DATA, u64::MAX),
+                    |_, v| {
+                        match FileExtent::decode(v) {
+                            Some(e) => blocks += u64::from(e.num_blocks),
+                            None => undecodable = true,
+                        }
+                        !undecodable
+                    },
+                )?;
+                if undecodable {
+                    return Err(Stop::Corrupt("undecodable file extent"));
+                }
+                item.bytes = blocks * BLOCK_SIZE as u64;
+            }
             let orphan = Key::new(0, kind::ORPHAN, ino);
             let has_orphan = tx.get(self, TreeId::Fs, &orphan)?.is_some();
             if names == 0 && !has_orphan {
