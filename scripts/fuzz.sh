@@ -15,6 +15,7 @@
 # (default 1: the machine is shared). FUZZ_ARGS: more libFuzzer options for `run`.
 # FUZZ_TOOLCHAIN: another toolchain (default the pinned nightly below). FUZZ_BIN_DIR:
 # run the binaries found there (e.g. a copy, while the build dir is rebuilt).
+# FUZZ_PROFILE: the cargo profile (default release; CI uses fuzz-ci, fuzz/Cargo.toml).
 #
 # Where things go (build/fuzz/): target/ the build, corpus/TARGET/ what the fuzzer
 # found interesting (the seeds in fuzz/corpus/ are only read), artifacts/TARGET/ the
@@ -31,6 +32,7 @@ TARGETS_ALL="node superblock image log_replay receive ninep_wire ninep_server ct
 TARGETS=${FUZZ_TARGETS:-$TARGETS_ALL}
 OUT=build/fuzz
 HOST=x86_64-unknown-linux-gnu
+PROFILE=${FUZZ_PROFILE:-release}
 export CARGO_TARGET_DIR=$PWD/$OUT/target
 
 # The toolchain to build with: FUZZ_TOOLCHAIN, else the pinned nightly under its dated
@@ -83,11 +85,11 @@ build() {
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares -Cllvm-args=-simplifycfg-branch-fold-threshold=0 \
 -Cllvm-args=-sanitizer-coverage-stack-depth --cfg fuzzing ${RUSTFLAGS:-}" \
-        cargo "+$tc" build --manifest-path fuzz/Cargo.toml --locked --release \
+        cargo "+$tc" build --manifest-path fuzz/Cargo.toml --locked --profile "$PROFILE" \
         --target "$HOST" -j "${FUZZ_JOBS:-1}" "${bins[@]}"
 }
 
-bin() { echo "${FUZZ_BIN_DIR:-$CARGO_TARGET_DIR/$HOST/release}/$1"; }
+bin() { echo "${FUZZ_BIN_DIR:-$CARGO_TARGET_DIR/$HOST/$PROFILE}/$1"; }
 
 # Inputs a target is run on besides what it finds: its seeds and its regressions.
 inputs() {
@@ -125,20 +127,20 @@ run() {
     for t in $TARGETS; do
         mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
         mapfile -t dirs < <(inputs "$t")
-        local log=$OUT/logs/$t.log rc=0
+        local log=$OUT/logs/$t.log rc=0 start=$SECONDS
         # -timeout: one input may take this long (a hang is a finding); -rss_limit_mb:
         # a runaway allocation is one too. FUZZ_ARGS may override either.
         "$(bin "$t")" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 \
             -max_len=262144 -print_final_stats=1 \
             -artifact_prefix="$OUT/artifacts/$t/" ${FUZZ_ARGS:-} \
             "$OUT/corpus/$t" "${dirs[@]}" >"$log" 2>&1 || rc=$?
-        local execs cov ft
+        local took=$((SECONDS - start)) execs cov ft
         execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
         cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
         ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | cut -d' ' -f2)
         local corpus
         corpus=$(find "$OUT/corpus/$t" -type f | wc -l)
-        local line="$t: ${secs}s, ${execs:-?} execs ($(( ${execs:-0} / (secs > 0 ? secs : 1) ))/s), cov ${cov:-?}, ft ${ft:-?}, corpus +$corpus"
+        local line="$t: ${took}s, ${execs:-?} execs ($((${execs:-0} / (took > 0 ? took : 1)))/s), cov ${cov:-?}, ft ${ft:-?}, corpus +$corpus"
         if [[ $rc != 0 ]]; then
             line+=", FAILED (rc $rc): $(ls "$OUT/artifacts/$t" | tail -1)"
             failed=1
