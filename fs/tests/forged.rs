@@ -17,7 +17,7 @@ use ninefs::format::items::{
 use ninefs::format::key::kind;
 use ninefs::format::layout::SUPERBLOCK_BLOCKS;
 use ninefs::format::superblock::{Root, Superblock, MAX_INO, MAX_SEQ};
-use ninefs::format::{features, Key, TreeId, BLOCK_SIZE};
+use ninefs::format::{features, Corrupt, Key, TreeId, BLOCK_SIZE};
 use ninefs::util::crc::crc32c;
 use ninefs::util::hash::{domain, keyed_hash, name_ref_hash};
 use ninefs::volume::{format, FormatOptions, MountError, MountOptions, NineFs, MAX_FILE_SIZE};
@@ -717,4 +717,87 @@ fn a_superblock_free_total_the_bitmap_disagrees_with_is_refused() {
             );
         }
     }
+}
+
+/// Found by the `superblock` fuzz target (fuzz/regressions/superblock/): a resealed
+/// superblock whose log starts before the bitmap region, or whose log end overflows,
+/// made the decoder's own layout check overflow (`fixed_groups` before
+/// `is_consistent`). Both are a bad `layout` field now, for the mount and fsck alike.
+#[test]
+fn a_layout_whose_arithmetic_overflows_is_refused() {
+    let clean = Image::build();
+    type Forge = fn(&mut Superblock);
+    let forgeries: [Forge; 3] = [
+        |sb| sb.layout.log_start = 0,
+        |sb| sb.layout.log_blocks = u64::MAX - 3,
+        |sb| sb.layout.log_start = u64::MAX - 1,
+    ];
+    for forge in forgeries {
+        let mut image = Image(clean.0.clone());
+        for b in SUPERBLOCK_BLOCKS {
+            let mut sb = Superblock::decode(image.block(b)).unwrap();
+            forge(&mut sb);
+            image.block_mut(b).copy_from_slice(&sb.encode());
+            let err = Superblock::decode(image.block(b)).unwrap_err();
+            assert!(matches!(err, Corrupt::Field("layout")), "{err}");
+        }
+        assert!(image.mount().is_err());
+        assert!(image.fsck().is_err());
+    }
+}
+
+/// Found by the `log_replay` fuzz target (fuzz/regressions/log_replay/): `readlink`
+/// sized its buffer by the inode's size, so a symlink item claiming an enormous size
+/// aborted the process on the allocation. It is corruption (`EIO`) now.
+#[test]
+fn a_symlink_claiming_an_enormous_size_is_corruption() {
+    let mut image = Image::build();
+    let f = lookup(&image.mount().unwrap(), b"f").unwrap().ino;
+    let mut item = image.inode(f);
+    item.mode = vfs::mode::S_IFLNK | 0o777;
+    item.size = 1 << 60;
+    image.forge_fs_items(|items| {
+        items.insert(Key::new(f, kind::INODE, 0), item.encode());
+    });
+    let fs = image.mount().unwrap();
+    assert_eq!(pollster::block_on(fs.readlink(f)), Err(Errno::EIO));
+}
+
+/// Found by the `image` fuzz target (fuzz/regressions/image/): a directory entry or
+/// an xattr moved to another hash bucket (its item's key changed, resealed) is listed
+/// (readdir, listxattr) but never found (lookup, getxattr: the bucket of its name's
+/// hash), and fsck called such an image clean. It reports both now.
+#[test]
+fn fsck_reports_names_and_xattrs_in_the_wrong_hash_bucket() {
+    let clean = Image::build();
+    let secret = clean.superblock().secret;
+    let f = lookup(&clean.mount().unwrap(), b"f").unwrap().ino;
+    let mut image = Image(clean.0.clone());
+    image.forge_fs_items(|items| {
+        let at = keyed_hash(secret, domain::DIR_NAME, b"f");
+        let entry = items
+            .remove(&Key::new(ROOT_INO, kind::DIR_ENTRY, at))
+            .unwrap();
+        items.insert(Key::new(ROOT_INO, kind::DIR_ENTRY, at ^ 1), entry);
+    });
+    image.fsck_reports("name \"f\" is in the wrong hash bucket");
+    let fs = image.mount().unwrap();
+    assert_eq!(lookup(&fs, b"f").unwrap_err(), Errno::ENOENT);
+
+    let mut image = Image(clean.0.clone());
+    let fs = image.mount().unwrap();
+    pollster::block_on(fs.setxattr(f, b"user.x", b"v", vfs::XattrMode::Upsert)).unwrap();
+    image.0 = pollster::block_on(fs.unmount()).unwrap().snapshot();
+    assert!(image.fsck().unwrap().is_clean());
+    image.forge_fs_items(|items| {
+        let at = keyed_hash(secret, domain::XATTR_NAME, b"user.x");
+        let xattr = items.remove(&Key::new(f, kind::XATTR, at)).unwrap();
+        items.insert(Key::new(f, kind::XATTR, at.wrapping_add(7)), xattr);
+    });
+    image.fsck_reports("xattr \"user.x\" is in the wrong hash bucket");
+    let fs = image.mount().unwrap();
+    assert_eq!(
+        pollster::block_on(fs.getxattr(f, b"user.x")).unwrap_err(),
+        Errno::ENODATA
+    );
 }

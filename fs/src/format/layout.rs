@@ -100,11 +100,16 @@ impl Layout {
     /// Whether the fields are consistent: the groups cover the size, the bitmap region
     /// holds at most that many groups, and data fits after the fixed regions.
     pub fn is_consistent(&self) -> bool {
+        // In this order: each test keeps the arithmetic of the next from overflowing
+        // on a forged superblock.
         self.log_start >= BITMAP_START
             && (self.log_start - BITMAP_START).is_multiple_of(2)
             && self.groups == self.total_blocks.div_ceil(BLOCKS_PER_GROUP) as u32
-            && self.fixed_groups() <= self.groups
-            && self.data_start() < self.total_blocks
+            && (self.log_start - BITMAP_START) / 2 <= u64::from(self.groups)
+            && self
+                .log_start
+                .checked_add(self.log_blocks)
+                .is_some_and(|data_start| data_start < self.total_blocks)
     }
 
     /// Whether `start..end` lies where nodes and data extents may: after the fixed

@@ -412,9 +412,10 @@ impl Superblock {
         {
             return Err(Corrupt::Field("node_size"));
         }
-        let grown = self.layout.groups > self.layout.fixed_groups();
+        // Consistent first: `fixed_groups` trusts `log_start`.
         if !self.layout.is_consistent()
-            || grown && self.incompat & super::features::INCOMPAT_GROWN == 0
+            || self.layout.groups > self.layout.fixed_groups()
+                && self.incompat & super::features::INCOMPAT_GROWN == 0
         {
             return Err(Corrupt::Field("layout"));
         }

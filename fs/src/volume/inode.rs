@@ -196,6 +196,11 @@ impl Core {
         if item.file_type() != Some(FileType::Symlink) {
             return Err(Errno::EINVAL.into());
         }
+        // The size is the item's word, not a bound: a forged one must not size an
+        // allocation (a target is never longer than `SYMLINK_MAX`).
+        if item.size > SYMLINK_MAX as u64 {
+            return Err(Stop::Corrupt("symlink target length"));
+        }
         let mut target = Vec::with_capacity(item.size as usize);
         self.trees.range(
             TreeId::Fs,

@@ -18,7 +18,7 @@ use ninefs::format::items::{
 };
 use ninefs::format::key::kind;
 use ninefs::format::{Key, TreeId, BLOCK_SIZE};
-use ninefs::util::hash::name_ref_hash;
+use ninefs::util::hash::{domain, keyed_hash, name_ref_hash};
 use ninefs::volume::snapdir::SNAPSHOTS_DIR;
 use ninefs::volume::snapshot::check_items;
 use ninefs::volume::{check_name, MAX_FILE_SIZE};
@@ -136,6 +136,19 @@ impl<D: BlockDevice> Checker<D> {
             },
             kind::DIR_ENTRY => match decode_dir_entries(v) {
                 Some(list) => {
+                    // A lookup finds a name in its hash's bucket only: one elsewhere is
+                    // listed by readdir but never found (as for xattrs, below).
+                    let secret = self.img.sb.secret;
+                    for e in list
+                        .iter()
+                        .filter(|e| keyed_hash(secret, domain::DIR_NAME, &e.name) != k.offset)
+                    {
+                        self.error(format!(
+                            "{}: name {:?} is in the wrong hash bucket",
+                            describe_item(TreeId::Fs, k, v),
+                            e.name.escape_ascii().to_string()
+                        ));
+                    }
                     for e in list {
                         t.by_name.insert(
                             (k.objectid, e.name),
@@ -159,6 +172,17 @@ impl<D: BlockDevice> Checker<D> {
             }
             kind::XATTR => match decode_xattrs(v) {
                 Some(list) => {
+                    let secret = self.img.sb.secret;
+                    for x in list
+                        .iter()
+                        .filter(|x| keyed_hash(secret, domain::XATTR_NAME, &x.name) != k.offset)
+                    {
+                        self.error(format!(
+                            "{}: xattr {:?} is in the wrong hash bucket",
+                            describe_item(TreeId::Fs, k, v),
+                            x.name.escape_ascii().to_string()
+                        ));
+                    }
                     let chunked = list.into_iter().filter(|x| x.inline.is_none());
                     t.xattr_needs
                         .extend(chunked.map(|x| (k.objectid, x.id, x.value_len)));
