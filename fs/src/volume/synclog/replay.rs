@@ -917,6 +917,20 @@ impl Core {
                     return Err(Stop::Corrupt("undecodable file extent"));
                 }
                 item.bytes = blocks * BLOCK_SIZE as u64;
+            } else if item.file_type() == Some(FileType::Symlink) {
+                // Likewise a symlink's size is its target's length (`readlink` refuses
+                // any other), not what a logged item says.
+                let mut len = 0u64;
+                self.trees.range(
+                    TreeId::Fs,
+                    Key::new(ino, kind::SYMLINK, 0),
+                    Key::new(ino, kind::SYMLINK, u64::MAX),
+                    |_, v| {
+                        len += v.len() as u64;
+                        true
+                    },
+                )?;
+                item.size = len;
             }
             let orphan = Key::new(0, kind::ORPHAN, ino);
             let has_orphan = tx.get(self, TreeId::Fs, &orphan)?.is_some();
