@@ -93,7 +93,12 @@ fn on_appliance(
     });
     progress.end();
     // The job's own account: why it failed, or that it ended whole.
-    let status = String::from_utf8_lossy(&remote.read_all(File::Status)?).into_owned();
+    let status = match (remote.read_all(File::Status), &read) {
+        (Ok(status), _) => String::from_utf8_lossy(&status).into_owned(),
+        // Gone: what the stream's read found says it best.
+        (Err(_), Err(e)) => return Err(e.clone()),
+        (Err(e), Ok(_)) => return Err(e),
+    };
     let result = remote::status_value(&status, "send_result").unwrap_or("");
     match (read, remote::status_value(&status, "send")) {
         (Ok(bytes), Some(s)) if s.starts_with("done") => Ok(format!("{bytes} bytes; {result}")),

@@ -841,3 +841,60 @@ fn the_cli_administers_running_servers_with_connect() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A send cut off by the server's death: `send --connect` exits 1 saying the connection
+/// closed, and leaves no partial stream file behind.
+#[test]
+fn a_send_cut_off_mid_stream_fails_and_leaves_no_file() {
+    let dir = std::env::temp_dir().join(format!("ninefold-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("a.img").to_str().unwrap().to_string();
+    assert!(ninefold(&["mkfs", &img, "--size", "64M"]).status.success());
+    // 1 MiB/s: a 4 MiB stream takes seconds, long enough to cut.
+    let a = spawn_server(&[&img, "--admin-allow", "127.0.0.1/32", "--stream-rate", "1"]);
+    {
+        let mut client = connect(&a);
+        client.attach(0, 0, "").unwrap();
+        client.walk(0, 1, "").unwrap();
+        client.lcreate(1, "big", open_flags::RDWR, 0o600).unwrap();
+        let chunk: Vec<u8> = (0..(1 << 19)).map(|i| (i % 249) as u8).collect();
+        for i in 0..8u64 {
+            client.write(1, i << 19, &chunk).unwrap();
+        }
+        client.fsync(1, false).unwrap();
+    }
+    let out = ninefold(&["snapshot", "create", "--connect", &a.addr, "s"]);
+    assert!(out.status.success());
+    let stream = dir.join("s.stream");
+    let send = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args([
+            "send",
+            "--connect",
+            &a.addr,
+            "s",
+            "-o",
+            stream.to_str().unwrap(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Cut once bytes have arrived.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&stream).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no byte of the stream arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(a);
+    let out = send.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("connection was closed") || err.contains("reset"),
+        "{err}"
+    );
+    assert!(!stream.exists(), "the partial stream is removed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
