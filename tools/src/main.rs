@@ -18,6 +18,7 @@ mod send;
 mod serve;
 mod snapshot;
 mod status;
+mod top;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,8 @@ enum Command {
     Scrub(ctl::ScrubArgs),
     /// Show the state of an image or a running appliance (--connect) and its quotas.
     Status(status::StatusArgs),
+    /// A live view of a running appliance from its counters port, refreshed each second.
+    Top(top::TopArgs),
     /// Serve a filesystem over 9P2000.L on TCP.
     Serve(Box<serve::ServeArgs>),
     /// Enumerate, mount, fsck and check the crash states of recorded block traces.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => report("ctl", ctl::run(args)),
         Command::Scrub(args) => ctl::scrub(args),
         Command::Status(args) => report("status", status::run(args)),
+        Command::Top(args) => report("top", top::run(args)),
         Command::Serve(args) => report("serve", serve::run(*args)),
         Command::CrashTrace(args) => crash_trace::run(args),
         Command::ReplayTrace(args) => report("replay-trace", replay_trace::run(args)),

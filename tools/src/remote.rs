@@ -70,13 +70,14 @@ pub struct Remote {
     next_fid: u32,
 }
 
-/// `ADDR[:PORT]` (a host name or an IPv4 address; `[v6]:PORT` too) as socket addresses.
-pub fn resolve(target: &str) -> Result<Vec<SocketAddr>, String> {
+/// `ADDR[:PORT]` (a host name or an IPv4 address; `[v6]:PORT` too) as socket addresses,
+/// `default_port` when it names none.
+pub fn resolve(target: &str, default_port: u16) -> Result<Vec<SocketAddr>, String> {
     let with_port = match target.rsplit_once(':') {
         Some((_, port)) if !target.ends_with(']') && port.parse::<u16>().is_ok() => {
             target.to_string()
         }
-        _ => format!("{target}:{DEFAULT_PORT}"),
+        _ => format!("{target}:{default_port}"),
     };
     let addrs: Vec<SocketAddr> = with_port
         .to_socket_addrs()
@@ -93,7 +94,7 @@ impl Remote {
     /// administration export.
     pub fn connect(target: &str) -> Result<Remote, String> {
         let mut last = None;
-        for addr in resolve(target)? {
+        for addr in resolve(target, DEFAULT_PORT)? {
             match TcpStream::connect_timeout(&addr, TIMEOUT.min(Duration::from_secs(20))) {
                 Ok(stream) => return Remote::start(stream, addr),
                 Err(e) => last = Some(format!("{addr}: {e}")),
@@ -412,13 +413,13 @@ mod tests {
 
     #[test]
     fn a_target_without_a_port_gets_564() {
-        let a = resolve("127.0.0.1").unwrap();
+        let a = resolve("127.0.0.1", DEFAULT_PORT).unwrap();
         assert_eq!(a[0].port(), DEFAULT_PORT);
-        let a = resolve("127.0.0.1:5640").unwrap();
+        let a = resolve("127.0.0.1:5640", DEFAULT_PORT).unwrap();
         assert_eq!(a[0].port(), 5640);
-        let a = resolve("[::1]").unwrap();
-        assert_eq!(a[0].port(), DEFAULT_PORT);
-        assert!(resolve("no.such.host.invalid").is_err());
+        let a = resolve("[::1]", 7).unwrap();
+        assert_eq!(a[0].port(), 7);
+        assert!(resolve("no.such.host.invalid", 1).is_err());
     }
 
     #[test]
