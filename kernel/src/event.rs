@@ -288,7 +288,8 @@ pub enum Event<'a> {
         counters: &'a Snapshot,
     },
     /// The filesystem failed (a write or FLUSH the device failed: it refuses changes
-    /// from now on); seen by the housekeeping, within 5 s. Once.
+    /// from now on); seen within 0.1 s (`storage::FAILURE_CHECK`; a failure without a
+    /// device error by the housekeeping, within 5 s). Once.
     FsFailed {
         /// Requests the device failed so far, and of those the fault injector's.
         device_errors: u64,

@@ -365,6 +365,13 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
                     tended.server().fs().inner().housekeeping().await;
                 }
             });
+            let watched = service.clone();
+            task::spawn(async move {
+                loop {
+                    task::sleep(storage::FAILURE_CHECK).await;
+                    watched.server().fs().inner().watch_failure();
+                }
+            });
             task::spawn(scrub_in_background(
                 service.clone(),
                 config.scrub_rate_mib,
