@@ -111,7 +111,7 @@ fn expect_failed(mut c: Client<Tcp>, mut vm: Running, stats_port: u16) {
         1,
         "not counted as failed: {v}"
     );
-    // Seen by the housekeeping, every 5 s.
+    // Seen within 0.1 s of the failure (`storage::FAILURE_CHECK`).
     let failed = vm.wait_for_event("fs_failed", ninefold_tests::any());
     assert!(
         failed["device_errors"].as_u64() >= Some(1),
