@@ -42,12 +42,12 @@ pub fn run(args: TopArgs) -> Result<(), String> {
     let addrs = crate::remote::resolve(&args.connect, DEFAULT_STATS_PORT)?;
     let interval = Duration::from_secs_f64(args.interval);
     let terminal = std::io::stdout().is_terminal();
-    let mut previous = (Instant::now(), Sample::parse(&fetch(&addrs)?));
+    let mut previous = (Instant::now(), Sample::parse(&fetch(&addrs)?)?);
     let mut shown = 0u64;
     while args.count == 0 || shown < args.count {
         std::thread::sleep(interval);
         let now = Instant::now();
-        let sample = Sample::parse(&fetch(&addrs)?);
+        let sample = Sample::parse(&fetch(&addrs)?)?;
         let secs = now.duration_since(previous.0).as_secs_f64();
         let frame = render(&args.connect, &previous.1, &sample, secs);
         let mut out = std::io::stdout().lock();
@@ -112,30 +112,14 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// Parses the Prometheus text format (comments and malformed lines skipped).
-    pub fn parse(text: &str) -> Sample {
+    /// The samples of a `/metrics` answer (`metrics::parse`: strictly, a malformed
+    /// line is an error).
+    pub fn parse(text: &str) -> Result<Sample, String> {
         let mut series: BTreeMap<String, Vec<(Labels, f64)>> = BTreeMap::new();
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let Some((head, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(value) = value.parse::<f64>() else {
-                continue;
-            };
-            let (name, labels) = match head.split_once('{') {
-                Some((name, rest)) => (name, parse_labels(rest.trim_end_matches('}'))),
-                None => (head, Labels::new()),
-            };
-            series
-                .entry(name.to_string())
-                .or_default()
-                .push((labels, value));
+        for s in metrics::parse::parse(text)? {
+            series.entry(s.name).or_default().push((s.labels, s.value));
         }
-        Sample { series }
+        Ok(Sample { series })
     }
 
     /// The series of `name`.
@@ -176,34 +160,6 @@ impl Sample {
             .map(|(k, _)| k.as_str())
             .take_while(move |k| k.starts_with(prefix))
     }
-}
-
-fn parse_labels(s: &str) -> Labels {
-    let mut labels = Labels::new();
-    let mut rest = s;
-    while let Some((key, after)) = rest.split_once("=\"") {
-        // Values the appliance writes escape `"` and `\`; scan to the closing quote.
-        let mut value = String::new();
-        let mut chars = after.char_indices();
-        let mut end = after.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, n)) = chars.next() {
-                        value.push(if n == 'n' { '\n' } else { n });
-                    }
-                }
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        labels.insert(key.trim_start_matches(',').trim().to_string(), value);
-        rest = &after[end..];
-    }
-    labels
 }
 
 /// Per-second rate of counter `name` between two samples (never negative: a restart
@@ -453,7 +409,7 @@ ninefold_9p_tenant_conns{tenant=\"a \\\"b\\\"\"} 2\n";
 
     #[test]
     fn rates_and_quantiles_cover_the_interval_only() {
-        let (a, b) = (Sample::parse(A), Sample::parse(B));
+        let (a, b) = (Sample::parse(A).unwrap(), Sample::parse(B).unwrap());
         let frame = render("h:5641", &a, &b, 2.0);
         assert!(frame.contains("requests/s 110"), "{frame}");
         assert!(frame.contains("by type/s: read 100  fsync 10"), "{frame}");
@@ -474,15 +430,12 @@ ninefold_9p_tenant_conns{tenant=\"a \\\"b\\\"\"} 2\n";
 
     #[test]
     fn a_counter_that_went_back_reads_as_zero() {
-        let frame = render("h", &Sample::parse(B), &Sample::parse(A), 1.0);
+        let frame = render(
+            "h",
+            &Sample::parse(B).unwrap(),
+            &Sample::parse(A).unwrap(),
+            1.0,
+        );
         assert!(frame.contains("requests/s 0"), "{frame}");
-    }
-
-    #[test]
-    fn malformed_lines_are_skipped() {
-        let s = Sample::parse("x{a=\"1\"} nope\n{} 3\ny 4\nz{q=\"unterminated} 5\n");
-        assert_eq!(s.sum("y"), 4.0);
-        assert_eq!(s.sum("x"), 0.0);
-        assert_eq!(s.sum("z"), 5.0);
     }
 }
