@@ -353,14 +353,14 @@ pub fn render(target: &str, a: &Sample, b: &Sample, secs: f64) -> String {
     ));
 
     // Tenants: connections, requests in flight, CPU.
-    for tenant in b.label_values("ninefold_9p_tenant_conns", "tenant") {
+    for tenant in b.label_values("ninefold_9p_tenant_connections", "tenant") {
         let cpu = rate(a, b, secs, |s| {
             s.with("ninefold_9p_tenant_cpu_seconds_total", "tenant", &tenant)
         });
         line(format!(
             "tenant   {tenant}: conns {:.0}  in flight {:.0}  cpu {:.0}%",
-            b.with("ninefold_9p_tenant_conns", "tenant", &tenant),
-            b.with("ninefold_9p_tenant_in_flight", "tenant", &tenant),
+            b.with("ninefold_9p_tenant_connections", "tenant", &tenant),
+            b.with("ninefold_9p_tenant_requests_in_flight", "tenant", &tenant),
             100.0 * cpu
         ));
     }
@@ -393,7 +393,7 @@ ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"+Inf\"} 10\n\
 ninefold_fs_log_commits_total 4\n\
 ninefold_fs_log_fsyncs_total 10\n\
 ninefold_fs_node_writes_total{cause=\"reclaim\"} 1\n\
-ninefold_9p_tenant_conns{tenant=\"a \\\"b\\\"\"} 1\n";
+ninefold_9p_tenant_connections{tenant=\"a \\\"b\\\"\"} 1\n";
 
     const B: &str = "ninefold_uptime_seconds 12\n\
 ninefold_9p_connections 3\n\
@@ -405,7 +405,7 @@ ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"+Inf\"} 30\n\
 ninefold_fs_log_commits_total 14\n\
 ninefold_fs_log_fsyncs_total 30\n\
 ninefold_fs_node_writes_total{cause=\"reclaim\"} 5\n\
-ninefold_9p_tenant_conns{tenant=\"a \\\"b\\\"\"} 2\n";
+ninefold_9p_tenant_connections{tenant=\"a \\\"b\\\"\"} 2\n";
 
     #[test]
     fn rates_and_quantiles_cover_the_interval_only() {

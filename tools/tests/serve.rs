@@ -898,3 +898,57 @@ fn a_send_cut_off_mid_stream_fails_and_leaves_no_file() {
     assert!(!stream.exists(), "the partial stream is removed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `ninefold top` against a server under fsync load: the frame names the request types
+/// the client sends, a request rate, the log's group commit and each tenant.
+#[test]
+fn top_shows_a_server_under_load() {
+    let mut served = serve(&["--stats", "127.0.0.1:0"]);
+    let stats = served.stats_addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut c = connect(&served);
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            c.attach(0, 0, "").unwrap();
+            c.walk(0, 1, "").unwrap();
+            c.lcreate(1, "f", open_flags::RDWR, 0o644).unwrap();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.write(1, (n % 64) * 4096, &[7u8; 4096]).unwrap();
+                c.fsync(1, false).unwrap();
+                n += 1;
+            }
+        })
+    };
+    let out = ninefold(&[
+        "top",
+        "--connect",
+        &stats,
+        "--count",
+        "2",
+        "--interval",
+        "0.5",
+    ]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
+    let frames = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = frames.split("ninefold top ").last().unwrap();
+    assert!(last.contains("by type/s: T"), "{frames}");
+    assert!(
+        last.contains("Twrite") && last.contains("Tfsync"),
+        "{frames}"
+    );
+    assert!(!last.contains("requests/s 0 "), "{frames}");
+    assert!(last.contains("fsyncs per commit "), "{frames}");
+    assert!(last.contains("latency ms p50/p99: "), "{frames}");
+    assert!(last.contains("tenant "), "{frames}");
+    // Not a counters port: said so.
+    let out = ninefold(&["top", "--connect", &served.addr, "--count", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+}
