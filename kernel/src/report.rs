@@ -23,7 +23,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use metrics::document::{Rule, Schema};
-pub use ninefs::volume::report::FsReport;
+pub use ninefs::surface::report::FsReport;
 pub use ninep::service::report::NinepReport;
 use serde::Serialize;
 
@@ -287,7 +287,7 @@ pub const METRICS: Schema<'static> = Schema {
     prefix: "ninefold",
     rules: &[
         KERNEL_RULES,
-        ninefs::volume::report::METRIC_RULES,
+        ninefs::surface::report::METRIC_RULES,
         ninep::service::report::METRIC_RULES,
     ],
 };
@@ -471,8 +471,8 @@ impl metrics::endpoint::Report for Snapshot {
 mod tests {
     use super::*;
     use alloc::string::ToString;
-    use ninefs::volume::stats::FsStats;
-    use ninefs::volume::synclog::build::Fallback;
+    use ninefs::core::counters::FsStats;
+    use ninefs::synclog::build::Fallback;
     use ninefs::volume::CheckpointCause;
 
     fn snapshot() -> Snapshot {

@@ -9,7 +9,7 @@ use std::io::{Read, Seek};
 use std::path::PathBuf;
 
 use clap::Args;
-use ninefs::volume::receive::StreamSource;
+use ninefs::features::streams::receive::StreamSource;
 use ninefs::volume::{MountOptions, NineFs};
 use vfs::Errno;
 
