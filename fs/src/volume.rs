@@ -39,11 +39,12 @@ use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
 use crate::core::counters as stats;
-use crate::core::{checkpoint, checks, dir, file, mkfs, node_read, readahead};
+use crate::core::{checkpoint, checks, dir, file, mkfs, readahead};
 use crate::features::grow;
 use crate::features::redundancy::{legs, rebuild, scrub};
 use crate::features::snapshots as snapshot;
 use crate::features::streams::jobs as streamjob;
+use crate::io::node_read;
 use crate::synclog;
 
 pub use crate::core::txn::InodeState;
@@ -59,15 +60,12 @@ pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
 pub use stats::{FsStats, LockStats};
 
 use crate::core::lock::CoreLock;
-use crate::core::node_read::NodeReadError;
-use crate::core::txn::{Core, Step, Stop};
+use crate::core::txn::{fresh_core, Core, Step, Stop};
+use crate::io::node_read::NodeReadError;
 use crate::synclog::LogState;
 
-/// Largest file size (as Linux: `i64::MAX`).
-pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
-/// Most links an inode may have by default (as ext4): a file's names, a directory's
-/// `2 +` subdirectories. [`MountOptions::max_links`] changes it.
-pub const MAX_LINKS: u32 = 65_000;
+pub use crate::core::inode::{MAX_FILE_SIZE, MAX_LINKS};
+
 /// Retries of one operation before giving up (each retry loads something).
 pub(crate) const MAX_RETRIES: usize = 10_000;
 
@@ -385,19 +383,6 @@ pub(crate) fn mount_read_only<D: BlockDevice>(
         return Err(MountError::TooSmall);
     }
     Ok(opts.read_only || read_only)
-}
-
-/// The in-memory state of a filesystem on `dev` as its committed superblock `sb`
-/// leaves it, before anything is read (its node cache counted in `dev`'s cache).
-pub(crate) fn fresh_core<D: BlockDevice>(
-    dev: &Dev<D>,
-    sb: Superblock,
-    read_only: bool,
-    max_links: u32,
-) -> Core {
-    let mut core = Core::new(sb, read_only, max_links);
-    core.trees.cache.publish_to(dev.cache().node_gauge());
-    core
 }
 
 impl<D: BlockDevice> NineFs<D> {

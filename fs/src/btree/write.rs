@@ -99,11 +99,7 @@ impl serde::Serialize for NodeWriteCounters {
                         bytes: self.0.bytes[i],
                     })
                     .collect();
-                crate::core::counters::by_cause::map(
-                    WriteCause::ALL.iter().map(|c| c.name()),
-                    &per,
-                    s,
-                )
+                crate::util::by_name::map(WriteCause::ALL.iter().map(|c| c.name()), &per, s)
             }
         }
         let mut st = s.serialize_struct("NodeWriteCounters", 3)?;

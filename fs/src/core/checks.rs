@@ -31,12 +31,12 @@
 //! order within a node's sets, every block of the allocator's sets against the bitmap.
 
 use alloc::format;
+use alloc::vec::Vec;
 
 use crate::btree::NodeWrite;
 use crate::format::log::{rec, RECORD_HEADER_LEN};
 use crate::format::superblock::Superblock;
 use crate::format::{Layout, BLOCK_SIZE};
-use crate::synclog::{Batch, LogState};
 use crate::util::check::{ensure, Violation};
 
 /// A node write stays inside its node's extent (`node_blocks` from the node's
@@ -103,13 +103,32 @@ pub fn superblock(new: &Superblock, old: &Superblock) -> Result<(), Violation> {
     }
 }
 
+/// A log commit about to be written, as [`log_commit`] sees it (the log, a layer above,
+/// hands it over: `synclog::Batch::as_commit`).
+#[derive(Clone, Copy, Debug)]
+pub struct LogCommit<'a> {
+    /// Sequence number of the batch's first block.
+    pub first_seq: u64,
+    /// Blocks reserved for the batch.
+    pub blocks: u64,
+    /// The batch's records, one buffer per fsync.
+    pub records: &'a [Vec<u8>],
+    /// The ring: the next sequence number to write.
+    pub head: u64,
+    /// The ring: the oldest sequence number the committed checkpoint's log still needs.
+    pub tail: u64,
+    /// The ring's size in blocks.
+    pub capacity: u64,
+}
+
 /// A log commit about to be written (`encoded` blocks, framed from `batch`): exactly
 /// the blocks reserved for it; the newest commit (it ends at the log head, so commits
 /// follow one another with no gap, which replay needs); within the ring's free space
 /// (it overwrites no block the committed checkpoint's log still needs); and each
 /// fsync's records framed whole — known kinds, lengths that end exactly at the end of
 /// its buffer (a malformed record would end replay early).
-pub fn log_commit(batch: &Batch, encoded: u64, log: &LogState) -> Result<(), Violation> {
+pub fn log_commit(batch: &LogCommit<'_>, encoded: u64) -> Result<(), Violation> {
+    let log = batch;
     let end = batch.first_seq + batch.blocks;
     ensure(
         encoded == batch.blocks,
@@ -129,7 +148,7 @@ pub fn log_commit(batch: &Batch, encoded: u64, log: &LogState) -> Result<(), Vio
             )
         },
     )?;
-    for records in &batch.records {
+    for records in batch.records {
         let mut at = 0;
         while at < records.len() {
             let kind = records[at];
@@ -172,6 +191,7 @@ mod tests {
     use crate::format::bitmap::BLOCKS_PER_GROUP;
     use crate::format::bset::{NodeId, UnsealedBset};
     use crate::format::TreeId;
+    use crate::synclog::{Batch, LogState};
     use crate::volume::{format, FormatOptions, MountOptions, NineFs};
 
     type Fs = NineFs<CountingDisk<MemDisk>>;
@@ -322,6 +342,11 @@ mod tests {
         assert_eq!(pollster::block_on(fs.fsync(ino, false)), Err(Errno::EIO));
         assert_eq!(fs.log.lock().stats.commits, 0, "no log commit");
         refused(&fs, &disk, before, ino, "log record malformed");
+    }
+
+    /// [`super::log_commit`] of `batch` going into `log`.
+    fn log_commit(batch: &Batch, encoded: u64, log: &LogState) -> Result<(), Violation> {
+        super::log_commit(&batch.as_commit(log), encoded)
     }
 
     #[test]

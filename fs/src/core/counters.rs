@@ -6,7 +6,6 @@
 //! as `node_writes: {cause: {writes, bytes}}` with `node_appends`/`node_rewrites` beside.
 
 use crate::btree::NodeWriteCounters;
-use crate::synclog::LogStats;
 
 /// Filesystem counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -14,9 +13,9 @@ use crate::synclog::LogStats;
 pub struct FsStats {
     /// Transactions committed.
     pub commits: u64,
-    /// Checkpoints committed, indexed like [`crate::volume::CheckpointCause::ALL`].
+    /// Checkpoints committed, indexed like [`crate::core::checkpoint::CheckpointCause::ALL`].
     #[cfg_attr(feature = "serde", serde(serialize_with = "by_cause::checkpoints"))]
-    pub checkpoints: [u64; crate::volume::CheckpointCause::ALL.len()],
+    pub checkpoints: [u64; crate::core::checkpoint::CheckpointCause::ALL.len()],
     /// Node writes and bytes per cause.
     #[cfg_attr(feature = "serde", serde(flatten))]
     pub node_writes: NodeWriteCounters,
@@ -111,6 +110,115 @@ pub struct FsStats {
     pub log: LogStats,
 }
 
+/// Log counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct LogStats {
+    /// `fsync` calls on files.
+    pub fsyncs: u64,
+    /// `fdatasync` calls on files.
+    pub fdatasyncs: u64,
+    /// `fsync`/`fdatasync` calls on directories.
+    pub dir_fsyncs: u64,
+    /// Syncs that found nothing to log or wait for.
+    pub clean: u64,
+    /// Syncs whose record another sync's commit made durable.
+    pub joined: u64,
+    /// Log commits (each one device FLUSH).
+    pub commits: u64,
+    /// Log blocks written.
+    pub blocks: u64,
+    /// Record bytes written (payload, without block headers and padding).
+    pub record_bytes: u64,
+    /// Records written.
+    pub records: u64,
+    /// Inodes logged (an inode can be logged as the target or for another's path).
+    pub inodes: u64,
+    /// Syncs served by a checkpoint instead of the log, per [`Fallback`] reason.
+    #[cfg_attr(
+        feature = "serde",
+        serde(serialize_with = "crate::core::counters::by_cause::fallbacks")
+    )]
+    pub fallbacks: [u64; Fallback::ALL.len()],
+    /// Syncs that waited for a checkpoint in flight (their changes were in it).
+    pub checkpoint_waits: u64,
+    /// Commits that found the log full and ran a checkpoint first.
+    pub full: u64,
+    /// Extents whose checksums were checked against the log's index of checksums already
+    /// logged (inodes with extents shared since the last checkpoint).
+    pub csum_lookups: u64,
+    /// Extents whose checksums were logged without that check (no new shared extents:
+    /// `last_reflink_trans`).
+    pub csum_lookups_skipped: u64,
+    /// Checksum records left out because the log already had them.
+    pub csum_dedups: u64,
+    /// Xattr searches made while logging.
+    pub xattr_searches: u64,
+    /// Xattr searches skipped because the inode is known to have none (`no_xattrs`).
+    pub xattr_searches_skipped: u64,
+    /// Record buffers taken from the pool (no allocation).
+    pub scratch_reused: u64,
+    /// Record buffers allocated (always before any lock is taken).
+    pub scratch_allocated: u64,
+    /// Record builds retried because the reserved buffer was too small.
+    pub scratch_regrown: u64,
+    /// Commits that reused the commit buffer.
+    pub commit_buffer_reused: u64,
+    /// Commits replayed at mount.
+    pub replayed_commits: u64,
+    /// Records replayed.
+    pub replayed_records: u64,
+    /// Distinct inodes replayed.
+    pub replayed_inodes: u64,
+    /// Record bytes replayed.
+    pub replayed_bytes: u64,
+    /// Complete commits not replayed because their data did not reach the disk.
+    pub dropped_commits: u64,
+    /// Commits replayed although the device could not read some of their data blocks.
+    pub unverified_commits: u64,
+    /// Commits replay refused (1 at most: replay stops there; the filesystem is then
+    /// read-only), see [`LogState::refused`].
+    pub refused_commits: u64,
+}
+
+/// Why a sync is served by a checkpoint instead of the log (the "trouble cases").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// A directory lost more names since the last checkpoint than are remembered, so a
+    /// new name in it or a directory fsync cannot be logged safely.
+    RemovedOverflow,
+    /// The sync would log more than [`MAX_INODES`] inodes.
+    TooManyInodes,
+    /// The records would take more than a quarter of the log.
+    RecordTooLarge,
+}
+
+impl Fallback {
+    /// All reasons, in counter order.
+    pub const ALL: [Fallback; 3] = [
+        Fallback::RemovedOverflow,
+        Fallback::TooManyInodes,
+        Fallback::RecordTooLarge,
+    ];
+
+    /// Index in the counters.
+    pub fn index(self) -> usize {
+        Fallback::ALL
+            .iter()
+            .position(|&f| f == self)
+            .expect("listed")
+    }
+
+    /// A short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fallback::RemovedOverflow => "removed_overflow",
+            Fallback::TooManyInodes => "too_many_inodes",
+            Fallback::RecordTooLarge => "record_too_large",
+        }
+    }
+}
+
 /// How the one lock around the filesystem's state (`Core`) is used: every operation
 /// takes it, so these say whether it is what limits the CPUs serving the filesystem.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,23 +252,12 @@ impl FsStats {
 /// Per-cause arrays as maps from the cause's name.
 #[cfg(feature = "serde")]
 pub(crate) mod by_cause {
-    use serde::ser::{SerializeMap, Serializer};
+    use serde::ser::Serializer;
 
-    use crate::synclog::Fallback;
-    use crate::volume::CheckpointCause;
+    use crate::util::by_name::map;
 
-    /// `values[i]` under `names[i]`.
-    pub(crate) fn map<S: Serializer, T: serde::Serialize>(
-        names: impl ExactSizeIterator<Item = &'static str>,
-        values: &[T],
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(names.len()))?;
-        for (name, v) in names.zip(values) {
-            m.serialize_entry(name, v)?;
-        }
-        m.end()
-    }
+    use super::Fallback;
+    use crate::core::checkpoint::CheckpointCause;
 
     pub(crate) fn checkpoints<S: Serializer>(
         v: &[u64; CheckpointCause::ALL.len()],

@@ -4,7 +4,6 @@
 use alloc::vec::Vec;
 
 use crate::core::txn::{Core, Step, Stop, Txn};
-use crate::features::quota::same_project;
 use crate::format::items::{
     decode_dir_entries, decode_inode_refs, encode_dir_entries, encode_inode_refs, DirEntryRec,
     DirIndexRec, InodeItem, InodeRefRec,
@@ -13,6 +12,15 @@ use crate::format::key::kind;
 use crate::format::{Key, TreeId};
 use crate::util::hash::{domain, keyed_hash, name_ref_hash};
 use vfs::{Attr, DirEntry, Errno, FileType, Ino, Timespec, NAME_MAX, ROOT_INO};
+
+/// `EXDEV` if `ino` (whose item is `item`) may not be linked or moved into directory
+/// `dir`: it is charged to another project. A quota root moves with its project.
+pub fn same_project(ino: Ino, item: &InodeItem, dir: &InodeItem) -> Step<()> {
+    if item.project == dir.project || item.project == ino {
+        return Ok(());
+    }
+    Err(Errno::EXDEV.into())
+}
 
 /// Validates a name for an operation that takes a new or existing entry name.
 pub fn check_name(name: &[u8]) -> Result<(), Errno> {

@@ -13,13 +13,14 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::cache::{Part, Who};
+use crate::core::inode::MAX_FILE_SIZE;
 use crate::core::txn::{Core, Step, Stop, Txn};
 use crate::format::items::{decode_csums, encode_csums, ExtentItem, FileExtent, InodeItem};
 use crate::format::key::kind;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::io::Verified;
 use crate::util::crc::crc32c;
-use crate::volume::{NineFs, MAX_FILE_SIZE};
+use crate::volume::NineFs;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FileType, FsResult, Ino, Timespec};
 

@@ -11,8 +11,40 @@ use crate::format::superblock::MAX_INO;
 use crate::format::{Key, TreeId};
 use vfs::{
     mode, Attr, Errno, FileType, Ino, Owner, SetAttr, SetTime, StatFs, Timespec, NAME_MAX,
-    SYMLINK_MAX,
+    ROOT_INO, SYMLINK_MAX,
 };
+
+// The inode number space: live inodes below `LIVE_INO_END`; `.snapshots` and the
+// inodes of snapshots (`features::snapshots::snapdir`) above, with bit 63 set.
+
+/// The name of the snapshots directory at the root.
+pub const SNAPSHOTS_DIR: &[u8] = b".snapshots";
+/// Inode number of the snapshots directory.
+pub const SNAPSHOTS_DIR_INO: Ino = 1 << 63;
+/// Bits of a snapshot's own inode numbers: those of the live inode space
+/// ([`MAX_INO`]), which a snapshot's inodes come from.
+pub(crate) const INNER_BITS: u32 = MAX_INO.trailing_zeros();
+/// Live inode numbers are below this (they never reach the bits of snapshot inodes).
+pub const LIVE_INO_END: Ino = MAX_INO;
+/// Snapshot ids must fit the 15 bits between the inner number and the flag.
+pub const MAX_SNAPSHOT_ID: u64 = (1 << 15) - 1;
+
+/// Whether `dir`/`name` is the snapshots directory's own entry (it cannot be created,
+/// replaced or removed).
+pub(crate) fn is_reserved(dir: Ino, name: &[u8]) -> bool {
+    dir == ROOT_INO && name == SNAPSHOTS_DIR
+}
+
+/// Whether `ino` is the snapshots directory or under it.
+pub(crate) fn is_snapshot_ino(ino: Ino) -> bool {
+    ino & SNAPSHOTS_DIR_INO != 0
+}
+
+/// Largest file size (as Linux: `i64::MAX`).
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+/// Most links an inode may have by default (as ext4): a file's names, a directory's
+/// `2 +` subdirectories. [`MountOptions::max_links`](crate::volume::MountOptions::max_links) changes it.
+pub const MAX_LINKS: u32 = 65_000;
 
 /// Symlink targets are stored in chunks of this many bytes.
 const SYMLINK_CHUNK: usize = 2048;
@@ -148,7 +180,7 @@ impl Core {
                 Some(FileType::Directory) => return Err(Errno::EISDIR.into()),
                 _ => return Err(Errno::EINVAL.into()),
             }
-            if size > crate::volume::MAX_FILE_SIZE {
+            if size > MAX_FILE_SIZE {
                 return Err(Errno::EFBIG.into());
             }
         }

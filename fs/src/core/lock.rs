@@ -7,7 +7,7 @@
 //! monotonic clock ([`MountOptions::hold_clock`](crate::volume::MountOptions::hold_clock)) each
 //! hold is timed too: one clock read when the lock is taken, one when it is released —
 //! nothing else is added to the hold. The counters live in [`Core`] itself
-//! ([`FsStats::core_lock`](crate::volume::FsStats::core_lock)), updated while the lock is held,
+//! ([`FsStats::core_lock`](crate::core::counters::FsStats::core_lock)), updated while the lock is held,
 //! so they need no synchronisation of their own.
 
 use ::core::ops::{Deref, DerefMut};

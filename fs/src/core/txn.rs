@@ -14,12 +14,12 @@ use hashbrown::HashMap;
 
 use crate::btree::Need;
 use crate::btree::Trees;
+use crate::core::track::LogTrack;
 use crate::format::items::InodeItem;
 use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Superblock};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::space::{AllocNeed, Allocator};
-use crate::synclog::track::LogTrack;
 use crate::util::check::Violation;
 use vfs::{Attr, Errno, FileType, Ino};
 
@@ -570,4 +570,17 @@ impl Core {
         self.inodes
             .retain(|_, s| s.open > 0 || s.last_trans > committed || s.logged_trans > committed);
     }
+}
+
+/// The in-memory state of a filesystem on `dev` as its committed superblock `sb`
+/// leaves it, before anything is read (its node cache counted in `dev`'s cache).
+pub(crate) fn fresh_core<D: block::BlockDevice>(
+    dev: &crate::io::Dev<D>,
+    sb: Superblock,
+    read_only: bool,
+    max_links: u32,
+) -> Core {
+    let mut core = Core::new(sb, read_only, max_links);
+    core.trees.cache.publish_to(dev.cache().node_gauge());
+    core
 }

@@ -9,10 +9,11 @@
 
 use alloc::vec::Vec;
 
+use crate::core::checkpoint::CheckpointCause;
 use crate::format::features;
 use crate::format::Layout;
 use crate::space::initial_group;
-use crate::volume::{CheckpointCause, NineFs};
+use crate::volume::NineFs;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FsResult};
 

@@ -24,6 +24,7 @@
 //!   item goes with the last inode charged to it once the root is removed (files
 //!   linked elsewhere keep it until then).
 
+pub use crate::core::dir::same_project;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
@@ -45,15 +46,6 @@ const LABEL_BATCH: usize = 128;
 /// The key of `project`'s quota item.
 pub fn quota_key(project: u64) -> Key {
     Key::new(0, kind::QUOTA, project)
-}
-
-/// `EXDEV` if `ino` (whose item is `item`) may not be linked or moved into directory
-/// `dir`: it is charged to another project. A quota root moves with its project.
-pub fn same_project(ino: Ino, item: &InodeItem, dir: &InodeItem) -> Step<()> {
-    if item.project == dir.project || item.project == ino {
-        return Ok(());
-    }
-    Err(Errno::EXDEV.into())
 }
 
 /// A quota item as the interface shows it.

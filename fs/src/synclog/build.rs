@@ -25,57 +25,20 @@ use alloc::vec;
 use alloc::vec::Vec;
 use spin::Mutex;
 
+use crate::core::track::{Changes, View};
 use crate::format::items::{decode_dir_entries, DirIndexRec, InodeItem, InodeRefRec};
 use crate::format::key::kind;
 use crate::format::log::{put_name, rec, RecordWriter};
 use crate::format::{Key, TreeId};
-use crate::synclog::track::{Changes, View};
 use crate::synclog::LogState;
 use crate::util::scratch::Scratch;
 use vfs::{Errno, FileType, Ino, ROOT_INO};
 
+pub use crate::core::counters::Fallback;
 use crate::core::txn::{Core, Step, Stop, Txn};
 
 /// Most inodes one sync may log before it falls back to a checkpoint.
 const MAX_INODES: usize = 256;
-
-/// Why a sync is served by a checkpoint instead of the log (the "trouble cases").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fallback {
-    /// A directory lost more names since the last checkpoint than are remembered, so a
-    /// new name in it or a directory fsync cannot be logged safely.
-    RemovedOverflow,
-    /// The sync would log more than [`MAX_INODES`] inodes.
-    TooManyInodes,
-    /// The records would take more than a quarter of the log.
-    RecordTooLarge,
-}
-
-impl Fallback {
-    /// All reasons, in counter order.
-    pub const ALL: [Fallback; 3] = [
-        Fallback::RemovedOverflow,
-        Fallback::TooManyInodes,
-        Fallback::RecordTooLarge,
-    ];
-
-    /// Index in the counters.
-    pub fn index(self) -> usize {
-        Fallback::ALL
-            .iter()
-            .position(|&f| f == self)
-            .expect("listed")
-    }
-
-    /// A short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fallback::RemovedOverflow => "removed_overflow",
-            Fallback::TooManyInodes => "too_many_inodes",
-            Fallback::RecordTooLarge => "record_too_large",
-        }
-    }
-}
 
 /// What building found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -163,7 +163,7 @@ impl<D: BlockDevice> NineFs<D> {
         };
         let blocks = encode_commit(&batch.records, batch.first_seq, epoch, fs_seq, &mut buf);
         // Nothing of the commit is written unless it passes (`checks`).
-        let checked = checks::log_commit(&batch, blocks, &self.log.lock());
+        let checked = checks::log_commit(&batch.as_commit(&self.log.lock()), blocks);
         if let Err(v) = checked {
             let _ = self.core.lock().fail(v);
             return Err(Errno::EIO);

@@ -20,86 +20,16 @@
 use alloc::vec::Vec;
 use hashbrown::HashSet;
 
+use crate::core::checks::LogCommit;
 use crate::format::log::{commit_blocks, LOG_PAYLOAD};
 
 pub mod build;
 pub mod commit;
 pub mod replay;
 pub mod rules;
-pub mod track;
 
+pub use crate::core::counters::LogStats;
 pub use build::{Built, Fallback};
-
-/// Log counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct LogStats {
-    /// `fsync` calls on files.
-    pub fsyncs: u64,
-    /// `fdatasync` calls on files.
-    pub fdatasyncs: u64,
-    /// `fsync`/`fdatasync` calls on directories.
-    pub dir_fsyncs: u64,
-    /// Syncs that found nothing to log or wait for.
-    pub clean: u64,
-    /// Syncs whose record another sync's commit made durable.
-    pub joined: u64,
-    /// Log commits (each one device FLUSH).
-    pub commits: u64,
-    /// Log blocks written.
-    pub blocks: u64,
-    /// Record bytes written (payload, without block headers and padding).
-    pub record_bytes: u64,
-    /// Records written.
-    pub records: u64,
-    /// Inodes logged (an inode can be logged as the target or for another's path).
-    pub inodes: u64,
-    /// Syncs served by a checkpoint instead of the log, per [`Fallback`] reason.
-    #[cfg_attr(
-        feature = "serde",
-        serde(serialize_with = "crate::core::counters::by_cause::fallbacks")
-    )]
-    pub fallbacks: [u64; Fallback::ALL.len()],
-    /// Syncs that waited for a checkpoint in flight (their changes were in it).
-    pub checkpoint_waits: u64,
-    /// Commits that found the log full and ran a checkpoint first.
-    pub full: u64,
-    /// Extents whose checksums were checked against the log's index of checksums already
-    /// logged (inodes with extents shared since the last checkpoint).
-    pub csum_lookups: u64,
-    /// Extents whose checksums were logged without that check (no new shared extents:
-    /// `last_reflink_trans`).
-    pub csum_lookups_skipped: u64,
-    /// Checksum records left out because the log already had them.
-    pub csum_dedups: u64,
-    /// Xattr searches made while logging.
-    pub xattr_searches: u64,
-    /// Xattr searches skipped because the inode is known to have none (`no_xattrs`).
-    pub xattr_searches_skipped: u64,
-    /// Record buffers taken from the pool (no allocation).
-    pub scratch_reused: u64,
-    /// Record buffers allocated (always before any lock is taken).
-    pub scratch_allocated: u64,
-    /// Record builds retried because the reserved buffer was too small.
-    pub scratch_regrown: u64,
-    /// Commits that reused the commit buffer.
-    pub commit_buffer_reused: u64,
-    /// Commits replayed at mount.
-    pub replayed_commits: u64,
-    /// Records replayed.
-    pub replayed_records: u64,
-    /// Distinct inodes replayed.
-    pub replayed_inodes: u64,
-    /// Record bytes replayed.
-    pub replayed_bytes: u64,
-    /// Complete commits not replayed because their data did not reach the disk.
-    pub dropped_commits: u64,
-    /// Commits replayed although the device could not read some of their data blocks.
-    pub unverified_commits: u64,
-    /// Commits replay refused (1 at most: replay stops there; the filesystem is then
-    /// read-only), see [`LogState::refused`].
-    pub refused_commits: u64,
-}
 
 /// Spare record buffers kept for reuse.
 const POOL_MAX: usize = 64;
@@ -117,6 +47,21 @@ pub struct Batch {
     pub first_seq: u64,
     /// Its blocks.
     pub blocks: u64,
+}
+
+impl Batch {
+    /// The batch about to be written into `log`'s ring, as the commit checks see it
+    /// ([`checks::log_commit`](crate::core::checks::log_commit)).
+    pub fn as_commit<'a>(&'a self, log: &LogState) -> LogCommit<'a> {
+        LogCommit {
+            first_seq: self.first_seq,
+            blocks: self.blocks,
+            records: &self.records,
+            head: log.head,
+            tail: log.tail,
+            capacity: log.capacity,
+        }
+    }
 }
 
 /// The log ring and its batches (see the module documentation).

@@ -400,7 +400,7 @@ impl<D: BlockDevice> NineFs<D> {
         {
             let mut c = self.core.lock();
             let (sb, max_links) = (c.sb.clone(), c.max_links);
-            *c = crate::volume::fresh_core(&self.dev, sb, true, max_links);
+            *c = crate::core::txn::fresh_core(&self.dev, sb, true, max_links);
         }
         self.load_snapshots().await
     }

@@ -24,10 +24,10 @@ use vfs::{Errno, FileType, Ino, ROOT_INO, XATTR_VALUE_MAX};
 
 use crate::core::dir::{check_name, PARENT_LOOP};
 use crate::core::inode::check_target;
+use crate::core::inode::MAX_FILE_SIZE;
+use crate::core::inode::{is_reserved, LIVE_INO_END};
 use crate::core::txn::{Core, Stop, Txn};
 use crate::core::xattr::check_xattr_name;
-use crate::features::snapshots::snapdir::{is_reserved, LIVE_INO_END};
-use crate::volume::MAX_FILE_SIZE;
 
 /// Why replay refuses a logged commit: one of its records asks for what no live
 /// operation does.

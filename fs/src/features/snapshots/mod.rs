@@ -18,14 +18,16 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use crate::core::checkpoint::CheckpointCause;
+use crate::core::counters::FsStats;
+use crate::core::inode::MAX_SNAPSHOT_ID;
 use crate::core::txn::{Core, Step, Stop, Txn};
-use crate::features::snapshots::snapdir::MAX_SNAPSHOT_ID;
 use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
 use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Root, Superblock, MAX_INO};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE, MAX_EXTENT_BLOCKS};
 use crate::util::ranges::RangeSet;
-use crate::volume::{CheckpointCause, FsStats, NineFs};
+use crate::volume::NineFs;
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Timespec};
 
@@ -220,8 +222,7 @@ pub async fn referenced_blocks<D: BlockDevice>(
         .map(|&(t, r)| (t, r.level, r.ptr))
         .collect();
     while let Some((tree, level, ptr)) = stack.pop() {
-        let node =
-            crate::features::streams::treediff::read_node(dev, node_size, tree, level, ptr).await?;
+        let node = crate::io::node_read::read_checked(dev, node_size, tree, level, ptr).await?;
         // Read whole, so its blocks are on the device: no wrap.
         if !set.insert(ptr.addr..ptr.addr + node_blocks) {
             log::error!(

@@ -18,23 +18,13 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use crate::core::inode::INNER_BITS;
+pub(crate) use crate::core::inode::{is_reserved, is_snapshot_ino};
+pub use crate::core::inode::{LIVE_INO_END, MAX_SNAPSHOT_ID, SNAPSHOTS_DIR, SNAPSHOTS_DIR_INO};
 use crate::features::snapshots::read_items;
-use crate::format::superblock::MAX_INO;
 use crate::volume::NineFs;
 use block::BlockDevice;
 use vfs::{mode, Attr, DirEntry, Errno, FileType, FsResult, Ino, ROOT_INO};
-
-/// The name of the snapshots directory at the root.
-pub const SNAPSHOTS_DIR: &[u8] = b".snapshots";
-/// Inode number of the snapshots directory.
-pub const SNAPSHOTS_DIR_INO: Ino = 1 << 63;
-/// Bits of a snapshot's own inode numbers: those of the live inode space
-/// ([`MAX_INO`]), which a snapshot's inodes come from.
-const INNER_BITS: u32 = MAX_INO.trailing_zeros();
-/// Live inode numbers are below this (they never reach the bits of snapshot inodes).
-pub const LIVE_INO_END: Ino = MAX_INO;
-/// Snapshot ids must fit the 15 bits between the inner number and the flag.
-pub const MAX_SNAPSHOT_ID: u64 = (1 << 15) - 1;
 
 /// Where an inode number lives.
 pub(crate) enum Place<D: BlockDevice> {
@@ -65,17 +55,6 @@ fn outer(id: u64, ino: Ino) -> FsResult<Ino> {
 fn outer_attr(id: u64, mut attr: Attr) -> FsResult<Attr> {
     attr.ino = outer(id, attr.ino)?;
     Ok(attr)
-}
-
-/// Whether `dir`/`name` is the snapshots directory's own entry (it cannot be created,
-/// replaced or removed).
-pub(crate) fn is_reserved(dir: Ino, name: &[u8]) -> bool {
-    dir == ROOT_INO && name == SNAPSHOTS_DIR
-}
-
-/// Whether `ino` is the snapshots directory or under it.
-pub(crate) fn is_snapshot_ino(ino: Ino) -> bool {
-    ino & SNAPSHOTS_DIR_INO != 0
 }
 
 impl<D: BlockDevice> NineFs<D> {

@@ -11,50 +11,13 @@
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
-use crate::btree::Node;
-use crate::core::node_read::NodeReadError;
-use crate::format::bset::NodeId;
 use crate::format::superblock::{NodePtr, Root};
-use crate::format::{Key, TreeId, BLOCK_SIZE};
+use crate::format::{Key, TreeId};
 use crate::io::Dev;
 use block::BlockDevice;
 use vfs::{Errno, FsResult};
 
-/// Reads and checks the node `ptr` points to (level `level` of `tree`).
-pub async fn read_node<D: BlockDevice>(
-    dev: &Dev<D>,
-    node_size: u32,
-    tree: TreeId,
-    level: u8,
-    ptr: NodePtr,
-) -> FsResult<Node> {
-    let node_blocks = u64::from(node_size) / BLOCK_SIZE as u64;
-    if ptr.blocks == 0 || u64::from(ptr.blocks) > node_blocks {
-        log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
-        return Err(Errno::EIO);
-    }
-    let id = NodeId {
-        tree,
-        level,
-        nonce: ptr.nonce,
-    };
-    crate::core::node_read::read_node(dev, id, ptr)
-        .await
-        .map_err(|e| {
-            match e {
-                NodeReadError::Io(e) => {
-                    log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr)
-                }
-                NodeReadError::Corrupt(c) => log::error!(
-                    "{} tree: corrupt node at {}: {}",
-                    tree.name(),
-                    ptr.addr,
-                    c.what
-                ),
-            }
-            Errno::EIO
-        })
-}
+pub use crate::io::node_read::read_checked as read_node;
 
 /// A key whose value differs between the two trees.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -42,6 +42,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::core::checkpoint::CheckpointCause;
 use crate::core::dir::FIRST_INDEX;
 use crate::core::txn::Txn;
 use crate::features::snapshots::{read_items, valid_name, SnapshotInfo};
@@ -50,7 +51,7 @@ use crate::features::streams::treediff;
 use crate::format::items::SnapshotItem;
 use crate::format::stream::{Header, StreamError};
 use crate::format::TreeId;
-use crate::volume::{CheckpointCause, NineFs};
+use crate::volume::NineFs;
 use apply::Apply;
 use block::BlockDevice;
 use model::Model;

@@ -2,10 +2,10 @@
 
 use crate::core::dir::{check_name, MAX_DEPTH};
 use crate::core::inode::check_target;
+use crate::core::inode::MAX_FILE_SIZE;
 use crate::core::xattr::check_xattr_name;
 use crate::features::streams::receive::{refuse, ReceiveError, RECEIVED_XATTR};
 use crate::format::stream::{DataMode, Header, InodeRef, Record};
-use crate::volume::MAX_FILE_SIZE;
 use vfs::FileType;
 
 /// Checks, record by record, what the checksums cannot and needs no tree, so that a

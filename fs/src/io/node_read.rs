@@ -7,9 +7,10 @@ use alloc::vec;
 use crate::btree::Node;
 use crate::format::bset::{parse_node, NodeCorrupt, NodeId};
 use crate::format::superblock::NodePtr;
-use crate::format::BLOCK_SIZE;
+use crate::format::{TreeId, BLOCK_SIZE};
 use crate::io::Dev;
 use block::{BlockDevice, IoError};
+use vfs::{Errno, FsResult};
 
 /// Why a node could not be read.
 #[derive(Clone, Copy, Debug)]
@@ -49,4 +50,38 @@ pub(crate) async fn read_node<D: BlockDevice>(
         let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
         read = dev.check_copies(ptr.addr, &mut buf, good).await.map(drop);
     }
+}
+
+/// Reads and checks the node `ptr` points to (level `level` of `tree`).
+pub async fn read_checked<D: BlockDevice>(
+    dev: &Dev<D>,
+    node_size: u32,
+    tree: TreeId,
+    level: u8,
+    ptr: NodePtr,
+) -> FsResult<Node> {
+    let node_blocks = u64::from(node_size) / BLOCK_SIZE as u64;
+    if ptr.blocks == 0 || u64::from(ptr.blocks) > node_blocks {
+        log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
+        return Err(Errno::EIO);
+    }
+    let id = NodeId {
+        tree,
+        level,
+        nonce: ptr.nonce,
+    };
+    read_node(dev, id, ptr).await.map_err(|e| {
+        match e {
+            NodeReadError::Io(e) => {
+                log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr)
+            }
+            NodeReadError::Corrupt(c) => log::error!(
+                "{} tree: corrupt node at {}: {}",
+                tree.name(),
+                ptr.addr,
+                c.what
+            ),
+        }
+        Errno::EIO
+    })
 }

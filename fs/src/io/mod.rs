@@ -5,6 +5,8 @@
 //! every write, discard, repair and rebuild copy made here keeps coherent: what the
 //! device is told to overwrite or forget, the cache drops.
 
+pub(crate) mod node_read;
+
 use alloc::vec;
 use alloc::vec::Vec;
 
