@@ -27,9 +27,7 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
-use core::future::poll_fn;
 use core::ops::Range;
-use core::task::Poll;
 
 use crate::core::txn::{Core, Step};
 use crate::format::items::decode_csums;
@@ -40,7 +38,7 @@ use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::io::Verified;
 use crate::util::crc::crc32c;
 use crate::volume::NineFs;
-use block::BlockDevice;
+use block::{yield_now, BlockDevice};
 use vfs::{Errno, FsResult};
 
 /// Default rebuild rate, in MiB per second (`rebuild_rate=`, `ninefold serve
@@ -94,21 +92,6 @@ impl Rebuild {
         let secs = (now - self.since).max(1) as u64;
         self.copied * BLOCK_SIZE as u64 / secs
     }
-}
-
-/// Yields to the executor once (so the write the copy window waits for can end).
-async fn yield_now() {
-    let mut yielded = false;
-    poll_fn(|cx| {
-        if yielded {
-            Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
-    .await
 }
 
 /// The checksums the checksum tree has for the blocks of `r` (data blocks), by block.
