@@ -13,95 +13,13 @@
 
 use alloc::vec::Vec;
 
-use crate::btree::WriteCause;
 use crate::core::checks;
 use crate::core::txn::{node_blocks, Core, Step, Stop};
 use crate::format::bset::UnsealedBset;
 use crate::format::superblock::{state, Superblock};
 use vfs::Errno;
 
-/// Why a checkpoint runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CheckpointCause {
-    /// `sync`.
-    Sync,
-    /// An fsync the log does not handle (a trouble case, see `log::Fallback`).
-    Fsync,
-    /// Clean unmount.
-    Unmount,
-    /// The node cache is over its limit with nothing clean left to evict.
-    CacheReclaim,
-    /// The log needs its space back (more than half used, or full).
-    LogReclaim,
-    /// An operation ran out of space; a checkpoint releases freed blocks.
-    Space,
-    /// Too much metadata is dirty for the metadata reserve.
-    Reserve,
-    /// Mount replayed the log: commit what it recovered and start a new log epoch.
-    Replay,
-    /// Blocks were freed a while ago and nothing else committed their release: commit it,
-    /// so they are given back to the device (discarded) soon after the deletion.
-    Discard,
-    /// The filesystem grew to a larger device.
-    Grow,
-    /// A snapshot is taken or deleted: it starts from, and is committed by, a checkpoint.
-    Snapshot,
-    /// A quota root is made or its limits change (`set_quota`): committed by a checkpoint.
-    Quota,
-}
-
-impl CheckpointCause {
-    /// All causes, in counter order.
-    pub const ALL: [CheckpointCause; 12] = [
-        CheckpointCause::Sync,
-        CheckpointCause::Fsync,
-        CheckpointCause::Unmount,
-        CheckpointCause::CacheReclaim,
-        CheckpointCause::LogReclaim,
-        CheckpointCause::Space,
-        CheckpointCause::Reserve,
-        CheckpointCause::Replay,
-        CheckpointCause::Discard,
-        CheckpointCause::Grow,
-        CheckpointCause::Snapshot,
-        CheckpointCause::Quota,
-    ];
-
-    /// The cause counted for leaf writes of such a checkpoint.
-    pub fn leaf_cause(self) -> WriteCause {
-        match self {
-            CheckpointCause::CacheReclaim | CheckpointCause::Reserve => WriteCause::CacheReclaim,
-            CheckpointCause::LogReclaim | CheckpointCause::Replay => WriteCause::LogReclaim,
-            _ => WriteCause::Sync,
-        }
-    }
-
-    /// A short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            CheckpointCause::Sync => "sync",
-            CheckpointCause::Fsync => "fsync_fallback",
-            CheckpointCause::Unmount => "unmount",
-            CheckpointCause::CacheReclaim => "cache_reclaim",
-            CheckpointCause::LogReclaim => "log_reclaim",
-            CheckpointCause::Space => "space",
-            CheckpointCause::Reserve => "reserve",
-            CheckpointCause::Replay => "replay",
-            CheckpointCause::Discard => "discard",
-            CheckpointCause::Grow => "grow",
-            CheckpointCause::Snapshot => "snapshot",
-            CheckpointCause::Quota => "quota",
-        }
-    }
-
-    /// Index in the counters ([`CheckpointCause::ALL`] order).
-    pub fn index(self) -> usize {
-        CheckpointCause::ALL
-            .iter()
-            .position(|&c| c == self)
-            .expect("listed")
-    }
-}
+pub use crate::core::counters::CheckpointCause;
 
 /// What a policy sees when deciding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

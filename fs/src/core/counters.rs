@@ -5,7 +5,7 @@
 //! arrays as maps from the cause's name (`checkpoints: {"sync": 3, ...}`), node writes
 //! as `node_writes: {cause: {writes, bytes}}` with `node_appends`/`node_rewrites` beside.
 
-use crate::btree::NodeWriteCounters;
+use crate::btree::{NodeWriteCounters, WriteCause};
 
 /// Filesystem counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -13,9 +13,9 @@ use crate::btree::NodeWriteCounters;
 pub struct FsStats {
     /// Transactions committed.
     pub commits: u64,
-    /// Checkpoints committed, indexed like [`crate::core::checkpoint::CheckpointCause::ALL`].
+    /// Checkpoints committed, indexed like [`CheckpointCause::ALL`].
     #[cfg_attr(feature = "serde", serde(serialize_with = "by_cause::checkpoints"))]
-    pub checkpoints: [u64; crate::core::checkpoint::CheckpointCause::ALL.len()],
+    pub checkpoints: [u64; CheckpointCause::ALL.len()],
     /// Node writes and bytes per cause.
     #[cfg_attr(feature = "serde", serde(flatten))]
     pub node_writes: NodeWriteCounters,
@@ -219,6 +219,89 @@ impl Fallback {
     }
 }
 
+/// Why a checkpoint runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointCause {
+    /// `sync`.
+    Sync,
+    /// An fsync the log does not handle (a trouble case, see `log::Fallback`).
+    Fsync,
+    /// Clean unmount.
+    Unmount,
+    /// The node cache is over its limit with nothing clean left to evict.
+    CacheReclaim,
+    /// The log needs its space back (more than half used, or full).
+    LogReclaim,
+    /// An operation ran out of space; a checkpoint releases freed blocks.
+    Space,
+    /// Too much metadata is dirty for the metadata reserve.
+    Reserve,
+    /// Mount replayed the log: commit what it recovered and start a new log epoch.
+    Replay,
+    /// Blocks were freed a while ago and nothing else committed their release: commit it,
+    /// so they are given back to the device (discarded) soon after the deletion.
+    Discard,
+    /// The filesystem grew to a larger device.
+    Grow,
+    /// A snapshot is taken or deleted: it starts from, and is committed by, a checkpoint.
+    Snapshot,
+    /// A quota root is made or its limits change (`set_quota`): committed by a checkpoint.
+    Quota,
+}
+
+impl CheckpointCause {
+    /// All causes, in counter order.
+    pub const ALL: [CheckpointCause; 12] = [
+        CheckpointCause::Sync,
+        CheckpointCause::Fsync,
+        CheckpointCause::Unmount,
+        CheckpointCause::CacheReclaim,
+        CheckpointCause::LogReclaim,
+        CheckpointCause::Space,
+        CheckpointCause::Reserve,
+        CheckpointCause::Replay,
+        CheckpointCause::Discard,
+        CheckpointCause::Grow,
+        CheckpointCause::Snapshot,
+        CheckpointCause::Quota,
+    ];
+
+    /// The cause counted for leaf writes of such a checkpoint.
+    pub fn leaf_cause(self) -> WriteCause {
+        match self {
+            CheckpointCause::CacheReclaim | CheckpointCause::Reserve => WriteCause::CacheReclaim,
+            CheckpointCause::LogReclaim | CheckpointCause::Replay => WriteCause::LogReclaim,
+            _ => WriteCause::Sync,
+        }
+    }
+
+    /// A short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckpointCause::Sync => "sync",
+            CheckpointCause::Fsync => "fsync_fallback",
+            CheckpointCause::Unmount => "unmount",
+            CheckpointCause::CacheReclaim => "cache_reclaim",
+            CheckpointCause::LogReclaim => "log_reclaim",
+            CheckpointCause::Space => "space",
+            CheckpointCause::Reserve => "reserve",
+            CheckpointCause::Replay => "replay",
+            CheckpointCause::Discard => "discard",
+            CheckpointCause::Grow => "grow",
+            CheckpointCause::Snapshot => "snapshot",
+            CheckpointCause::Quota => "quota",
+        }
+    }
+
+    /// Index in the counters ([`CheckpointCause::ALL`] order).
+    pub fn index(self) -> usize {
+        CheckpointCause::ALL
+            .iter()
+            .position(|&c| c == self)
+            .expect("listed")
+    }
+}
+
 /// How the one lock around the filesystem's state (`Core`) is used: every operation
 /// takes it, so these say whether it is what limits the CPUs serving the filesystem.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -256,8 +339,8 @@ pub(crate) mod by_cause {
 
     use crate::util::by_name::map;
 
+    use super::CheckpointCause;
     use super::Fallback;
-    use crate::core::checkpoint::CheckpointCause;
 
     pub(crate) fn checkpoints<S: Serializer>(
         v: &[u64; CheckpointCause::ALL.len()],
