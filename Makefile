@@ -220,10 +220,12 @@ bench-nic: deps image
 	NINEFOLD_IMAGE=$(abspath $(IMAGE)) NINEFOLD_QEMU=$(QEMU) \
 		unshare -n target/release/ninep-tap-bench $(BENCH_ARGS)
 
-## lint: formatting and clippy with warnings denied (host crates, then boot and kernel
+## lint: formatting, the layer check of fs/src (docs/filesystem.md, "Layers") and clippy
+## with warnings denied (host crates, then boot and kernel
 ## for the appliance target)
 lint:
 	$(CARGO) fmt --all --check
+	$(CARGO) run --locked -q -p ninefold-layers
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) clippy -p ninefold-kernel -p ninefold-boot --target $(TARGET) --locked -- -D warnings
 

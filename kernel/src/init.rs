@@ -324,7 +324,7 @@ fn idle(reason: &'static str) -> Event<'static> {
 /// `ctl` starts, and one every `interval_secs` when given; and grants the stream jobs
 /// (`send`, `receive`) `stream_mib` MiB per second, and a rebuild after `ctl replace`
 /// `rebuild_mib`. A step every
-/// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rates
+/// [`SCRUB_TICK`](ninefs::features::redundancy::scrub::SCRUB_TICK) with sleeps between keeps the rates
 /// and leaves the CPU and the device to clients.
 async fn scrub_in_background<V: ServedVolume>(
     service: Rc<net::listener::Listener<ninep::admin::AdminFs<V>>>,
@@ -333,7 +333,7 @@ async fn scrub_in_background<V: ServedVolume>(
     stream_mib: u32,
     rebuild_mib: u32,
 ) {
-    use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
+    use ninefs::features::redundancy::scrub::{budget_per_tick, SCRUB_TICK};
     let budget = budget_per_tick(rate_mib);
     let rebuild_budget = budget_per_tick(rebuild_mib);
     let stream_budget = budget_per_tick(stream_mib);

@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use metrics::document::{Rule, Schema};
-pub use ninefs::volume::report::FsReport;
+pub use ninefs::surface::report::FsReport;
 pub use ninep::service::report::NinepReport;
 use serde::Serialize;
 
@@ -450,7 +450,7 @@ pub const METRICS: Schema<'static> = Schema {
     prefix: "ninefold",
     rules: &[
         KERNEL_RULES,
-        ninefs::volume::report::METRIC_RULES,
+        ninefs::surface::report::METRIC_RULES,
         ninep::service::report::METRIC_RULES,
     ],
 };
@@ -707,8 +707,8 @@ mod tests {
         assert_ne!(Snapshot::default().activity_key(), c.activity_key());
     }
     use alloc::string::ToString;
-    use ninefs::volume::stats::FsStats;
-    use ninefs::volume::synclog::build::Fallback;
+    use ninefs::core::counters::FsStats;
+    use ninefs::synclog::build::Fallback;
     use ninefs::volume::CheckpointCause;
 
     fn snapshot() -> Snapshot {

@@ -122,9 +122,9 @@ mod mount_impl {
     use core::future::Future;
     use core::pin::Pin;
     use core::sync::atomic::{AtomicBool, Ordering};
+    use ninefs::features::redundancy::rebuild::RebuildStep;
+    use ninefs::features::redundancy::scrub::ScrubProgress;
     use ninefs::format::label::{DeviceLabel, LABEL_BLOCK};
-    use ninefs::volume::rebuild::RebuildStep;
-    use ninefs::volume::scrub::ScrubProgress;
 
     use crate::report::{DeviceReport, FsReport, LegReport};
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use ninefs::volume::control::Command;
+use ninefs::surface::control::Command;
 use ninefs::volume::{MountOptions, NineFs};
 
 use crate::fsck::{ERRORS, OPERATIONAL};

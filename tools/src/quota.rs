@@ -35,7 +35,7 @@ pub struct QuotaArgs {
     pub inodes: Option<String>,
 }
 
-pub use ninefs::volume::quota::describe;
+pub use ninefs::features::quota::describe;
 
 /// A limit from the command line: a size (or count), or `none`.
 fn parse_limit(s: &str, size: bool) -> Result<Option<u64>, String> {

@@ -11,7 +11,7 @@ use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use ninefs::volume::receive::StreamSource;
+use ninefs::features::streams::receive::StreamSource;
 use ninefs::volume::{MountOptions, NineFs};
 use vfs::Errno;
 
