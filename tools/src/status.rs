@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use ninefs::volume::control::Command;
+use ninefs::surface::control::Command;
 use ninefs::volume::{MountOptions, NineFs};
 
 use crate::image;
