@@ -960,6 +960,15 @@ impl Boot {
         self
     }
 
+    /// Fails the test if the appliance panicked: the line its panic handler prints
+    /// (`kernel/src/fault.rs`, `!!! KERNEL PANIC at FILE:LINE:COL: MESSAGE`).
+    pub fn expect_no_panic(&self) -> &Self {
+        if let Some(l) = self.line("!!! KERNEL PANIC") {
+            self.fail(&format!("the appliance panicked: {l}"));
+        }
+        self
+    }
+
     /// The first serial line containing `needle`. For tests of the log itself: others
     /// read events.
     pub fn line(&self, needle: &str) -> Option<&str> {
