@@ -38,6 +38,9 @@ ACCEL ?=
 QMP_PORT ?= 5642
 # Seconds Ctrl-C waits for the clean shutdown before killing QEMU.
 STOP_TIMEOUT ?= 45
+# Where `make run` writes the appliance's structured events (its second serial port; the
+# console, the first, is the terminal).
+EVENTS ?= $(BUILD)/events.log
 
 .PHONY: all deps image tool run test test-host test-qemu lint fmt clean bench-net crash crash-quick bench-meta
 
@@ -75,13 +78,14 @@ $(DISK): | tool
 	$(TOOL) mkfs $(DISK) --size $(DISK_SIZE) --label ninefold
 
 ## run: boot the appliance with an NVMe disk and a NIC; 127.0.0.1:$(PORT) reaches its 9P
-## port, 127.0.0.1:$(STATS_PORT) its counters. Ctrl-C shuts it down cleanly (the ACPI
-## power button, through QMP on 127.0.0.1:$(QMP_PORT)); Ctrl-A X quits QEMU at once.
+## port, 127.0.0.1:$(STATS_PORT) its counters; its structured events go to $(EVENTS). Ctrl-C
+## shuts it down cleanly (the ACPI power button, through QMP on 127.0.0.1:$(QMP_PORT));
+## Ctrl-A X quits QEMU at once.
 run: deps image $(DISK)
 	@accel="$(ACCEL)"; [[ -n $$accel ]] || accel=$$(QEMU=$(QEMU) scripts/accel.sh $(IMAGE)); \
 	cpu=; [[ $$accel == kvm ]] && cpu="-cpu host"; \
-	echo "run: $(QEMU) with $$accel, $(SMP) vCPU(s), $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters (stop: Ctrl-C, clean shutdown; quit at once: Ctrl-A X)"; \
-	QMP_PORT=$(QMP_PORT) STOP_TIMEOUT=$(STOP_TIMEOUT) exec scripts/run.sh \
+	echo "run: $(QEMU) with $$accel, $(SMP) vCPU(s), $(MEM), disk $(DISK) as NVMe, 127.0.0.1:$(PORT) -> 9P port $(NINEP_PORT), 127.0.0.1:$(STATS_PORT) -> counters, events in $(EVENTS) (stop: Ctrl-C, clean shutdown; quit at once: Ctrl-A X)"; \
+	QMP_PORT=$(QMP_PORT) STOP_TIMEOUT=$(STOP_TIMEOUT) EVENTS=$(EVENTS) exec scripts/run.sh \
 		$(QEMU) -accel $$accel $$cpu -m $(MEM) -smp $(SMP) -nodefaults -display none \
 		-no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=4 \
@@ -235,10 +239,12 @@ fuzz-replay:
 fuzz-seeds:
 	scripts/fuzz.sh seeds
 
-## lint: formatting and clippy with warnings denied (host crates, then boot and kernel
+## lint: formatting, the layer check of fs/src (docs/filesystem.md, "Layers") and clippy
+## with warnings denied (host crates, then boot and kernel
 ## for the appliance target)
 lint:
 	$(CARGO) fmt --all --check
+	$(CARGO) run --locked -q -p ninefold-layers
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CARGO) clippy -p ninefold-kernel -p ninefold-boot --target $(TARGET) --locked -- -D warnings
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check

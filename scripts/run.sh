@@ -7,12 +7,20 @@
 # killed (what was fsynced is safe in the log either way). Ctrl-A X still quits QEMU at
 # once, Ctrl-A C still switches to its monitor.
 #
-# Usage: scripts/run.sh QEMU [ARGS...]   (QEMU's console arguments are added here)
-# Environment: QMP_PORT (default 5642), STOP_TIMEOUT (seconds, default 45).
+# The appliance's structured events (its second serial port, COM2) go to the file EVENTS,
+# not to this terminal: the console is for people (`tail -f EVENTS` to watch them).
+#
+# Usage: scripts/run.sh QEMU [ARGS...]   (QEMU's serial and console arguments are added
+# here: the console must be the first serial port)
+# Environment: QMP_PORT (default 5642), STOP_TIMEOUT (seconds, default 45), EVENTS (default
+# build/events.log).
 set -uo pipefail
 
 qmp_port=${QMP_PORT:-5642}
 stop_timeout=${STOP_TIMEOUT:-45}
+events=${EVENTS:-build/events.log}
+mkdir -p "$(dirname "$events")"
+: >"$events"
 tty_state=$(stty -g 2>/dev/null) || tty_state=
 
 say() { printf '\r\nrun: %s\r\n' "$*" >&2; }
@@ -24,6 +32,7 @@ say() { printf '\r\nrun: %s\r\n' "$*" >&2; }
 setsid "$@" \
     -chardev stdio,id=console,mux=on,signal=on \
     -serial chardev:console -mon chardev=console,mode=readline \
+    -serial "file:$events" \
     -qmp "tcp:127.0.0.1:$qmp_port,server=on,wait=off" <&0 &
 qemu=$!
 

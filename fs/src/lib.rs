@@ -20,8 +20,12 @@ extern crate alloc;
 
 pub mod btree;
 pub mod cache;
+pub mod core;
+pub mod features;
 pub mod format;
 pub mod io;
 pub mod space;
+pub mod surface;
+pub mod synclog;
 pub mod util;
 pub mod volume;

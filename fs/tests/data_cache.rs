@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use block::MemDisk;
+use block::{yield_now, MemDisk};
 use fsck::{fsck, FsckOptions};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
@@ -483,21 +483,6 @@ fn snapshots_and_clones_share_cached_blocks_and_keep_their_own_data() {
         fs.data_cache().check().unwrap();
     });
     assert_fsck_clean(&pollster::block_on(fs.unmount()).unwrap());
-}
-
-/// Lets the other tasks run once (a memory disk never makes a read wait).
-async fn yield_now() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            std::task::Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
-    .await
 }
 
 /// Reads `ino` from the start in `chunk`-byte reads through one stream, as `who`,

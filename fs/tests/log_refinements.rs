@@ -4,7 +4,7 @@
 
 use block::{BlockDevice, MemDisk};
 use block::{RecordingDisk, YieldDisk};
-use ninefs::volume::synclog::Fallback;
+use ninefs::synclog::Fallback;
 use ninefs::volume::{
     format, CheckpointCause, FormatOptions, MountOptions, NineFs, Pressure, WritePolicy,
 };

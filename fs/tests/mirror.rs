@@ -656,7 +656,7 @@ fn writes_during_a_rebuild_reach_the_new_leg_and_no_stale_copy_lands_over_them()
     };
     let rebuilder = async {
         while fs.rebuild_step(64 * 1024).await.unwrap()
-            == ninefs::volume::rebuild::RebuildStep::Running
+            == ninefs::features::redundancy::rebuild::RebuildStep::Running
         {}
     };
     pollster::block_on(futures::future::join(writer, rebuilder));
@@ -795,7 +795,7 @@ fn a_crash_in_the_middle_of_a_rebuild_resumes_it_and_keeps_every_fsync() {
     let mut after = 0;
     while after < 3 {
         let step = pollster::block_on(fs.rebuild_step(16 * 1024)).unwrap();
-        if step == ninefs::volume::rebuild::RebuildStep::Idle {
+        if step == ninefs::features::redundancy::rebuild::RebuildStep::Idle {
             after += 1;
         }
         create_synced(&fs, format!("s{i}").as_bytes(), &synced_data(i));

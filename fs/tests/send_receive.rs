@@ -5,11 +5,11 @@
 
 use block::{CountingDisk, MemDisk};
 use fsck::{fsck, FsckOptions};
+use ninefs::features::streams::receive::{ReceiveError, StreamSource};
+use ninefs::features::streams::send::{SendStats, RECEIVED_XATTR};
 use ninefs::format::stream::{
     decode, DataMode, Encoder, Header, InodeRef, InodeState, Record, StreamError,
 };
-use ninefs::volume::receive::{ReceiveError, StreamSource};
-use ninefs::volume::send::{SendStats, RECEIVED_XATTR};
 use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use proptest::prelude::*;
 use testkit::testing::strategy::{self, GenConfig};

@@ -237,7 +237,7 @@ fn the_snapshot_limit_is_enforced_and_counted() {
 
 #[test]
 fn names_are_validated() {
-    use ninefs::volume::snapshot::valid_name;
+    use ninefs::features::snapshots::valid_name;
     assert!(valid_name("nightly-2026.11.23_0300"));
     for bad in ["", ".hidden", "..", "a/b", "a b", "é", &"x".repeat(65)] {
         assert!(!valid_name(bad), "{bad:?}");
@@ -386,7 +386,7 @@ proptest! {
 
 #[test]
 fn every_snapshot_is_reachable_read_only_under_the_hidden_snapshots_directory() {
-    use ninefs::volume::snapdir::SNAPSHOTS_DIR_INO;
+    use ninefs::features::snapshots::snapdir::SNAPSHOTS_DIR_INO;
     let disk = formatted(8 * 1024);
     let fs = mount(&disk, MountOptions::default());
     pollster::block_on(async {
@@ -558,7 +558,7 @@ fn a_thousand_snapshots_cost_mount_and_delete_about_what_one_does() {
 /// into it stay valid.
 #[test]
 fn reading_many_snapshots_keeps_a_bounded_number_open() {
-    use ninefs::volume::snapshot::MAX_OPEN_VIEWS;
+    use ninefs::features::snapshots::MAX_OPEN_VIEWS;
     let disk = formatted(8 * 1024);
     let fs = mount(&disk, MountOptions::default());
     pollster::block_on(async {

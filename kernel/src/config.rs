@@ -511,13 +511,13 @@ impl Default for Config {
             faults: Vec::new(),
             fault_seed: DEFAULT_FAULT_SEED,
             discard_secs: Some(DEFAULT_DISCARD_SECS),
-            scrub_rate_mib: ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB,
+            scrub_rate_mib: ninefs::features::redundancy::scrub::DEFAULT_SCRUB_RATE_MIB,
             scrub_interval_secs: None,
-            stream_rate_mib: ninefs::volume::streamjob::DEFAULT_STREAM_RATE_MIB,
-            stream_buffer: ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER,
-            max_snapshots: ninefs::volume::snapshot::MAX_SNAPSHOTS,
+            stream_rate_mib: ninefs::features::streams::jobs::DEFAULT_STREAM_RATE_MIB,
+            stream_buffer: ninefs::features::streams::jobs::DEFAULT_STREAM_BUFFER,
+            max_snapshots: ninefs::features::snapshots::MAX_SNAPSHOTS,
             refuse_degraded: false,
-            rebuild_rate_mib: ninefs::volume::rebuild::DEFAULT_REBUILD_RATE_MIB,
+            rebuild_rate_mib: ninefs::features::redundancy::rebuild::DEFAULT_REBUILD_RATE_MIB,
             data_cache_mib: None,
             readahead: ninefs::volume::DEFAULT_READAHEAD,
             cpus: None,
@@ -964,28 +964,29 @@ impl fmt::Display for Config {
         if let Some(m) = self.serve_cpus {
             write!(f, " serve_cpus={m}")?;
         }
-        if self.max_snapshots != ninefs::volume::snapshot::MAX_SNAPSHOTS {
+        if self.max_snapshots != ninefs::features::snapshots::MAX_SNAPSHOTS {
             write!(f, " snapshots={}", self.max_snapshots)?;
         }
         if self.refuse_degraded {
             write!(f, " degraded=refuse")?;
         }
-        if self.rebuild_rate_mib != ninefs::volume::rebuild::DEFAULT_REBUILD_RATE_MIB {
+        if self.rebuild_rate_mib != ninefs::features::redundancy::rebuild::DEFAULT_REBUILD_RATE_MIB
+        {
             write!(f, " rebuild_rate={}", self.rebuild_rate_mib)?;
         }
         if self.fault_seed != DEFAULT_FAULT_SEED {
             write!(f, " fault_seed={}", self.fault_seed)?;
         }
-        if self.scrub_rate_mib != ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB {
+        if self.scrub_rate_mib != ninefs::features::redundancy::scrub::DEFAULT_SCRUB_RATE_MIB {
             write!(f, " scrub_rate={}", self.scrub_rate_mib)?;
         }
         if let Some(s) = self.scrub_interval_secs {
             write!(f, " scrub_interval={s}")?;
         }
-        if self.stream_rate_mib != ninefs::volume::streamjob::DEFAULT_STREAM_RATE_MIB {
+        if self.stream_rate_mib != ninefs::features::streams::jobs::DEFAULT_STREAM_RATE_MIB {
             write!(f, " stream_rate={}", self.stream_rate_mib)?;
         }
-        if self.stream_buffer != ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER {
+        if self.stream_buffer != ninefs::features::streams::jobs::DEFAULT_STREAM_BUFFER {
             write!(f, " stream_buffer={}", self.stream_buffer >> 10)?;
         }
         if let Some(mib) = self.data_cache_mib {

@@ -1,24 +1,28 @@
 //! Structured events: what the appliance did, for programs (the QEMU tests, the
-//! benchmarks) rather than people, as one JSON object per console line behind a fixed
-//! prefix:
+//! benchmarks) rather than people, as one JSON object per line behind a fixed prefix, on
+//! the event channel — the second serial port (COM2, QEMU's second `-serial`), not the
+//! console:
 //!
 //! ```text
-//! EVENT {"event":"ready","serving":true,"port":564}
+//! EVENT {"event":"ready","serving":true,"port":564,"time_ms":812}
 //! ```
 //!
 //! Every kind of event is a variant of [`Event`], defined here and nowhere else; the
-//! `event` key names the kind (snake case), the other keys are its fields. A program
+//! `event` key names the kind (snake case), the other keys are its fields, and every
+//! event has `time_ms`, the milliseconds since boot when it was emitted. A program
 //! waits for an event and reads its fields instead of matching sentences of the log,
 //! which stay for people and may be reworded freely. `docs/testing.md` ("Events") lists
 //! every event, its fields and when it is emitted; keep it in step.
 //!
-//! Events go straight to the console, whatever `log=` says, each line written in one
-//! piece under the console lock (lines from different CPUs never mix). Emitting one
-//! never panics; it allocates the JSON text, bounded by the event: texts are cut at
-//! [`MAX_TEXT`] bytes and lists at [`MAX_LIST`] entries (the `stats` event's counters
-//! document is bounded by its fixed layout and the CPUs and devices it lists). An event
-//! that cannot be encoded is dropped and counted ([`dropped`]); none can be, as
-//! defined here (a JSON object's keys are all strings).
+//! Events go to the event channel whatever `log=` says, each line written in one piece
+//! under the channel's lock (lines from different CPUs never mix). Without an event
+//! channel (a boot with one `-serial`) they are dropped — or written on the console
+//! when `log=debug` or `log=trace` asks for everything. Emitting one never panics; it
+//! allocates the JSON text, bounded by the event: texts are cut at [`MAX_TEXT`] bytes
+//! and lists at [`MAX_LIST`] entries (the `stats` event's counters document is bounded
+//! by its fixed layout and the CPUs and devices it lists). An event that cannot be
+//! encoded is dropped and counted ([`dropped`]); none can be, as defined here (a JSON
+//! object's keys are all strings).
 
 use alloc::borrow::Cow;
 use alloc::string::String;
@@ -276,15 +280,16 @@ pub enum Event<'a> {
         /// Connections still open.
         active: u64,
     },
-    /// The counters, every 10 s while serving when the work counters changed (with the
-    /// `stats:` line).
+    /// The counters, every 10 s while serving when something happened
+    /// (`Snapshot::activity_key`; with the `stats:` line at `log=debug`).
     Stats {
         /// The counters document (what the counters service answers; the NIC's
         /// counters under `nic`).
         counters: &'a Snapshot,
     },
     /// The filesystem failed (a write or FLUSH the device failed: it refuses changes
-    /// from now on); seen by the housekeeping, within 5 s. Once.
+    /// from now on); seen within 0.1 s (`storage::FAILURE_CHECK`; a failure without a
+    /// device error by the housekeeping, within 5 s). Once.
     FsFailed {
         /// Requests the device failed so far, and of those the fault injector's.
         device_errors: u64,
@@ -693,33 +698,51 @@ pub mod appliance {
     }
 }
 
-/// The JSON object of `event` (one line: JSON strings escape newlines); `None` if it
-/// cannot be encoded (counted).
-fn encode(event: &Event<'_>) -> Option<String> {
-    let json = serde_json::to_string(event).ok();
+/// An event and when it was emitted: what is encoded.
+#[derive(Serialize)]
+struct Stamped<'e, 'a> {
+    #[serde(flatten)]
+    event: &'e Event<'a>,
+    /// Milliseconds since boot.
+    time_ms: u64,
+}
+
+/// The JSON object of `event` emitted `time_ms` after boot (one line: JSON strings
+/// escape newlines); `None` if it cannot be encoded (counted).
+fn encode(event: &Event<'_>, time_ms: u64) -> Option<String> {
+    let json = serde_json::to_string(&Stamped { event, time_ms }).ok();
     if json.is_none() {
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
     json
 }
 
-/// The console line of `event`: [`PREFIX`], the JSON object, a newline.
-pub fn line(event: &Event<'_>) -> Option<String> {
-    encode(event).map(|json| alloc::format!("{PREFIX}{json}\n"))
+/// The line of `event` emitted `time_ms` after boot: [`PREFIX`], the JSON object, a
+/// newline.
+pub fn line(event: &Event<'_>, time_ms: u64) -> Option<String> {
+    encode(event, time_ms).map(|json| alloc::format!("{PREFIX}{json}\n"))
 }
 
-/// Writes `event` on the console (see the module documentation).
+/// Writes `event` on the event channel (see the module documentation).
 #[cfg(target_os = "none")]
 pub fn emit(event: Event<'_>) {
-    if let Some(json) = encode(&event) {
-        crate::hal::console::write_fmt(format_args!("{PREFIX}{json}\n"));
+    use crate::hal::console;
+    let on_console = log::max_level() >= log::LevelFilter::Debug;
+    if !console::has_event_channel() && !on_console {
+        return;
+    }
+    let time_ms = crate::clock::uptime().as_millis() as u64;
+    if let Some(json) = encode(&event, time_ms) {
+        if !console::write_event_fmt(format_args!("{PREFIX}{json}\n")) && on_console {
+            console::write_fmt(format_args!("{PREFIX}{json}\n"));
+        }
     }
 }
 
-/// Host builds (unit tests) have no console: the event is encoded and dropped.
+/// Host builds (unit tests) have no serial ports: the event is encoded and dropped.
 #[cfg(not(target_os = "none"))]
 pub fn emit(event: Event<'_>) {
-    let _ = encode(&event);
+    let _ = encode(&event, 0);
 }
 
 #[cfg(test)]
@@ -728,7 +751,7 @@ mod tests {
     use alloc::vec;
 
     fn json(e: &Event<'_>) -> serde_json::Value {
-        let l = line(e).unwrap();
+        let l = line(e, 7).unwrap();
         let body = l.strip_prefix(PREFIX).unwrap().strip_suffix('\n').unwrap();
         assert!(!body.contains('\n'), "one line: {l:?}");
         serde_json::from_str(body).unwrap()
@@ -742,8 +765,8 @@ mod tests {
             reason: None,
         };
         assert_eq!(
-            line(&e).unwrap(),
-            "EVENT {\"event\":\"ready\",\"serving\":true,\"port\":564}\n"
+            line(&e, 1234).unwrap(),
+            "EVENT {\"event\":\"ready\",\"serving\":true,\"port\":564,\"time_ms\":1234}\n"
         );
         let v = json(&Event::Shutdown(Shutdown {
             step: "connections_closed",
@@ -759,7 +782,12 @@ mod tests {
             (Some(2), Some(1))
         );
         assert!(v.get("ms").is_none(), "absent fields are left out: {v}");
-        assert_eq!(json(&Event::PowerOff)["event"], "power_off");
+        assert_eq!(v["time_ms"], 7, "every event says when: {v}");
+        let off = json(&Event::PowerOff);
+        assert_eq!(
+            (&off["event"], &off["time_ms"]),
+            (&"power_off".into(), &7.into())
+        );
     }
 
     #[test]

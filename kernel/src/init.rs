@@ -5,7 +5,7 @@ use alloc::rc::Rc;
 use core::time::Duration;
 
 use boot::BootInfo;
-use log::{error, info, warn};
+use log::{debug, error, info, warn};
 
 use crate::apic::{ioapic, lapic, pic};
 use crate::config::{self, Config, FsSource};
@@ -49,14 +49,14 @@ pub fn kmain(info: &'static BootInfo) -> ! {
     gdt::init(0);
     trap::init();
     let tsc_hz = clock::init();
-    info!(
+    debug!(
         "clock: TSC at {}.{:03} MHz (calibrated against the PIT)",
         tsc_hz / 1_000_000,
         tsc_hz / 1_000 % 1_000
     );
 
     for r in info.memory_map() {
-        info!("memory: {r}");
+        debug!("memory: {r}");
     }
     if info.regions_dropped() > 0 {
         warn!(
@@ -80,7 +80,7 @@ pub fn kmain(info: &'static BootInfo) -> ! {
         mem.heap_chunks,
         mem.frames_free / MIB
     );
-    info!(
+    debug!(
         "paging: {} MiB in 2 MiB pages, {} KiB in 4 KiB pages, {} guard pages, W^X kernel image",
         mem.map.huge_bytes / MIB,
         mem.map.small_bytes / 1024,
@@ -99,7 +99,7 @@ pub fn kmain(info: &'static BootInfo) -> ! {
     start_cpus(platform, &config);
 
     for f in pci::device::scan() {
-        info!("pci: {f}");
+        debug!("pci: {f}");
     }
     info!("pci: {} functions", pci::device::functions().len());
     info!("config: {config}");
@@ -148,7 +148,7 @@ fn init_interrupts(platform: &PlatformInfo) {
     irq::set_fixed_handler(irq::WAKE_VECTOR, || {});
     let per_ms = lapic::calibrate_timer(clock::uptime);
     let lines = ioapic::init(platform);
-    info!(
+    debug!(
         "interrupts: local APIC {} at {:#x} (timer {} kHz), {} IOAPIC(s) with {} lines, {} CPU(s) in MADT",
         lapic::id(),
         platform.lapic_addr,
@@ -158,7 +158,7 @@ fn init_interrupts(platform: &PlatformInfo) {
         platform.cpus.len()
     );
     if let Some(h) = platform.hpet {
-        info!("interrupts: HPET at {h:#x}");
+        debug!("interrupts: HPET at {h:#x}");
     }
 }
 
@@ -209,7 +209,7 @@ async fn check_cpus() {
             }
         }
     }
-    info!("smp: CPUs with local APIC ids {ids:?} each ran a task sent from CPU 0");
+    debug!("smp: CPUs with local APIC ids {ids:?} each ran a task sent from CPU 0");
     event::emit(event::appliance::cpus(ids, silent));
 }
 
@@ -226,7 +226,7 @@ fn arm_power_button(platform: &PlatformInfo) {
             return;
         }
     };
-    info!("power: {hw}");
+    debug!("power: {hw}");
     match power::arm(hw) {
         Ok(sci) => {
             info!(
@@ -272,7 +272,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
                 Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
                 Err(e) => {
                     error!("fs: {e}");
-                    info!("ready: idle (nothing to serve)");
+                    info!("ready: idle (nothing to serve); events {}", events_where());
                     event::emit(idle("no_filesystem"));
                 }
             }
@@ -282,7 +282,7 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
                 Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
                 Err(e) => {
                     error!("fs: {e}");
-                    info!("ready: idle (nothing to serve)");
+                    info!("ready: idle (nothing to serve); events {}", events_where());
                     event::emit(idle("no_filesystem"));
                 }
             }
@@ -291,13 +291,24 @@ async fn run(config: Config, mem: MemorySummary) -> ExitCode {
             Ok(m) => serve(&config, m.fs, m.cache_limit, &mem).await,
             Err(e) => {
                 error!("fs: {e}");
-                info!("ready: idle (nothing to serve)");
+                info!("ready: idle (nothing to serve); events {}", events_where());
                 event::emit(idle("no_filesystem"));
             }
         },
     }
     shutdown::on_power_button_idle().await;
     power::off()
+}
+
+/// Where the structured events go, for the `ready` line.
+fn events_where() -> &'static str {
+    if console::has_event_channel() {
+        "on the second serial port (COM2)"
+    } else if log::max_level() >= log::LevelFilter::Debug {
+        "on the console (no second serial port)"
+    } else {
+        "dropped (no second serial port)"
+    }
 }
 
 /// The [`Event::Ready`] of an appliance with nothing to serve, for `reason`.
@@ -313,7 +324,7 @@ fn idle(reason: &'static str) -> Event<'static> {
 /// `ctl` starts, and one every `interval_secs` when given; and grants the stream jobs
 /// (`send`, `receive`) `stream_mib` MiB per second, and a rebuild after `ctl replace`
 /// `rebuild_mib`. A step every
-/// [`SCRUB_TICK`](ninefs::volume::scrub::SCRUB_TICK) with sleeps between keeps the rates
+/// [`SCRUB_TICK`](ninefs::features::redundancy::scrub::SCRUB_TICK) with sleeps between keeps the rates
 /// and leaves the CPU and the device to clients.
 async fn scrub_in_background<V: ServedVolume>(
     service: Rc<net::listener::Listener<ninep::admin::AdminFs<V>>>,
@@ -322,7 +333,7 @@ async fn scrub_in_background<V: ServedVolume>(
     stream_mib: u32,
     rebuild_mib: u32,
 ) {
-    use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
+    use ninefs::features::redundancy::scrub::{budget_per_tick, SCRUB_TICK};
     let budget = budget_per_tick(rate_mib);
     let rebuild_budget = budget_per_tick(rebuild_mib);
     let stream_budget = budget_per_tick(stream_mib);
@@ -354,6 +365,13 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
                     tended.server().fs().inner().housekeeping().await;
                 }
             });
+            let watched = service.clone();
+            task::spawn(async move {
+                loop {
+                    task::sleep(storage::FAILURE_CHECK).await;
+                    watched.server().fs().inner().watch_failure();
+                }
+            });
             task::spawn(scrub_in_background(
                 service.clone(),
                 config.scrub_rate_mib,
@@ -375,12 +393,21 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
             task::spawn(monitor.clone().log_periodically());
             if let Some(port) = config.stats_port {
                 let allow = config.access.stats_allow().clone();
+                net::stats_port::announce(port, &allow);
                 let stack = service.stack().clone();
                 task::spawn(net::stats_port::run(
                     stack, port, allow, port_stats, monitor,
                 ));
             }
-            info!("ready: serving 9P on port {}", config.port);
+            info!(
+                "ready: serving 9P on port {}; counters {}; events {}",
+                config.port,
+                match config.stats_port {
+                    Some(p) => alloc::format!("on port {p}"),
+                    None => "off (stats=off)".into(),
+                },
+                events_where()
+            );
             event::emit(Event::Ready {
                 serving: true,
                 port: Some(config.port),
@@ -392,7 +419,7 @@ async fn serve<V: ServedVolume>(config: &Config, fs: V, cache_limit: usize, mem:
         }
         Err(e) => {
             error!("net: {e}; not serving 9P");
-            info!("ready: idle (no network)");
+            info!("ready: idle (no network); events {}", events_where());
             event::emit(idle("no_network"));
         }
     }

@@ -1,4 +1,5 @@
-//! The `log` backend: timestamped lines on the serial console.
+//! The `log` backend: timestamped lines on the serial console, for people (programs read
+//! the structured events, `crate::event`, on their own channel).
 //!
 //! `[    1.234567] INFO  pci: 00:04.0 1b36:0010 class 01.08 NVMe controller (QEMU)`
 //!
@@ -16,9 +17,20 @@ struct SerialLogger;
 
 static LOGGER: SerialLogger = SerialLogger;
 
+/// Crates whose `info` lines are details for `log=debug` (virtio-drivers' feature
+/// negotiation, say): the console's `info` is the kernel's own.
+const CHATTY: &[&str] = &["virtio_drivers"];
+
 impl Log for SerialLogger {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.level() <= log::max_level()
+        let level = if metadata.level() == log::Level::Info
+            && CHATTY.iter().any(|c| metadata.target().starts_with(c))
+        {
+            log::Level::Debug
+        } else {
+            metadata.level()
+        };
+        level <= log::max_level()
     }
 
     fn log(&self, record: &Record<'_>) {

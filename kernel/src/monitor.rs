@@ -1,11 +1,12 @@
 //! Counters for the operator: builds [`Snapshot`]s of the running appliance (devices,
-//! filesystem, 9P service, heap) for the counters service (`net::stats_port`) and logs
-//! one as a `stats: {json}` line, and a `stats` event with the NIC's counters too
-//! ([`crate::event`]), every [`LOG_INTERVAL`] when the work counters changed.
+//! filesystem, 9P service, heap) for the counters service (`net::stats_port`); emits one
+//! as a `stats` event ([`crate::event`]) every [`EVENT_INTERVAL`] when something
+//! happened, and logs the console's status line (`serving: N ops/s, ...`) at most every
+//! [`STATUS_INTERVAL`], when clients did work. The whole document goes to the console
+//! only under `log=debug`.
 
 use alloc::rc::Rc;
 use alloc::string::String;
-use alloc::vec::Vec;
 use core::time::Duration;
 
 use ninep::admin::AdminFs;
@@ -15,14 +16,17 @@ use crate::net::listener::Listener;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
     AccessReport, CpuReport, FsReport, HeapReport, NicReport, NinepReport, PowerReport,
-    ServingReport, Snapshot,
+    ServingReport, Snapshot, Work,
 };
 use crate::storage::ServedVolume;
 use crate::{clock, hal, smp, task};
 use alloc::string::ToString;
 
-/// How often the `stats:` line is logged (when something changed).
-pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the `stats` event is emitted (when something happened).
+pub const EVENT_INTERVAL: Duration = Duration::from_secs(10);
+/// How often the status line may be logged (when clients did work); a multiple of
+/// [`EVENT_INTERVAL`].
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The appliance's counters, as served and logged.
 pub struct Monitor<V: ServedVolume> {
@@ -52,27 +56,31 @@ impl<V: ServedVolume> Monitor<V> {
         })
     }
 
-    /// Logs a `stats:` line and emits a `stats` event every [`LOG_INTERVAL`] when a
-    /// counter changed.
+    /// Every [`EVENT_INTERVAL`] when something happened ([`Snapshot::activity_key`]):
+    /// emits a `stats` event and logs the counters as a `stats:` line at debug level.
+    /// Every [`STATUS_INTERVAL`] when clients did work ([`Work`]): logs the status line.
+    /// An idle appliance logs and emits nothing.
     pub async fn log_periodically(self: Rc<Self>) {
         let mut last = String::new();
+        let mut status_at = Work::of(&self.snapshot().await);
+        let ticks_per_status = (STATUS_INTERVAL.as_secs() / EVENT_INTERVAL.as_secs()).max(1);
+        let mut ticks: u64 = 0;
         loop {
-            task::sleep(LOG_INTERVAL).await;
+            task::sleep(EVENT_INTERVAL).await;
             let s = self.snapshot().await;
-            // Logged when the work counters changed; the clock and the heap always do.
-            let key = Snapshot {
-                uptime_ms: 0,
-                idle_ms: 0,
-                cpus: Vec::new(),
-                nic: NicReport::default(),
-                heap: HeapReport::default(),
-                ..s.clone()
-            }
-            .json();
+            let key = s.activity_key();
             if key != last {
-                log::info!("stats: {}", s.json());
+                log::debug!("stats: {}", s.json());
                 crate::event::emit(crate::event::Event::Stats { counters: &s });
                 last = key;
+            }
+            ticks += 1;
+            if ticks.is_multiple_of(ticks_per_status) {
+                let now = Work::of(&s);
+                if let Some(line) = now.status_line(&status_at) {
+                    log::info!("{line}");
+                }
+                status_at = now;
             }
         }
     }

@@ -3,7 +3,8 @@
 //! (commits, checkpoints and node writes per cause), 9P requests (fsyncs acknowledged),
 //! memory — and its formats:
 //!
-//! - one JSON document (the periodic `stats:` log line and the counters service);
+//! - one JSON document (the counters service, the `stats` event, and the `stats:` line
+//!   at `log=debug`);
 //! - `/sys/block/DEV/stat`-style lines (its 17 fields and an 18th, FUA writes, as the
 //!   guest harness reports Linux disks), so scripts that judge Linux disks by their
 //!   block-layer counters read the appliance's the same way;
@@ -23,7 +24,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use metrics::document::{Rule, Schema};
-pub use ninefs::volume::report::FsReport;
+pub use ninefs::surface::report::FsReport;
 pub use ninep::service::report::NinepReport;
 use serde::Serialize;
 
@@ -244,6 +245,26 @@ impl Snapshot {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
+    /// The snapshot without what moves on an idle appliance — the clock, idle times and
+    /// per-CPU counters, the NIC's frames (DHCP renewals, ARP), the heap, the filesystem
+    /// lock's takes (housekeeping takes it every few seconds) — as JSON: when it differs
+    /// from an earlier one, something happened (a request, a connection, a refusal, a
+    /// device request, a scrub step).
+    pub fn activity_key(&self) -> String {
+        let mut quiet = Snapshot {
+            uptime_ms: 0,
+            idle_ms: 0,
+            cpus: Vec::new(),
+            nic: NicReport::default(),
+            heap: HeapReport::default(),
+            ..self.clone()
+        };
+        if let Some(fs) = &mut quiet.fs {
+            fs.stats.core_lock = Default::default();
+        }
+        quiet.json()
+    }
+
     /// One `/sys/block/DEV/stat`-style line per device: the name, then the 17 fields of
     /// Linux's file (read I/Os, merges, sectors, ms; write I/Os, merges, sectors, ms; in
     /// flight, I/O ms, queue ms; discard I/Os, merges, sectors, ms; flushes, flush ms)
@@ -279,6 +300,148 @@ impl Snapshot {
     }
 }
 
+/// The work counters: what clients asked of the appliance, as the status line reports
+/// it. Only 9P requests served, bytes received from and sent to clients, and fsyncs
+/// acknowledged count as work; what the appliance does on its own (housekeeping
+/// commits, the filesystem lock's takes, timer ticks, DHCP, scrub) does not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// When it was read, milliseconds since boot.
+    pub uptime_ms: u64,
+    /// 9P requests received.
+    pub requests: u64,
+    /// Bytes received from 9P clients.
+    pub rx_bytes: u64,
+    /// Bytes sent to 9P clients.
+    pub tx_bytes: u64,
+    /// `Tfsync`s acknowledged.
+    pub fsyncs: u64,
+    /// The latencies of the `Tfsync`s answered.
+    pub fsync_latency: metrics::LatencyHistogram,
+    /// 9P connections open (a gauge: not work).
+    pub connections: u64,
+}
+
+impl Work {
+    /// The work counters of `s`.
+    pub fn of(s: &Snapshot) -> Work {
+        let Some(p) = &s.ninep else {
+            return Work {
+                uptime_ms: s.uptime_ms,
+                ..Work::default()
+            };
+        };
+        Work {
+            uptime_ms: s.uptime_ms,
+            requests: p.server.requests,
+            rx_bytes: p.rx_bytes,
+            tx_bytes: p.tx_bytes,
+            fsyncs: p.server.fsyncs,
+            fsync_latency: *p.requests.latency(ninep::wire::TmsgType::Fsync as u8),
+            connections: p.connections,
+        }
+    }
+
+    /// Whether clients asked for anything since `earlier`.
+    pub fn changed_since(&self, earlier: &Work) -> bool {
+        (self.requests, self.rx_bytes, self.tx_bytes, self.fsyncs)
+            != (
+                earlier.requests,
+                earlier.rx_bytes,
+                earlier.tx_bytes,
+                earlier.fsyncs,
+            )
+    }
+
+    /// The console's status line for the work done since `earlier` (one line, under 160
+    /// characters), or `None` if there was none:
+    ///
+    /// `serving: 120 ops/s, in 1.5 MiB/s, out 0.2 MiB/s, 3 fsyncs/s (p99 <= 10 ms), 2 connections`
+    ///
+    /// Rates are over the time between the two; "in" is what clients sent (writes),
+    /// "out" what they were sent (reads); the fsync p99 is the bucket bound of the
+    /// latency histogram (`metrics::histogram::BOUNDS_NS`) at or below which 99 % of the
+    /// fsyncs answered in between took, and is left out when there were none.
+    pub fn status_line(&self, earlier: &Work) -> Option<String> {
+        if !self.changed_since(earlier) {
+            return None;
+        }
+        let ms = self.uptime_ms.saturating_sub(earlier.uptime_ms).max(1);
+        let per_s = |n: u64| n as f64 * 1000.0 / ms as f64;
+        let mib_s = |b: u64| per_s(b) / (1u64 << 20) as f64;
+        let mut line = format!(
+            "serving: {:.0} ops/s, in {:.1} MiB/s, out {:.1} MiB/s",
+            per_s(self.requests.saturating_sub(earlier.requests)),
+            mib_s(self.rx_bytes.saturating_sub(earlier.rx_bytes)),
+            mib_s(self.tx_bytes.saturating_sub(earlier.tx_bytes)),
+        );
+        let fsyncs = self.fsyncs.saturating_sub(earlier.fsyncs);
+        if fsyncs > 0 {
+            let _ = write!(line, ", {:.1} fsyncs/s", per_s(fsyncs));
+            if let Some(p99) = p99_ns(&self.fsync_latency, &earlier.fsync_latency) {
+                let _ = write!(line, " (p99 {})", bound_text(p99));
+            }
+        }
+        let _ = write!(
+            line,
+            ", {} connection{}",
+            self.connections,
+            if self.connections == 1 { "" } else { "s" }
+        );
+        Some(line)
+    }
+}
+
+/// The bound (ns; `None`: above the last bound) at or below which 99 % of the
+/// observations of `now` that `earlier` did not have fell; `None` as well if there were
+/// none.
+fn p99_ns(
+    now: &metrics::LatencyHistogram,
+    earlier: &metrics::LatencyHistogram,
+) -> Option<Option<u64>> {
+    let mut buckets = [0u64; metrics::histogram::BUCKETS];
+    for (i, b) in buckets.iter_mut().enumerate() {
+        *b = now.buckets[i].saturating_sub(earlier.buckets[i]);
+    }
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    // The smallest bucket whose cumulative count reaches 99 % (rounded up).
+    let want = (total * 99).div_ceil(100);
+    let mut seen = 0;
+    for (i, b) in buckets.iter().enumerate() {
+        seen += b;
+        if seen >= want {
+            return Some(metrics::histogram::BOUNDS_NS.get(i).copied());
+        }
+    }
+    Some(None)
+}
+
+/// `<= 10 ms`, `<= 250 us`, `<= 2.5 s`, or `> 10 s` (past the last bound).
+fn bound_text(bound: Option<u64>) -> String {
+    match bound {
+        Some(ns) if ns < 1_000_000 => format!("<= {} us", ns / 1_000),
+        Some(ns) if ns < 1_000_000_000 => format!("<= {} ms", fmt_decimal(ns, 1_000_000)),
+        Some(ns) => format!("<= {} s", fmt_decimal(ns, 1_000_000_000)),
+        None => format!(
+            "> {} s",
+            metrics::histogram::BOUNDS_NS[metrics::histogram::BOUNDS_NS.len() - 1] / 1_000_000_000
+        ),
+    }
+}
+
+/// `ns / unit` with one decimal when it has one (`2.5`, `10`).
+fn fmt_decimal(ns: u64, unit: u64) -> String {
+    let tenths = ns * 10 / unit;
+    if tenths.is_multiple_of(10) {
+        format!("{}", tenths / 10)
+    } else {
+        format!("{}.{}", tenths / 10, tenths % 10)
+    }
+}
+
 /// How the metrics of `/metrics` are named from the JSON document (see
 /// [`metrics::document`]): what the paths alone do not say — gauges, labels, names in
 /// the node_exporter style, help texts. A counter without a rule is still exposed, as
@@ -287,7 +450,7 @@ pub const METRICS: Schema<'static> = Schema {
     prefix: "ninefold",
     rules: &[
         KERNEL_RULES,
-        ninefs::volume::report::METRIC_RULES,
+        ninefs::surface::report::METRIC_RULES,
         ninep::service::report::METRIC_RULES,
     ],
 };
@@ -470,9 +633,82 @@ impl metrics::endpoint::Report for Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn work(uptime_ms: u64, requests: u64, rx: u64, tx: u64, fsync_ms: &[u64]) -> Work {
+        let mut fsync_latency = metrics::LatencyHistogram::default();
+        for ms in fsync_ms {
+            fsync_latency.record(ms * 1_000_000);
+        }
+        Work {
+            uptime_ms,
+            requests,
+            rx_bytes: rx,
+            tx_bytes: tx,
+            fsyncs: fsync_ms.len() as u64,
+            fsync_latency,
+            connections: 2,
+        }
+    }
+
+    #[test]
+    fn no_status_line_without_work() {
+        let before = work(60_000, 100, 4096, 8192, &[3]);
+        let mut after = before;
+        after.uptime_ms = 120_000;
+        after.connections = 5;
+        assert_eq!(
+            after.status_line(&before),
+            None,
+            "connections alone are not work"
+        );
+    }
+
+    #[test]
+    fn the_status_line_is_short_and_says_the_rates() {
+        let before = work(60_000, 0, 0, 0, &[]);
+        let fsyncs: Vec<u64> = (0..99).map(|_| 1).chain([40]).collect();
+        let after = work(120_000, 6_000, 120 << 20, 6 << 20, &fsyncs);
+        let line = after.status_line(&before).unwrap();
+        assert_eq!(
+            line,
+            "serving: 100 ops/s, in 2.0 MiB/s, out 0.1 MiB/s, 1.7 fsyncs/s (p99 <= 1 ms), 2 connections"
+        );
+        assert!(line.len() < 160 && !line.contains('\n'));
+        let slow = work(120_000, 10, 0, 0, &[3_000, 20_000]);
+        let line = slow.status_line(&before).unwrap();
+        assert!(line.contains("(p99 > 10 s)"), "{line}");
+        let reads = work(61_000, 1, 0, 100, &[]);
+        let line = reads.status_line(&before).unwrap();
+        assert!(!line.contains("fsync"), "{line}");
+        assert_eq!(bound_text(Some(2_500_000)), "<= 2.5 ms");
+        assert_eq!(bound_text(Some(250_000)), "<= 250 us");
+        assert_eq!(bound_text(Some(2_500_000_000)), "<= 2.5 s");
+    }
+
+    #[test]
+    fn the_activity_key_ignores_what_moves_when_idle() {
+        let mut fs = FsReport::default();
+        let a = Snapshot {
+            fs: Some(fs.clone()),
+            ..Snapshot::default()
+        };
+        fs.stats.core_lock.acquisitions = 7;
+        let b = Snapshot {
+            uptime_ms: 10_000,
+            idle_ms: 9_000,
+            fs: Some(fs),
+            ..Snapshot::default()
+        };
+        assert_eq!(a.activity_key(), b.activity_key());
+        let c = Snapshot {
+            access: AccessReport { refused_stats: 1 },
+            ..Snapshot::default()
+        };
+        assert_ne!(Snapshot::default().activity_key(), c.activity_key());
+    }
     use alloc::string::ToString;
-    use ninefs::volume::stats::FsStats;
-    use ninefs::volume::synclog::build::Fallback;
+    use ninefs::core::counters::FsStats;
+    use ninefs::synclog::build::Fallback;
     use ninefs::volume::CheckpointCause;
 
     fn snapshot() -> Snapshot {

@@ -26,6 +26,9 @@ pub use mount_impl::{
 pub const READAHEAD_WORKERS: usize = 4;
 /// How often the served filesystem's housekeeping (`ServedVolume::housekeeping`) runs.
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the served filesystem is looked at for a failure
+/// (`ServedVolume::watch_failure`): the `fs_failed` event comes at most this late.
+pub const FAILURE_CHECK: Duration = Duration::from_millis(100);
 
 /// Share of the heap the btree node cache may use. A checkpoint holds encoded copies of
 /// the dirty nodes while it writes them, so the cache can cost twice this at peak; the
@@ -119,9 +122,9 @@ mod mount_impl {
     use core::future::Future;
     use core::pin::Pin;
     use core::sync::atomic::{AtomicBool, Ordering};
+    use ninefs::features::redundancy::rebuild::RebuildStep;
+    use ninefs::features::redundancy::scrub::ScrubProgress;
     use ninefs::format::label::{DeviceLabel, LABEL_BLOCK};
-    use ninefs::volume::rebuild::RebuildStep;
-    use ninefs::volume::scrub::ScrubProgress;
 
     use crate::report::{DeviceReport, FsReport, LegReport};
 
@@ -253,8 +256,12 @@ mod mount_impl {
         async fn fs_report(&self) -> FsReport;
         /// Does what is due every [`HOUSEKEEPING_INTERVAL`](super::HOUSEKEEPING_INTERVAL):
         /// commits, and discards blocks freed longer ago than `discard=`; errors are
-        /// logged.
+        /// logged. Emits `fs_failed` if the filesystem failed and it was not yet.
         async fn housekeeping(&self);
+        /// Emits `fs_failed` if the device failed a request and the filesystem failed
+        /// (once): called every [`FAILURE_CHECK`](super::FAILURE_CHECK), so that the
+        /// event follows the failure closely; cheap until the device fails a request.
+        fn watch_failure(&self);
         /// Starts a scrub pass when `start` and none is running, then verifies up to
         /// `budget` bytes of the running pass; errors are logged.
         async fn scrub_tick(&self, budget: u64, start: bool);
@@ -275,6 +282,25 @@ mod mount_impl {
         /// mount replays nothing); the filesystem stays mounted, read-only. Call it once
         /// no request is running on it.
         async fn unmount_clean(&self) -> vfs::FsResult<()>;
+    }
+
+    /// Emits `fs_failed` once `fs` has failed (the filesystem logs its failure itself,
+    /// when it happens), once per boot.
+    fn report_failure<D>(fs: &ServedFs<D>)
+    where
+        D: BlockDevice + DeviceName + InjectedFaults + Send + Sync + 'static,
+    {
+        static FAILED: AtomicBool = AtomicBool::new(false);
+        if FAILED.load(Ordering::Relaxed) || fs.stats().failed == 0 {
+            return;
+        }
+        if !FAILED.swap(true, Ordering::Relaxed) {
+            let disk = *fs.device();
+            event::emit(Event::FsFailed {
+                device_errors: disk.counters().errors,
+                injected_errors: injected_errors(disk.inner()),
+            });
+        }
     }
 
     impl<D> ServedVolume for ServedFs<D>
@@ -306,15 +332,15 @@ mod mount_impl {
             if let Err(e) = NineFs::housekeeping(self).await {
                 warn!("fs: housekeeping: {e}");
             }
-            // The filesystem logs its failure when it happens; the `fs_failed` event
-            // is emitted from here (within HOUSEKEEPING_INTERVAL), once.
-            static FAILED: AtomicBool = AtomicBool::new(false);
-            if self.stats().failed != 0 && !FAILED.swap(true, Ordering::Relaxed) {
-                let disk = *self.device();
-                event::emit(Event::FsFailed {
-                    device_errors: disk.counters().errors,
-                    injected_errors: injected_errors(disk.inner()),
-                });
+            // A failure without a device error (an invariant broken) is seen here.
+            report_failure(self);
+        }
+
+        fn watch_failure(&self) {
+            // Only a failed write or FLUSH fails the filesystem: until the device has
+            // failed a request there is nothing to look at (and no lock to take).
+            if self.device().counters().errors > 0 {
+                report_failure(self);
             }
         }
 

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! `send` and `receive` are the client ends of the filesystem's stream jobs
-//! (`ninefs::volume::streamjob`): reads and writes there wait on a bounded buffer that a
+//! (`ninefs::features::streams::jobs`): reads and writes there wait on a bounded buffer that a
 //! background task fills or drains, so a request may take a while, and their sizes
 //! read as 0.
 //!

@@ -813,7 +813,7 @@ impl<F: FileSystem + 'static> Connection<F> {
         })
         .await;
         if let Ok(Some(reason)) = result {
-            log::info!("9p: conn {}: closed: {reason:?}", self.session.id());
+            log::debug!("9p: conn {}: closed: {reason:?}", self.session.id());
         }
         self.shutdown().await;
         result

@@ -43,7 +43,8 @@ WORKLOADS = {
     "write-flush-4k": ("us per write+flush", "iteration_us", lambda m: 1e6 / m["write_iops"], True),
 }
 
-# The appliance's `bench_result` events (kernel/src/event.rs): one per workload.
+# The appliance's `bench_result` events (kernel/src/event.rs): one per workload, on its
+# event channel (the second serial port, a file here).
 RESULT = re.compile(r'^EVENT (\{"event":"bench_result",.*\})$')
 
 
@@ -69,11 +70,14 @@ def run_appliance(runtime, out, extra_append=""):
                 f.truncate(DISK_SIZE)
             disks.append(("nvme" if name == "nvme" else "virtio-blk", path, serial))
         limit = 60 + 8 * runtime * len(WORKLOADS) * len(DEVICES)
+        os.makedirs(out, exist_ok=True)
+        events = os.path.join(out, "appliance-events.log")
+        open(events, "w").close()
         cmd = [
             "timeout", str(limit),
             "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
             "-no-reboot", "-accel", "tcg", "-cpu", "max", "-M", "q35", "-m", "1G",
-            "-smp", "1", "-serial", "stdio", "-monitor", "none",
+            "-smp", "1", "-serial", "stdio", "-serial", f"file:{events}", "-monitor", "none",
             "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
             "-kernel", IMAGE,
             "-append", f"bench=dev benchtime={runtime} {extra_append}".strip(),
@@ -86,9 +90,11 @@ def run_appliance(runtime, out, extra_append=""):
     with open(os.path.join(out, "appliance.log"), "w") as f:
         f.write(log)
     print(f"bench-dev: appliance done in {time.monotonic() - started:.0f} s "
-          f"(QEMU status {proc.returncode}; log {out}/appliance.log)", flush=True)
+          f"(QEMU status {proc.returncode}; log {out}/appliance.log, events {events})", flush=True)
     results = {}
-    for line in log.splitlines():
+    with open(events, errors="replace") as f:
+        event_lines = f.read().replace("\r", "").splitlines()
+    for line in event_lines:
         m = RESULT.search(line)
         if m:
             r = json.loads(m.group(1))

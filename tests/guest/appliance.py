@@ -4,8 +4,9 @@ It gets what the Linux server guest gets: the same QEMU machine (q35, TCG, -cpu 
 memory, vCPUs (each a host thread: multi-threaded TCG), an emulated NVMe disk of the
 same size with the same cache mode (formatted fresh by `ninefold mkfs`), and the
 listening end of the same guest-to-guest link (-netdev stream) with a static address.
-Its serial console goes to a log file. There is no clean shutdown: `stop` kills QEMU,
-after which `fsck` checks the image.
+Its serial console goes to a log file, its structured events (the second serial port)
+to another beside it (`LOG` without `.log`, then `.events.log`). There is no clean
+shutdown: `stop` kills QEMU, after which `fsck` checks the image.
 
     app = Appliance(elf, tool, disk, disk_size, log, mem="128M", cpus=1,
                     net=Net.listen(25650, "10.0.3.1/24"))
@@ -27,7 +28,8 @@ from guestvm import GuestError, Net
 
 # The appliance's counters service port (its stats= default).
 STATS_PORT = 5641
-# The prefix of the appliance's structured events on its console (kernel/src/event.rs).
+# The prefix of the appliance's structured events on its event channel, the second serial
+# port (kernel/src/event.rs).
 EVENT_PREFIX = "EVENT "
 
 
@@ -40,6 +42,8 @@ class Appliance:
         # More QEMU arguments, e.g. `-gdb tcp:...` for tests/bench/profile.py.
         self.qemu_extra = list(qemu_extra)
         self.log, self.mem, self.cpus, self.append = log, mem, cpus, append
+        # The event channel (COM2): the `EVENT {json}` lines.
+        self.events = log.removesuffix(".log") + ".events.log"
         self.net = net or Net()
         self.timeout = timeout
         self.proc = None
@@ -72,7 +76,7 @@ class Appliance:
             "-accel", "tcg,thread=multi", "-cpu", "max", "-M", "q35",
             "-m", str(self.mem), "-smp", str(self.cpus),
             "-kernel", self.elf, "-append", append,
-            "-serial", f"file:{self.log}",
+            "-serial", f"file:{self.log}", "-serial", f"file:{self.events}",
             "-device", "isa-debug-exit,iobase=0xf4,iosize=4",
             *drives,
             *netargs,
@@ -95,6 +99,7 @@ class Appliance:
         self.mkfs()
         os.makedirs(os.path.dirname(os.path.abspath(self.log)), exist_ok=True)
         open(self.log, "w").close()
+        open(self.events, "w").close()
         cmd = ["timeout", "-k", "5", str(int(self.timeout))] + self.qemu_cmd()
         with open(self.log + ".cmd", "w") as f:
             f.write(" ".join(cmd) + "\n")
@@ -122,12 +127,17 @@ class Appliance:
                 raise GuestError(f"appliance: no {text!r} after {timeout} s; see {self.log}")
             time.sleep(0.1)
 
+    def event_log(self):
+        with open(self.events, errors="replace") as f:
+            return f.read()
+
     def wait_for_event(self, kind, timeout=60, **fields):
-        """Waits for the appliance's structured event `kind` (a console line `EVENT {json}`,
-        docs/testing.md "Events") whose fields include `fields`; returns its object."""
+        """Waits for the appliance's structured event `kind` (a line `EVENT {json}` on its
+        event channel, docs/testing.md "Events") whose fields include `fields`; returns its
+        object."""
         deadline = time.monotonic() + timeout
         while True:
-            for line in self.console().splitlines():
+            for line in self.event_log().splitlines():
                 _, sep, body = line.partition(EVENT_PREFIX)
                 if not sep:
                     continue
@@ -138,9 +148,9 @@ class Appliance:
                 if event.get("event") == kind and all(event.get(k) == v for k, v in fields.items()):
                     return event
             if self.proc.poll() is not None:
-                raise GuestError(f"appliance exited ({self.proc.returncode}) before event {kind}; see {self.log}")
+                raise GuestError(f"appliance exited ({self.proc.returncode}) before event {kind}; see {self.log}, {self.events}")
             if time.monotonic() > deadline:
-                raise GuestError(f"appliance: no event {kind} {fields} after {timeout} s; see {self.log}")
+                raise GuestError(f"appliance: no event {kind} {fields} after {timeout} s; see {self.log}, {self.events}")
             time.sleep(0.1)
 
     def stop(self):

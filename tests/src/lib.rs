@@ -11,16 +11,18 @@
 //! ```
 //!
 //! Tests read the appliance's events (`kernel/src/event.rs`, listed in docs/testing.md,
-//! "Events"): `EVENT {...}` lines on the console, one JSON object each, named by their
+//! "Events"): `EVENT {...}` lines on its event channel — the second serial port (COM2),
+//! which the harness gives a file of its own — one JSON object each, named by their
 //! `event` field. They wait for an event ([`Running::wait_for_event`]) and check its
 //! fields ([`Boot::expect_event`]), never the wording of the log, which is for people;
-//! only the tests of the log itself (crash reports, the configuration line) match lines.
-//! An event is matched by a closure over its JSON object or by a JSON object whose
-//! fields it must have ([`Matches`]).
+//! only the tests of the log itself (crash reports, the configuration line, the quiet
+//! console) match lines of the console. An event is matched by a closure over its JSON
+//! object or by a JSON object whose fields it must have ([`Matches`]).
 //!
-//! Every boot runs under a timeout (a hang fails the test) with the serial console on
-//! QEMU's stdout. Failed expectations panic with the QEMU command line, how QEMU ended and
-//! the whole serial log, so a failure explains itself.
+//! Every boot runs under a timeout (a hang fails the test) with the serial console (COM1)
+//! on QEMU's stdout and the event channel (COM2) in a temporary file. Failed expectations
+//! panic with the QEMU command line, how QEMU ended, the whole console and the events,
+//! so a failure explains itself.
 //!
 //! Environment: `NINEFOLD_IMAGE` (default: `build/appliance.elf` in the workspace),
 //! `NINEFOLD_QEMU` (default `qemu-system-x86_64`), `NINEFOLD_ACCEL` (default `tcg`),
@@ -28,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
@@ -202,6 +205,8 @@ pub struct Qemu {
     disks: Vec<ScratchDisk>,
     next_id: usize,
     qmp: Option<PathBuf>,
+    /// The event channel's file (COM2), deleted with the boot.
+    events: ScratchDisk,
 }
 
 /// vCPUs of the appliance in the tests that serve clients ([`Qemu::serving`]):
@@ -216,8 +221,9 @@ pub fn serving_cpus() -> u32 {
 }
 
 impl Qemu {
-    /// The appliance with no devices: 128 MiB, one CPU, serial on stdout, the
-    /// `isa-debug-exit` device for exit codes, no display, no reboot on triple fault.
+    /// The appliance with no devices: 128 MiB, one CPU, the console (COM1) on stdout and
+    /// the event channel (COM2) in a file of its own, the `isa-debug-exit` device for
+    /// exit codes, no display, no reboot on triple fault.
     pub fn appliance() -> Qemu {
         let image = image();
         assert!(
@@ -226,6 +232,8 @@ impl Qemu {
             image.display()
         );
         let accel = std::env::var("NINEFOLD_ACCEL").unwrap_or_else(|_| "tcg".into());
+        let events = ScratchDisk(temp_path("events", "log"));
+        let events_serial = format!("file:{}", events.0.display());
         let args = [
             "-accel",
             &accel,
@@ -239,6 +247,8 @@ impl Qemu {
             "none",
             "-serial",
             "stdio",
+            "-serial",
+            &events_serial,
             "-no-reboot",
             "-nodefaults",
             "-device",
@@ -255,6 +265,7 @@ impl Qemu {
             disks: Vec::new(),
             next_id: 0,
             qmp: None,
+            events,
         }
     }
 
@@ -580,9 +591,11 @@ impl Qemu {
             .join(" ")
     }
 
-    /// Starts QEMU with the serial console on piped stdout and its messages on piped
-    /// stderr.
+    /// Starts QEMU with the serial console on piped stdout, the event channel in its
+    /// file and its messages on piped stderr.
     fn launch(&self) -> Child {
+        // QEMU opens it for writing (truncating it); it exists before, for the reader.
+        File::create(&self.events.0).expect("creating the event channel's file");
         Command::new(&self.qemu)
             .args(self.full_args())
             .stdin(Stdio::null())
@@ -612,14 +625,20 @@ impl Qemu {
         });
         let stderr = child.stderr.take().expect("piped stderr");
         let err = read_to_end_in_background(stderr);
+        let reader = File::open(&self.events.0).expect("opening the event channel's file");
         Running {
             child,
             command,
             started,
             deadline: started + self.timeout,
             serial,
+            events: Mutex::new(EventLog {
+                file: reader,
+                text: Vec::new(),
+            }),
             threads: Some((out, err)),
             _disks: self.disks,
+            _events: self.events,
             qmp: self.qmp,
         }
     }
@@ -650,12 +669,14 @@ impl Qemu {
             }
         };
         let serial = String::from_utf8_lossy(&out.join().unwrap_or_default()).replace('\r', "");
+        let events = std::fs::read(&self.events.0).unwrap_or_default();
         Boot {
             command,
             status: status.and_then(|s| s.code()),
             timed_out: status.is_none(),
             elapsed: started.elapsed(),
             serial,
+            events: String::from_utf8_lossy(&events).replace('\r', ""),
             stderr: err.join().unwrap_or_default(),
         }
     }
@@ -678,9 +699,18 @@ pub struct Running {
     started: Instant,
     deadline: Instant,
     serial: Arc<Mutex<Vec<u8>>>,
+    events: Mutex<EventLog>,
     threads: Option<(JoinHandle<()>, JoinHandle<String>)>,
     _disks: Vec<ScratchDisk>,
+    _events: ScratchDisk,
     qmp: Option<PathBuf>,
+}
+
+/// The event channel of a running appliance: its file, read as it grows.
+#[derive(Debug)]
+struct EventLog {
+    file: File,
+    text: Vec<u8>,
 }
 
 impl Running {
@@ -694,10 +724,23 @@ impl Running {
         String::from_utf8_lossy(&self.serial.lock().unwrap()).replace('\r', "")
     }
 
+    /// Bytes the console (COM1) has written so far, as QEMU passed them on.
+    pub fn console_bytes(&self) -> usize {
+        self.serial.lock().unwrap().len()
+    }
+
+    /// The event channel (COM2) so far.
+    pub fn event_log(&self) -> String {
+        let mut log = self.events.lock().unwrap();
+        let EventLog { file, text } = &mut *log;
+        let _ = file.read_to_end(text);
+        String::from_utf8_lossy(text).replace('\r', "")
+    }
+
     /// The events so far, in order. Fails (stopping QEMU, printing everything) on an
     /// event line that does not parse.
     pub fn events(&mut self) -> Vec<Value> {
-        match parse_events(&self.serial()) {
+        match parse_events(&self.event_log()) {
             Ok(events) => events,
             Err(why) => self.fail(&why),
         }
@@ -720,7 +763,7 @@ impl Running {
     ) -> Value {
         let events = self.events();
         let Some(at) = events.iter().position(|e| e == earlier) else {
-            self.fail(&format!("no event {earlier} on the console"));
+            self.fail(&format!("no event {earlier} on the event channel"));
         };
         self.wait_for_event_after(at + 1, kind, &matches)
     }
@@ -789,6 +832,7 @@ impl Running {
                 None
             }
         };
+        let events = self.event_log();
         let stderr = match self.threads.take() {
             Some((out, err)) => {
                 let _ = out.join();
@@ -802,6 +846,7 @@ impl Running {
             timed_out: status.is_none() && Instant::now() >= self.deadline,
             elapsed: self.started.elapsed(),
             serial: self.serial(),
+            events,
             stderr,
         }
     }
@@ -828,8 +873,10 @@ pub struct Boot {
     pub timed_out: bool,
     /// Wall time of the boot.
     pub elapsed: Duration,
-    /// The serial console.
+    /// The serial console (COM1).
     pub serial: String,
+    /// The event channel (COM2): the `EVENT {...}` lines.
+    pub events: String,
     /// QEMU's own error output.
     pub stderr: String,
 }
@@ -850,7 +897,9 @@ impl fmt::Display for Boot {
             writeln!(f, "qemu stderr:\n{}", self.stderr.trim_end())?;
         }
         writeln!(f, "----- serial log -----\n{}", self.serial.trim_end())?;
-        write!(f, "----- end of serial log -----")
+        writeln!(f, "----- end of serial log -----")?;
+        writeln!(f, "----- events -----\n{}", self.events.trim_end())?;
+        write!(f, "----- end of events -----")
     }
 }
 
@@ -878,7 +927,7 @@ impl Boot {
     /// The events, in order. Fails (printing everything) on an event line that does not
     /// parse.
     pub fn all_events(&self) -> Vec<Value> {
-        parse_events(&self.serial).unwrap_or_else(|why| self.fail(&why))
+        parse_events(&self.events).unwrap_or_else(|why| self.fail(&why))
     }
 
     /// The `kind` events, in order.
@@ -907,6 +956,15 @@ impl Boot {
     pub fn expect_no_event(&self, kind: &str, matches: impl Matches) -> &Self {
         if let Some(e) = find_event(&self.all_events(), kind, &matches) {
             self.fail(&format!("unexpected event {e}"));
+        }
+        self
+    }
+
+    /// Fails the test if the appliance panicked: the line its panic handler prints
+    /// (`kernel/src/fault.rs`, `!!! KERNEL PANIC at FILE:LINE:COL: MESSAGE`).
+    pub fn expect_no_panic(&self) -> &Self {
+        if let Some(l) = self.line("!!! KERNEL PANIC") {
+            self.fail(&format!("the appliance panicked: {l}"));
         }
         self
     }
@@ -977,10 +1035,10 @@ fn has_fields(got: &Value, want: &Value) -> bool {
     }
 }
 
-/// The events on `serial` (its `EVENT {...}` lines), in order. A last line without its
-/// newline is not there yet (being written, or cut short by a kill).
-fn parse_events(serial: &str) -> Result<Vec<Value>, String> {
-    let complete = serial.rfind('\n').map_or("", |end| &serial[..end]);
+/// The events on the event channel `log` (its `EVENT {...}` lines), in order. A last
+/// line without its newline is not there yet (being written, or cut short by a kill).
+fn parse_events(log: &str) -> Result<Vec<Value>, String> {
+    let complete = log.rfind('\n').map_or("", |end| &log[..end]);
     complete
         .lines()
         .filter_map(|l| l.strip_prefix(kernel::event::PREFIX))

@@ -24,6 +24,35 @@ fn series<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
     samples.iter().filter(|s| s.name == name).collect()
 }
 
+/// The metric names every query of the Grafana dashboard (`docs/grafana/ninefold.json`)
+/// uses.
+fn dashboard_metrics() -> std::collections::BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grafana/ninefold.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut names = std::collections::BTreeSet::new();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty());
+    for panel in panels {
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{panel}");
+        for target in targets {
+            let expr = target["expr"].as_str().expect("expr");
+            let mut rest = expr;
+            while let Some(at) = rest.find("ninefold_") {
+                let tail = &rest[at..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                names.insert(tail[..end].to_string());
+                rest = &tail[end..];
+            }
+        }
+    }
+    assert!(names.len() > 20, "{names:?}");
+    names
+}
+
 #[test]
 fn metrics_pass_promtool_and_count_the_traffic() {
     let (port, stats_port) = (16100, 16101);
@@ -63,6 +92,14 @@ fn metrics_pass_promtool_and_count_the_traffic() {
         vm.fail(&format!("promtool check metrics:\n{problems}\n{text}"));
     }
     let after = parse_metrics(&text).unwrap();
+    // The Grafana dashboard in the repo asks only for what the appliance exports.
+    for name in dashboard_metrics() {
+        if !after.iter().any(|s| s.name == name) {
+            vm.fail(&format!(
+                "docs/grafana/ninefold.json queries {name}, which the appliance does not export"
+            ));
+        }
+    }
     let delta = |name: &str, labels: &[(&str, &str)]| {
         let now = sample(&after, name, labels).unwrap_or_else(|| panic!("no {name} in\n{text}"));
         now - sample(&before, name, labels).unwrap_or(0.0)

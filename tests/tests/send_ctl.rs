@@ -3,7 +3,9 @@
 //! while another client keeps writing, changes about 1% of the data, takes `b` and reads
 //! the incremental stream from `a`; `ninefold receive` applies both to an image on the
 //! host, and every file of `b` read back from that image through `ninefold serve` is
-//! what the appliance's `.snapshots/b` holds. Sizes and times are printed
+//! what the appliance's `.snapshots/b` holds. Snapshot `b` and its incremental stream go
+//! through the host tool's `--connect` (no mount, no test client), and its `status` and
+//! `snapshot list` read the appliance. Sizes and times are printed
 //! (`--nocapture`), not checked. The appliance serves the in-memory filesystem in
 //! 256 MiB.
 //!
@@ -158,9 +160,44 @@ fn full_and_incremental_streams_out_of_the_appliance_restore_on_the_host() {
     for i in (0..FILES).step_by(3) {
         write_file(&mut c, &format!("f{i}"), 8192, &[0xa5; 4096]);
     }
-    assert!(ctl(&mut c, "snapshot create b\n").starts_with("created snapshot"));
-    assert!(ctl(&mut c, "send start b from a\n").starts_with("sending \"b\" from \"a\""));
-    let incremental = pull(&mut c, "incremental stream b from a");
+    // The host tool against the appliance (`--connect`): b and its increment from a.
+    let appliance = format!("127.0.0.1:{port}");
+    let cli = |args: &[&str]| {
+        let out = Command::new(tool()).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "ninefold {args:?}: {stderr}");
+        (String::from_utf8(out.stdout).unwrap(), stderr)
+    };
+    let (out, _) = cli(&["snapshot", "create", "--connect", &appliance, "b"]);
+    assert!(out.starts_with("created snapshot"), "{out}");
+    let increment_file =
+        std::env::temp_dir().join(format!("ninefold-send-ctl-b-{}", std::process::id()));
+    let started = Instant::now();
+    let (_, said) = cli(&[
+        "send",
+        "--connect",
+        &appliance,
+        "b",
+        "--from",
+        "a",
+        "-o",
+        increment_file.to_str().unwrap(),
+    ]);
+    assert!(said.contains("sent b (from a)"), "{said}");
+    let incremental = std::fs::read(&increment_file).unwrap();
+    let _ = std::fs::remove_file(&increment_file);
+    println!(
+        "incremental stream b from a (ninefold send --connect): {} bytes in {:.2} s",
+        incremental.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let (out, _) = cli(&["snapshot", "list", "--connect", &appliance]);
+    assert!(
+        out.starts_with("2 snapshot(s)") && out.contains(" b "),
+        "{out}"
+    );
+    let (out, _) = cli(&["status", "--connect", &appliance]);
+    assert!(out.contains("send_result  sent \"b\""), "{out}");
     println!(
         "incremental / full: {:.3}",
         incremental.len() as f64 / full.len() as f64

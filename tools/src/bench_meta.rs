@@ -143,7 +143,7 @@ struct RunReport {
     log_bytes_per_fsync: f64,
     log_record_bytes_per_fsync: f64,
     node_writes_per_fsync: f64,
-    /// `ninefs::volume::stats::FsStats`, as the appliance reports them.
+    /// `ninefs::core::counters::FsStats`, as the appliance reports them.
     stats: FsStats,
 }
 

@@ -1,7 +1,9 @@
 //! `ninefold quota IMAGE [PATH [--bytes SIZE] [--inodes N]]`: project quotas of an image
 //! on the host (the image must not be in use). Without `PATH`, lists every quota root;
 //! with it, shows the quota `PATH` is charged to, or with a limit makes `PATH` (a
-//! directory) a quota root with those limits or changes them.
+//! directory) a quota root with those limits or changes them. `ninefold quota --connect
+//! ADDR` lists the quota roots of a running appliance (its `quota list` command; its
+//! limits are the exports' `quota=` and `inodes=`).
 
 use std::path::PathBuf;
 
@@ -11,13 +13,18 @@ use ninefs::volume::{MountOptions, NineFs};
 use vfs::{FileSystem, Ino, QuotaLimits, ROOT_INO};
 
 use crate::image;
+use crate::remote::Remote;
 use crate::serve::SystemClock;
 
 /// Arguments of `ninefold quota`.
 #[derive(Debug, Args)]
 pub struct QuotaArgs {
+    /// List the quota roots of the running appliance at ADDR[:PORT] instead of an image.
+    #[arg(long, value_name = "ADDR[:PORT]", conflicts_with_all = ["image", "path"])]
+    pub connect: Option<String>,
     /// The image file.
-    pub image: PathBuf,
+    #[arg(required_unless_present = "connect")]
+    pub image: Option<PathBuf>,
     /// A directory of the filesystem (`/` is its root; `a/b` and `/a/b` are the same).
     pub path: Option<String>,
     /// Most bytes of file data under `PATH` (`1G`, `512M`, ...; `none`: no limit).
@@ -28,7 +35,7 @@ pub struct QuotaArgs {
     pub inodes: Option<String>,
 }
 
-pub use ninefs::volume::quota::describe;
+pub use ninefs::features::quota::describe;
 
 /// A limit from the command line: a size (or count), or `none`.
 fn parse_limit(s: &str, size: bool) -> Result<Option<u64>, String> {
@@ -58,6 +65,14 @@ async fn resolve<F: FileSystem>(fs: &F, path: &str) -> Result<Ino, String> {
 
 /// Runs `quota`.
 pub fn run(args: QuotaArgs) -> Result<(), String> {
+    let image = match (&args.image, &args.connect) {
+        (Some(image), _) => image.clone(),
+        (None, Some(addr)) => {
+            println!("{}", Remote::connect(addr)?.command("quota list")?);
+            return Ok(());
+        }
+        (None, None) => return Err("expected IMAGE or --connect ADDR[:PORT]".into()),
+    };
     let set = args.bytes.is_some() || args.inodes.is_some();
     let limits = QuotaLimits {
         bytes: args
@@ -73,7 +88,7 @@ pub fn run(args: QuotaArgs) -> Result<(), String> {
             .transpose()?
             .flatten(),
     };
-    let disk = image::open_volume(std::slice::from_ref(&args.image), set)?;
+    let disk = image::open_volume(std::slice::from_ref(&image), set)?;
     let opts = MountOptions {
         read_only: !set,
         ..MountOptions::default()

@@ -25,7 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, ValueEnum};
 use metrics::document::{Rule, Schema};
 use metrics::endpoint::{Report, Request};
-use ninefs::volume::report::FsReport;
+use ninefs::surface::report::FsReport;
 use ninefs::volume::{MountOptions, NineFs};
 use ninep::admin::AdminFs;
 use ninep::conn::Transport;
@@ -84,19 +84,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "CIDR[,CIDR...]")]
     admin_allow: Option<String>,
     /// Scrub passes started through `ctl` read at most this many MiB per second.
-    #[arg(long, default_value_t = ninefs::volume::scrub::DEFAULT_SCRUB_RATE_MIB)]
+    #[arg(long, default_value_t = ninefs::features::redundancy::scrub::DEFAULT_SCRUB_RATE_MIB)]
     scrub_rate: u32,
     /// Most MiB per second each stream job of the administration export (`send`,
     /// `receive`) moves, as the kernel's `stream_rate=`.
-    #[arg(long, default_value_t = ninefs::volume::streamjob::DEFAULT_STREAM_RATE_MIB)]
+    #[arg(long, default_value_t = ninefs::features::streams::jobs::DEFAULT_STREAM_RATE_MIB)]
     stream_rate: u32,
     /// Most MiB per second a rebuild copies onto a leg `ctl replace LEG IMAGE` put in
     /// place (or one the image records), as the kernel's `rebuild_rate=`.
-    #[arg(long, default_value_t = ninefs::volume::rebuild::DEFAULT_REBUILD_RATE_MIB)]
+    #[arg(long, default_value_t = ninefs::features::redundancy::rebuild::DEFAULT_REBUILD_RATE_MIB)]
     rebuild_rate: u32,
     /// KiB each stream job buffers between its client and the filesystem, as the
     /// kernel's `stream_buffer=`.
-    #[arg(long, default_value_t = ninefs::volume::streamjob::DEFAULT_STREAM_BUFFER >> 10)]
+    #[arg(long, default_value_t = ninefs::features::streams::jobs::DEFAULT_STREAM_BUFFER >> 10)]
     stream_buffer_kib: usize,
     /// Group membership for permission checks, `UID:GID[,GID...]`; repeatable.
     #[arg(long = "group", value_name = "UID:GID[,GID...]")]
@@ -168,7 +168,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = ninefs::volume::DEFAULT_READAHEAD >> 10)]
     readahead_kib: u64,
     /// Most snapshots the filesystem may hold (creating more fails with ENOSPC).
-    #[arg(long, default_value_t = ninefs::volume::snapshot::MAX_SNAPSHOTS)]
+    #[arg(long, default_value_t = ninefs::features::snapshots::MAX_SNAPSHOTS)]
     max_snapshots: usize,
     /// Serve the counters here (`ADDR:PORT`; port 0: any free port, printed on the second
     /// line): JSON, `/metrics` for Prometheus, as the appliance's `stats=` port. Off
@@ -453,8 +453,8 @@ async fn scrub_in_background<D: block::BlockDevice>(
     stream_mib: u32,
     rebuild_mib: u32,
 ) {
-    use ninefs::volume::rebuild::RebuildStep;
-    use ninefs::volume::scrub::{budget_per_tick, SCRUB_TICK};
+    use ninefs::features::redundancy::rebuild::RebuildStep;
+    use ninefs::features::redundancy::scrub::{budget_per_tick, SCRUB_TICK};
     let budget = budget_per_tick(rate_mib);
     let stream_budget = budget_per_tick(stream_mib);
     let rebuild_budget = budget_per_tick(rebuild_mib);
@@ -827,7 +827,7 @@ const METRICS: Schema<'static> = Schema {
         &[Rule::gauge("uptime_ms")
             .named("uptime_seconds")
             .help("Time since the server started.")],
-        ninefs::volume::report::METRIC_RULES,
+        ninefs::surface::report::METRIC_RULES,
         ninep::service::report::METRIC_RULES,
     ],
 };

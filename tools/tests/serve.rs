@@ -694,3 +694,261 @@ fn ctl_replace_rebuilds_a_missing_leg_onto_a_new_image() {
     assert!(served.stop().success());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--connect`: the administration commands against running servers, with no mount: a
+/// snapshot taken, listed and sent from one, received into another through a pipe
+/// between two `ninefold` processes (the nightly backup of `docs/operating.md`), its data
+/// read back there; status, scrub and quota; refusals and their exit codes.
+#[test]
+fn the_cli_administers_running_servers_with_connect() {
+    let dir = std::env::temp_dir().join(format!("ninefold-connect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = |name: &str| {
+        let p = dir.join(name).to_str().unwrap().to_string();
+        assert!(ninefold(&["mkfs", &p, "--size", "64M"]).status.success());
+        p
+    };
+    let (a_img, b_img, c_img) = (image("a.img"), image("b.img"), image("c.img"));
+    let admin = ["--admin-allow", "127.0.0.1/32"];
+    let a = spawn_server(&[&a_img, admin[0], admin[1]]);
+    let b = spawn_server(&[&b_img, admin[0], admin[1]]);
+    let c = spawn_server(&[&c_img]);
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    {
+        let mut client = connect(&a);
+        client.attach(0, 0, "").unwrap();
+        client.walk(0, 1, "").unwrap();
+        client.lcreate(1, "kept", open_flags::RDWR, 0o600).unwrap();
+        assert_eq!(client.write(1, 0, &data).unwrap(), data.len() as u32);
+        client.fsync(1, false).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let out = ninefold(args);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+
+    let (code, out, err) = run(&["ctl", "--connect", &a.addr, "sync"]);
+    assert_eq!((code, out.trim()), (Some(0), "synced"), "{err}");
+    let (code, out, err) = run(&["snapshot", "create", "--connect", &a.addr, "mon"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("created snapshot 1 \"mon\""), "{out}");
+    let (code, out, _) = run(&["snapshot", "--connect", &a.addr, "list"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("1 snapshot(s)") && out.contains(" mon "),
+        "{out}"
+    );
+    // Refused: the appliance's reason, exit 1.
+    let (code, _, err) = run(&["snapshot", "create", "--connect", &a.addr, "mon"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("EEXIST"), "{err}");
+    let (code, _, err) = run(&["ctl", "--connect", &a.addr, "snapshot", "rename", "x"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unknown command"), "{err}");
+    let (code, _, err) = run(&["ctl", "--connect", &a.addr, "send", "start", "mon"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("ninefold send --connect"), "{err}");
+
+    // The backup: `send --connect A | receive --connect B`.
+    let mut send = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args(["send", "--connect", &a.addr, "mon"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let receive = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args(["receive", "--connect", &b.addr])
+        .stdin(send.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    let sent = send.wait_with_output().unwrap();
+    let sent_err = String::from_utf8_lossy(&sent.stderr);
+    assert!(sent.status.success(), "{sent_err}");
+    assert!(sent_err.contains("sent mon (full)"), "{sent_err}");
+    let received = String::from_utf8_lossy(&receive.stdout);
+    assert!(
+        receive.status.success(),
+        "{}",
+        String::from_utf8_lossy(&receive.stderr)
+    );
+    assert!(received.contains("received snapshot \"mon\""), "{received}");
+    {
+        let mut client = connect(&b);
+        client.attach(0, 0, "").unwrap();
+        client.walk(0, 1, ".snapshots/mon/kept").unwrap();
+        client.lopen(1, open_flags::RDONLY).unwrap();
+        let mut back = Vec::new();
+        loop {
+            let got = client.read(1, back.len() as u64, 1 << 17).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            back.extend(got);
+        }
+        assert!(back == data, "the received snapshot's file reads back");
+    }
+    // The same stream again is refused whole, with the appliance's reason.
+    let stream = dir.join("mon.stream");
+    let (code, _, err) = run(&[
+        "send",
+        "--connect",
+        &a.addr,
+        "mon",
+        "-o",
+        stream.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run(&[
+        "receive",
+        "--connect",
+        &b.addr,
+        "-i",
+        stream.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("refused"), "{err}");
+
+    let (code, out, err) = run(&["status", "--connect", &b.addr]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("appliance: {}", b.addr)), "{out}");
+    assert!(
+        out.contains("snapshots  1") && out.contains("quotas:"),
+        "{out}"
+    );
+    let (code, out, err) = run(&["scrub", "--connect", &b.addr]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("errors 0"), "{out}");
+    let (code, out, _) = run(&["quota", "--connect", &b.addr]);
+    assert_eq!((code, out.trim()), (Some(0), "0 quota root(s)"));
+
+    // A server that does not serve this host its administration export, and none at all.
+    let (code, _, err) = run(&["ctl", "--connect", &c.addr, "sync"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("admin_allow"), "{err}");
+    drop(c);
+    let (code, _, err) = run(&["status", "--connect", "127.0.0.1:1"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot connect"), "{err}");
+    drop((a, b));
+    for img in [&a_img, &b_img] {
+        let fsck = ninefold(&["fsck", "-n", img]);
+        assert!(
+            fsck.status.success(),
+            "{}",
+            String::from_utf8_lossy(&fsck.stdout)
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A send cut off by the server's death: `send --connect` exits 1 saying the connection
+/// closed, and leaves no partial stream file behind.
+#[test]
+fn a_send_cut_off_mid_stream_fails_and_leaves_no_file() {
+    let dir = std::env::temp_dir().join(format!("ninefold-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let img = dir.join("a.img").to_str().unwrap().to_string();
+    assert!(ninefold(&["mkfs", &img, "--size", "64M"]).status.success());
+    // 1 MiB/s: a 4 MiB stream takes seconds, long enough to cut.
+    let a = spawn_server(&[&img, "--admin-allow", "127.0.0.1/32", "--stream-rate", "1"]);
+    {
+        let mut client = connect(&a);
+        client.attach(0, 0, "").unwrap();
+        client.walk(0, 1, "").unwrap();
+        client.lcreate(1, "big", open_flags::RDWR, 0o600).unwrap();
+        let chunk: Vec<u8> = (0..(1 << 19)).map(|i| (i % 249) as u8).collect();
+        for i in 0..8u64 {
+            client.write(1, i << 19, &chunk).unwrap();
+        }
+        client.fsync(1, false).unwrap();
+    }
+    let out = ninefold(&["snapshot", "create", "--connect", &a.addr, "s"]);
+    assert!(out.status.success());
+    let stream = dir.join("s.stream");
+    let send = Command::new(env!("CARGO_BIN_EXE_ninefold"))
+        .args([
+            "send",
+            "--connect",
+            &a.addr,
+            "s",
+            "-o",
+            stream.to_str().unwrap(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Cut once bytes have arrived.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&stream).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no byte of the stream arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(a);
+    let out = send.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("connection was closed") || err.contains("reset"),
+        "{err}"
+    );
+    assert!(!stream.exists(), "the partial stream is removed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `ninefold top` against a server under fsync load: the frame names the request types
+/// the client sends, a request rate, the log's group commit and each tenant.
+#[test]
+fn top_shows_a_server_under_load() {
+    let mut served = serve(&["--stats", "127.0.0.1:0"]);
+    let stats = served.stats_addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut c = connect(&served);
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            c.attach(0, 0, "").unwrap();
+            c.walk(0, 1, "").unwrap();
+            c.lcreate(1, "f", open_flags::RDWR, 0o644).unwrap();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.write(1, (n % 64) * 4096, &[7u8; 4096]).unwrap();
+                c.fsync(1, false).unwrap();
+                n += 1;
+            }
+        })
+    };
+    let out = ninefold(&[
+        "top",
+        "--connect",
+        &stats,
+        "--count",
+        "2",
+        "--interval",
+        "0.5",
+    ]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
+    let frames = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = frames.split("ninefold top ").last().unwrap();
+    assert!(last.contains("by type/s: T"), "{frames}");
+    assert!(
+        last.contains("Twrite") && last.contains("Tfsync"),
+        "{frames}"
+    );
+    assert!(!last.contains("requests/s 0 "), "{frames}");
+    assert!(last.contains("fsyncs per commit "), "{frames}");
+    assert!(last.contains("latency ms p50/p99: "), "{frames}");
+    assert!(last.contains("tenant "), "{frames}");
+    // Not a counters port: said so.
+    let out = ninefold(&["top", "--connect", &served.addr, "--count", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+}

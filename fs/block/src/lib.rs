@@ -79,7 +79,7 @@ pub use mem::MemDisk;
 pub use mirror::{LegCounters, LegState, MirrorDisk, MirrorError, Opener};
 pub use recording::{Recorder, Recording, RecordingDisk, Request, RequestKind};
 pub use trace::TraceDisk;
-pub use yielding::YieldDisk;
+pub use yielding::{yield_now, YieldDisk};
 
 /// Static facts about a block device, fixed for the life of the handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! [`YieldDisk`]: every request yields to the executor once before it is passed on, so
 //! futures polled together (several fsyncs joined on one thread) really overlap: while
 //! one waits for "the device", the others run. Without it a memory disk completes every
-//! request at its first poll and nothing ever runs concurrently.
+//! request at its first poll and nothing ever runs concurrently. [`yield_now`] is the
+//! one yield the filesystem and the kernel share.
 
 use core::future::Future;
 use core::pin::Pin;
@@ -27,6 +28,13 @@ impl<D: BlockDevice> YieldDisk<D> {
     }
 }
 
+/// Lets every other ready task run once before continuing: pending once (after waking
+/// itself), then ready. The one definition the filesystem, its tests and the kernel's
+/// polling loops share.
+pub async fn yield_now() {
+    YieldOnce::default().await
+}
+
 /// Pending once (after waking itself), then ready.
 #[derive(Debug, Default)]
 struct YieldOnce(bool);
@@ -50,22 +58,22 @@ impl<D: BlockDevice> BlockDevice for YieldDisk<D> {
     }
 
     async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        YieldOnce::default().await;
+        yield_now().await;
         self.inner.read(lba, buf).await
     }
 
     async fn write(&self, lba: u64, buf: &[u8], flags: WriteFlags) -> Result<(), IoError> {
-        YieldOnce::default().await;
+        yield_now().await;
         self.inner.write(lba, buf, flags).await
     }
 
     async fn flush(&self) -> Result<(), IoError> {
-        YieldOnce::default().await;
+        yield_now().await;
         self.inner.flush().await
     }
 
     async fn discard(&self, lba: u64, blocks: u64) -> Result<(), IoError> {
-        YieldOnce::default().await;
+        yield_now().await;
         self.inner.discard(lba, blocks).await
     }
 }

@@ -99,11 +99,7 @@ impl serde::Serialize for NodeWriteCounters {
                         bytes: self.0.bytes[i],
                     })
                     .collect();
-                crate::volume::stats::by_cause::map(
-                    WriteCause::ALL.iter().map(|c| c.name()),
-                    &per,
-                    s,
-                )
+                crate::util::by_name::map(WriteCause::ALL.iter().map(|c| c.name()), &per, s)
             }
         }
         let mut st = s.serialize_struct("NodeWriteCounters", 3)?;
@@ -386,7 +382,7 @@ impl Trees {
         let offset = if relocated { 0 } else { node.written_blocks };
         let written = offset + (bset.size() / BLOCK_SIZE) as u32;
         // That it fits (`written <= node_blocks`) is checked with the checkpoint's other
-        // writes before any is made (`volume::checks::node_write`).
+        // writes before any is made (`core::checks::node_write`).
         out.writes.push(NodeWrite {
             block: addr + u64::from(offset),
             node: addr,

@@ -436,7 +436,7 @@ pub const SNAPSHOT_TREES: [TreeId; 3] = [TreeId::Fs, TreeId::Extent, TreeId::Csu
 /// read-only under `name`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotItem {
-    /// The name (1..=[`MAX_SNAPSHOT_NAME`] bytes, see `volume::snapshot::valid_name`).
+    /// The name (1..=[`MAX_SNAPSHOT_NAME`] bytes, see `features::snapshots::valid_name`).
     pub name: Vec<u8>,
     /// When it was taken.
     pub created: Timespec,

@@ -4,7 +4,7 @@
 //! by mkfs (and, later, by a replacement); a single device's block 0 stays zero.
 //!
 //! Whether a leg is current is not the label's business: the superblocks' generations
-//! and leg table decide that (`volume::legs`).
+//! and leg table decide that (`features::redundancy::legs`).
 
 use alloc::vec::Vec;
 use core::mem::size_of;

@@ -29,7 +29,7 @@ pub const MAGIC: [u8; 8] = *b"NINEFOLD";
 pub const MAX_SEQ: u64 = 1 << 62;
 
 /// Live inode numbers are below this (2^48): `next_ino` is at most it, and inode
-/// numbers with bits 48 and up belong to the snapshots (`volume::snapdir`). A create
+/// numbers with bits 48 and up belong to the snapshots (`features::snapshots::snapdir`). A create
 /// once it is reached fails with `ENOSPC`.
 pub const MAX_INO: u64 = 1 << 48;
 
@@ -402,7 +402,7 @@ impl Superblock {
 
     /// The checks [`Superblock::decode`] makes of every field: what a mount and fsck
     /// accept. The filesystem checks each superblock it writes the same way
-    /// (`volume::checks`), so it never writes one the next mount would refuse.
+    /// (`core::checks`), so it never writes one the next mount would refuse.
     pub fn check(&self) -> Result<(), Corrupt> {
         if self.version != FORMAT_VERSION {
             return Err(Corrupt::Field("version"));

@@ -16,7 +16,7 @@
 //! reserved, freeing blocks twice, a group's free count that differs from its bits)
 //! changes nothing more and is kept as a [`Violation`] for the filesystem to take
 //! ([`Allocator::take_violation`]): it fails before its next commit is written, in every
-//! build (`volume::checks`).
+//! build (`core::checks`).
 
 use alloc::vec::Vec;
 use core::ops::Range;
@@ -517,7 +517,7 @@ impl Allocator {
 
     /// Holds `blocks`, what the newest snapshot references, in place of what the one
     /// before it referenced (enough: a block the live filesystem frees is referenced by
-    /// some snapshot only if it is by the newest, see `volume::snapshot`). Blocks already
+    /// some snapshot only if it is by the newest, see `features::snapshots`). Blocks already
     /// waiting to be freed stay allocated instead (they belong to the snapshot now).
     pub fn hold_newest(&mut self, blocks: RangeSet) {
         for r in blocks.iter() {

@@ -1,7 +1,7 @@
 //! Production checks: an invariant broken in memory, caught before it reaches the disk.
 //!
 //! A check that fails gives a [`Violation`] instead of panicking; the filesystem then
-//! fails as after a device error (`volume::checks` lists the checks and says what
+//! fails as after a device error (`core::checks` lists the checks and says what
 //! failing means).
 
 use alloc::string::String;

@@ -2,6 +2,8 @@
 //! hashes, little-endian byte cursors, range sets, fixed-capacity encode buffers and
 //! the production checks' [`check::Violation`].
 
+#[cfg(feature = "serde")]
+pub(crate) mod by_name;
 pub mod bytes;
 pub mod check;
 pub mod crc;

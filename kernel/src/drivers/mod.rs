@@ -83,25 +83,13 @@ mod glue {
             .map(|o| o.expect("every future finished"))
             .collect()
     }
-
-    /// Lets every other ready task run once before continuing (used by polling loops).
-    pub async fn yield_now() {
-        let mut yielded = false;
-        poll_fn(|cx| {
-            if yielded {
-                Poll::Ready(())
-            } else {
-                yielded = true;
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-        })
-        .await
-    }
 }
 
+/// Lets every other ready task run once before continuing (used by polling loops).
 #[cfg(target_os = "none")]
-pub use glue::{irq_event, join_all, yield_now};
+pub use block::yield_now;
+#[cfg(target_os = "none")]
+pub use glue::{irq_event, join_all};
 
 /// Bytes of finished requests' DMA streams a block driver keeps for the next requests,
 /// by default (its `bounce_pool` option; see `bounce`).

@@ -1,6 +1,6 @@
 //! x86 port I/O.
 //!
-//! Port I/O is treated as safe: the kernel addresses only legacy devices it owns (COM1,
+//! Port I/O is treated as safe: the kernel addresses only legacy devices it owns (COM1 and COM2,
 //! the PIT and PICs, PCI configuration ports, QEMU's debug-exit port, and the ACPI fixed
 //! hardware the FADT names: the PM1 and GPE0 registers and the SMI command port), none
 //! of which can write to memory. Devices that can (bus masters) are only set up through PCI, whose

@@ -7,7 +7,7 @@
 //! - [`percpu`]: which CPU is running (each CPU's GS base); [`cpu_local`]: per-CPU
 //!   values for task context.
 //! - [`io_port`]: x86 port I/O.
-//! - [`console`]: the COM1 serial console.
+//! - [`console`]: the serial ports: the console (COM1) and the event channel (COM2).
 //! - [`gdt`], [`trap`]: segments, IST stacks, the IDT and the entry stubs of every
 //!   exception and interrupt.
 //! - [`memory`]: the global frame allocator; [`heap`]: the kernel heap; [`paging`]: page

@@ -287,7 +287,7 @@ impl<F: FileSystem + 'static> Listener<F> {
     /// Logs the service's, the 9P server's and the NIC's counters.
     pub fn log_stats(&self) {
         self.service.log_stats();
-        log::info!(
+        log::debug!(
             "9p: stats: nic: {}; {} stack polls",
             self.stack.nic_stats(),
             self.stack.polls()

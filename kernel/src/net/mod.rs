@@ -182,7 +182,7 @@ mod serve_impl {
             exports: event::list(exports),
             clients: None,
         });
-        log::info!(
+        log::debug!(
             "9p: client memory {} MiB ({} MiB per connection in requests, {} MiB in held state, {} KiB reserved each)",
             memory.limit >> 20,
             memory.per_connection >> 20,

@@ -462,16 +462,5 @@ impl Poller {
 /// Longest a reset may take to go out before its socket is freed anyway.
 pub const RESET_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Lets every other ready task run once.
-pub async fn yield_now() {
-    let mut yielded = false;
-    poll_fn(|cx| {
-        if yielded {
-            return Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
-    .await
-}
+/// Lets every other ready task run once (the one definition, in the block crate).
+pub use block::yield_now;

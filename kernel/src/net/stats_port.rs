@@ -53,16 +53,10 @@ pub struct PortStats {
     pub refused: Counter,
 }
 
-/// Serves `source` on TCP `port` to the clients `allow` admits, for as long as the
-/// appliance runs.
-pub async fn run<S: Source + 'static>(
-    stack: Arc<Stack>,
-    port: u16,
-    allow: AllowList,
-    stats: Rc<PortStats>,
-    source: Rc<S>,
-) {
-    let busy = Rc::new(Cell::new(0usize));
+/// Says (log line and `listening` event) that the counters service listens on `port`
+/// for the clients `allow` admits: called as [`run`] is spawned, so that it comes before
+/// the appliance says it is ready.
+pub fn announce(port: u16, allow: &AllowList) {
     log::info!(
         "stats: counters service on port {port}, clients: {allow} (JSON; `stat` for /sys/block-style lines; GET /metrics for Prometheus)"
     );
@@ -72,8 +66,20 @@ pub async fn run<S: Source + 'static>(
         port,
         max_conns: None,
         exports: alloc::vec::Vec::new(),
-        clients: Some(crate::event::Text::display(&allow)),
+        clients: Some(crate::event::Text::display(allow)),
     });
+}
+
+/// Serves `source` on TCP `port` to the clients `allow` admits, for as long as the
+/// appliance runs ([`announce`] it first).
+pub async fn run<S: Source + 'static>(
+    stack: Arc<Stack>,
+    port: u16,
+    allow: AllowList,
+    stats: Rc<PortStats>,
+    source: Rc<S>,
+) {
+    let busy = Rc::new(Cell::new(0usize));
     loop {
         let Some(h) = listen(&stack, port) else {
             task::sleep(Duration::from_secs(1)).await;

@@ -157,7 +157,7 @@ fn enter_acpi_mode(hw: &FixedHardware) -> Result<(), ArmError> {
         }
         core::hint::spin_loop();
     }
-    log::info!("power: ACPI mode entered (SMI_CMD {:#x})", hw.smi_cmd);
+    log::debug!("power: ACPI mode entered (SMI_CMD {:#x})", hw.smi_cmd);
     Ok(())
 }
 

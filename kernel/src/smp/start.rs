@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use log::{info, warn};
+use log::{debug, warn};
 
 use super::{is_online, remote, set_online, tsc_check, CPUS, MAX_CPUS};
 use crate::apic::lapic;
@@ -121,7 +121,7 @@ fn check_tsc(cpu: usize) {
             check.offset_ns, check.bound_ns
         );
     } else {
-        info!(
+        debug!(
             "smp: CPU {cpu}: TSC agrees with CPU 0's within {} ns",
             check.bound_ns
         );
@@ -139,7 +139,7 @@ pub fn ap_main(cpu: usize) -> ! {
     set_online(cpu, lapic::id());
     // CPU 0 checks this CPU's TSC against its own now, and corrects its clock if need be.
     tsc_check::answer();
-    info!("smp: CPU {cpu} online (local APIC id {})", lapic::id());
+    debug!("smp: CPU {cpu} online (local APIC id {})", lapic::id());
     cpu::enable_interrupts();
     executor.block_on(remote::serve_inbox(cpu));
     unreachable!("an AP's inbox is served forever")

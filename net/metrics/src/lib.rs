@@ -18,6 +18,7 @@ extern crate std;
 pub mod document;
 pub mod endpoint;
 pub mod histogram;
+pub mod parse;
 #[cfg(feature = "promtool")]
 pub mod promtool;
 pub mod rule;

@@ -103,7 +103,7 @@ impl<F: FileSystem> Server<F> {
             } else {
                 continue;
             };
-            log::info!("9p: conn {}: closing: {reason:?}", s.id());
+            log::debug!("9p: conn {}: closing: {reason:?}", s.id());
             s.request_close(reason);
             closed += 1;
         }
@@ -184,7 +184,7 @@ impl<F: FileSystem> Server<F> {
             return false;
         };
         self.counters.slot_reclaims();
-        log::info!(
+        log::debug!(
             "9p: conn {}: closing: its slot went to a new client",
             victim.id()
         );

@@ -401,7 +401,7 @@ impl<F: FileSystem + 'static> Service<F> {
         drop(slot);
         self.ended(worker);
         let active = s.active();
-        log::info!(
+        log::debug!(
             "9p: conn {id}: {} (served on {noun} {worker}; rx {rx} B, tx {tx} B); {active} active",
             how.describe()
         );
@@ -509,8 +509,8 @@ impl<F: FileSystem + 'static> Service<F> {
     /// Logs the connection counters and the protocol's.
     pub fn log_stats(&self) {
         let p = self.server.stats();
-        log::info!("9p: stats: connections: {}", self.stats);
-        log::info!(
+        log::debug!("9p: stats: connections: {}", self.stats);
+        log::debug!(
             "9p: stats: protocol: {} requests, {} error replies, {} undecodable, {} bad frame sizes, {} duplicate tags, {} flushes",
             p.requests,
             p.error_replies,

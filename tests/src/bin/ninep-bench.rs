@@ -3,7 +3,8 @@
 //! in-memory filesystem, and measures from the host over the forwarded TCP port:
 //! sequential 1 MiB-message writes and reads (msize 1 MiB; each message carries
 //! msize − 24 bytes, as Linux sends), and the round-trip latency of small requests.
-//! Prints a Markdown table and the appliance's counters (frames, interrupts, polls).
+//! Prints a Markdown table and the appliance's counters (9P requests, the NIC's frames)
+//! from its last `stats` event.
 //!
 //! Usage: ninep-bench [PORT] [MIB] [memory|disk]   (defaults 15870, 64, memory): `disk`
 //! serves a fresh image made by `ninefold mkfs` on an NVMe disk instead, and adds a
@@ -106,18 +107,20 @@ fn main() {
         });
     }
     drop(c);
-    // The appliance logs its counters every 10 s; wait for a line after the work.
-    vm.wait_for_event("conn_closed", json!({"how": "closed_by_peer"}));
-    std::thread::sleep(Duration::from_secs(11));
-    let boot = vm.stop();
+    // The appliance emits its counters every 10 s when something happened: the first
+    // `stats` event after the connection closed has all the work.
+    let closed = vm.wait_for_event("conn_closed", json!({"how": "closed_by_peer"}));
+    let stats = vm.wait_for_event_following(&closed, "stats", ninefold_tests::any());
+    vm.stop();
     println!();
-    for l in boot
-        .serial
-        .lines()
-        .filter(|l| l.contains("9p: stats:"))
-        .rev()
-        .take(3)
-    {
-        println!("    {}", l.trim());
-    }
+    let ninep = &stats["counters"]["9p"];
+    println!(
+        "    9p: {} connections, {} requests, {} error replies, rx {} B, tx {} B",
+        ninep["accepted"],
+        ninep["requests"],
+        ninep["error_replies"],
+        ninep["rx_bytes"],
+        ninep["tx_bytes"]
+    );
+    println!("    nic: {}", stats["counters"]["nic"]);
 }

@@ -12,6 +12,8 @@ use alloc::vec::Vec;
 use crate::inspect::describe_item;
 use crate::{Checker, MAX_LISTED};
 use block::BlockDevice;
+use ninefs::features::snapshots::check_items;
+use ninefs::features::snapshots::snapdir::SNAPSHOTS_DIR;
 use ninefs::format::items::{
     decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, FileExtent, InodeItem,
     QuotaItem, SnapshotItem, XATTR_CHUNK_LEN,
@@ -19,8 +21,6 @@ use ninefs::format::items::{
 use ninefs::format::key::kind;
 use ninefs::format::{Key, TreeId, BLOCK_SIZE};
 use ninefs::util::hash::{domain, keyed_hash, name_ref_hash};
-use ninefs::volume::snapdir::SNAPSHOTS_DIR;
-use ninefs::volume::snapshot::check_items;
 use ninefs::volume::{check_name, MAX_FILE_SIZE};
 use vfs::{FileType, ROOT_INO};
 
@@ -206,7 +206,7 @@ impl<D: BlockDevice> Checker<D> {
     }
 
     /// The snapshot items of the live fs tree: what the mount checks when it reads
-    /// them (`volume::snapshot::check_items`), and the feature bit that makes it read
+    /// them (`features::snapshots::check_items`), and the feature bit that makes it read
     /// them (without it, a mount would free the blocks they hold).
     pub(crate) fn check_snapshot_items(&mut self) {
         let items: Vec<(u64, SnapshotItem)> = self

@@ -102,12 +102,9 @@ impl<D: BlockDevice> Image<D> {
     /// or the log block the device failed to read.
     pub async fn log_commits(
         &self,
-    ) -> Result<
-        ninefs::volume::synclog::replay::LogScan,
-        ninefs::volume::synclog::replay::UnreadableLog,
-    > {
+    ) -> Result<ninefs::synclog::replay::LogScan, ninefs::synclog::replay::UnreadableLog> {
         let l = self.sb.layout;
-        ninefs::volume::synclog::replay::scan(
+        ninefs::synclog::replay::scan(
             &self.dev,
             l.log_start,
             l.log_blocks,

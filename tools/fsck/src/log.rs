@@ -1,7 +1,7 @@
 //! The fsync log: every commit the mount would replay is checked by replaying it, in
 //! memory, with the filesystem's own replay (a read-only mount of the image, which
 //! writes nothing). So fsck makes exactly the checks replay makes — the rules of
-//! `ninefs::volume::synclog::rules`, that a record does only what a live operation
+//! `ninefs::synclog::rules`, that a record does only what a live operation
 //! would — and a commit the mount would refuse (and then serve the filesystem
 //! read-only) is an error here.
 //!
