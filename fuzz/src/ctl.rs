@@ -8,7 +8,7 @@
 //! Checked: no panic; every refusal prints; after the commands, the filesystem
 //! unmounts cleanly and is fsck-clean.
 
-use ninefs::volume::control::Command;
+use ninefs::surface::control::Command;
 
 use crate::envelope::Envelope;
 use crate::{block_on, images};
