@@ -51,6 +51,12 @@ PEERS = [
     "client-local-btrfs", "client-local-ext4", "ceiling", "ninefold-mirror",
 ]  # fmt: skip
 SYSTEMS = [APPLIANCE, *PEERS]
+# The guest-to-guest link of a run, as the report names it (older reports: dgram).
+LINKS = {
+    "tap": "taps on a bridge, offloads offered",
+    "dgram": "QEMU dgram: UDP on 127.0.0.1",
+    "stream": "QEMU stream: TCP on 127.0.0.1",
+}
 WRITE_WORKLOADS = [
     "fio-write-j1", "fio-write-j4", "fio-write-j16", "fio-randwrite-j1", "fio-randwrite-j16",
     "dbench-4", "bonnie", "fsmark",
@@ -513,7 +519,7 @@ def markdown(report, baseline=None):
         "# ninefold benchmark report",
         "",
         f"Run {m['date']} on {m['host']} ({m['cpus']} CPUs, load average at start {m['load']}), "
-        f"9P link MTU {m.get('mtu', 1500)}, "
+        f"9P link MTU {m.get('mtu', 1500)} ({LINKS[m.get('link', 'dgram')]}), "
         f"QEMU TCG, {m['runtime']} s per fio/dbench workload, client guest "
         f"{m['client']}, server guest and appliance {m['server']}. Compare only within this "
         "run: throughput under TCG on shared cores drifts by +-30% between runs."
@@ -673,6 +679,12 @@ def main():
         "--mtu", type=int, default=9000,
         help="IP MTU of the 9P link, on the client and every server (default 9000: jumbo frames)",
     )  # fmt: skip
+    ap.add_argument(
+        "--link", choices=["tap", "dgram", "stream"], default="tap" if os.geteuid() == 0 else "dgram",
+        help="the guest-to-guest link (tests/guest/peers --link): taps on a bridge in a network namespace "
+        "of the run's own (the default as root: no host socket buffers in the way, offloads as on a host's "
+        "bridge) or QEMU's UDP or TCP socket link",
+    )  # fmt: skip
     ap.add_argument("--peers-arg", action="append", default=[], help="passed to tests/guest/peers")
     a = ap.parse_args()
     build = os.environ.get("BUILD", os.path.join(REPO, "build"))
@@ -702,14 +714,14 @@ def main():
             "host": os.uname().nodename, "cpus": os.cpu_count(),
             "load": " ".join(f"{x:.1f}" for x in os.getloadavg()), "runtime": runtime,
             "systems": systems, "workloads": workloads,
-            "client": "1 GiB, 2 vCPUs", "server": "128 MiB, 1 vCPU", "mtu": a.mtu,
+            "client": "1 GiB, 2 vCPUs", "server": "128 MiB, 1 vCPU", "mtu": a.mtu, "link": a.link,
         }  # fmt: skip
         with open(os.path.join(run_dir, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
         log(f"{len(systems)} systems x {len(workloads)} workloads, {runtime} s each; raw results in {run_dir}")
         cmd = [os.path.join(REPO, "tests", "guest", "peers"), "--out", run_dir, "--runtime", str(runtime),
                "--progress", *[f"--peer={s}" for s in systems], *[f"--workload={w}" for w in workloads],
-               f"--mtu={a.mtu}", *a.peers_arg]  # fmt: skip
+               f"--mtu={a.mtu}", f"--link={a.link}", *a.peers_arg]  # fmt: skip
         for flag in ("read_warm_mib", "read_cold_mib"):
             if getattr(a, flag):
                 cmd.append(f"--{flag.replace('_', '-')}={getattr(a, flag)}")

@@ -128,8 +128,14 @@ class Appliance:
             time.sleep(0.1)
 
     def event_log(self):
-        with open(self.events, errors="replace") as f:
-            return f.read()
+        """The event channel's lines, then the console's: images built before the event
+        channel (2026-11-29) wrote their `EVENT` lines on the console, and an A/B against
+        one (`make bench`'s --baseline) runs it with today's harness."""
+        text = ""
+        for path in (self.events, self.log):
+            with open(path, errors="replace") as f:
+                text += f.read()
+        return text
 
     def wait_for_event(self, kind, timeout=60, **fields):
         """Waits for the appliance's structured event `kind` (a line `EVENT {json}` on its

@@ -119,6 +119,9 @@ class Net:
     to the other's `peer_port` and receives on its own `port`; no start order. Unlike
     stream, it adds no latency of its own (QEMU's stream socket keeps Nagle's algorithm,
     which costs each small frame up to a delayed-ACK period on the host; docs/benchmarks.md).
+    mode "tap": a tap device `ifname` that already exists (made with `vnet_hdr`, on a bridge:
+    `tests/guest/taplink.py`), opened with the virtio-net header, so the device offers
+    checksum offload and TSO/GSO as on a host with a bridge; no start order.
     """
 
     mode: str = "none"
@@ -131,6 +134,8 @@ class Net:
     peer_port: int = 0
     # IP MTU of the guest's interface (None: the kernel's default, 1500).
     mtu: int | None = None
+    # mode "tap": the tap device's name.
+    ifname: str | None = None
 
     @staticmethod
     def user(*hostfwd, ip="10.0.2.15/24", gw="10.0.2.2"):
@@ -147,6 +152,10 @@ class Net:
     @staticmethod
     def dgram(port, peer_port, ip, host="127.0.0.1"):
         return Net("dgram", host=host, port=port, peer_port=peer_port, ip=ip)
+
+    @staticmethod
+    def tap(ifname, ip):
+        return Net("tap", ifname=ifname, ip=ip)
 
     @staticmethod
     def parse(spec):
@@ -170,6 +179,8 @@ class Net:
             return []
         if self.mode == "user":
             nd = "user,id=n0" + "".join(f",hostfwd={f}" for f in self.hostfwd)
+        elif self.mode == "tap":
+            nd = f"tap,id=n0,ifname={self.ifname},script=no,downscript=no,vhost=off,vnet_hdr=on"
         elif self.mode == "dgram":
             nd = (
                 f"dgram,id=n0,local.type=inet,local.host={self.host},local.port={self.port},"
