@@ -233,8 +233,13 @@ pub trait Transport {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<Result<usize, Self::Error>>;
-    /// Writes some of `buf`; `Ok(0)` means the peer is gone.
+    /// Writes some of `buf`; `Ok(0)` means the peer is gone. A transport may hold what
+    /// it was given until [`Transport::flush`].
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, Self::Error>>;
+    /// Sends what [`Transport::poll_write`] took and still holds. The connection calls it
+    /// once it has written every reply it has (or the transport took no more), so replies
+    /// made together leave together: fewer, fuller segments for the client to take in.
+    fn flush(&mut self) {}
     /// The connection used up its CPU quantum with work left and returns `Pending`:
     /// arrange for it to be polled again after other work. The default wakes the task at
     /// once (the back of a FIFO run queue); a transport on an executor that can hold
@@ -841,16 +846,21 @@ impl<F: FileSystem + 'static> Connection<F> {
             // taken. That is progress, or the task would sleep with them unread,
             // waiting for a client that sent everything (issue 26).
             progress |= parked && self.parked.is_none();
+            let mut wrote = false;
             while !self.output().is_empty() {
                 match io.poll_write(cx, self.output()) {
                     Poll::Ready(Ok(0)) => return Turn::Done(Ok(None)),
                     Poll::Ready(Ok(n)) => {
                         self.consume_output(n);
                         progress = true;
+                        wrote = true;
                     }
                     Poll::Ready(Err(e)) => return Turn::Done(Err(e)),
                     Poll::Pending => break,
                 }
+            }
+            if wrote {
+                io.flush();
             }
             if let Some(reason) = self.closing {
                 let answered = !reason.finishes_requests() || self.in_flight.is_empty();

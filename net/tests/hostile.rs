@@ -460,6 +460,68 @@ fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
     assert!(server.stats().cpu_yields >= 2000 / 128);
 }
 
+/// A transport that gives a request stream at once and records, at each flush, the
+/// bytes written since the one before.
+#[derive(Default)]
+struct Corked {
+    input: Vec<u8>,
+    pos: usize,
+    unflushed: usize,
+    flushes: Vec<usize>,
+}
+
+impl Transport for Corked {
+    type Error = ();
+    fn poll_read(&mut self, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize, ()>> {
+        let n = buf.len().min(self.input.len() - self.pos);
+        buf[..n].copy_from_slice(&self.input[self.pos..self.pos + n]);
+        self.pos += n;
+        Poll::Ready(Ok(n))
+    }
+    fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, ()>> {
+        self.unflushed += buf.len();
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn flush(&mut self) {
+        self.flushes.push(core::mem::take(&mut self.unflushed));
+    }
+}
+
+#[test]
+fn replies_made_together_are_flushed_together() {
+    NOW.with(|c| c.set(0));
+    let server = server_with(8 * MIB);
+    let mut input = version_and_attach(8192);
+    for tag in 2..34u16 {
+        input.extend(frame(
+            tag,
+            Tmsg::Getattr {
+                fid: 0,
+                request_mask: 0x7ff,
+            },
+        ));
+    }
+    let mut io = Corked {
+        input,
+        ..Corked::default()
+    };
+    let conn = Connection::new(server);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut run = Box::pin(conn.run(&mut io));
+    while run.as_mut().poll(&mut cx).is_pending() {}
+    drop(run);
+    // Every byte written was flushed, none flushed twice, and the 34 replies of
+    // requests that arrived together left in a few flushes, not one each.
+    assert_eq!(io.unflushed, 0, "replies left unflushed");
+    assert!(io.flushes.iter().all(|&n| n > 0), "{:?}", io.flushes);
+    assert!(
+        io.flushes.len() <= 4,
+        "{} flushes: {:?}",
+        io.flushes.len(),
+        io.flushes
+    );
+}
+
 #[test]
 fn an_unfinished_frame_counts_as_unused_memory_after_the_stall_time() {
     NOW.with(|c| c.set(0));

@@ -4,7 +4,9 @@
 //! when nothing can move, the socket's receive or send waker is registered so the
 //! connection's task sleeps until smoltcp has data or room (or the state changes: smoltcp
 //! wakes both wakers on every state change, so a reset is noticed too). Data queued for
-//! sending goes out at once from the connection's CPU (`Stack::transmit`), as does a
+//! sending goes out from the connection's CPU (`Stack::transmit`) when the connection
+//! flushes, after writing every reply it had (so replies made together share segments
+//! and frames, as Linux's TCP autocorking joins small writes), as does a
 //! window update when a read reopened a window that was more than half closed; a smaller
 //! one rides on the next segment the stack sends.
 //!
@@ -48,6 +50,8 @@ pub struct TcpTransport {
     /// Bytes this connection received and sent.
     rx: u64,
     tx: u64,
+    /// Bytes were queued since the last [`Transport::flush`]: they go out then, together.
+    unsent: bool,
 }
 
 impl TcpTransport {
@@ -61,6 +65,7 @@ impl TcpTransport {
             cpu,
             rx: 0,
             tx: 0,
+            unsent: false,
         }
     }
 
@@ -117,10 +122,16 @@ impl Transport for TcpTransport {
             if n > 0 {
                 self.tx += n as u64;
                 self.stats.worker(self.cpu).tx_bytes.add(n as u64);
-                self.stack.transmit(self.handle);
+                self.unsent = true;
             }
         }
         r
+    }
+
+    fn flush(&mut self) {
+        if core::mem::take(&mut self.unsent) {
+            self.stack.transmit(self.handle);
+        }
     }
 
     fn yield_cpu(&mut self, cx: &mut Context<'_>) {
