@@ -632,7 +632,8 @@ impl<D: BlockDevice> NineFs<D> {
         self.core.lock().sb.clone()
     }
 
-    pub(crate) fn now(&self) -> vfs::Timespec {
+    /// Now, by the clock the filesystem was mounted with (its timestamps').
+    pub fn now(&self) -> vfs::Timespec {
         self.clock.now()
     }
 

@@ -20,12 +20,13 @@ use block::MemDisk;
 use ninefs::volume::NineFs;
 use ninep::conn::Connection;
 use ninep::server::{Config, Server};
+use ninep::testing::corpus::frame;
 use ninep::wire::{Rmsg, Tmsg};
 use testkit::model::ModelFs;
 use vfs::FileSystem;
 
 use crate::envelope::{self, Envelope};
-use crate::ninep_wire::{frame, session};
+use crate::ninep_wire::session;
 use crate::{block_on, images};
 
 fn poll<F: FileSystem + 'static>(conn: &mut Connection<F>) {

@@ -8,6 +8,7 @@
 //! Checked: no panic; a frame that decodes re-encodes to exactly itself; every
 //! directory entry iterator ends.
 
+use ninep::testing::corpus;
 use ninep::wire::{frame_size, DirentIter, Header, Rmsg, Tmsg};
 
 use crate::envelope::{self, Envelope};
@@ -54,219 +55,22 @@ pub fn run(data: &[u8]) {
     }
 }
 
-/// A request frame.
-pub fn frame(tag: u16, m: &Tmsg<'_>) -> Vec<u8> {
-    let mut out = Vec::new();
-    m.encode(tag, &mut out).expect("seed frames encode");
-    out
-}
-
-/// A session as a client would send it: every request type once at least, with fids
-/// and names that refer to what earlier requests made.
+/// A stream as clients send it: the sessions of `ninep::testing::corpus` one after
+/// another (each begins with its `Tversion`), which send every request type but
+/// `Tauth` with fids and names that refer to what earlier requests made; then a
+/// `Tauth`.
 pub fn session() -> Vec<Vec<u8>> {
-    use ninep::wire::{getattr, lock, open_flags, setattr, Data, AT_REMOVEDIR};
-    let data = [0x61u8; 3000];
-    let msgs = vec![
-        Tmsg::Version {
-            msize: 65536,
-            version: b"9P2000.L",
-        },
-        Tmsg::Attach {
-            fid: 0,
-            afid: !0,
-            uname: b"root",
-            aname: b"",
-            n_uname: 0,
-        },
-        Tmsg::Getattr {
-            fid: 0,
-            request_mask: getattr::BASIC,
-        },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 1,
-            names: vec![],
-        },
-        Tmsg::Lcreate {
-            fid: 1,
-            name: b"file",
-            flags: open_flags::RDWR | open_flags::CREATE,
-            mode: 0o644,
-            gid: 0,
-        },
-        Tmsg::Write {
-            fid: 1,
-            offset: 0,
-            data: Data(&data),
-        },
-        Tmsg::Write {
-            fid: 1,
-            offset: 70_000,
-            data: Data(&data[..100]),
-        },
-        Tmsg::Fsync {
-            fid: 1,
-            datasync: 0,
-        },
-        Tmsg::Read {
-            fid: 1,
-            offset: 0,
-            count: 8192,
-        },
-        Tmsg::Setattr {
-            fid: 1,
-            valid: setattr::SIZE | setattr::MODE,
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            size: 100,
-            atime_sec: 0,
-            atime_nsec: 0,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-        },
-        Tmsg::Xattrcreate {
-            fid: 1,
-            name: b"user.a",
-            attr_size: 5,
-            flags: 0,
-        },
-        Tmsg::Write {
-            fid: 1,
-            offset: 0,
-            data: Data(b"value"),
-        },
-        Tmsg::Clunk { fid: 1 },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 2,
-            names: vec![b"file"],
-        },
-        Tmsg::Xattrwalk {
-            fid: 2,
-            newfid: 3,
-            name: b"user.a",
-        },
-        Tmsg::Read {
-            fid: 3,
-            offset: 0,
-            count: 100,
-        },
-        Tmsg::Clunk { fid: 3 },
-        Tmsg::Lopen {
-            fid: 2,
-            flags: open_flags::RDWR,
-        },
-        Tmsg::Lock {
-            fid: 2,
-            lock_type: lock::WRLCK,
-            flags: 0,
-            start: 0,
-            length: 10,
-            proc_id: 1,
-            client_id: b"host",
-        },
-        Tmsg::Getlock {
-            fid: 2,
-            lock_type: lock::RDLCK,
-            start: 0,
-            length: 10,
-            proc_id: 2,
-            client_id: b"other",
-        },
-        Tmsg::Lock {
-            fid: 2,
-            lock_type: lock::UNLCK,
-            flags: 0,
-            start: 0,
-            length: 10,
-            proc_id: 1,
-            client_id: b"host",
-        },
-        Tmsg::Mkdir {
-            dfid: 0,
-            name: b"d",
-            mode: 0o755,
-            gid: 0,
-        },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 4,
-            names: vec![b"d"],
-        },
-        Tmsg::Symlink {
-            fid: 4,
-            name: b"s",
-            target: b"../file",
-            gid: 0,
-        },
-        Tmsg::Mknod {
-            dfid: 4,
-            name: b"n",
-            mode: 0o10644,
-            major: 0,
-            minor: 0,
-            gid: 0,
-        },
-        Tmsg::Link {
-            dfid: 4,
-            fid: 2,
-            name: b"hard",
-        },
-        Tmsg::Walk {
-            fid: 4,
-            newfid: 5,
-            names: vec![b"s"],
-        },
-        Tmsg::Readlink { fid: 5 },
-        Tmsg::Rename {
-            fid: 5,
-            dfid: 0,
-            name: b"s2",
-        },
-        Tmsg::Renameat {
-            olddirfid: 4,
-            oldname: b"n",
-            newdirfid: 0,
-            newname: b"n2",
-        },
-        Tmsg::Lopen { fid: 4, flags: 0 },
-        Tmsg::Readdir {
-            fid: 4,
-            offset: 0,
-            count: 4096,
-        },
-        Tmsg::Statfs { fid: 0 },
-        Tmsg::Flush { oldtag: 3 },
-        Tmsg::Unlinkat {
-            dirfid: 4,
-            name: b"hard",
-            flags: 0,
-        },
-        Tmsg::Unlinkat {
-            dirfid: 0,
-            name: b"n2",
-            flags: 0,
-        },
-        Tmsg::Remove { fid: 5 },
-        Tmsg::Clunk { fid: 4 },
-        Tmsg::Unlinkat {
-            dirfid: 0,
-            name: b"d",
-            flags: AT_REMOVEDIR,
-        },
-        Tmsg::Auth {
+    let mut frames: Vec<Vec<u8>> = corpus::sessions().into_iter().flatten().collect();
+    frames.push(corpus::frame(
+        1,
+        &Tmsg::Auth {
             afid: 9,
             uname: b"u",
             aname: b"",
             n_uname: 5,
         },
-        Tmsg::Clunk { fid: 2 },
-    ];
-    msgs.iter()
-        .enumerate()
-        .map(|(i, m)| frame(i as u16 + 1, m))
-        .collect()
+    ));
+    frames
 }
 
 /// Seeds: the session's frames, all together and a few alone; replies of each kind.

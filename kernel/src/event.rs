@@ -321,7 +321,8 @@ pub enum Event<'a> {
         /// Bytes rebuilds copied since the mount (the blocks in use, and those copied
         /// again after a write over them).
         copied_bytes: u64,
-        /// Time from the first step this boot saw to the end.
+        /// Time from the rebuild's start in this mount (`ctl replace`, or the mount
+        /// that took it up) to its end.
         ms: u64,
     },
     /// The ACPI power button: armed (a press starts the clean shutdown), or not.

@@ -345,19 +345,16 @@ mod mount_impl {
         }
 
         async fn rebuild_tick(&self, budget: u64) {
-            // When this boot's first step ran, for the event's time (ns since boot).
-            static STARTED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
             let Some(going) = self.rebuild_progress() else {
                 return;
             };
-            let now = crate::clock::now().as_nanos();
-            let _ = STARTED.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
             match self.rebuild_step(budget).await {
                 Ok(RebuildStep::Done) => event::emit(Event::Rebuilt {
                     leg: going.place as u64,
                     blocks: going.total,
                     copied_bytes: self.stats().rebuild_blocks * BLOCK_SIZE as u64,
-                    ms: now.saturating_sub(STARTED.swap(0, Ordering::Relaxed)) / 1_000_000,
+                    // The rebuild's own start (this mount's), not a previous one's.
+                    ms: going.elapsed_ms(self.now()),
                 }),
                 Ok(_) => {}
                 Err(e) => warn!("rebuild: leg {}: {e}", going.place),

@@ -4,6 +4,10 @@
 //! reply back — so the same client drives a [`crate::conn::Connection`] in memory and a
 //! server over real TCP. Each call sends one request and waits for its reply; tests that
 //! need several requests in flight build frames with [`crate::wire::Tmsg`] directly.
+//! [`corpus`] has the request frames of whole sessions, for tests that damage them and
+//! for fuzzing.
+
+pub mod corpus;
 
 use alloc::vec::Vec;
 

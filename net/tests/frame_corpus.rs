@@ -1,9 +1,9 @@
 //! Fuzzing the decoder and the connection driver from a corpus of real sessions.
 //!
-//! The corpus is the request stream of whole sessions as the Linux client sends them
-//! (version, attach, walks, creates, writes, fsyncs, reads, readdirs, xattrs, locks,
-//! renames, unlinks, clunks), so each request refers to fids and names that exist and
-//! reaches deep into the server. Each case takes one session and damages it: bytes
+//! The corpus (`ninep::testing::corpus`) is the request stream of whole sessions as the
+//! Linux client sends them (version, attach, walks, creates, writes, fsyncs, reads,
+//! readdirs, xattrs, locks, renames, unlinks, clunks), so each request refers to fids
+//! and names that exist and reaches deep into the server. Each case takes one session and damages it: bytes
 //! overwritten (size fields included), frames cut, spliced from other sessions,
 //! repeated or reordered, tags reused; then feeds the bytes to a connection of a server
 //! over the model filesystem in chunks of random sizes, so frame boundaries fall
@@ -21,309 +21,12 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{client, frame, model_server, poll, Model};
+use common::{client, model_server, poll, Model};
 use ninep::conn::Connection;
 use ninep::server::Config;
-use ninep::wire::{
-    getattr, lock, open_flags, setattr, Data, DirentIter, Rmsg, Tmsg, AT_REMOVEDIR, XATTR_CREATE,
-};
+use ninep::testing::corpus::sessions;
+use ninep::wire::{DirentIter, Rmsg, Tmsg};
 use proptest::prelude::*;
-
-/// The sessions of the corpus, each a list of request frames (tags 1, 2, ...).
-fn corpus() -> Vec<Vec<Vec<u8>>> {
-    let data = vec![0x61u8; 5000];
-    let big = vec![0x62u8; 40_000];
-    let mut sessions = Vec::new();
-    // A mount that creates, writes, fsyncs, reads back and removes a file.
-    sessions.push(vec![
-        Tmsg::Version {
-            msize: 65536,
-            version: b"9P2000.L",
-        },
-        Tmsg::Attach {
-            fid: 0,
-            afid: !0,
-            uname: b"root",
-            aname: b"",
-            n_uname: 0,
-        },
-        Tmsg::Getattr {
-            fid: 0,
-            request_mask: getattr::BASIC,
-        },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 1,
-            names: vec![],
-        },
-        Tmsg::Lcreate {
-            fid: 1,
-            name: b"file",
-            flags: open_flags::RDWR | open_flags::CREATE,
-            mode: 0o644,
-            gid: 0,
-        },
-        Tmsg::Write {
-            fid: 1,
-            offset: 0,
-            data: Data(&data),
-        },
-        Tmsg::Write {
-            fid: 1,
-            offset: 8192,
-            data: Data(&big),
-        },
-        Tmsg::Fsync {
-            fid: 1,
-            datasync: 0,
-        },
-        Tmsg::Read {
-            fid: 1,
-            offset: 0,
-            count: 65536 - 11,
-        },
-        Tmsg::Setattr {
-            fid: 1,
-            valid: setattr::SIZE | setattr::MODE,
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            size: 100,
-            atime_sec: 0,
-            atime_nsec: 0,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-        },
-        Tmsg::Clunk { fid: 1 },
-        Tmsg::Unlinkat {
-            dirfid: 0,
-            name: b"file",
-            flags: 0,
-        },
-        Tmsg::Statfs { fid: 0 },
-    ]);
-    // A tree: directories, readdir, rename, links, symlinks, nodes, removal.
-    sessions.push(vec![
-        Tmsg::Version {
-            msize: 8192,
-            version: b"9P2000.L",
-        },
-        Tmsg::Attach {
-            fid: 0,
-            afid: !0,
-            uname: b"",
-            aname: b"",
-            n_uname: 0,
-        },
-        Tmsg::Mkdir {
-            dfid: 0,
-            name: b"d",
-            mode: 0o755,
-            gid: 0,
-        },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 1,
-            names: vec![b"d"],
-        },
-        Tmsg::Mkdir {
-            dfid: 1,
-            name: b"e",
-            mode: 0o2755,
-            gid: 0,
-        },
-        Tmsg::Symlink {
-            fid: 1,
-            name: b"s",
-            target: b"../d/e",
-            gid: 0,
-        },
-        Tmsg::Mknod {
-            dfid: 1,
-            name: b"n",
-            mode: 0o100644,
-            major: 0,
-            minor: 0,
-            gid: 0,
-        },
-        Tmsg::Walk {
-            fid: 1,
-            newfid: 2,
-            names: vec![b"n"],
-        },
-        Tmsg::Link {
-            dfid: 1,
-            fid: 2,
-            name: b"n2",
-        },
-        Tmsg::Walk {
-            fid: 1,
-            newfid: 3,
-            names: vec![b"s"],
-        },
-        Tmsg::Readlink { fid: 3 },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 4,
-            names: vec![b"d"],
-        },
-        Tmsg::Lopen {
-            fid: 4,
-            flags: open_flags::RDONLY | open_flags::DIRECTORY,
-        },
-        Tmsg::Readdir {
-            fid: 4,
-            offset: 0,
-            count: 8192 - 11,
-        },
-        Tmsg::Readdir {
-            fid: 4,
-            offset: 3,
-            count: 40,
-        },
-        Tmsg::Renameat {
-            olddirfid: 1,
-            oldname: b"n2",
-            newdirfid: 0,
-            newname: b"moved",
-        },
-        Tmsg::Rename {
-            fid: 2,
-            dfid: 0,
-            name: b"moved2",
-        },
-        Tmsg::Walk {
-            fid: 1,
-            newfid: 5,
-            names: vec![b"..", b"d", b"e", b"..", b"."],
-        },
-        Tmsg::Unlinkat {
-            dirfid: 1,
-            name: b"e",
-            flags: AT_REMOVEDIR,
-        },
-        Tmsg::Remove { fid: 3 },
-        Tmsg::Clunk { fid: 4 },
-        Tmsg::Clunk { fid: 5 },
-    ]);
-    // Extended attributes and locks.
-    sessions.push(vec![
-        Tmsg::Version {
-            msize: 131072,
-            version: b"9P2000.L",
-        },
-        Tmsg::Attach {
-            fid: 0,
-            afid: !0,
-            uname: b"",
-            aname: b"",
-            n_uname: 0,
-        },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 1,
-            names: vec![],
-        },
-        Tmsg::Lcreate {
-            fid: 1,
-            name: b"x",
-            flags: open_flags::RDWR,
-            mode: 0o666,
-            gid: 0,
-        },
-        Tmsg::Walk {
-            fid: 0,
-            newfid: 2,
-            names: vec![b"x"],
-        },
-        Tmsg::Xattrcreate {
-            fid: 2,
-            name: b"user.k",
-            attr_size: 5000,
-            flags: XATTR_CREATE,
-        },
-        Tmsg::Write {
-            fid: 2,
-            offset: 0,
-            data: Data(&data),
-        },
-        Tmsg::Clunk { fid: 2 },
-        Tmsg::Xattrwalk {
-            fid: 1,
-            newfid: 3,
-            name: b"user.k",
-        },
-        Tmsg::Read {
-            fid: 3,
-            offset: 0,
-            count: 4096,
-        },
-        Tmsg::Xattrwalk {
-            fid: 1,
-            newfid: 4,
-            name: b"",
-        },
-        Tmsg::Read {
-            fid: 4,
-            offset: 0,
-            count: 4096,
-        },
-        Tmsg::Lock {
-            fid: 1,
-            lock_type: lock::WRLCK,
-            flags: lock::FLAGS_BLOCK,
-            start: 0,
-            length: 10,
-            proc_id: 7,
-            client_id: b"client-a",
-        },
-        Tmsg::Getlock {
-            fid: 1,
-            lock_type: lock::WRLCK,
-            start: 0,
-            length: 0,
-            proc_id: 8,
-            client_id: b"client-b",
-        },
-        Tmsg::Lock {
-            fid: 1,
-            lock_type: lock::RDLCK,
-            flags: 0,
-            start: 20,
-            length: 0,
-            proc_id: 7,
-            client_id: b"client-a",
-        },
-        Tmsg::Lock {
-            fid: 1,
-            lock_type: lock::UNLCK,
-            flags: 0,
-            start: 0,
-            length: 0,
-            proc_id: 7,
-            client_id: b"client-a",
-        },
-        Tmsg::Flush { oldtag: 3 },
-        Tmsg::Clunk { fid: 3 },
-        Tmsg::Clunk { fid: 1 },
-    ]);
-    sessions
-        .into_iter()
-        .map(|msgs| {
-            msgs.into_iter()
-                .enumerate()
-                .map(|(i, m)| {
-                    let tag = if matches!(m, Tmsg::Version { .. }) {
-                        0xffff
-                    } else {
-                        i as u16
-                    };
-                    frame(tag, m)
-                })
-                .collect()
-        })
-        .collect()
-}
 
 /// One way of damaging a session.
 #[derive(Clone, Debug)]
@@ -444,7 +147,7 @@ proptest! {
         damages in prop::collection::vec(damage(), 0..6),
         chunks in prop::collection::vec(1usize..20_000, 1..50),
     ) {
-        let corpus = corpus();
+        let corpus = sessions();
         let frames = damaged(&corpus, session, &damages);
         for f in &frames {
             decodes_consistently(f)?;
@@ -499,7 +202,7 @@ proptest! {
 #[test]
 fn the_corpus_is_served_without_errors() {
     // Undamaged, every session runs through (so damage is what the fuzzing adds).
-    for (i, session) in corpus().iter().enumerate() {
+    for (i, session) in sessions().iter().enumerate() {
         let server = model_server(Config::default());
         let mut conn: Connection<Model> = Connection::new(server.clone());
         let mut errors = Vec::new();

@@ -171,7 +171,11 @@ impl FsImage {
         (out.status.code(), text)
     }
 
-    /// Requires `ninefold fsck` to find it clean (exit status 0); returns its report.
+    /// The check every test makes of an image after the appliance (or QEMU's death) has
+    /// left it: `ninefold fsck` must find it clean (exit status 0: no error; an image not
+    /// unmounted cleanly, with a log to replay, is clean too). Returns its report for
+    /// further checks (`fsck_unmounted_cleanly` makes the usual one); a test that
+    /// counts failures instead of stopping at the first uses `fsck_status`.
     pub fn fsck(&self) -> String {
         let (status, text) = self.fsck_status();
         assert_eq!(
@@ -181,6 +185,20 @@ impl FsImage {
             self.0.display()
         );
         text
+    }
+
+    /// [`FsImage::fsck`], and the image was unmounted cleanly: the report warns of no
+    /// unclean unmount and of no log for the next mount to replay. Returns the report.
+    pub fn fsck_unmounted_cleanly(&self) -> String {
+        let report = self.fsck();
+        for unclean in ["not unmounted cleanly", "replay"] {
+            assert!(
+                !report.contains(unclean),
+                "ninefold fsck {}: not unmounted cleanly:\n{report}",
+                self.0.display()
+            );
+        }
+        report
     }
 }
 

@@ -79,22 +79,6 @@ fn read_file(port: u16, name: &str) -> Vec<u8> {
     }
 }
 
-/// `ninefold fsck` of one image alone: clean.
-fn fsck_clean(leg: &FsImage) {
-    let out = Command::new(ninefold_tests::tool())
-        .arg("fsck")
-        .arg(leg.path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "fsck of one leg: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn faults_on_one_leg_are_served_from_the_other_and_repaired() {
     let port = 15872;
@@ -142,8 +126,8 @@ fn faults_on_one_leg_are_served_from_the_other_and_repaired() {
         "{counters}"
     );
     vm.stop().expect_no_line("!!!");
-    fsck_clean(&a);
-    fsck_clean(&b);
+    a.fsck();
+    b.fsck();
 
     // Every read from leg a fails: past the limit it is taken out of service, and b
     // serves everything.
@@ -171,7 +155,7 @@ fn faults_on_one_leg_are_served_from_the_other_and_repaired() {
         "{counters}"
     );
     vm.stop().expect_no_line("!!!");
-    fsck_clean(&b);
+    b.fsck();
 }
 
 #[test]
@@ -205,8 +189,8 @@ fn a_mirrored_volume_serves_from_both_legs_and_from_one() {
     let serial = vm.stop();
     serial.expect_no_line("!!!");
     // Each leg alone is a whole filesystem with the file.
-    fsck_clean(&a);
-    fsck_clean(&b);
+    a.fsck();
+    b.fsck();
 
     // Leg b gone: the volume serves from a, degraded.
     let mut vm = Qemu::serving()
@@ -319,7 +303,7 @@ fn a_leg_replaced_online_is_rebuilt_while_a_client_writes_and_then_serves_alone(
     vm.stop().expect_no_line("!!!");
 
     // The new device alone is the whole filesystem: the original one can go.
-    fsck_clean(&blank);
+    blank.fsck();
     let mut vm = Qemu::serving()
         .memory("128M")
         .nvme_image("nf-new", &blank)

@@ -382,35 +382,78 @@ pub fn render(target: &str, a: &Sample, b: &Sample, secs: f64) -> String {
 mod tests {
     use super::*;
 
-    const A: &str = "# HELP x\n\
-ninefold_uptime_seconds 10\n\
-ninefold_9p_connections 2\n\
-ninefold_9p_requests_total{type=\"read\"} 100\n\
-ninefold_9p_requests_total{type=\"fsync\"} 10\n\
-ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"0.001\"} 5\n\
-ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"0.01\"} 10\n\
-ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"+Inf\"} 10\n\
-ninefold_fs_log_commits_total 4\n\
-ninefold_fs_log_fsyncs_total 10\n\
-ninefold_fs_node_writes_total{cause=\"reclaim\"} 1\n\
-ninefold_9p_tenant_connections{tenant=\"a \\\"b\\\"\"} 1\n";
+    /// The counters of a fixture sample, all the tests' figures: [`Fixture::sample`]
+    /// writes them as `/metrics` does (with a comment line the parser skips).
+    struct Fixture {
+        uptime: u64,
+        conns: u64,
+        reads: u64,
+        /// Fsync requests: the log's fsyncs too, and the latency histogram's count.
+        fsyncs: u64,
+        /// Of them, those that took at most 1 ms and at most 10 ms (the others longer).
+        fsyncs_within: [u64; 2],
+        commits: u64,
+        reclaim_writes: u64,
+        tenant_conns: u64,
+    }
 
-    const B: &str = "ninefold_uptime_seconds 12\n\
-ninefold_9p_connections 3\n\
-ninefold_9p_requests_total{type=\"read\"} 300\n\
-ninefold_9p_requests_total{type=\"fsync\"} 30\n\
-ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"0.001\"} 6\n\
-ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"0.01\"} 28\n\
-ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=\"+Inf\"} 30\n\
-ninefold_fs_log_commits_total 14\n\
-ninefold_fs_log_fsyncs_total 30\n\
-ninefold_fs_node_writes_total{cause=\"reclaim\"} 5\n\
-ninefold_9p_tenant_connections{tenant=\"a \\\"b\\\"\"} 2\n";
+    impl Fixture {
+        fn sample(&self) -> Sample {
+            let Fixture {
+                uptime,
+                conns,
+                reads,
+                fsyncs,
+                fsyncs_within: [ms1, ms10],
+                commits,
+                reclaim_writes,
+                tenant_conns,
+            } = self;
+            let fsync_le = "ninefold_9p_request_duration_seconds_bucket{type=\"fsync\",le=";
+            Sample::parse(&format!(
+                "# HELP x\n\
+                 ninefold_uptime_seconds {uptime}\n\
+                 ninefold_9p_connections {conns}\n\
+                 ninefold_9p_requests_total{{type=\"read\"}} {reads}\n\
+                 ninefold_9p_requests_total{{type=\"fsync\"}} {fsyncs}\n\
+                 {fsync_le}\"0.001\"}} {ms1}\n\
+                 {fsync_le}\"0.01\"}} {ms10}\n\
+                 {fsync_le}\"+Inf\"}} {fsyncs}\n\
+                 ninefold_fs_log_commits_total {commits}\n\
+                 ninefold_fs_log_fsyncs_total {fsyncs}\n\
+                 ninefold_fs_node_writes_total{{cause=\"reclaim\"}} {reclaim_writes}\n\
+                 ninefold_9p_tenant_connections{{tenant=\"a \\\"b\\\"\"}} {tenant_conns}\n"
+            ))
+            .unwrap()
+        }
+    }
+
+    const A: Fixture = Fixture {
+        uptime: 10,
+        conns: 2,
+        reads: 100,
+        fsyncs: 10,
+        fsyncs_within: [5, 10],
+        commits: 4,
+        reclaim_writes: 1,
+        tenant_conns: 1,
+    };
+
+    /// Two seconds after [`A`].
+    const B: Fixture = Fixture {
+        uptime: 12,
+        conns: 3,
+        reads: 300,
+        fsyncs: 30,
+        fsyncs_within: [6, 28],
+        commits: 14,
+        reclaim_writes: 5,
+        tenant_conns: 2,
+    };
 
     #[test]
     fn rates_and_quantiles_cover_the_interval_only() {
-        let (a, b) = (Sample::parse(A).unwrap(), Sample::parse(B).unwrap());
-        let frame = render("h:5641", &a, &b, 2.0);
+        let frame = render("h:5641", &A.sample(), &B.sample(), 2.0);
         assert!(frame.contains("requests/s 110"), "{frame}");
         assert!(frame.contains("by type/s: read 100  fsync 10"), "{frame}");
         // Of the interval's 20 fsyncs, 1 took at most 1 ms, 17 more at most 10: p50
@@ -430,12 +473,7 @@ ninefold_9p_tenant_connections{tenant=\"a \\\"b\\\"\"} 2\n";
 
     #[test]
     fn a_counter_that_went_back_reads_as_zero() {
-        let frame = render(
-            "h",
-            &Sample::parse(B).unwrap(),
-            &Sample::parse(A).unwrap(),
-            1.0,
-        );
+        let frame = render("h", &B.sample(), &A.sample(), 1.0);
         assert!(frame.contains("requests/s 0"), "{frame}");
     }
 }

@@ -4,19 +4,17 @@
 //! state must mount, fsck clean and hold what was acknowledged, and an acknowledgement
 //! log that claims more than was acknowledged must be caught.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use block::MemDisk;
+use common::{fsck_clean, ninefold};
 use logwrites::acks::AckWriter;
 use logwrites::LogWritesDisk;
 use ninefs::volume::{format, FormatOptions, MountOptions, NineFs};
 use testkit::testing::{ManualClock, TEST_OWNER};
 use vfs::{FileSystem, ROOT_INO};
-
-fn ninefold() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ninefold"))
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("ninefold-trace-{}-{name}", std::process::id()));
@@ -182,15 +180,7 @@ fn replay_trace_stops_at_the_last_flush() {
         text.contains(&format!("{n} of {n} entries applied")),
         "{text}"
     );
-    let fsck = ninefold()
-        .args(["fsck", "-n", out_img.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fsck.stdout)
-    );
+    fsck_clean(&out_img);
     // Cut in the middle: only up to the last FLUSH within the cut.
     let cut = trace.entries()[n / 2].log_end;
     let durable = trace.durable_prefix(n / 2 + 1);

@@ -376,7 +376,7 @@ impl<D: BlockDevice> NineFs<D> {
                 r.cursor,
                 r.total,
                 r.copied * b,
-                r.rate(self.now().sec)
+                r.rate(self.now())
             );
         }
         let _ = writeln!(s, "corruptions {}", stats.corruptions);

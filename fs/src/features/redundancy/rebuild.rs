@@ -39,7 +39,7 @@ use crate::io::Verified;
 use crate::util::crc::crc32c;
 use crate::volume::NineFs;
 use block::{yield_now, BlockDevice};
-use vfs::{Errno, FsResult};
+use vfs::{Errno, FsResult, Timespec};
 
 /// Default rebuild rate, in MiB per second (`rebuild_rate=`, `ninefold serve
 /// --rebuild-rate`): a few times scrub's, since redundancy is missing until it ends.
@@ -68,9 +68,10 @@ pub struct Rebuild {
     pub recorded: u64,
     /// Blocks of the filesystem (the cursor's end).
     pub total: u64,
-    /// When this mount's copying started (wall-clock seconds) and the blocks copied
-    /// since: the rate.
-    pub since: i64,
+    /// When this mount's copying started, by the filesystem's clock ([`NineFs::now`]):
+    /// at `ctl replace`, or at the mount that took the rebuild up. With `copied`, the
+    /// rate; to the end, the time the rebuild took.
+    pub since: Timespec,
     /// Blocks copied since `since`.
     pub copied: u64,
 }
@@ -88,9 +89,16 @@ pub enum RebuildStep {
 
 impl Rebuild {
     /// Copied bytes per second since this mount's copying started (at `now`).
-    pub fn rate(&self, now: i64) -> u64 {
-        let secs = (now - self.since).max(1) as u64;
+    pub fn rate(&self, now: Timespec) -> u64 {
+        let secs = (now.sec - self.since.sec).max(1) as u64;
         self.copied * BLOCK_SIZE as u64 / secs
+    }
+
+    /// Milliseconds from when this mount's copying started to `now` (0 if the clock
+    /// went back).
+    pub fn elapsed_ms(&self, now: Timespec) -> u64 {
+        let ns = |t: Timespec| i128::from(t.sec) * 1_000_000_000 + i128::from(t.nsec);
+        u64::try_from((ns(now) - ns(self.since)) / 1_000_000).unwrap_or(0)
     }
 }
 
@@ -236,7 +244,7 @@ impl<D: BlockDevice> NineFs<D> {
             cursor,
             recorded,
             total: sb.layout.total_blocks,
-            since: self.now().sec,
+            since: self.now(),
             copied: 0,
         });
         let mut c = self.core.lock();
