@@ -50,6 +50,8 @@ need() {
     fi
 }
 need xmllint libxml2-utils
+# `ninefold top`'s terminal test draws it in a detached tmux session.
+need tmux tmux
 
 # libvirt's schemas without libvirt: only the files, from the package, into build/.
 schemas=build/libvirt-schemas

@@ -126,6 +126,32 @@ fn fsync_load(
     n
 }
 
+/// [`fsync_load`] of 4 KiB writes on its own connection and thread until stopped.
+struct BackgroundLoad {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl BackgroundLoad {
+    fn start(served: &Served) -> BackgroundLoad {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut c = connect(served);
+        let running = stop.clone();
+        let thread = std::thread::spawn(move || {
+            fsync_load(&mut c, "f", &[7u8; 4096], 64, |_| {
+                !running.load(std::sync::atomic::Ordering::Relaxed)
+            })
+        });
+        BackgroundLoad { stop, thread }
+    }
+
+    /// Stops it; the rounds it did.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 #[test]
 fn serves_a_filesystem_over_tcp() {
     let served = serve(&[]);
@@ -899,16 +925,7 @@ fn a_send_cut_off_mid_stream_fails_and_leaves_no_file() {
 fn top_shows_a_server_under_load() {
     let mut served = serve(&["--stats", "127.0.0.1:0"]);
     let stats = served.stats_addr();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut c = connect(&served);
-    let load = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            fsync_load(&mut c, "f", &[7u8; 4096], 64, |_| {
-                !stop.load(std::sync::atomic::Ordering::Relaxed)
-            })
-        })
-    };
+    let load = BackgroundLoad::start(&served);
     let out = ninefold(&[
         "top",
         "--connect",
@@ -918,8 +935,7 @@ fn top_shows_a_server_under_load() {
         "--interval",
         "0.5",
     ]);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(load.join().unwrap() > 0, "the load ran");
+    assert!(load.stop() > 0, "the load ran");
     let frames = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -939,4 +955,65 @@ fn top_shows_a_server_under_load() {
     // Not a counters port: said so.
     let out = ninefold(&["top", "--connect", &served.addr, "--count", "1"]);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `ninefold top` as an operator runs it, on a terminal: in a detached tmux session
+/// (100x40) against a server under load, after four refreshes the screen holds one
+/// frame from its first line (redrawn in place, not appended), with the request types,
+/// rates and latencies of the load.
+#[test]
+fn top_draws_one_frame_in_place_on_a_terminal() {
+    let mut served = serve(&["--stats", "127.0.0.1:0"]);
+    let stats = served.stats_addr();
+    let load = BackgroundLoad::start(&served);
+    let session = format!("ninefold-top-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        let out = std::process::Command::new("tmux")
+            .args(args)
+            .output()
+            .expect("tmux (scripts/deps.sh installs it)");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let top = format!(
+        "{} top --connect {stats} --interval 0.5",
+        common::ninefold().get_program().to_string_lossy()
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "100",
+        "-y",
+        "40",
+        &top,
+    ]);
+    // Four refreshes, then the screen as the operator sees it.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let screen = tmux(&["capture-pane", "-p", "-t", &session]);
+    let _ = std::process::Command::new("tmux")
+        .args(["kill-session", "-t", &session])
+        .status();
+    assert!(load.stop() > 0, "the load ran");
+    assert_eq!(screen.matches("ninefold top ").count(), 1, "{screen}");
+    assert!(
+        screen
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .starts_with("ninefold top "),
+        "the frame starts at the top:\n{screen}"
+    );
+    assert!(
+        screen.contains("Twrite") && screen.contains("Tfsync"),
+        "{screen}"
+    );
+    assert!(!screen.contains("requests/s 0 "), "{screen}");
+    assert!(screen.contains("latency ms p50/p99: "), "{screen}");
 }
