@@ -402,11 +402,35 @@ fn version_and_attach(msize: u32) -> Vec<u8> {
 }
 
 /// A transport that has a request stream to give and takes every reply; serving a
-/// request takes 100 µs of the fake clock.
+/// request takes 100 µs of the fake clock. At each flush it records the bytes written
+/// since the one before.
+#[derive(Default)]
 struct Pipelined {
     input: Vec<u8>,
     pos: usize,
     replies: usize,
+    unflushed: usize,
+    flushes: Vec<usize>,
+}
+
+impl Pipelined {
+    /// A session's start, then `n` `Tgetattr`s of the root, all sent at once.
+    fn getattrs(n: u16) -> Pipelined {
+        let mut input = version_and_attach(8192);
+        for tag in 2..2 + n {
+            input.extend(frame(
+                tag,
+                Tmsg::Getattr {
+                    fid: 0,
+                    request_mask: 0x7ff,
+                },
+            ));
+        }
+        Pipelined {
+            input,
+            ..Pipelined::default()
+        }
+    }
 }
 
 impl Transport for Pipelined {
@@ -420,7 +444,11 @@ impl Transport for Pipelined {
     fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, ()>> {
         advance(100_000);
         self.replies += 1;
+        self.unflushed += buf.len();
         Poll::Ready(Ok(buf.len()))
+    }
+    fn flush(&mut self) {
+        self.flushes.push(core::mem::take(&mut self.unflushed));
     }
 }
 
@@ -428,21 +456,7 @@ impl Transport for Pipelined {
 fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
     NOW.with(|c| c.set(0));
     let server = server_with(8 * MIB);
-    let mut input = version_and_attach(8192);
-    for tag in 2..2000u16 {
-        input.extend(frame(
-            tag,
-            Tmsg::Getattr {
-                fid: 0,
-                request_mask: 0x7ff,
-            },
-        ));
-    }
-    let mut io = Pipelined {
-        input,
-        pos: 0,
-        replies: 0,
-    };
+    let mut io = Pipelined::getattrs(1998);
     let conn = Connection::new(server.clone());
     let mut cx = Context::from_waker(Waker::noop());
     let mut run = Box::pin(conn.run(&mut io));
@@ -460,51 +474,11 @@ fn a_pipelining_client_yields_the_cpu_after_its_quantum() {
     assert!(server.stats().cpu_yields >= 2000 / 128);
 }
 
-/// A transport that gives a request stream at once and records, at each flush, the
-/// bytes written since the one before.
-#[derive(Default)]
-struct Corked {
-    input: Vec<u8>,
-    pos: usize,
-    unflushed: usize,
-    flushes: Vec<usize>,
-}
-
-impl Transport for Corked {
-    type Error = ();
-    fn poll_read(&mut self, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize, ()>> {
-        let n = buf.len().min(self.input.len() - self.pos);
-        buf[..n].copy_from_slice(&self.input[self.pos..self.pos + n]);
-        self.pos += n;
-        Poll::Ready(Ok(n))
-    }
-    fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<Result<usize, ()>> {
-        self.unflushed += buf.len();
-        Poll::Ready(Ok(buf.len()))
-    }
-    fn flush(&mut self) {
-        self.flushes.push(core::mem::take(&mut self.unflushed));
-    }
-}
-
 #[test]
 fn replies_made_together_are_flushed_together() {
     NOW.with(|c| c.set(0));
     let server = server_with(8 * MIB);
-    let mut input = version_and_attach(8192);
-    for tag in 2..34u16 {
-        input.extend(frame(
-            tag,
-            Tmsg::Getattr {
-                fid: 0,
-                request_mask: 0x7ff,
-            },
-        ));
-    }
-    let mut io = Corked {
-        input,
-        ..Corked::default()
-    };
+    let mut io = Pipelined::getattrs(32);
     let conn = Connection::new(server);
     let mut cx = Context::from_waker(Waker::noop());
     let mut run = Box::pin(conn.run(&mut io));
