@@ -3,7 +3,8 @@
 #
 # Mounts ANAME from ADDR:PORT (9P2000.L over TCP, msize 1 MiB requested) and checks
 # create, write, fsync, read-back, stat, rename, truncate, unlink, mkdir/rmdir, readdir,
-# symlinks and hard links, and (with NF_FSOPS_XATTR=1) user xattrs. Leaves
+# symlinks and hard links, set-gid kept or cleared by chmod as another user, and (with
+# NF_FSOPS_XATTR=1) user xattrs. Leaves
 # DIR/kept.txt holding "ninefold $NF_SMOKE_TOKEN" for the host to check on the server.
 # Prints one "ok"/"not ok" line per check and "N passed, N failed"; fails if any failed.
 set -u
@@ -75,6 +76,22 @@ if [ "${NF_FSOPS_XATTR:-0}" = 1 ]; then
 	check "removed xattr gone" sh -c "! getfattr -n user.color '$m/x' >/dev/null 2>&1"
 	rm -f "$m/x"
 fi
+
+# Set-gid (pjdfstest chmod/12, issue 37): 9P2000.L's Tsetattr carries no caller groups,
+# so the client applies the rule (Linux's setattr_prepare) and the server stores what
+# it is sent: an owner in the file's group keeps S_ISGID, one outside it sends it
+# cleared. User nf (1000, group 1000) exists only in this guest; with access=user its
+# requests go on its own attach.
+grep -q '^nf:' /etc/passwd || echo 'nf:x:1000:1000::/tmp:/bin/sh' >>/etc/passwd
+grep -q '^nf:' /etc/group || echo 'nf:x:1000:' >>/etc/group
+as_nf() { su -s /bin/sh nf -c "$1"; }
+mkdir "$m/sg" && chown 1000:1000 "$m/sg"
+check "set-gid: owner in the file's group" as_nf "touch '$m/sg/in' && chmod 02755 '$m/sg/in'"
+check "set-gid: kept" same "$(stat -c %a "$m/sg/in")" 2755
+touch "$m/sg/out" && chown 1000:0 "$m/sg/out"
+check "set-gid: owner outside the file's group" as_nf "chmod 02755 '$m/sg/out'"
+check "set-gid: cleared" same "$(stat -c %a "$m/sg/out")" 755
+rm -rf "$m/sg"
 
 echo "ninefold ${NF_SMOKE_TOKEN:-}" >"$m/kept.txt"
 check "fsync kept file" sync "$m/kept.txt"
