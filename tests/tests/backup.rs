@@ -6,9 +6,11 @@
 //! snapshot is what the source's snapshot holds, read through a 9P client of each. Then
 //! what an operator gets wrong: an address where nothing listens, and a stream whose base
 //! the backup does not have (refused, the backup unchanged, exit 1 with the reason); the
-//! backup, powered off, is clean by fsck.
+//! backup, powered off, is clean by fsck. The backup also takes `scrub`, `quota` and
+//! `ctl` over `--connect`; an appliance without this host in `admin_allow=` refuses it,
+//! saying so.
 //!
-//! Host ports: 9P on 16570 (the source) and 16571 (the backup).
+//! Host ports: 9P on 16570 (the source), 16571 (the backup) and 16572 (the refusing one).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -182,6 +184,31 @@ fn a_nightly_backup_goes_from_one_appliance_into_another_with_two_commands() {
     assert!(!ok && received.contains("refused"), "{received}");
     let (ok, list, err) = cli(&["snapshot", "list", "--connect", &b]);
     assert!(ok && list.starts_with("3 snapshot(s)"), "{list}{err}");
+
+    // The other admin commands against the running backup: a scrub pass (exit 0:
+    // clean), the quota list, a ctl command, each as on an image.
+    let (ok, out, err) = cli(&["scrub", "--connect", &b]);
+    assert!(ok, "scrub: {out}{err}");
+    let (ok, out, err) = cli(&["quota", "--connect", &b]);
+    assert!(ok, "quota: {out}{err}");
+    let (ok, out, err) = cli(&["ctl", "--connect", &b, "snapshot", "list"]);
+    assert!(ok && out.starts_with("3 snapshot(s)"), "ctl: {out}{err}");
+    let (ok, _, err) = cli(&["ctl", "--connect", &b, "no-such-command"]);
+    assert!(!ok && err.contains("unknown command"), "{err}");
+    // An appliance that does not let this host administer it: refused, saying how.
+    let refusing_port = 16572;
+    let mut refusing = Qemu::serving()
+        .memory("128M")
+        .virtio_net_forwards(&[(refusing_port, 564)])
+        .append("fs=memory")
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    refusing.wait_for_event("listening", json!({"service": "9p", "port": 564}));
+    let refusing = format!("127.0.0.1:{refusing_port}");
+    let (ok, _, err) = cli(&["status", "--connect", &refusing]);
+    assert!(!ok && err.contains("admin_allow="), "{err}");
+    let (ok, _, err) = cli(&["snapshot", "create", "--connect", &refusing, "x"]);
+    assert!(!ok && err.contains("admin_allow="), "{err}");
 
     // Powered off, the backup's disk is clean.
     backup.power_button();
