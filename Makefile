@@ -277,7 +277,8 @@ bench-peers: image tool guest
 ## the client's own disk) and the in-memory ceiling (fio fsync=1 at 1/4/16 jobs, randwrite,
 ## dbench, bonnie++, fs_mark; fio reads: 1 MiB sequential and 4 KiB random, warm and cold,
 ## and a randrw mix with fsync) in one run; writes build/bench/report.{json,md} and charts.
-## about 70 min; BENCH_ARGS=--writes (the writes only, ~30 min), --reads (the reads only,
+## The guests' link: taps on a bridge in a network namespace of the run's own as root
+## (--link tap), else QEMU's UDP link (--link dgram). About 70 min; BENCH_ARGS=--writes (the writes only, ~30 min), --reads (the reads only,
 ## 37 min), --quick (~8 min), --baseline REPORT.json, or --system/--workload/--runtime (--help)
 .PHONY: bench
 bench: image tool guest
