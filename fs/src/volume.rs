@@ -489,6 +489,9 @@ impl<D: BlockDevice> NineFs<D> {
             l.refused = refused;
         }
         if !read_only {
+            // Committed by the checkpoint that starts the epoch: from then on the
+            // checkpoint's extents ([`NineFs::replayed_extents`] is for read-only mounts).
+            fs.log.lock().replayed_extents = Vec::new();
             let end = if clean {
                 fs.log.lock().head
             } else {
