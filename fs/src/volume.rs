@@ -489,6 +489,9 @@ impl<D: BlockDevice> NineFs<D> {
             l.refused = refused;
         }
         if !read_only {
+            // Committed by the checkpoint that starts the epoch: from then on the
+            // checkpoint's extents ([`NineFs::replayed_extents`] is for read-only mounts).
+            fs.log.lock().replayed_extents = Vec::new();
             let end = if clean {
                 fs.log.lock().head
             } else {
@@ -706,9 +709,14 @@ impl<D: BlockDevice> NineFs<D> {
         ptr: NodePtr,
         last_try: bool,
     ) -> FsResult<()> {
-        let valid = {
+        // The latest checkpoint written (committed or being written) wrote the newest
+        // bset any node may hold.
+        let (valid, last_seq) = {
             let c = self.core.lock();
-            ptr.is_valid(&c.sb.layout, c.sb.node_size)
+            (
+                ptr.is_valid(&c.sb.layout, c.sb.node_size),
+                c.seq.saturating_sub(1),
+            )
         };
         if is_temp_addr(ptr.addr) || !valid {
             log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
@@ -719,7 +727,7 @@ impl<D: BlockDevice> NineFs<D> {
             level,
             nonce: ptr.nonce,
         };
-        match node_read::read_node(&self.dev, id, ptr).await {
+        match node_read::read_node(&self.dev, id, ptr, last_seq).await {
             Ok(node) => {
                 let mut c = self.core.lock();
                 c.stats.node_loads += 1;

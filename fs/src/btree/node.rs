@@ -79,6 +79,10 @@ pub struct Node {
     pub written_seq: u64,
     /// Nodes created by a split or merge: counted as such when first written.
     pub from_split: bool,
+    /// Whether its keys are known to lie within the bounds its parent gives it: a node
+    /// made in memory is built so; one read from the disk is checked by the first
+    /// descent through it ([`crate::btree::Trees`]).
+    pub placed: bool,
     sets: Vec<Vec<Entry>>,
     whiteouts: Vec<Key>,
     live_bytes: usize,
@@ -106,6 +110,7 @@ impl Node {
             written_blocks: 0,
             written_seq: 0,
             from_split: false,
+            placed: true,
             sets: alloc::vec![Vec::new()],
             whiteouts: Vec::new(),
             live_bytes: 0,
@@ -159,6 +164,7 @@ impl Node {
         let mut n = Node::new(id, addr);
         n.written_blocks = blocks;
         n.written_seq = seq;
+        n.placed = false;
         n.live_bytes = set.iter().map(Entry::live_len).sum();
         n.mem_bytes += set.iter().map(Entry::mem).sum::<usize>();
         n.sets = alloc::vec![set, Vec::new()];

@@ -203,6 +203,21 @@ impl Trees {
             if child_node.level() != level || child_node.id.tree != tree {
                 return Err(Need::Corrupt("child level"));
             }
+            if !child_node.placed {
+                // Read from the disk: its keys must lie where the separators above put
+                // them (as every change keeps them), or lookups miss them and the next
+                // change breaks the tree. Checked once, at the first descent.
+                let first = child_node.iter_from(&Key::MIN).next().map(|e| e.0);
+                let last = child_node.get_le(&Key::MAX).map(|e| e.0);
+                if first.is_some_and(|k| k < sep)
+                    || last.zip(path.upper).is_some_and(|(k, u)| k >= u)
+                    || (level > 0 && first != Some(sep))
+                {
+                    return Err(Need::Corrupt("node keys outside its parent's bounds"));
+                }
+                self.cache.modify(child.addr, |n| n.placed = true);
+            }
+            let child_node = self.node(child.addr)?;
             path.seps.push(sep);
             path.nodes.push(child.addr);
             node = child_node;

@@ -321,6 +321,20 @@ pub fn parse_node(buf: &[u8], id: NodeId, blocks: u32) -> Result<Vec<ParsedBset<
     Ok(out)
 }
 
+/// Checks that no bset of a parsed node was written after checkpoint `last_seq`, the
+/// latest one written (committed, or being written): a later sequence is forged or
+/// damaged, and the next append to the node (sequence `last_seq + 1`) would follow a
+/// higher one, which [`parse_node`] then refuses.
+pub fn check_written_by(bsets: &[ParsedBset<'_>], last_seq: u64) -> Result<(), NodeCorrupt> {
+    match bsets.iter().find(|b| b.header.seq > last_seq) {
+        Some(b) => Err(NodeCorrupt {
+            offset_blocks: b.header.offset_blocks,
+            what: Corrupt::Field("bset sequence after the last checkpoint"),
+        }),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 use alloc::vec;
 
 use crate::btree::Node;
-use crate::format::bset::{parse_node, NodeCorrupt, NodeId};
+use crate::format::bset::{check_written_by, parse_node, NodeCorrupt, NodeId};
 use crate::format::superblock::NodePtr;
 use crate::format::{TreeId, BLOCK_SIZE};
 use crate::io::Dev;
@@ -21,14 +21,19 @@ pub(crate) enum NodeReadError {
     Corrupt(NodeCorrupt),
 }
 
-/// Reads node `id` at `ptr` (its pointer already checked for size) and decodes it.
-/// Another copy (of a mirror) is asked for only when the first fails, so a single
-/// device reads and parses once.
+/// Reads node `id` at `ptr` (its pointer already checked for size) and decodes it; a
+/// bset written after checkpoint `last_seq` (the latest one written) is corrupt
+/// ([`check_written_by`]). Another copy (of a mirror) is asked for only when the first
+/// fails, so a single device reads and parses once.
 pub(crate) async fn read_node<D: BlockDevice>(
     dev: &Dev<D>,
     id: NodeId,
     ptr: NodePtr,
+    last_seq: u64,
 ) -> Result<Node, NodeReadError> {
+    let parse = |b: &[u8]| -> Result<(), NodeCorrupt> {
+        check_written_by(&parse_node(b, id, ptr.blocks)?, last_seq)
+    };
     let mut buf = vec![0u8; ptr.blocks as usize * BLOCK_SIZE];
     let mut read = dev.read(ptr.addr, &mut buf).await;
     let mut other_copies = dev.copies() > 1;
@@ -37,7 +42,10 @@ pub(crate) async fn read_node<D: BlockDevice>(
             Err(e) if !other_copies => return Err(NodeReadError::Io(e)),
             Err(_) => None,
             Ok(()) => match parse_node(&buf, id, ptr.blocks) {
-                Ok(sets) => return Ok(Node::from_disk(id, ptr.addr, ptr.blocks, &sets)),
+                Ok(sets) => match check_written_by(&sets, last_seq) {
+                    Ok(()) => return Ok(Node::from_disk(id, ptr.addr, ptr.blocks, &sets)),
+                    Err(c) => Some(c),
+                },
                 Err(c) => Some(c),
             },
         };
@@ -47,12 +55,15 @@ pub(crate) async fn read_node<D: BlockDevice>(
                 corrupt.expect("a read error returned above"),
             ));
         }
-        let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
+        let good = |b: &[u8]| parse(b).is_ok();
         read = dev.check_copies(ptr.addr, &mut buf, good).await.map(drop);
     }
 }
 
-/// Reads and checks the node `ptr` points to (level `level` of `tree`).
+/// Reads and checks the node `ptr` points to (level `level` of `tree`), for the walks
+/// around the cache (snapshots' blocks, tree differences), which only read: a bset's
+/// sequence is not bounded here, as the node is never appended to from such a read
+/// (the cache's loads bound it, and fsck reports it).
 pub async fn read_checked<D: BlockDevice>(
     dev: &Dev<D>,
     node_size: u32,
@@ -70,7 +81,7 @@ pub async fn read_checked<D: BlockDevice>(
         level,
         nonce: ptr.nonce,
     };
-    read_node(dev, id, ptr).await.map_err(|e| {
+    read_node(dev, id, ptr, u64::MAX).await.map_err(|e| {
         match e {
             NodeReadError::Io(e) => {
                 log::error!("{} tree: reading node at {}: {e}", tree.name(), ptr.addr)

@@ -96,6 +96,9 @@ pub struct LogState {
     pub stats: LogStats,
     /// The commit replay refused at mount, if it refused one.
     pub refused: Option<replay::RefusedCommit>,
+    /// The data extents replay added at mount, `(first block, blocks)`: kept by a
+    /// read-only mount only ([`NineFs::replayed_extents`](crate::volume::NineFs::replayed_extents)).
+    pub replayed_extents: Vec<(u64, u32)>,
 }
 
 impl LogState {
@@ -118,6 +121,7 @@ impl LogState {
             commit_buf: Vec::new(),
             stats: LogStats::default(),
             refused: None,
+            replayed_extents: Vec::new(),
         }
     }
 

@@ -270,6 +270,29 @@ impl<D: BlockDevice> NineFs<D> {
         self.log.lock().refused.clone()
     }
 
+    /// The data extents log replay added at this mount (written and fsynced since the
+    /// checkpoint, which does not have them), each with the checksums the log gave it:
+    /// `(first block, one checksum per block)`. Replay verified only the last commit's
+    /// data (whose FLUSH may not have completed); the earlier commits' data was on the
+    /// disk before the next commit was written, so a block of theirs that no longer
+    /// matches is damage, which reading it reports (`EIO`). fsck checks these blocks as
+    /// it checks the checkpoint's (`tools/fsck/src/log.rs`). Kept by a read-only mount
+    /// only: a writable one commits them with its first checkpoint, and then they are
+    /// the checkpoint's. Empty without replay.
+    pub async fn replayed_extents(&self) -> FsResult<Vec<(u64, Vec<u32>)>> {
+        let extents = self.log.lock().replayed_extents.clone();
+        let mut out = Vec::with_capacity(extents.len());
+        for (disk, len) in extents {
+            let key = Key::new(disk, kind::CSUM, 0);
+            let got = self.run(|c| Ok(c.trees.get(TreeId::Csum, &key)?)).await?;
+            match got.as_deref().and_then(decode_csums) {
+                Some(sums) if sums.len() == len as usize => out.push((disk, sums)),
+                _ => return Err(Errno::EIO),
+            }
+        }
+        Ok(out)
+    }
+
     /// Replays the log (see the module documentation) into memory. Returns what it did,
     /// and the commit it refused if it refused one: then the filesystem holds the
     /// commits before that one and is read-only.
@@ -560,12 +583,19 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     async fn finish_replay(&self, r: &Replay) -> FsResult<()> {
+        let mut added = Vec::new();
         for (&(disk, len), &d) in &r.refs {
-            if d != 0 {
-                let sums = r.csums.get(&disk);
-                self.run(|c| c.replay_refs(disk, len, d, sums)).await?;
+            if d != 0
+                && self
+                    .run(|c| c.replay_refs(disk, len, d, r.csums.get(&disk)))
+                    .await?
+            {
+                added.push((disk, len));
             }
         }
+        // Replay finishes once per mount (after a refusal, only the replay of the commits
+        // before it finishes): these are the extents the mount serves from the log.
+        self.log.lock().replayed_extents = added;
         let mut work: Vec<Ino> = r.touched.iter().copied().collect();
         let mut done = BTreeSet::new();
         while let Some(ino) = work.pop() {
@@ -780,8 +810,9 @@ impl Core {
         Ok(touched)
     }
 
-    /// Applies the summed reference change `d` of data extent `disk+len`.
-    fn replay_refs(&mut self, disk: u64, len: u32, d: i64, sums: Option<&Vec<u32>>) -> Step<()> {
+    /// Applies the summed reference change `d` of data extent `disk+len`. Returns whether
+    /// that made a new extent (one the checkpoint does not have).
+    fn replay_refs(&mut self, disk: u64, len: u32, d: i64, sums: Option<&Vec<u32>>) -> Step<bool> {
         if !self.in_data_area(disk, len) {
             return Err(Stop::Corrupt(
                 "log replay: data extent outside the data area",
@@ -808,7 +839,7 @@ impl Core {
             tx.del(TreeId::Extent, key);
             tx.del(TreeId::Csum, Key::new(disk, kind::CSUM, 0));
             tx.frees.push(range);
-            return self.commit(tx);
+            return self.commit(tx).map(|()| false);
         }
         tx.put(
             TreeId::Extent,
@@ -820,7 +851,7 @@ impl Core {
             .encode(),
         );
         if cur > 0 {
-            return self.commit(tx);
+            return self.commit(tx).map(|()| false);
         }
         // A new extent: its checksums come from the log, its blocks were free in the
         // checkpoint.
@@ -841,7 +872,7 @@ impl Core {
                 "log replay: a logged extent's blocks are in use in the checkpoint",
             ));
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Recomputes what replay may have left inconsistent about `ino`: a file's link

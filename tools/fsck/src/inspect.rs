@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 use block::BlockDevice;
 use ninefs::btree::Node;
 use ninefs::format::bitmap::GroupBlock;
-use ninefs::format::bset::{parse_node, NodeId};
+use ninefs::format::bset::{check_written_by, parse_node, NodeId};
 use ninefs::format::items::{
     decode_csums, decode_dir_entries, decode_inode_refs, decode_xattrs, DirIndexRec, ExtentItem,
     FileExtent, InodeItem, SnapshotItem,
@@ -157,13 +157,17 @@ impl<D: BlockDevice> Image<D> {
             level,
             nonce: ptr.nonce,
         };
-        let sets = parse_node(&buf, id, ptr.blocks).map_err(|e| {
-            NodeError::Corrupt(format!(
-                "bset at block {}: {}",
-                ptr.addr + u64::from(e.offset_blocks),
-                e.what
-            ))
-        })?;
+        // No bset is newer than the checkpoint the superblock commits: the mount's next
+        // append would follow it with a lower sequence.
+        let sets = parse_node(&buf, id, ptr.blocks)
+            .and_then(|sets| check_written_by(&sets, self.sb.checkpoint_seq).map(|()| sets))
+            .map_err(|e| {
+                NodeError::Corrupt(format!(
+                    "bset at block {}: {}",
+                    ptr.addr + u64::from(e.offset_blocks),
+                    e.what
+                ))
+            })?;
         Ok(Node::from_disk(id, ptr.addr, ptr.blocks, &sets))
     }
 

@@ -15,8 +15,9 @@
 //! - allocation: the bitmap against the blocks actually used by the live trees or a
 //!   snapshot (fixed regions, nodes, data extents), the free counts, overlaps;
 //! - the fsync log of an image not unmounted cleanly: every commit the mount would
-//!   replay, replayed in memory by the filesystem's own replay, which must accept it
-//!   ([`log`]).
+//!   replay, replayed in memory by the filesystem's own replay, which must accept it,
+//!   and (optionally) every block of the data extents it adds against the checksum the
+//!   log gave it ([`log`]).
 //!
 //! It never changes the image. Problems are reported as errors (the image is damaged)
 //! or warnings (harmless leftovers, such as extents past the end of a file after a crash
@@ -165,7 +166,7 @@ pub async fn fsck<D: BlockDevice>(dev: D, opts: &FsckOptions) -> Result<Report, 
     };
     c.check_superblocks().await;
     if !c.img.clean() {
-        c.check_log().await;
+        c.check_log(opts).await;
     }
     for tree in TreeId::ALL {
         let root = c.img.sb.root(tree);
