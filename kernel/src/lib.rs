@@ -21,6 +21,7 @@
 
 extern crate alloc;
 
+pub mod alerts;
 pub mod clock;
 pub mod config;
 pub mod drivers;

@@ -2,8 +2,10 @@
 //! filesystem, 9P service, heap) for the counters service (`net::stats_port`); emits one
 //! as a `stats` event ([`crate::event`]) every [`EVENT_INTERVAL`] when something
 //! happened, and logs the console's status line (`serving: N ops/s, ...`) at most every
-//! [`STATUS_INTERVAL`], when clients did work. The whole document goes to the console
-//! only under `log=debug`.
+//! [`STATUS_INTERVAL`], when clients did work; logs what changed (a quota full) and
+//! what was refused (connections, quota writes, tenants over their share) as
+//! [`crate::alerts`] reads them from the snapshots. The whole document goes to the
+//! console only under `log=debug`.
 
 use alloc::rc::Rc;
 use alloc::string::String;
@@ -12,6 +14,7 @@ use core::time::Duration;
 use ninep::admin::AdminFs;
 use ninep::server::export;
 
+use crate::alerts::{self, Alerts, Line};
 use crate::net::listener::Listener;
 use crate::net::stats_port::{PortStats, Source};
 use crate::report::{
@@ -59,10 +62,16 @@ impl<V: ServedVolume> Monitor<V> {
     /// Every [`EVENT_INTERVAL`] when something happened ([`Snapshot::activity_key`]):
     /// emits a `stats` event and logs the counters as a `stats:` line at debug level.
     /// Every [`STATUS_INTERVAL`] when clients did work ([`Work`]): logs the status line.
-    /// An idle appliance logs and emits nothing.
+    /// A quota that became full, or is no longer, is logged at the next snapshot; what
+    /// was refused, once per [`STATUS_INTERVAL`] ([`crate::alerts`]). An idle appliance
+    /// logs and emits nothing.
     pub async fn log_periodically(self: Rc<Self>) {
         let mut last = String::new();
-        let mut status_at = Work::of(&self.snapshot().await);
+        let first = self.snapshot().await;
+        let mut alerts = Alerts::new();
+        alerts.changes(&first).iter().for_each(Line::log);
+        let mut status_at = Work::of(&first);
+        let mut refusals_since = first;
         let ticks_per_status = (STATUS_INTERVAL.as_secs() / EVENT_INTERVAL.as_secs()).max(1);
         let mut ticks: u64 = 0;
         loop {
@@ -74,13 +83,18 @@ impl<V: ServedVolume> Monitor<V> {
                 crate::event::emit(crate::event::Event::Stats { counters: &s });
                 last = key;
             }
+            alerts.changes(&s).iter().for_each(Line::log);
             ticks += 1;
             if ticks.is_multiple_of(ticks_per_status) {
+                alerts::refusals(&refusals_since, &s)
+                    .iter()
+                    .for_each(Line::log);
                 let now = Work::of(&s);
                 if let Some(line) = now.status_line(&status_at) {
                     log::info!("{line}");
                 }
                 status_at = now;
+                refusals_since = s;
             }
         }
     }

@@ -229,7 +229,7 @@ impl<F: FileSystem> Server<F> {
         };
         self.counters.slot_reclaims();
         tenants.slot_refused(&over);
-        log::warn!(
+        log::debug!(
             "9p: conn {}: closing: tenant {} holds {} connections, more than its share; the slot goes to tenant {}",
             victim.id(),
             over.key(),
@@ -332,7 +332,7 @@ impl<F: FileSystem> Server<F> {
             return false;
         };
         self.counters.memory_reclaims();
-        log::warn!(
+        log::debug!(
             "9p: conn {}: closing: holds {} KiB of the memory budget (fair share {} KiB) without using it",
             victim.id(),
             charged >> 10,

@@ -346,7 +346,7 @@ impl<F: FileSystem> Server<F> {
             .count();
         if open >= c.max_conns_per_client {
             self.counters.client_conn_limit_hits();
-            log::warn!("9p: {peer}: refused: {open} connections from this address already");
+            log::debug!("9p: {peer}: refused: {open} connections from this address already");
             return false;
         }
         true

@@ -294,7 +294,7 @@ impl<F: FileSystem + 'static> Service<F> {
         let Some(slot) = slot else {
             self.stats.tenant_refused.inc();
             tenants.slot_refused(&tenant);
-            log::warn!(
+            log::debug!(
                 "9p: {peer:?}: refused: tenant {} has {} connections open",
                 tenant.key(),
                 tenant.conns()
@@ -308,7 +308,7 @@ impl<F: FileSystem + 'static> Service<F> {
         {
             self.stats.refused.inc();
             tenants.slot_refused(&tenant);
-            log::warn!(
+            log::debug!(
                 "9p: {peer:?}: refused: {} connections open, none idle",
                 self.stats.active()
             );
