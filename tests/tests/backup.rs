@@ -6,7 +6,8 @@
 //! snapshot is what the source's snapshot holds, read through a 9P client of each. Then
 //! what an operator gets wrong: an address where nothing listens, and a stream whose base
 //! the backup does not have (refused, the backup unchanged, exit 1 with the reason); the
-//! backup, powered off, is clean by fsck. The backup also takes `scrub`, `quota` and
+//! backup, powered off, is clean by fsck. A send cut off mid-stream (the source
+//! stopped) exits 1 and the backup refuses what reached it. The backup also takes `scrub`, `quota` and
 //! `ctl` over `--connect`; an appliance without this host in `admin_allow=` refuses it,
 //! saying so.
 //!
@@ -25,6 +26,8 @@ use serde_json::json;
 const UP: Duration = Duration::from_secs(90);
 const FILES: usize = 12;
 const FILE_BYTES: usize = 64 * 1024;
+/// The file of the stream cut off mid-way: several seconds at the source's stream rate.
+const CUT_BYTES: usize = 8 << 20;
 
 /// A file's bytes on night `night`: files `night % 3`, `night % 3 + 3`, ... change.
 fn file_data(i: usize, night: usize) -> Vec<u8> {
@@ -43,7 +46,10 @@ fn write_file<X: Exchange>(c: &mut Client<X>, name: &str, data: &[u8]) {
         c.walk(1, 2, name).unwrap();
         c.lopen(2, open_flags::RDWR | open_flags::TRUNC).unwrap();
     }
-    c.write(2, 0, data).unwrap();
+    // In pieces within the client's msize (1 MiB).
+    for (i, piece) in data.chunks(512 << 10).enumerate() {
+        c.write(2, (i * (512 << 10)) as u64, piece).unwrap();
+    }
     c.clunk(2).unwrap();
 }
 
@@ -104,7 +110,7 @@ fn a_nightly_backup_goes_from_one_appliance_into_another_with_two_commands() {
     let mut source = Qemu::serving()
         .memory("256M")
         .virtio_net_forwards(&[(source_port, 564)])
-        .append("fs=memory admin_allow=10.0.2.2 stream_rate=64")
+        .append("fs=memory admin_allow=10.0.2.2 stream_rate=1")
         .timeout(Duration::from_secs(400))
         .spawn();
     let disk = FsImage::formatted("256M");
@@ -184,6 +190,49 @@ fn a_nightly_backup_goes_from_one_appliance_into_another_with_two_commands() {
     assert!(!ok && received.contains("refused"), "{received}");
     let (ok, list, err) = cli(&["snapshot", "list", "--connect", &b]);
     assert!(ok && list.starts_with("3 snapshot(s)"), "{list}{err}");
+
+    // A send cut off mid-stream (the source gone, its stream at stream_rate=1 MiB/s):
+    // the sender exits 1 saying why, the backup refuses the partial stream and keeps
+    // what it had.
+    let big: Vec<u8> = (0..CUT_BYTES).map(|b| (b * 13 + b / 4096) as u8).collect();
+    write_file(&mut src, "big", &big);
+    let (ok, out, err) = cli(&["snapshot", "create", "--connect", &a, "fri"]);
+    assert!(ok, "{out}{err}");
+    let cut = {
+        let (a, b) = (a.clone(), b.clone());
+        std::thread::spawn(move || send_into(&a, &["fri", "--from", "wed"], &b))
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    drop(src);
+    let gone = source.stop();
+    let (ok, sent, received) = cut.join().unwrap();
+    if ok {
+        gone.fail(&format!(
+            "a send cut off by the source's end succeeded: {sent:?} / {received:?}"
+        ));
+    }
+    println!("cut send: sender said {sent:?}, receiver said {received:?}");
+    assert!(
+        sent.trim_end().lines().last().is_some(),
+        "the sender said nothing"
+    );
+    let (ok, list, err) = cli(&["snapshot", "list", "--connect", &b]);
+    assert!(
+        ok && list.starts_with("3 snapshot(s)") && !list.contains("fri"),
+        "{list}{err}"
+    );
+    let mut dst = connect(backup_port, UP);
+    dst.attach(1, 0, "").unwrap();
+    assert!(
+        dst.walk(1, 2, "big").is_err(),
+        "the cut stream left big behind"
+    );
+    for i in 0..FILES {
+        assert!(
+            read_all(&mut dst, &format!("f{i}")) == file_data(i, nights.len() - 1),
+            "f{i} changed on the backup by a cut stream"
+        );
+    }
 
     // The other admin commands against the running backup: a scrub pass (exit 0:
     // clean), the quota list, a ctl command, each as on an image.
