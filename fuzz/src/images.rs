@@ -13,7 +13,7 @@ use ninefs::volume::{format, FormatOptions, MountError, MountOptions, NineFs};
 use testkit::testing::ManualClock;
 use vfs::{FileSystem, Owner, QuotaLimits, Timespec, XattrMode, ROOT_INO};
 
-use crate::{block_on, known, walk};
+use crate::{block_on, walk};
 
 /// Blocks of the images (4 MiB: the smallest filesystem).
 pub const BLOCKS: u64 = 1024;
@@ -179,14 +179,6 @@ pub fn superblock_of(img: &[u8]) -> Option<Superblock> {
         .max_by_key(|sb| sb.generation)
 }
 
-/// Whether the superblock holds values a known open bug trips over (skipped while the
-/// bug is listed in [`known`]).
-pub fn known_superblock_bug(sb: &Superblock) -> bool {
-    let near_max = |v: u64| v > u64::MAX - (1 << 32);
-    known::skip("F2", near_max(sb.checkpoint_seq) || near_max(sb.generation))
-        || known::skip("F5", sb.next_ino >= 1 << 48)
-}
-
 /// A client's work on a mounted filesystem: what a forged image is put through after
 /// the walk. Errors are fine (the image may be damaged); panics are not.
 async fn exercise(fs: &NineFs<MemDisk>) {
@@ -259,12 +251,8 @@ pub fn cycle(img: Vec<u8>) -> Outcome {
 
 /// The rule of issue 40: what fsck calls clean, the mount serves correctly. Checked
 /// after [`cycle`]: an image fsck found clean must mount, be read without errors, take
-/// a client's writes, unmount cleanly and still be clean (gated while F2/F3/F5/F6,
-/// the bugs that break it, are open).
+/// a client's writes, unmount cleanly and still be clean.
 pub fn assert_rule(o: &Outcome, what: &str) {
-    if known::open("F6") || known::open("F3") {
-        return;
-    }
     if o.fsck_before == Some(true) {
         assert!(o.mounted, "{what}: fsck clean but the mount refuses");
         assert!(

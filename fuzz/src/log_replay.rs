@@ -11,8 +11,8 @@
 //! payloads are decoded only (no mount).
 //!
 //! Checked: no panic, no hang; a commit that decodes re-decodes the same; what fsck
-//! calls clean after the replay and the client's writes mounts and serves (gated while
-//! F3 is open: replay does not yet refuse what a live operation would).
+//! calls clean after the replay and the client's writes mounts and serves (replay
+//! refuses what a live operation would, since F3's fix: `synclog/rules.rs`).
 
 use ninefs::format::log::{decode_records, LogBlockHeader};
 use ninefs::format::BLOCK_SIZE;
@@ -55,9 +55,7 @@ pub fn run(data: &[u8]) {
         &commits,
     );
     let o = images::cycle(img);
-    if !crate::known::open("F3") {
-        images::assert_rule(&o, "forged log commits");
-    }
+    images::assert_rule(&o, "forged log commits");
 }
 
 /// The crashed image's own commits' payloads, and the sequence number after them.

@@ -22,7 +22,7 @@ use ninefs::format::key::{kind, Key, TreeId};
 use ninefs::format::{items, BLOCK_SIZE};
 
 use crate::envelope::Envelope;
-use crate::{known, reseal};
+use crate::reseal;
 
 /// Most blocks a node may have (256 KiB nodes).
 const MAX_BLOCKS: usize = 64;
@@ -85,23 +85,12 @@ fn decode_value(tree: TreeId, key: &Key, val: &[u8]) {
     std::hint::black_box(items::FileExtent::decode(val));
 }
 
-/// Whether a bset header in `node` claims more keys than its payload could hold (F1).
-fn forged_key_count(node: &[u8]) -> bool {
-    node.chunks(BLOCK_SIZE).any(|b| {
-        b.len() >= bset::HEADER_LEN && b[..4] == bset::MAGIC && {
-            let payload = u32::from_le_bytes(b[32..36].try_into().expect("4")) as usize;
-            let nkeys = u32::from_le_bytes(b[36..40].try_into().expect("4")) as usize;
-            nkeys > payload / bset::ENTRY_OVERHEAD + 1
-        }
-    })
-}
-
 /// The target.
 pub fn run(data: &[u8]) {
     let env = Envelope::new(data);
     let f = env.flags;
     let mut node = layout(env.rest(), f & 2 == 0, f & 1 == 0);
-    if node.is_empty() || known::skip("F1", forged_key_count(&node)) {
+    if node.is_empty() {
         return;
     }
     let tree = TreeId::from_u8(node[14]).unwrap_or(TreeId::Fs);
