@@ -23,11 +23,11 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
-use spin::Mutex;
 
 use crate::cache::Who;
 use crate::engine::{Engine, EngineOptions};
 use crate::format::bitmap::GroupBlock;
+use crate::format::items::QuotaItem;
 use crate::format::superblock::{state, Superblock};
 use crate::format::{features, BLOCK_SIZE};
 use crate::io::Dev;
@@ -37,10 +37,13 @@ use vfs::{Clock, Errno, FsResult, Ino};
 use crate::core::counters as stats;
 use crate::core::{checkpoint, dir, mkfs};
 use crate::engine::readahead;
-use crate::features::grow;
-use crate::features::redundancy::{rebuild, scrub};
-use crate::features::snapshots as snapshot;
+use crate::features::grow::{self, Grow};
+use crate::features::quota::Quotas;
+use crate::features::redundancy::rebuild::{Rebuild, RebuildStep};
+use crate::features::redundancy::{rebuild, scrub, Redundancy};
+use crate::features::snapshots::{self as snapshot, SnapshotInfo, Snapshots};
 use crate::features::streams::jobs as streamjob;
+use crate::format::items::SnapshotItem;
 use crate::synclog;
 
 pub use crate::core::txn::InodeState;
@@ -150,25 +153,18 @@ impl ::core::fmt::Debug for MountOptions {
 pub struct NineFs<D: BlockDevice> {
     /// The device, the core, the log and the locks every feature works with.
     pub(crate) engine: Arc<Engine<D>>,
-    /// This is a snapshot's view: it has no `.snapshots` of its own (those of the
-    /// snapshot's time may be gone).
-    pub(crate) is_view: bool,
-    /// Snapshot views open now, by snapshot id (see [`snapdir`](snapshot::snapdir)).
-    pub(crate) views: Mutex<snapshot::OpenViews<D>>,
-    /// [`MountOptions::max_snapshots`].
-    pub(crate) max_snapshots: usize,
+    /// Snapshots, their views and the `.snapshots` directory.
+    pub(crate) snaps: Snapshots<D>,
     /// Held by a receive or a rollback (`receive`): one changes the live tree at a time.
     pub(crate) receive_lock: async_lock::Mutex<()>,
-    /// Serialises `set_quota` (one labeling walk at a time).
-    pub(crate) quota_lock: async_lock::Mutex<()>,
-    /// The running or last scrub pass.
-    pub(crate) scrub: Mutex<scrub::ScrubState>,
+    /// Project quotas.
+    pub(crate) quota: Quotas<D>,
+    /// Growing onto a larger device.
+    pub(crate) grower: Grow<D>,
     /// The send and receive jobs of the administration tree.
     pub(crate) jobs: streamjob::StreamJobs,
-    /// The rebuild of a replaced leg going on ([`rebuild`]).
-    pub(crate) rebuild: Mutex<Option<rebuild::Rebuild>>,
-    /// [`MountOptions::rebuild_record_blocks`].
-    pub(crate) rebuild_record_blocks: u64,
+    /// Rebuild and scrub.
+    pub(crate) redundancy: Redundancy<D>,
 }
 
 impl<D: BlockDevice> ::core::ops::Deref for NineFs<D> {
@@ -227,15 +223,12 @@ pub(crate) fn mount_read_only<D: BlockDevice>(
 }
 
 impl<D: BlockDevice> NineFs<D> {
-    /// Puts a mounted filesystem together: the one place a [`NineFs`] is built, for a
-    /// mount and for a snapshot view (`is_view`). `sb` is what it starts from (its log
-    /// where `sb` says), `opts` what it keeps of the mount options (`opts.read_only`:
-    /// whether it is mounted read-only, asked for or not); every lock, cache and
-    /// counter starts empty.
+    /// Puts a mounted filesystem together: its engine (`sb` is what it starts from, its
+    /// log where `sb` says; `opts.read_only`: whether it is mounted read-only, asked for
+    /// or not) and the services over it. Every lock, cache and counter starts empty.
     pub(crate) fn assemble(
         dev: Arc<Dev<D>>,
         sb: Superblock,
-        is_view: bool,
         opts: MountOptions,
         clock: Box<dyn Clock + Send + Sync>,
     ) -> NineFs<D> {
@@ -249,18 +242,81 @@ impl<D: BlockDevice> NineFs<D> {
             hold_clock: opts.hold_clock,
             readahead: opts.readahead,
         };
+        let engine = Arc::new(Engine::assemble(dev, sb, engine, clock));
+        NineFs::of_engine(
+            engine,
+            false,
+            opts.max_snapshots,
+            opts.stream_buffer,
+            opts.rebuild_record_blocks,
+        )
+    }
+
+    /// The handle over `engine`: the one place a [`NineFs`] is built, for a mount and
+    /// for a snapshot view (`is_view`, which has no snapshots and runs no stream job).
+    fn of_engine(
+        engine: Arc<Engine<D>>,
+        is_view: bool,
+        max_snapshots: usize,
+        stream_buffer: usize,
+        rebuild_record_blocks: u64,
+    ) -> NineFs<D> {
         NineFs {
-            engine: Arc::new(Engine::assemble(dev, sb, engine, clock)),
-            is_view,
-            views: Mutex::new(snapshot::OpenViews::default()),
-            max_snapshots: opts.max_snapshots,
+            snaps: Snapshots::new(engine.clone(), is_view, max_snapshots),
+            quota: Quotas::new(engine.clone()),
+            grower: Grow {
+                engine: engine.clone(),
+            },
             receive_lock: async_lock::Mutex::new(()),
-            quota_lock: async_lock::Mutex::new(()),
-            scrub: Mutex::new(scrub::ScrubState::default()),
-            jobs: streamjob::StreamJobs::new(opts.stream_buffer),
-            rebuild: Mutex::new(None),
-            rebuild_record_blocks: opts.rebuild_record_blocks.max(1),
+            jobs: streamjob::StreamJobs::new(stream_buffer),
+            redundancy: Redundancy::new(engine.clone(), rebuild_record_blocks),
+            engine,
         }
+    }
+
+    /// Snapshot `id`'s view (its engine opened once, then shared) as a filesystem.
+    pub(crate) fn view_fs(&self, id: u64, item: &SnapshotItem) -> Arc<NineFs<D>> {
+        self.view_handle(self.snaps.view_of(id, item))
+    }
+
+    /// A read-only handle over a snapshot view's engine.
+    fn view_handle(&self, view: Arc<Engine<D>>) -> Arc<NineFs<D>> {
+        // A view runs no stream job and has no snapshots of its own.
+        let record = self.redundancy.rebuild_record_blocks;
+        Arc::new(NineFs::of_engine(view, true, 0, 0, record))
+    }
+
+    /// The snapshot `name` as a read-only filesystem: every read works as on the live
+    /// filesystem at the snapshot's checkpoint, every change fails with `EROFS`. It
+    /// shares this filesystem's device; its blocks stay valid while the snapshot exists
+    /// (deleting a snapshot that is being read makes its readers fail with `EIO`).
+    pub async fn snapshot_view(&self, name: &str) -> FsResult<Arc<NineFs<D>>> {
+        let view = self.snaps.snapshot_view(name).await?;
+        Ok(self.view_handle(view))
+    }
+
+    /// The snapshots, by id.
+    pub async fn snapshots(&self) -> FsResult<Vec<SnapshotInfo>> {
+        self.snaps.snapshots().await
+    }
+
+    /// Takes a snapshot named `name` of the filesystem as it is now: commits a
+    /// checkpoint, keeps its roots, and commits that with a second checkpoint (a crash
+    /// before it leaves no snapshot). `EINVAL`: bad name; `EEXIST`: the name is taken;
+    /// `ENOSPC`: at the snapshot limit or no room for the item; `EROFS`: read-only.
+    pub async fn snapshot_create(&self, name: &str) -> FsResult<SnapshotInfo> {
+        self.snaps.snapshot_create(name).await
+    }
+
+    /// Deletes the snapshot `name`: the blocks only it referenced, and that the live
+    /// filesystem no longer references, are freed by the checkpoint that commits the
+    /// deletion (a crash before leaves the snapshot whole). `ENOENT`: no such snapshot.
+    ///
+    /// Reads the trees of the snapshot and of its two neighbours in time (the live
+    /// filesystem standing in for the newer one when it is the newest), whatever the
+    /// number of snapshots: see [`Neighbours`].
+    pub async fn snapshot_delete(&self, name: &str) -> FsResult<()> {
+        self.snaps.snapshot_delete(name).await
     }
 
     /// Mounts the filesystem on `dev`. After an unclean shutdown this first rewrites every
@@ -293,14 +349,14 @@ impl<D: BlockDevice> NineFs<D> {
         }
         let opts = MountOptions { read_only, ..opts };
         dev.cache().set_limits(opts.data_cache, opts.cache_limit);
-        let fs = NineFs::assemble(Arc::new(dev), sb, false, opts, clock);
+        let fs = NineFs::assemble(Arc::new(dev), sb, opts, clock);
         // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
-        fs.load_snapshots().await.map_err(MountError::Errno)?;
+        fs.snaps.load_snapshots().await.map_err(MountError::Errno)?;
         // A cleanly unmounted image has an empty log (its tail is the head).
         let (replayed, refused) = if clean {
             (synclog::replay::ReplaySummary::default(), None)
         } else {
-            fs.replay(async || fs.load_snapshots().await)
+            fs.replay(async || fs.snaps.load_snapshots().await)
                 .await
                 .map_err(MountError::Errno)?
         };
@@ -330,11 +386,14 @@ impl<D: BlockDevice> NineFs<D> {
             };
             fs.start_epoch(end, replayed.commits > 0).await?;
             fs.clean_orphans().await.map_err(MountError::Errno)?;
-            fs.finish_labeling().await.map_err(MountError::Errno)?;
+            fs.quota
+                .finish_labeling()
+                .await
+                .map_err(MountError::Errno)?;
             // A device that got bigger is used at once.
             fs.grow().await.map_err(MountError::Errno)?;
             // A leg being rebuilt when the volume went down goes on being rebuilt.
-            fs.resume_rebuild(clean);
+            fs.redundancy.resume_rebuild(clean);
         }
         Ok(fs)
     }
@@ -343,11 +402,106 @@ impl<D: BlockDevice> NineFs<D> {
     /// `EBUSY` if a snapshot view handed out by [`NineFs::snapshot_view`] is still held.
     pub async fn unmount(self) -> FsResult<D> {
         self.remount_read_only().await?;
-        self.views.lock().clear();
-        let engine = Arc::try_unwrap(self.engine).map_err(|_| Errno::EBUSY)?;
+        self.snaps.views.lock().clear();
+        // The services hold the engine too: they go first.
+        let NineFs {
+            engine,
+            snaps,
+            quota,
+            grower,
+            redundancy,
+            ..
+        } = self;
+        drop((snaps, quota, grower, redundancy));
+        let engine = Arc::try_unwrap(engine).map_err(|_| Errno::EBUSY)?;
         Arc::try_unwrap(engine.dev)
             .map(Dev::into_inner)
             .map_err(|_| Errno::EBUSY)
+    }
+
+    /// Every quota root with its limits, usage and flags, in project (root inode) order.
+    pub async fn quotas(&self) -> FsResult<Vec<(Ino, QuotaItem)>> {
+        self.quota.quotas().await
+    }
+
+    /// Grows the filesystem to the device's size; `None` when the device is not larger
+    /// (or the filesystem is read-only).
+    pub async fn grow(&self) -> FsResult<Option<Growth>> {
+        self.grower.grow().await
+    }
+
+    /// Puts the device in place `place` (out of service, or taken out for this; the
+    /// caller has put the new device there: `block::MirrorDisk::attach`, or the
+    /// volume was assembled with it) into the volume as the leg being rebuilt, and
+    /// records that; [`NineFs::rebuild_step`] then copies the volume to it.
+    /// `EINVAL`: not a mirror or no such place; `EBUSY`: a rebuild is going on, or the
+    /// leg is the last in service; `ENOENT`: no device in that place.
+    pub async fn replace(&self, place: usize) -> FsResult<()> {
+        self.redundancy.replace(place).await
+    }
+
+    /// `ctl replace PLACE DEVICE`: opens `device` (named as the volume's owner names
+    /// devices: [`BlockDevice::attach_named`]), puts it in place `place` — the leg
+    /// there taken out of service — and starts its rebuild ([`NineFs::replace`]).
+    pub async fn replace_named(
+        &self,
+        place: usize,
+        device: &str,
+    ) -> Result<(), alloc::string::String> {
+        self.redundancy.replace_named(place, device).await
+    }
+
+    /// The rebuild going on, if any.
+    pub fn rebuild_progress(&self) -> Option<Rebuild> {
+        self.redundancy.rebuild_progress()
+    }
+
+    /// Copies blocks of the rebuild going on until about `budget` bytes were copied
+    /// (blocks not in use cost nothing but the look), recording the cursor every
+    /// `MountOptions::rebuild_record_blocks`; at the end, puts the leg in service.
+    pub async fn rebuild_step(&self, budget: u64) -> FsResult<RebuildStep> {
+        self.redundancy.rebuild_step(budget).await
+    }
+
+    /// Runs the rebuild going on to its end now (for tools and tests).
+    pub async fn rebuild_all(&self) -> FsResult<()> {
+        self.redundancy.rebuild_all().await
+    }
+
+    /// Starts a scrub pass over the committed checkpoint; false if one is running.
+    pub async fn scrub_start(&self) -> FsResult<bool> {
+        self.redundancy.scrub_start().await
+    }
+
+    /// Stops the running pass (its report stays readable); false if none was running.
+    pub fn scrub_stop(&self) -> bool {
+        self.redundancy.scrub_stop()
+    }
+
+    /// The running pass's report so far, or the last pass's; `None` before the first.
+    pub fn scrub_report(&self) -> Option<ScrubReport> {
+        self.redundancy.scrub_report()
+    }
+
+    /// Whether a pass is running.
+    pub fn scrub_running(&self) -> bool {
+        self.redundancy.scrub_running()
+    }
+
+    /// Verifies pieces of the running pass until about `budget` bytes were read (at
+    /// least one piece: a node, or a data extent of up to 1 MiB).
+    pub async fn scrub_step(&self, budget: u64) -> FsResult<ScrubProgress> {
+        self.redundancy.scrub_step(budget).await
+    }
+
+    /// Runs a whole pass now and returns its report (for tools and tests).
+    pub async fn scrub_all(&self) -> FsResult<ScrubReport> {
+        self.redundancy.scrub_all().await
+    }
+
+    /// Runs the started pass to its end now and returns its report.
+    pub async fn scrub_all_started(&self) -> FsResult<ScrubReport> {
+        self.redundancy.scrub_all_started().await
     }
 
     /// Carries out readahead requests, for ever. The host runs a few of these as tasks

@@ -9,6 +9,7 @@ use crate::core::checkpoint::CheckpointCause;
 use crate::core::dir::check_name;
 use crate::core::inode::{check_target, mknod_kind, NewInode};
 use crate::core::xattr::check_xattr_name;
+use crate::engine::Engine;
 use crate::features::snapshots::snapdir::{is_reserved, is_snapshot_ino, Place};
 use crate::volume::NineFs;
 use block::BlockDevice;
@@ -41,8 +42,8 @@ impl<D: BlockDevice> NineFs<D> {
         &self,
         ino: Ino,
         on_dir: Errno,
-    ) -> FsResult<Option<(Arc<NineFs<D>>, Ino)>> {
-        match self.place(ino).await? {
+    ) -> FsResult<Option<(Arc<Engine<D>>, Ino)>> {
+        match self.snaps.place(ino).await? {
             Place::Live => Ok(None),
             Place::Dir => Err(on_dir),
             Place::Snapshot { view, ino, .. } => Ok(Some((view, ino))),
@@ -77,14 +78,14 @@ fn refuse_names(entries: &[(Ino, &[u8])], reserved: Errno) -> FsResult<()> {
 
 impl<D: BlockDevice> FileSystem for NineFs<D> {
     async fn lookup(&self, dir: Ino, name: &[u8]) -> FsResult<Attr> {
-        if let Some(attr) = self.snap_lookup(dir, name).await? {
+        if let Some(attr) = self.snaps.snap_lookup(dir, name).await? {
             return Ok(attr);
         }
         self.run(|c| c.op_lookup(dir, name)).await
     }
 
     async fn getattr(&self, ino: Ino) -> FsResult<Attr> {
-        if let Some(attr) = self.snap_getattr(ino).await? {
+        if let Some(attr) = self.snaps.snap_getattr(ino).await? {
             return Ok(attr);
         }
         self.run(|c| c.op_getattr(ino)).await
@@ -180,7 +181,7 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn readdir(&self, dir: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
-        if let Some(entries) = self.snap_readdir(dir, offset, max_entries).await? {
+        if let Some(entries) = self.snaps.snap_readdir(dir, offset, max_entries).await? {
             return Ok(entries);
         }
         self.run(|c| c.op_readdir(dir, offset, max_entries)).await
@@ -305,7 +306,7 @@ impl<D: BlockDevice> FileSystem for NineFs<D> {
     }
 
     async fn set_quota(&self, dir: Ino, limits: QuotaLimits) -> FsResult<QuotaInfo> {
-        self.set_quota_at(dir, limits).await
+        self.quota.set_quota_at(dir, limits).await
     }
 
     async fn quota(&self, ino: Ino) -> FsResult<Option<QuotaInfo>> {

@@ -227,7 +227,7 @@ impl<D: BlockDevice> NineFs<D> {
             .find(|(_, i)| i.name == name.as_bytes())
             .ok_or(Errno::ENOENT)?;
         Ok(Side {
-            view: self.view_of(*id, item),
+            view: self.view_fs(*id, item),
             item: item.clone(),
         })
     }

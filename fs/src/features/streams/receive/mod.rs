@@ -284,7 +284,7 @@ impl<D: BlockDevice> NineFs<D> {
     async fn received(&self) -> Result<Vec<(SnapshotItem, Vec<u8>, Arc<NineFs<D>>)>, ReceiveError> {
         let mut out = Vec::new();
         for (id, item) in self.run(read_items).await? {
-            let view = self.view_of(id, &item);
+            let view = self.view_fs(id, &item);
             match view.getxattr(ROOT_INO, RECEIVED_XATTR).await {
                 Ok(mark) => out.push((item, mark, view)),
                 Err(Errno::ENODATA) => {}
@@ -361,10 +361,10 @@ impl<D: BlockDevice> NineFs<D> {
         }
         // The received snapshot; for an incremental, the two a rollback takes.
         let room = if base.is_some() { 2 } else { 1 };
-        if existing.len() + room > self.max_snapshots {
+        if existing.len() + room > self.snaps.max_snapshots {
             return Err(ReceiveError::SnapshotLimit(
                 existing.len(),
-                self.max_snapshots,
+                self.snaps.max_snapshots,
             ));
         }
         let base_mark = base.as_ref().map(|b| received_mark(source, b.seq));
