@@ -1,6 +1,11 @@
 //! A mounted ninefold filesystem: [`NineFs`], which implements
 //! [`FileSystem`](vfs::FileSystem).
 //!
+//! The handle is the assembly: the [`Engine`] (device, core, log, locks; the operation
+//! driver, checkpoints, the data path) and the feature services over it (`Snapshots`,
+//! `Quotas`, `Grow`, `Redundancy`, and the streams' state), with their public methods
+//! forwarded here so callers keep one type.
+//!
 //! Concurrency: one handle serves every CPU — `NineFs<D>` is `Send + Sync` when `D` is
 //! (checked below); the futures of its operations are not `Send` (a request runs to
 //! completion on the CPU that issued it). All metadata lives in [`Core`] behind one lock
@@ -24,13 +29,14 @@ use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::cache::Who;
+use crate::cache::{ReadaheadCounters, Who};
 use crate::engine::{Engine, EngineOptions};
 use crate::format::bitmap::GroupBlock;
 use crate::format::items::QuotaItem;
 use crate::format::superblock::{state, Superblock};
 use crate::format::{features, BLOCK_SIZE};
 use crate::io::Dev;
+use crate::synclog::replay::RefusedCommit;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
@@ -43,6 +49,7 @@ use crate::features::redundancy::rebuild::{Rebuild, RebuildStep};
 use crate::features::redundancy::{rebuild, scrub, Redundancy};
 use crate::features::snapshots::{self as snapshot, SnapshotInfo, Snapshots};
 use crate::features::streams::jobs as streamjob;
+use crate::features::streams::Streams;
 use crate::format::items::SnapshotItem;
 use crate::synclog;
 
@@ -155,27 +162,18 @@ pub struct NineFs<D: BlockDevice> {
     pub(crate) engine: Arc<Engine<D>>,
     /// Snapshots, their views and the `.snapshots` directory.
     pub(crate) snaps: Snapshots<D>,
-    /// Held by a receive or a rollback (`receive`): one changes the live tree at a time.
-    pub(crate) receive_lock: async_lock::Mutex<()>,
     /// Project quotas.
     pub(crate) quota: Quotas<D>,
     /// Growing onto a larger device.
     pub(crate) grower: Grow<D>,
-    /// The send and receive jobs of the administration tree.
-    pub(crate) jobs: streamjob::StreamJobs,
+    /// The send and receive jobs and the receive lock.
+    pub(crate) streams: Streams,
     /// Rebuild and scrub.
     pub(crate) redundancy: Redundancy<D>,
 }
 
-impl<D: BlockDevice> ::core::ops::Deref for NineFs<D> {
-    type Target = Engine<D>;
-    fn deref(&self) -> &Engine<D> {
-        &self.engine
-    }
-}
-
 /// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
-/// filesystem (and so a snapshot view, an `Arc<NineFs<D>>` of its own) is too. Checked
+/// filesystem (and so a snapshot view, an `Arc<NineFs<D>>` over an engine of its own) is too. Checked
 /// here at compile time for every such device, so a field that is not (an `Rc`, a
 /// `RefCell`, a boxed trait object without the bounds) fails the build, not a CPU.
 const _: () = {
@@ -190,7 +188,7 @@ const _: () = {
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
         f.debug_struct("NineFs")
-            .field("core", &*self.core.lock())
+            .field("core", &*self.engine.core.lock())
             .finish()
     }
 }
@@ -267,8 +265,7 @@ impl<D: BlockDevice> NineFs<D> {
             grower: Grow {
                 engine: engine.clone(),
             },
-            receive_lock: async_lock::Mutex::new(()),
-            jobs: streamjob::StreamJobs::new(stream_buffer),
+            streams: Streams::new(stream_buffer),
             redundancy: Redundancy::new(engine.clone(), rebuild_record_blocks),
             engine,
         }
@@ -356,7 +353,8 @@ impl<D: BlockDevice> NineFs<D> {
         let (replayed, refused) = if clean {
             (synclog::replay::ReplaySummary::default(), None)
         } else {
-            fs.replay(async || fs.snaps.load_snapshots().await)
+            fs.engine
+                .replay(async || fs.snaps.load_snapshots().await)
                 .await
                 .map_err(MountError::Errno)?
         };
@@ -364,7 +362,7 @@ impl<D: BlockDevice> NineFs<D> {
         // commits as input"): nothing is written, so the whole log stays on the disk.
         let read_only = read_only || refused.is_some();
         {
-            let mut l = fs.log.lock();
+            let mut l = fs.engine.log.lock();
             let s = &mut l.stats;
             s.replayed_commits = replayed.commits;
             s.replayed_records = replayed.records;
@@ -378,14 +376,14 @@ impl<D: BlockDevice> NineFs<D> {
         if !read_only {
             // Committed by the checkpoint that starts the epoch: from then on the
             // checkpoint's extents ([`NineFs::replayed_extents`] is for read-only mounts).
-            fs.log.lock().replayed_extents = Vec::new();
+            fs.engine.log.lock().replayed_extents = Vec::new();
             let end = if clean {
-                fs.log.lock().head
+                fs.engine.log.lock().head
             } else {
                 replayed.end
             };
-            fs.start_epoch(end, replayed.commits > 0).await?;
-            fs.clean_orphans().await.map_err(MountError::Errno)?;
+            fs.engine.start_epoch(end, replayed.commits > 0).await?;
+            fs.engine.clean_orphans().await.map_err(MountError::Errno)?;
             fs.quota
                 .finish_labeling()
                 .await
@@ -417,6 +415,95 @@ impl<D: BlockDevice> NineFs<D> {
         Arc::try_unwrap(engine.dev)
             .map(Dev::into_inner)
             .map_err(|_| Errno::EBUSY)
+    }
+
+    /// Does what a clean unmount does on disk, but keeps the filesystem mounted,
+    /// read-only from then on (`mount -o remount,ro`; for a holder that cannot give the
+    /// filesystem up, such as the appliance's 9P server at shutdown): frees inodes that
+    /// were unlinked while open, writes a final checkpoint marked clean (the log is then
+    /// empty: the next mount replays nothing), and refuses every later change with
+    /// `EROFS`, so nothing can make the image unclean again. Every open file counts as
+    /// closed: call it once no operation is running and no client holds a file.
+    pub async fn remount_read_only(&self) -> FsResult<()> {
+        self.engine.remount_read_only().await
+    }
+
+    /// Periodic work, for the owner to call every few seconds: gives the node cache back
+    /// the memory the data cache borrowed from it, if it grew into it; commits the
+    /// release of blocks freed more than [`MountOptions::discard`](crate::volume::MountOptions::discard) ago (a `Discard`
+    /// checkpoint), so deleted files give their space back to the device even when
+    /// nothing else checkpoints.
+    pub async fn housekeeping(&self) -> FsResult<()> {
+        self.engine.housekeeping().await
+    }
+
+    /// Runs a checkpoint now (if anything changed, or to mark an unmount clean).
+    pub async fn checkpoint(&self, cause: CheckpointCause) -> FsResult<()> {
+        self.engine.checkpoint(cause).await
+    }
+
+    /// The block device.
+    pub fn device(&self) -> &D {
+        self.engine.device()
+    }
+
+    /// The data cache over the device (shared with the snapshot views).
+    pub fn data_cache(&self) -> &crate::cache::DataCache {
+        self.engine.data_cache()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FsStats {
+        self.engine.stats()
+    }
+
+    /// Log blocks in use and the log region's size.
+    pub fn log_usage(&self) -> (u64, u64) {
+        self.engine.log_usage()
+    }
+
+    /// Memory used by cached btree nodes, and the number of cached nodes.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        self.engine.cache_usage()
+    }
+
+    /// The per-inode in-memory state (for the fsync log and tests).
+    pub fn inode_state(&self, ino: Ino) -> Option<InodeState> {
+        self.engine.inode_state(ino)
+    }
+
+    /// The superblock as last written.
+    pub fn superblock(&self) -> Superblock {
+        self.engine.superblock()
+    }
+
+    /// Now, by the clock the filesystem was mounted with (its timestamps').
+    pub fn now(&self) -> vfs::Timespec {
+        self.engine.now()
+    }
+
+    /// Readahead's counters.
+    pub fn readahead_counters(&self) -> ReadaheadCounters {
+        self.engine.readahead_counters()
+    }
+
+    /// The log commit replay refused at mount, if it refused one (the filesystem is then
+    /// read-only, as the commits before it left it).
+    pub fn refused_log_commit(&self) -> Option<RefusedCommit> {
+        self.engine.refused_log_commit()
+    }
+
+    /// The data extents log replay added at this mount (written and fsynced since the
+    /// checkpoint, which does not have them), each with the checksums the log gave it:
+    /// `(first block, one checksum per block)`. Replay verified only the last commit's
+    /// data (whose FLUSH may not have completed); the earlier commits' data was on the
+    /// disk before the next commit was written, so a block of theirs that no longer
+    /// matches is damage, which reading it reports (`EIO`). fsck checks these blocks as
+    /// it checks the checkpoint's (`tools/fsck/src/log.rs`). Kept by a read-only mount
+    /// only: a writable one commits them with its first checkpoint, and then they are
+    /// the checkpoint's. Empty without replay.
+    pub async fn replayed_extents(&self) -> FsResult<Vec<(u64, Vec<u32>)>> {
+        self.engine.replayed_extents().await
     }
 
     /// Every quota root with its limits, usage and flags, in project (root inode) order.
@@ -509,7 +596,7 @@ impl<D: BlockDevice> NineFs<D> {
     /// in the bounded queue and readers read for themselves.
     pub async fn readahead_worker(&self) {
         loop {
-            let r = self.readahead.pop().await;
+            let r = self.engine.readahead.pop().await;
             // A failure is the reader's to meet and report, when it gets there.
             let _ = self.prefetch(r.ino, r.range, r.who).await;
         }
@@ -519,7 +606,7 @@ impl<D: BlockDevice> NineFs<D> {
     /// tests and tools that run no workers).
     pub async fn readahead_now(&self) -> usize {
         let mut done = 0;
-        while let Some(r) = self.readahead.try_pop() {
+        while let Some(r) = self.engine.readahead.try_pop() {
             let _ = self.prefetch(r.ino, r.range, r.who).await;
             done += 1;
         }
@@ -532,7 +619,7 @@ impl<D: BlockDevice> NineFs<D> {
         if let Some((view, ino)) = self.in_snapshot(ino, Errno::EISDIR).await? {
             return view.prefetch_data(ino, range, who).await;
         }
-        self.prefetch_data(ino, range, who).await
+        self.engine.prefetch_data(ino, range, who).await
     }
 }
 
