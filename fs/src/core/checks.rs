@@ -10,7 +10,7 @@
 //!   already waiting to be freed (no double free); no block is allocated twice or
 //!   freed while free; reserved blocks given back were reserved.
 //! - **A checkpoint**, once it is prepared and before its first write
-//!   ([`Core::prepare_checkpoint`](crate::core::txn::Core), `NineFs::checkpoint`):
+//!   ([`Core::prepare_checkpoint`](crate::core::txn::Core), `Engine::checkpoint`):
 //!   [`node_write`] for every node it writes; each bitmap group it writes says as many
 //!   blocks free as its bits show; the allocator's books above; [`superblock`] for the
 //!   superblock it commits, and its log tail does not move backwards.

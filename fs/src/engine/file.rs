@@ -52,7 +52,7 @@ impl<D: BlockDevice> Engine<D> {
     /// blocks are copied at once, the others once a device read has verified them (and
     /// kept them in the cache; runs that land whole in `dest` are read straight into
     /// it). Blocks another read is already bringing in are waited for, not read twice.
-    /// A checksum mismatch is `EAGAIN`, as in [`NineFs::read_blocks`].
+    /// A checksum mismatch is `EAGAIN`, as in [`Engine::read_blocks`].
     async fn read_piece(&self, piece: &Piece, who: Who, dest: &mut Dest<'_>) -> FsResult<()> {
         let cache = self.dev.cache();
         // Runs of the piece's blocks still to get.

@@ -8,11 +8,13 @@
 //!   (every superblock write reaches all legs in service before the next one starts, so
 //!   legs in service differ by at most the one a crash interrupted), or when it belongs
 //!   to another volume.
-//! - **The leg table stays true.** Every superblock written records the legs out of
-//!   service ([`stamp`]); and a leg taken out of service since the last one is recorded
-//!   with a superblock of its own before a log commit that followed is acknowledged
-//!   ([`Engine::record_failed_legs`](crate::engine::Engine::record_failed_legs)), so a leg that missed acknowledged writes can
-//!   never pass for current after a crash.
+//! - **The leg table stays true** (the engine's part, `engine::legs`). Every superblock
+//!   written records the legs out of service
+//!   ([`stamp`](crate::engine::legs::stamp)); and a leg taken out of service since the
+//!   last one is recorded with a superblock of its own before a log commit that
+//!   followed is acknowledged
+//!   ([`Engine::record_failed_legs`](crate::engine::Engine::record_failed_legs)), so a
+//!   leg that missed acknowledged writes can never pass for current after a crash.
 //! - **A leg being rebuilt** (`rebuild`) is written with every write but never read;
 //!   the table says so ([`leg::REBUILDING`]) with how far its copy has come, and a
 //!   mount puts it back to being rebuilt if it is present and no more than one

@@ -1,10 +1,10 @@
 //! Replacing a leg of a mirrored volume and rebuilding it online.
 //!
-//! [`NineFs::replace`] takes a device put in a leg's place (the leg out of service, or
+//! [`Redundancy::replace`] takes a device put in a leg's place (the leg out of service, or
 //! taken out for it) and makes it the leg *being rebuilt*: the device joins the mirror
 //! written and never read ([`block::BlockDevice::start_rebuild`]), gets the leg's label,
 //! and the superblock's leg table says [`leg::REBUILDING`]. From then on every write
-//! reaches it; [`NineFs::rebuild_step`] copies the rest: every block the allocator holds
+//! reaches it; [`Redundancy::rebuild_step`] copies the rest: every block the allocator holds
 //! (blocks free when the copy passes them hold nothing to copy, and anything written
 //! there later reaches the new leg anyway), in address order, verified where the
 //! filesystem has checksums (data blocks) and read from the legs in service only.
@@ -21,9 +21,9 @@
 //!   mount after a crash or reboot goes on from the last one recorded. The leg becomes
 //!   active in the table only after the last block was copied and flushed; only then
 //!   does the mirror read from it.
-//! - **Rate.** The owner calls [`NineFs::rebuild_step`] with a byte budget every tick
+//! - **Rate.** The owner calls [`Redundancy::rebuild_step`] with a byte budget every tick
 //!   ([`DEFAULT_REBUILD_RATE_MIB`], [`crate::features::redundancy::scrub::budget_per_tick`]), as for
-//!   scrub; tools rebuild offline at full speed ([`NineFs::rebuild_all`]).
+//!   scrub; tools rebuild offline at full speed ([`Redundancy::rebuild_all`]).
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -68,7 +68,7 @@ pub struct Rebuild {
     pub recorded: u64,
     /// Blocks of the filesystem (the cursor's end).
     pub total: u64,
-    /// When this mount's copying started, by the filesystem's clock ([`NineFs::now`]):
+    /// When this mount's copying started, by the filesystem's clock ([`Engine::now`](crate::engine::Engine::now)):
     /// at `ctl replace`, or at the mount that took the rebuild up. With `copied`, the
     /// rate; to the end, the time the rebuild took.
     pub since: Timespec,
@@ -76,7 +76,7 @@ pub struct Rebuild {
     pub copied: u64,
 }
 
-/// What [`NineFs::rebuild_step`] left.
+/// What [`Redundancy::rebuild_step`] left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RebuildStep {
     /// No rebuild is going on.
@@ -144,7 +144,7 @@ impl<D: BlockDevice> Redundancy<D> {
     /// Puts the device in place `place` (out of service, or taken out for this; the
     /// caller has put the new device there: `block::MirrorDisk::attach`, or the
     /// volume was assembled with it) into the volume as the leg being rebuilt, and
-    /// records that; [`NineFs::rebuild_step`] then copies the volume to it.
+    /// records that; [`Redundancy::rebuild_step`] then copies the volume to it.
     /// `EINVAL`: not a mirror or no such place; `EBUSY`: a rebuild is going on, or the
     /// leg is the last in service; `ENOENT`: no device in that place.
     pub async fn replace(&self, place: usize) -> FsResult<()> {
@@ -202,7 +202,7 @@ impl<D: BlockDevice> Redundancy<D> {
 
     /// `ctl replace PLACE DEVICE`: opens `device` (named as the volume's owner names
     /// devices: [`BlockDevice::attach_named`]), puts it in place `place` — the leg
-    /// there taken out of service — and starts its rebuild ([`NineFs::replace`]).
+    /// there taken out of service — and starts its rebuild ([`Redundancy::replace`]).
     pub async fn replace_named(
         &self,
         place: usize,
@@ -222,7 +222,7 @@ impl<D: BlockDevice> Redundancy<D> {
     }
 
     /// Takes up the rebuild the superblock records, if its leg is being rebuilt (at
-    /// mount, and after [`NineFs::replace`]), from the recorded cursor: every block below
+    /// mount, and after [`Redundancy::replace`]), from the recorded cursor: every block below
     /// it was copied and flushed, and every later write reached the leg. After a crash,
     /// writes since the last FLUSH may have reached a leg in service and not this one;
     /// of them only the last log commit's data becomes part of the volume (replay), and

@@ -2,7 +2,7 @@
 //! the committed roots and every data extent, and verifies their checksums.
 //!
 //! A pass walks the trees of the committed checkpoint depth-first from a work stack (the
-//! cursor): each [`NineFs::scrub_step`] reads nodes and extents until a byte budget is
+//! cursor): each [`Redundancy::scrub_step`] reads nodes and extents until a byte budget is
 //! spent, so the owner decides the rate. Leaves of the checksum tree queue their data
 //! extents. Nothing is read through the node cache: a cached copy would hide a rotten
 //! disk block.
@@ -181,7 +181,7 @@ impl core::fmt::Display for ScrubReport {
     }
 }
 
-/// Where a pass stands, as [`NineFs::scrub_step`] returns it.
+/// Where a pass stands, as [`Redundancy::scrub_step`] returns it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScrubProgress {
     /// No pass is running.
@@ -516,7 +516,7 @@ impl<D: BlockDevice> Redundancy<D> {
     }
 }
 
-/// See [`NineFs::data_owner`].
+/// See [`Redundancy::data_owner`].
 fn find_owner(c: &mut Core, extent: u64, block: u64) -> Step<Option<DataOwner>> {
     let mut owner = None;
     c.trees.range(
