@@ -21,6 +21,7 @@ extern crate alloc;
 pub mod btree;
 pub mod cache;
 pub mod core;
+pub mod engine;
 pub mod features;
 pub mod format;
 pub mod io;

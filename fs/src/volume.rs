@@ -1,6 +1,11 @@
 //! A mounted ninefold filesystem: [`NineFs`], which implements
 //! [`FileSystem`](vfs::FileSystem).
 //!
+//! The handle is the assembly: the [`Engine`] (device, core, log, locks; the operation
+//! driver, checkpoints, the data path) and the feature services over it (`Snapshots`,
+//! `Quotas`, `Grow`, `Redundancy`, and the streams' state), with their public methods
+//! forwarded here so callers keep one type.
+//!
 //! Concurrency: one handle serves every CPU — `NineFs<D>` is `Send + Sync` when `D` is
 //! (checked below); the futures of its operations are not `Send` (a request runs to
 //! completion on the CPU that issued it). All metadata lives in [`Core`] behind one lock
@@ -23,31 +28,34 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
-use hashbrown::HashMap;
-use spin::Mutex;
 
-use crate::btree::cache::is_temp_addr;
-use crate::btree::{Node, NodeCache};
+use crate::cache::{ReadaheadCounters, Who};
+use crate::engine::{Engine, EngineOptions};
 use crate::format::bitmap::GroupBlock;
-use crate::format::bset::NodeId;
-use crate::format::layout::SUPERBLOCK_BLOCKS;
-use crate::format::superblock::{next_seq, state, NodePtr, Superblock};
-use crate::format::{features, Corrupt, Key, TreeId, BLOCK_SIZE};
-use crate::io::{Dev, DevError};
-use crate::util::check::ensure;
+use crate::format::items::QuotaItem;
+use crate::format::superblock::{state, Superblock};
+use crate::format::{features, BLOCK_SIZE};
+use crate::io::Dev;
+use crate::synclog::replay::RefusedCommit;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Clock, Errno, FsResult, Ino};
 
 use crate::core::counters as stats;
-use crate::core::{checkpoint, checks, dir, file, mkfs, readahead};
-use crate::features::grow;
-use crate::features::redundancy::{legs, rebuild, scrub};
-use crate::features::snapshots as snapshot;
+use crate::core::{checkpoint, dir, mkfs};
+use crate::engine::readahead;
+use crate::features::grow::{self, Grow};
+use crate::features::quota::Quotas;
+use crate::features::redundancy::rebuild::{Rebuild, RebuildStep};
+use crate::features::redundancy::{rebuild, scrub, Redundancy};
+use crate::features::snapshots::{self as snapshot, SnapshotInfo, Snapshots};
 use crate::features::streams::jobs as streamjob;
-use crate::io::node_read;
+use crate::features::streams::Streams;
+use crate::format::items::SnapshotItem;
 use crate::synclog;
 
 pub use crate::core::txn::InodeState;
+pub use crate::engine::mount::{choose_group, MountError};
+pub use crate::features::redundancy::legs::read_superblock;
 pub use checkpoint::{
     CheckpointCause, DirtyThresholdPolicy, Pressure, PressurePolicy, WritePolicy,
 };
@@ -59,15 +67,9 @@ pub use readahead::DEFAULT_READAHEAD;
 pub use scrub::{DataOwner, ScrubError, ScrubProgress, ScrubReport};
 pub use stats::{FsStats, LockStats};
 
-use crate::core::lock::CoreLock;
-use crate::core::txn::{fresh_core, Core, Step, Stop};
-use crate::io::node_read::NodeReadError;
-use crate::synclog::LogState;
+use crate::engine::mount::next_epoch;
 
 pub use crate::core::inode::{MAX_FILE_SIZE, MAX_LINKS};
-
-/// Retries of one operation before giving up (each retry loads something).
-pub(crate) const MAX_RETRIES: usize = 10_000;
 
 /// Mount options.
 pub struct MountOptions {
@@ -120,10 +122,6 @@ pub const DEFAULT_DATA_CACHE: usize = 16 << 20;
 /// about this long (plus the housekeeping interval).
 pub const DEFAULT_DISCARD_DELAY: Duration = Duration::from_secs(20);
 
-/// Most discard requests one checkpoint sends; blocks beyond them are freed without
-/// being discarded (bounded checkpoint time; counted as skipped blocks in the log).
-pub(crate) const MAX_DISCARDS_PER_CHECKPOINT: usize = 4096;
-
 impl Default for MountOptions {
     fn default() -> MountOptions {
         MountOptions {
@@ -158,175 +156,24 @@ impl ::core::fmt::Debug for MountOptions {
     }
 }
 
-/// Why a mount failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MountError {
-    /// The device cannot hold a filesystem.
-    Device(DevError),
-    /// Reading the superblocks failed.
-    Io(block::IoError),
-    /// Neither superblock copy is valid.
-    /// No superblock copy is valid; with why the last one read was refused (a checksum,
-    /// a field out of its bounds).
-    NoSuperblock(Option<Corrupt>),
-    /// The filesystem uses features this code does not know.
-    Features(u64),
-    /// The device is smaller than the filesystem.
-    TooSmall,
-    /// Something else failed while mounting (recovery, orphan cleanup).
-    Errno(Errno),
-    /// The superblock names this many legs, not as many as the device has copies.
-    Legs(usize),
-    /// Legs are out of service (bit `i`: leg `i`) and
-    /// [`MountOptions::refuse_degraded`] is set.
-    Degraded(u64),
-    /// The superblock a writable mount writes would take this field (a sequence or
-    /// counter) to its bound
-    /// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)); nothing was written. The filesystem
-    /// can still be mounted read-only.
-    Exhausted(Corrupt),
-}
-
-impl ::core::fmt::Display for MountError {
-    fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-        match self {
-            MountError::Device(e) => write!(f, "unusable device: {e:?}"),
-            MountError::Io(e) => write!(f, "reading the superblocks: {e}"),
-            MountError::NoSuperblock(None) => f.write_str("no valid superblock"),
-            MountError::NoSuperblock(Some(why)) => write!(f, "no valid superblock ({why})"),
-            MountError::Features(bits) => write!(f, "unknown incompatible features {bits:#x}"),
-            MountError::TooSmall => f.write_str("device smaller than the filesystem"),
-            MountError::Errno(e) => write!(f, "mount failed: {e}"),
-            MountError::Legs(n) => write!(f, "the volume has {n} legs, not as many as given"),
-            MountError::Degraded(mask) => {
-                write!(f, "legs out of service (mask {mask:#x}): refused")
-            }
-            MountError::Exhausted(what) => write!(
-                f,
-                "{what}: at its bound (2^62), no superblock can be written; mount read-only"
-            ),
-        }
-    }
-}
-
-/// Reads both superblock copies and returns the valid one with the highest generation,
-/// with the validity of each copy. On a mirror, of every leg in service; legs found
-/// stale are taken out of service ([`legs`]).
-pub async fn read_superblock<D: BlockDevice>(
-    dev: &Dev<D>,
-) -> Result<(Superblock, [bool; 2]), MountError> {
-    if dev.copies() > 1 {
-        return legs::choose(dev).await;
-    }
-    read_superblock_copy(dev, None).await
-}
-
-/// [`read_superblock`] of the device (`None`) or of one copy.
-pub(crate) async fn read_superblock_copy<D: BlockDevice>(
-    dev: &Dev<D>,
-    copy: Option<usize>,
-) -> Result<(Superblock, [bool; 2]), MountError> {
-    let mut best: Option<Superblock> = None;
-    let mut valid = [false; 2];
-    let mut refused = None;
-    for (i, &b) in SUPERBLOCK_BLOCKS.iter().enumerate() {
-        let mut buf = vec![0u8; BLOCK_SIZE];
-        match copy {
-            None => dev.read(b, &mut buf).await,
-            Some(c) => dev.read_copy(c, b, &mut buf).await,
-        }
-        .map_err(MountError::Io)?;
-        match Superblock::decode(&buf) {
-            Ok(sb) => {
-                valid[i] = true;
-                if best.as_ref().is_none_or(|x| sb.generation > x.generation) {
-                    best = Some(sb);
-                }
-            }
-            Err(e) => {
-                log::warn!("superblock copy {i} at block {b}: {e}");
-                refused = Some(e);
-            }
-        }
-    }
-    best.map(|sb| (sb, valid))
-        .ok_or(MountError::NoSuperblock(refused))
-}
-
-/// Chooses the committed version of a bitmap group from its two slots: the valid one
-/// with the highest sequence not above `committed`. With `strict`, an invalid slot is
-/// corruption (after a clean shutdown or recovery both slots are always valid).
-pub fn choose_group(
-    slots: &[u8],
-    group: u32,
-    committed: u64,
-    strict: bool,
-) -> Result<(GroupBlock, usize), &'static str> {
-    let mut best: Option<(GroupBlock, usize)> = None;
-    for slot in 0..2 {
-        match GroupBlock::decode(&slots[slot * BLOCK_SIZE..(slot + 1) * BLOCK_SIZE], group) {
-            Ok(g) if g.seq <= committed => {
-                if best.as_ref().is_none_or(|(b, _)| g.seq > b.seq) {
-                    best = Some((g, slot));
-                }
-            }
-            Ok(_) => {}
-            // A checksum, the group number or a free count its bits do not show.
-            Err(_) if strict => return Err("bitmap slot invalid"),
-            Err(_) => {}
-        }
-    }
-    best.ok_or("no committed bitmap slot")
-}
-
-/// A mounted filesystem on a block device.
+/// A mounted filesystem on a block device: the [`Engine`] and the features' state.
 pub struct NineFs<D: BlockDevice> {
-    /// Shared with the snapshot views.
-    pub(crate) dev: Arc<Dev<D>>,
-    /// This is a snapshot's view: it has no `.snapshots` of its own (those of the
-    /// snapshot's time may be gone).
-    pub(crate) is_view: bool,
-    /// Snapshot views open now, by snapshot id (see [`snapdir`]).
-    pub(crate) views: Mutex<snapshot::OpenViews<D>>,
-    pub(crate) core: CoreLock,
-    /// The fsync log's ring and batches (taken after `core` when both are needed).
-    pub(crate) log: Mutex<LogState>,
-    pub(crate) checkpoint_lock: async_lock::Mutex<()>,
-    /// [`MountOptions::max_snapshots`].
-    pub(crate) max_snapshots: usize,
-    /// Held by a receive or a rollback (`receive`): one changes the live tree at a time.
-    pub(crate) receive_lock: async_lock::Mutex<()>,
-    /// Serialises `set_quota` (one labeling walk at a time).
-    pub(crate) quota_lock: async_lock::Mutex<()>,
-    /// Held by the log committer across one commit's I/O.
-    pub(crate) commit_lock: async_lock::Mutex<()>,
-    pub(crate) inode_locks: Mutex<HashMap<Ino, Arc<async_lock::Mutex<()>>>>,
-    /// Inodes known to hold nothing past their end of file (see [`file::TrimmedInodes`]).
-    pub(crate) trimmed: Mutex<file::TrimmedInodes>,
-    pub(crate) clock: Box<dyn Clock + Send + Sync>,
-    pub(crate) cache_limit: usize,
-    pub(crate) max_groups: usize,
-    pub(crate) policy: Box<dyn WritePolicy>,
-    /// [`MountOptions::discard`], until the device says it cannot discard.
-    pub(crate) discard: Mutex<Option<Duration>>,
-    /// When (wall-clock seconds) freed blocks were first seen waiting for a checkpoint.
-    pub(crate) freed_since: Mutex<Option<i64>>,
-    /// The running or last scrub pass.
-    pub(crate) scrub: Mutex<scrub::ScrubState>,
-    /// The send and receive jobs of the administration tree.
-    pub(crate) jobs: streamjob::StreamJobs,
-    /// The rebuild of a replaced leg going on ([`rebuild`]).
-    pub(crate) rebuild: Mutex<Option<rebuild::Rebuild>>,
-    /// [`MountOptions::rebuild_record_blocks`].
-    pub(crate) rebuild_record_blocks: u64,
-    /// Readahead asked for by readers, for the readahead workers ([`readahead`]).
-    pub(crate) readahead: crate::cache::ReadaheadQueue,
-    /// [`MountOptions::readahead`].
-    pub(crate) readahead_max: u64,
+    /// The device, the core, the log and the locks every feature works with.
+    pub(crate) engine: Arc<Engine<D>>,
+    /// Snapshots, their views and the `.snapshots` directory.
+    pub(crate) snaps: Snapshots<D>,
+    /// Project quotas.
+    pub(crate) quota: Quotas<D>,
+    /// Growing onto a larger device.
+    pub(crate) grower: Grow<D>,
+    /// The send and receive jobs and the receive lock.
+    pub(crate) streams: Streams,
+    /// Rebuild and scrub.
+    pub(crate) redundancy: Redundancy<D>,
 }
 
 /// The handle is shared by every CPU: over a device that is `Send + Sync`, a mounted
-/// filesystem (and so a snapshot view, an `Arc<NineFs<D>>` of its own) is too. Checked
+/// filesystem (and so a snapshot view, an `Arc<NineFs<D>>` over an engine of its own) is too. Checked
 /// here at compile time for every such device, so a field that is not (an `Rc`, a
 /// `RefCell`, a boxed trait object without the bounds) fails the build, not a CPU.
 const _: () = {
@@ -341,7 +188,7 @@ const _: () = {
 impl<D: BlockDevice> ::core::fmt::Debug for NineFs<D> {
     fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
         f.debug_struct("NineFs")
-            .field("core", &*self.core.lock())
+            .field("core", &*self.engine.core.lock())
             .finish()
     }
 }
@@ -359,18 +206,6 @@ pub fn check_features(sb: &Superblock) -> Result<bool, MountError> {
     Ok(sb.ro_compat & !features::RO_COMPAT_SUPPORTED != 0)
 }
 
-/// The mount count and log epoch (the next generation) a writable mount of `sb`
-/// writes: each one more, and neither may reach its bound
-/// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)), since a superblock that did
-/// would be refused by every later mount. `Exhausted` then: the filesystem can still
-/// be mounted read-only.
-pub(crate) fn next_epoch(sb: &Superblock) -> Result<(u64, u64), MountError> {
-    let exhausted = |field| MountError::Exhausted(Corrupt::Field(field));
-    let mount_count = next_seq(sb.mount_count).ok_or(exhausted("mount_count"))?;
-    let epoch = next_seq(sb.generation).ok_or(exhausted("generation"))?;
-    Ok((mount_count, epoch))
-}
-
 /// Whether the filesystem of `sb` on `dev` mounts read-only (asked for, or features this
 /// code can only read); refuses what cannot be mounted at all.
 pub(crate) fn mount_read_only<D: BlockDevice>(
@@ -386,52 +221,99 @@ pub(crate) fn mount_read_only<D: BlockDevice>(
 }
 
 impl<D: BlockDevice> NineFs<D> {
-    /// Puts a mounted filesystem together: the one place a [`NineFs`] is built, for a
-    /// mount and for a snapshot view (`is_view`). `sb` is what it starts from (its log
-    /// where `sb` says), `opts` what it keeps of the mount options (`opts.read_only`:
-    /// whether it is mounted read-only, asked for or not); every lock, cache and
-    /// counter starts empty.
+    /// Puts a mounted filesystem together: its engine (`sb` is what it starts from, its
+    /// log where `sb` says; `opts.read_only`: whether it is mounted read-only, asked for
+    /// or not) and the services over it. Every lock, cache and counter starts empty.
     pub(crate) fn assemble(
         dev: Arc<Dev<D>>,
         sb: Superblock,
-        is_view: bool,
         opts: MountOptions,
         clock: Box<dyn Clock + Send + Sync>,
     ) -> NineFs<D> {
-        let layout = sb.layout;
-        let log = LogState::new(
-            layout.log_start,
-            layout.log_blocks,
-            sb.log_epoch,
-            sb.log_tail,
-        );
-        let core = fresh_core(&dev, sb, opts.read_only, opts.max_links);
-        NineFs {
-            dev,
-            is_view,
-            views: Mutex::new(snapshot::OpenViews::default()),
-            core: CoreLock::new(core, opts.hold_clock),
-            log: Mutex::new(log),
-            checkpoint_lock: async_lock::Mutex::new(()),
-            max_snapshots: opts.max_snapshots,
-            receive_lock: async_lock::Mutex::new(()),
-            quota_lock: async_lock::Mutex::new(()),
-            commit_lock: async_lock::Mutex::new(()),
-            inode_locks: Mutex::new(HashMap::new()),
-            trimmed: Mutex::new(file::TrimmedInodes::default()),
-            clock,
+        let engine = EngineOptions {
             cache_limit: opts.cache_limit,
-            max_groups: opts.max_groups.max(4),
+            max_groups: opts.max_groups,
+            read_only: opts.read_only,
+            max_links: opts.max_links,
             policy: opts.policy,
-            discard: Mutex::new(opts.discard),
-            freed_since: Mutex::new(None),
-            scrub: Mutex::new(scrub::ScrubState::default()),
-            jobs: streamjob::StreamJobs::new(opts.stream_buffer),
-            rebuild: Mutex::new(None),
-            rebuild_record_blocks: opts.rebuild_record_blocks.max(1),
-            readahead: crate::cache::ReadaheadQueue::new(),
-            readahead_max: opts.readahead,
+            discard: opts.discard,
+            hold_clock: opts.hold_clock,
+            readahead: opts.readahead,
+        };
+        let engine = Arc::new(Engine::assemble(dev, sb, engine, clock));
+        NineFs::of_engine(
+            engine,
+            false,
+            opts.max_snapshots,
+            opts.stream_buffer,
+            opts.rebuild_record_blocks,
+        )
+    }
+
+    /// The handle over `engine`: the one place a [`NineFs`] is built, for a mount and
+    /// for a snapshot view (`is_view`, which has no snapshots and runs no stream job).
+    fn of_engine(
+        engine: Arc<Engine<D>>,
+        is_view: bool,
+        max_snapshots: usize,
+        stream_buffer: usize,
+        rebuild_record_blocks: u64,
+    ) -> NineFs<D> {
+        NineFs {
+            snaps: Snapshots::new(engine.clone(), is_view, max_snapshots),
+            quota: Quotas::new(engine.clone()),
+            grower: Grow {
+                engine: engine.clone(),
+            },
+            streams: Streams::new(stream_buffer),
+            redundancy: Redundancy::new(engine.clone(), rebuild_record_blocks),
+            engine,
         }
+    }
+
+    /// Snapshot `id`'s view (its engine opened once, then shared) as a filesystem.
+    pub(crate) fn view_fs(&self, id: u64, item: &SnapshotItem) -> Arc<NineFs<D>> {
+        self.view_handle(self.snaps.view_of(id, item))
+    }
+
+    /// A read-only handle over a snapshot view's engine.
+    fn view_handle(&self, view: Arc<Engine<D>>) -> Arc<NineFs<D>> {
+        // A view runs no stream job and has no snapshots of its own.
+        let record = self.redundancy.rebuild_record_blocks;
+        Arc::new(NineFs::of_engine(view, true, 0, 0, record))
+    }
+
+    /// The snapshot `name` as a read-only filesystem: every read works as on the live
+    /// filesystem at the snapshot's checkpoint, every change fails with `EROFS`. It
+    /// shares this filesystem's device; its blocks stay valid while the snapshot exists
+    /// (deleting a snapshot that is being read makes its readers fail with `EIO`).
+    pub async fn snapshot_view(&self, name: &str) -> FsResult<Arc<NineFs<D>>> {
+        let view = self.snaps.snapshot_view(name).await?;
+        Ok(self.view_handle(view))
+    }
+
+    /// The snapshots, by id.
+    pub async fn snapshots(&self) -> FsResult<Vec<SnapshotInfo>> {
+        self.snaps.snapshots().await
+    }
+
+    /// Takes a snapshot named `name` of the filesystem as it is now: commits a
+    /// checkpoint, keeps its roots, and commits that with a second checkpoint (a crash
+    /// before it leaves no snapshot). `EINVAL`: bad name; `EEXIST`: the name is taken;
+    /// `ENOSPC`: at the snapshot limit or no room for the item; `EROFS`: read-only.
+    pub async fn snapshot_create(&self, name: &str) -> FsResult<SnapshotInfo> {
+        self.snaps.snapshot_create(name).await
+    }
+
+    /// Deletes the snapshot `name`: the blocks only it referenced, and that the live
+    /// filesystem no longer references, are freed by the checkpoint that commits the
+    /// deletion (a crash before leaves the snapshot whole). `ENOENT`: no such snapshot.
+    ///
+    /// Reads the trees of the snapshot and of its two neighbours in time (the live
+    /// filesystem standing in for the newer one when it is the newest), whatever the
+    /// number of snapshots: see [`Neighbours`].
+    pub async fn snapshot_delete(&self, name: &str) -> FsResult<()> {
+        self.snaps.snapshot_delete(name).await
     }
 
     /// Mounts the filesystem on `dev`. After an unclean shutdown this first rewrites every
@@ -464,20 +346,23 @@ impl<D: BlockDevice> NineFs<D> {
         }
         let opts = MountOptions { read_only, ..opts };
         dev.cache().set_limits(opts.data_cache, opts.cache_limit);
-        let fs = NineFs::assemble(Arc::new(dev), sb, false, opts, clock);
+        let fs = NineFs::assemble(Arc::new(dev), sb, opts, clock);
         // Replay and orphan cleanup free blocks: what snapshots hold must be known first.
-        fs.load_snapshots().await.map_err(MountError::Errno)?;
+        fs.snaps.load_snapshots().await.map_err(MountError::Errno)?;
         // A cleanly unmounted image has an empty log (its tail is the head).
         let (replayed, refused) = if clean {
             (synclog::replay::ReplaySummary::default(), None)
         } else {
-            fs.replay().await.map_err(MountError::Errno)?
+            fs.engine
+                .replay(async || fs.snaps.load_snapshots().await)
+                .await
+                .map_err(MountError::Errno)?
         };
         // A refused commit leaves the filesystem read-only (docs/durability.md, "Log
         // commits as input"): nothing is written, so the whole log stays on the disk.
         let read_only = read_only || refused.is_some();
         {
-            let mut l = fs.log.lock();
+            let mut l = fs.engine.log.lock();
             let s = &mut l.stats;
             s.replayed_commits = replayed.commits;
             s.replayed_records = replayed.records;
@@ -491,70 +376,43 @@ impl<D: BlockDevice> NineFs<D> {
         if !read_only {
             // Committed by the checkpoint that starts the epoch: from then on the
             // checkpoint's extents ([`NineFs::replayed_extents`] is for read-only mounts).
-            fs.log.lock().replayed_extents = Vec::new();
+            fs.engine.log.lock().replayed_extents = Vec::new();
             let end = if clean {
-                fs.log.lock().head
+                fs.engine.log.lock().head
             } else {
                 replayed.end
             };
-            fs.start_epoch(end, replayed.commits > 0).await?;
-            fs.clean_orphans().await.map_err(MountError::Errno)?;
-            fs.finish_labeling().await.map_err(MountError::Errno)?;
+            fs.engine.start_epoch(end, replayed.commits > 0).await?;
+            fs.engine.clean_orphans().await.map_err(MountError::Errno)?;
+            fs.quota
+                .finish_labeling()
+                .await
+                .map_err(MountError::Errno)?;
             // A device that got bigger is used at once.
             fs.grow().await.map_err(MountError::Errno)?;
             // A leg being rebuilt when the volume went down goes on being rebuilt.
-            fs.resume_rebuild(clean);
+            fs.redundancy.resume_rebuild(clean);
         }
         Ok(fs)
-    }
-
-    /// Starts this mount's log epoch with the log empty at `end` (where replay stopped),
-    /// and commits it: with a checkpoint when replay changed the trees, else with a
-    /// superblock write.
-    pub(crate) async fn start_epoch(&self, end: u64, replayed: bool) -> Result<(), MountError> {
-        // The next superblock written gets generation + 1: that is the new epoch,
-        // unique to this mount, so no block written to the log before (by an
-        // earlier mount, torn or not) is ever taken for one of this mount's.
-        let epoch = {
-            let mut c = self.core.lock();
-            let (mount_count, epoch) = next_epoch(&c.sb)?;
-            c.sb.mount_count = mount_count;
-            c.sb.state = 0;
-            c.sb.incompat |= features::INCOMPAT_LOG;
-            c.sb.log_epoch = epoch;
-            c.sb.log_tail = end;
-            epoch
-        };
-        {
-            let mut l = self.log.lock();
-            l.epoch = epoch;
-            l.head = end;
-            l.tail = end;
-        }
-        if replayed {
-            return self
-                .checkpoint(CheckpointCause::Replay)
-                .await
-                .map_err(MountError::Errno);
-        }
-        let mut sb = {
-            let mut c = self.core.lock();
-            c.sb.generation = epoch;
-            c.sb.clone()
-        };
-        self.stamp_legs(&mut sb);
-        self.dev
-            .write(sb.slot(), &sb.encode(), WriteFlags::FUA)
-            .await
-            .map_err(MountError::Io)
     }
 
     /// Unmounts cleanly ([`NineFs::remount_read_only`]) and returns the device.
     /// `EBUSY` if a snapshot view handed out by [`NineFs::snapshot_view`] is still held.
     pub async fn unmount(self) -> FsResult<D> {
         self.remount_read_only().await?;
-        self.views.lock().clear();
-        Arc::try_unwrap(self.dev)
+        self.snaps.views.lock().clear();
+        // The services hold the engine too: they go first.
+        let NineFs {
+            engine,
+            snaps,
+            quota,
+            grower,
+            redundancy,
+            ..
+        } = self;
+        drop((snaps, quota, grower, redundancy));
+        let engine = Arc::try_unwrap(engine).map_err(|_| Errno::EBUSY)?;
+        Arc::try_unwrap(engine.dev)
             .map(Dev::into_inner)
             .map_err(|_| Errno::EBUSY)
     }
@@ -567,518 +425,202 @@ impl<D: BlockDevice> NineFs<D> {
     /// `EROFS`, so nothing can make the image unclean again. Every open file counts as
     /// closed: call it once no operation is running and no client holds a file.
     pub async fn remount_read_only(&self) -> FsResult<()> {
-        if self.core.lock().read_only {
-            return Ok(());
-        }
-        let open: Vec<Ino> = {
-            let mut c = self.core.lock();
-            c.inodes.values_mut().for_each(|s| s.open = 0);
-            c.inodes.keys().copied().collect()
-        };
-        for ino in open {
-            self.free_if_unlinked(ino).await?;
-        }
-        self.checkpoint(CheckpointCause::Unmount).await?;
-        // No await since the checkpoint: nothing changed in between.
-        self.core.lock().read_only = true;
-        Ok(())
-    }
-
-    /// The block device.
-    pub fn device(&self) -> &D {
-        self.dev.inner()
-    }
-
-    /// The data cache over the device (shared with the snapshot views).
-    pub fn data_cache(&self) -> &crate::cache::DataCache {
-        self.dev.cache()
-    }
-
-    /// Counters.
-    pub fn stats(&self) -> FsStats {
-        let mut s = {
-            let c = self.core.lock();
-            let mut s = c.stats;
-            s.group_loads = c.space.stats.group_loads;
-            s.snapshots = c.snapshots;
-            s.snapshot_held_blocks = c.space.held_dead().len();
-            s.failed = u64::from(c.failed);
-            s
-        };
-        if self.dev.copies() > 1 {
-            s.legs = self.dev.copies() as u64;
-            s.failed_legs = u64::from(self.dev.failed_copies().count_ones());
-        }
-        s.log = self.log.lock().stats;
-        s
-    }
-
-    /// Log blocks in use and the log region's size.
-    pub fn log_usage(&self) -> (u64, u64) {
-        let l = self.log.lock();
-        (l.used(), l.capacity)
-    }
-
-    /// Memory used by cached btree nodes, and the number of cached nodes.
-    pub fn cache_usage(&self) -> (usize, usize) {
-        let c = self.core.lock();
-        (c.trees.cache.mem(), c.trees.cache.len())
-    }
-
-    /// The per-inode in-memory state (for the fsync log and tests).
-    pub fn inode_state(&self, ino: Ino) -> Option<InodeState> {
-        self.core.lock().inodes.get(&ino).cloned()
-    }
-
-    /// The superblock as last written.
-    pub fn superblock(&self) -> Superblock {
-        self.core.lock().sb.clone()
-    }
-
-    /// Now, by the clock the filesystem was mounted with (its timestamps').
-    pub fn now(&self) -> vfs::Timespec {
-        self.clock.now()
-    }
-
-    /// Runs `f` until it no longer needs anything loaded; when it runs out of space and
-    /// a checkpoint would release freed blocks, checkpoints and tries once more.
-    pub(crate) async fn run<T>(&self, mut f: impl FnMut(&mut Core) -> Step<T>) -> FsResult<T> {
-        match self.run_loads(&mut f).await? {
-            Ok(v) => Ok(v),
-            Err(()) => {
-                if self.core.lock().space.reclaimable() == 0 {
-                    return Err(Errno::ENOSPC);
-                }
-                self.checkpoint(CheckpointCause::Space).await?;
-                self.run_loads(&mut f).await?.map_err(|()| Errno::ENOSPC)
-            }
-        }
-    }
-
-    /// Runs `f`, loading what it needs, until it finishes; `Ok(Err(()))` if it ran out of
-    /// space.
-    pub(crate) async fn run_loads<T>(
-        &self,
-        f: &mut impl FnMut(&mut Core) -> Step<T>,
-    ) -> FsResult<Result<T, ()>> {
-        let mut failed_load: Option<NodePtr> = None;
-        for _ in 0..MAX_RETRIES {
-            let r = {
-                let mut c = self.core.lock();
-                if c.failed {
-                    return Err(Errno::EIO);
-                }
-                let r = f(&mut c);
-                // Whatever broke the allocator's books (an operation, or something done
-                // since under the lock) fails the filesystem before its next commit.
-                c.check_space().and(r)
-            };
-            match r {
-                Ok(v) => return Ok(Ok(v)),
-                Err(Stop::Errno(e)) => return Err(e),
-                Err(Stop::NoSpace) => return Ok(Err(())),
-                Err(Stop::Corrupt(what)) => {
-                    log::error!("filesystem metadata inconsistent: {what}");
-                    self.core.lock().stats.corruptions += 1;
-                    return Err(Errno::EIO);
-                }
-                Err(Stop::Node { tree, level, ptr }) => {
-                    let last_try = failed_load == Some(ptr);
-                    match self.load_node(tree, level, ptr, last_try).await {
-                        Ok(()) => {}
-                        // The pointer may have gone stale while we read (the node moved
-                        // and its old place was reused): look again before failing.
-                        Err(Errno::EAGAIN) if !last_try => failed_load = Some(ptr),
-                        Err(Errno::EAGAIN) => return Err(Errno::EIO),
-                        Err(e) => return Err(e),
-                    }
-                }
-                Err(Stop::Group(g)) => self.load_group(g).await?,
-            }
-        }
-        log::error!("operation did not settle after {MAX_RETRIES} retries");
-        Err(Errno::EIO)
-    }
-
-    /// Reads a node into the cache. A corrupt node gives `EAGAIN` the first time (the
-    /// caller looks again) and EIO with a log line when `last_try`.
-    pub(crate) async fn load_node(
-        &self,
-        tree: TreeId,
-        level: u8,
-        ptr: NodePtr,
-        last_try: bool,
-    ) -> FsResult<()> {
-        // The latest checkpoint written (committed or being written) wrote the newest
-        // bset any node may hold.
-        let (valid, last_seq) = {
-            let c = self.core.lock();
-            (
-                ptr.is_valid(&c.sb.layout, c.sb.node_size),
-                c.seq.saturating_sub(1),
-            )
-        };
-        if is_temp_addr(ptr.addr) || !valid {
-            log::error!("{} tree: invalid node pointer {ptr:?}", tree.name());
-            return Err(Errno::EIO);
-        }
-        let id = NodeId {
-            tree,
-            level,
-            nonce: ptr.nonce,
-        };
-        match node_read::read_node(&self.dev, id, ptr, last_seq).await {
-            Ok(node) => {
-                let mut c = self.core.lock();
-                c.stats.node_loads += 1;
-                c.stats.node_load_bytes += u64::from(ptr.blocks) * BLOCK_SIZE as u64;
-                let committed = c.committed_seq;
-                c.trees.cache.insert_loaded(node, committed);
-                Ok(())
-            }
-            Err(NodeReadError::Io(e)) => {
-                log::error!(
-                    "{} tree: reading node at block {}: {e}",
-                    tree.name(),
-                    ptr.addr
-                );
-                Err(Errno::EIO)
-            }
-            // The pointer may have been read while its node was being replaced: the
-            // caller looks again before calling it corrupt.
-            Err(NodeReadError::Corrupt(_)) if !last_try => Err(Errno::EAGAIN),
-            Err(NodeReadError::Corrupt(corrupt)) => {
-                log::error!(
-                    "{} tree: corrupt node at block {} (bset at block {}): {}",
-                    tree.name(),
-                    ptr.addr,
-                    ptr.addr + u64::from(corrupt.offset_blocks),
-                    corrupt.what
-                );
-                self.core.lock().stats.corruptions += 1;
-                Err(Errno::EIO)
-            }
-        }
-    }
-
-    pub(crate) async fn load_group(&self, g: u32) -> FsResult<()> {
-        let (block, committed) = {
-            let c = self.core.lock();
-            if c.space.has_group(g) {
-                return Ok(());
-            }
-            (c.sb.layout.bitmap_block(g, 0), c.committed_seq)
-        };
-        let mut buf = vec![0u8; 2 * BLOCK_SIZE];
-        let good = |b: &[u8]| choose_group(b, g, committed, true).is_ok();
-        if let Err(e) = self.dev.read_verified(block, &mut buf, good).await {
-            log::error!("reading bitmap group {g} at block {block}: {e}");
-            return Err(Errno::EIO);
-        }
-        match choose_group(&buf, g, committed, true) {
-            Ok((grp, slot)) => {
-                self.core.lock().space.insert_group(grp, slot);
-                Ok(())
-            }
-            Err(what) => {
-                log::error!("bitmap group {g} at block {block}: {what}");
-                self.core.lock().stats.corruptions += 1;
-                Err(Errno::EIO)
-            }
-        }
-    }
-
-    /// Discards `freed` (blocks whose release a checkpoint just made durable, still
-    /// pinned). Errors are logged and counted, never fatal: the blocks are free either
-    /// way; a device that cannot discard turns discarding off.
-    pub(crate) async fn discard_freed(&self, freed: Vec<Range<u64>>) {
-        let skipped: u64 = freed
-            .iter()
-            .skip(MAX_DISCARDS_PER_CHECKPOINT)
-            .map(|r| r.end - r.start)
-            .sum();
-        if skipped > 0 {
-            log::warn!("discard: {skipped} freed blocks left undiscarded (too many ranges)");
-        }
-        for r in freed.into_iter().take(MAX_DISCARDS_PER_CHECKPOINT) {
-            let blocks = r.end - r.start;
-            let result = self.dev.discard(r.start, blocks).await;
-            let mut c = self.core.lock();
-            match result {
-                Ok(()) => {
-                    c.stats.discards += 1;
-                    c.stats.discarded_blocks += blocks;
-                }
-                Err(block::IoError::Unsupported) => {
-                    drop(c);
-                    log::info!(
-                        "discard: the device cannot discard; freed blocks stay allocated on it"
-                    );
-                    *self.discard.lock() = None;
-                    return;
-                }
-                Err(e) => {
-                    c.stats.discard_errors += 1;
-                    drop(c);
-                    log::warn!("discard of blocks {}..{}: {e}", r.start, r.end);
-                }
-            }
-        }
+        self.engine.remount_read_only().await
     }
 
     /// Periodic work, for the owner to call every few seconds: gives the node cache back
     /// the memory the data cache borrowed from it, if it grew into it; commits the
-    /// release of blocks freed more than [`MountOptions::discard`] ago (a `Discard`
+    /// release of blocks freed more than [`MountOptions::discard`](crate::volume::MountOptions::discard) ago (a `Discard`
     /// checkpoint), so deleted files give their space back to the device even when
     /// nothing else checkpoints.
     pub async fn housekeeping(&self) -> FsResult<()> {
-        self.dev.cache().trim();
-        let Some(delay) = *self.discard.lock() else {
-            return Ok(());
-        };
-        let waiting = {
-            let c = self.core.lock();
-            !c.read_only && !c.failed && c.space.reclaimable() > 0
-        };
-        let now = self.now().sec;
-        let due = {
-            let mut since = self.freed_since.lock();
-            match (*since, waiting) {
-                (_, false) => {
-                    *since = None;
-                    false
-                }
-                (None, true) => {
-                    *since = Some(now);
-                    false
-                }
-                (Some(t), true) => now.saturating_sub(t) >= delay.as_secs() as i64,
-            }
-        };
-        if due {
-            *self.freed_since.lock() = None;
-            self.checkpoint(CheckpointCause::Discard).await?;
-        }
-        Ok(())
+        self.engine.housekeeping().await
     }
 
     /// Runs a checkpoint now (if anything changed, or to mark an unmount clean).
     pub async fn checkpoint(&self, cause: CheckpointCause) -> FsResult<()> {
-        let _guard = self.checkpoint_lock.lock().await;
-        self.checkpoint_locked(cause).await
+        self.engine.checkpoint(cause).await
     }
 
-    /// [`NineFs::checkpoint`] with the checkpoint lock already held.
-    pub(crate) async fn checkpoint_locked(&self, cause: CheckpointCause) -> FsResult<()> {
-        if self.core.lock().read_only {
-            return Ok(());
-        }
-        let prepared = self
-            .run_loads(&mut |c: &mut Core| {
-                let mut plan = c.prepare_checkpoint(cause)?;
-                if let Some(p) = plan.as_mut() {
-                    // Every record built so far describes state this checkpoint holds:
-                    // the log after it starts at the head, and the open batch is covered.
-                    let (tail, absorbed) = self.log.lock().absorb();
-                    let before = c.sb.log_tail;
-                    c.check(ensure(tail >= before, "log tail moves backwards", || {
-                        alloc::format!("from {before} to {tail}")
-                    }))?;
-                    p.sb.log_tail = tail;
-                    c.sb.log_tail = tail;
-                    p.log_absorbed = absorbed;
-                }
-                Ok(plan)
-            })
-            .await?;
-        let Some(mut plan) = prepared.map_err(|()| Errno::ENOSPC)? else {
-            return Ok(());
-        };
-        let written: Result<(), block::IoError> = async {
-            // Sealed here, with no lock held: checksumming is most of encoding a node.
-            for (block, bset) in ::core::mem::take(&mut plan.nodes) {
-                self.dev
-                    .write(block, &bset.seal(), WriteFlags::NONE)
-                    .await?;
-            }
-            for (block, data) in &plan.groups {
-                self.dev.write(*block, data, WriteFlags::NONE).await?;
-            }
-            self.dev.flush().await?;
-            // Legs that failed up to here are out of what this checkpoint committed.
-            self.stamp_legs(&mut plan.sb);
-            self.dev
-                .write(plan.sb.slot(), &plan.sb.encode(), WriteFlags::FUA)
-                .await?;
-            if cause == CheckpointCause::Unmount {
-                // Both copies clean and current: on a cleanly unmounted image a damaged
-                // copy is then detectably damage, not a torn last write. (Not past the
-                // generations' bound: then the other copy stays one generation older.)
-                let mut other = plan.sb.clone();
-                if other.next_generation().is_ok() {
-                    self.dev
-                        .write(other.slot(), &other.encode(), WriteFlags::FUA)
-                        .await?;
-                    self.core.lock().sb.generation = other.generation;
-                }
-            }
-            Ok(())
-        }
-        .await;
-        let mut c = self.core.lock();
-        match written {
-            Ok(()) => {
-                // The release of the freed blocks is durable: give them back to the
-                // device before they can be reused (they stay pinned meanwhile).
-                if self.discard.lock().is_some() {
-                    let freed = c.space.pinned_ranges();
-                    drop(c);
-                    self.discard_freed(freed).await;
-                    c = self.core.lock();
-                }
-                c.checkpoint_committed(&plan);
-                drop(c);
-                self.log
-                    .lock()
-                    .checkpoint_committed(plan.sb.log_tail, plan.log_absorbed);
-                Ok(())
-            }
-            Err(e) => {
-                log::error!(
-                    "checkpoint {} failed: {e}; filesystem is now failed",
-                    plan.seq
-                );
-                c.failed = true;
-                Err(Errno::EIO)
-            }
+    /// The block device.
+    pub fn device(&self) -> &D {
+        self.engine.device()
+    }
+
+    /// The data cache over the device (shared with the snapshot views).
+    pub fn data_cache(&self) -> &crate::cache::DataCache {
+        self.engine.data_cache()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FsStats {
+        self.engine.stats()
+    }
+
+    /// Log blocks in use and the log region's size.
+    pub fn log_usage(&self) -> (u64, u64) {
+        self.engine.log_usage()
+    }
+
+    /// Memory used by cached btree nodes, and the number of cached nodes.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        self.engine.cache_usage()
+    }
+
+    /// The per-inode in-memory state (for the fsync log and tests).
+    pub fn inode_state(&self, ino: Ino) -> Option<InodeState> {
+        self.engine.inode_state(ino)
+    }
+
+    /// The superblock as last written.
+    pub fn superblock(&self) -> Superblock {
+        self.engine.superblock()
+    }
+
+    /// Now, by the clock the filesystem was mounted with (its timestamps').
+    pub fn now(&self) -> vfs::Timespec {
+        self.engine.now()
+    }
+
+    /// Readahead's counters.
+    pub fn readahead_counters(&self) -> ReadaheadCounters {
+        self.engine.readahead_counters()
+    }
+
+    /// The log commit replay refused at mount, if it refused one (the filesystem is then
+    /// read-only, as the commits before it left it).
+    pub fn refused_log_commit(&self) -> Option<RefusedCommit> {
+        self.engine.refused_log_commit()
+    }
+
+    /// The data extents log replay added at this mount (written and fsynced since the
+    /// checkpoint, which does not have them), each with the checksums the log gave it:
+    /// `(first block, one checksum per block)`. Replay verified only the last commit's
+    /// data (whose FLUSH may not have completed); the earlier commits' data was on the
+    /// disk before the next commit was written, so a block of theirs that no longer
+    /// matches is damage, which reading it reports (`EIO`). fsck checks these blocks as
+    /// it checks the checkpoint's (`tools/fsck/src/log.rs`). Kept by a read-only mount
+    /// only: a writable one commits them with its first checkpoint, and then they are
+    /// the checkpoint's. Empty without replay.
+    pub async fn replayed_extents(&self) -> FsResult<Vec<(u64, Vec<u32>)>> {
+        self.engine.replayed_extents().await
+    }
+
+    /// Every quota root with its limits, usage and flags, in project (root inode) order.
+    pub async fn quotas(&self) -> FsResult<Vec<(Ino, QuotaItem)>> {
+        self.quota.quotas().await
+    }
+
+    /// Grows the filesystem to the device's size; `None` when the device is not larger
+    /// (or the filesystem is read-only).
+    pub async fn grow(&self) -> FsResult<Option<Growth>> {
+        self.grower.grow().await
+    }
+
+    /// Puts the device in place `place` (out of service, or taken out for this; the
+    /// caller has put the new device there: `block::MirrorDisk::attach`, or the
+    /// volume was assembled with it) into the volume as the leg being rebuilt, and
+    /// records that; [`NineFs::rebuild_step`] then copies the volume to it.
+    /// `EINVAL`: not a mirror or no such place; `EBUSY`: a rebuild is going on, or the
+    /// leg is the last in service; `ENOENT`: no device in that place.
+    pub async fn replace(&self, place: usize) -> FsResult<()> {
+        self.redundancy.replace(place).await
+    }
+
+    /// `ctl replace PLACE DEVICE`: opens `device` (named as the volume's owner names
+    /// devices: [`BlockDevice::attach_named`]), puts it in place `place` — the leg
+    /// there taken out of service — and starts its rebuild ([`NineFs::replace`]).
+    pub async fn replace_named(
+        &self,
+        place: usize,
+        device: &str,
+    ) -> Result<(), alloc::string::String> {
+        self.redundancy.replace_named(place, device).await
+    }
+
+    /// The rebuild going on, if any.
+    pub fn rebuild_progress(&self) -> Option<Rebuild> {
+        self.redundancy.rebuild_progress()
+    }
+
+    /// Copies blocks of the rebuild going on until about `budget` bytes were copied
+    /// (blocks not in use cost nothing but the look), recording the cursor every
+    /// `MountOptions::rebuild_record_blocks`; at the end, puts the leg in service.
+    pub async fn rebuild_step(&self, budget: u64) -> FsResult<RebuildStep> {
+        self.redundancy.rebuild_step(budget).await
+    }
+
+    /// Runs the rebuild going on to its end now (for tools and tests).
+    pub async fn rebuild_all(&self) -> FsResult<()> {
+        self.redundancy.rebuild_all().await
+    }
+
+    /// Starts a scrub pass over the committed checkpoint; false if one is running.
+    pub async fn scrub_start(&self) -> FsResult<bool> {
+        self.redundancy.scrub_start().await
+    }
+
+    /// Stops the running pass (its report stays readable); false if none was running.
+    pub fn scrub_stop(&self) -> bool {
+        self.redundancy.scrub_stop()
+    }
+
+    /// The running pass's report so far, or the last pass's; `None` before the first.
+    pub fn scrub_report(&self) -> Option<ScrubReport> {
+        self.redundancy.scrub_report()
+    }
+
+    /// Whether a pass is running.
+    pub fn scrub_running(&self) -> bool {
+        self.redundancy.scrub_running()
+    }
+
+    /// Verifies pieces of the running pass until about `budget` bytes were read (at
+    /// least one piece: a node, or a data extent of up to 1 MiB).
+    pub async fn scrub_step(&self, budget: u64) -> FsResult<ScrubProgress> {
+        self.redundancy.scrub_step(budget).await
+    }
+
+    /// Runs a whole pass now and returns its report (for tools and tests).
+    pub async fn scrub_all(&self) -> FsResult<ScrubReport> {
+        self.redundancy.scrub_all().await
+    }
+
+    /// Runs the started pass to its end now and returns its report.
+    pub async fn scrub_all_started(&self) -> FsResult<ScrubReport> {
+        self.redundancy.scrub_all_started().await
+    }
+
+    /// Carries out readahead requests, for ever. The host runs a few of these as tasks
+    /// (each has one device read in flight at a time); with none running, requests wait
+    /// in the bounded queue and readers read for themselves.
+    pub async fn readahead_worker(&self) {
+        loop {
+            let r = self.engine.readahead.pop().await;
+            // A failure is the reader's to meet and report, when it gets there.
+            let _ = self.prefetch(r.ino, r.range, r.who).await;
         }
     }
 
-    /// Evicts clean nodes over the cache limit and runs a checkpoint if the policy asks.
-    pub(crate) async fn maintain(&self) -> FsResult<()> {
-        let due = {
-            let mut c = self.core.lock();
-            if c.read_only || c.failed {
-                return Ok(());
-            }
-            self.evict(&mut c);
-            let log_used = self.log.lock().used();
-            self.policy
-                .checkpoint_due(&c.pressure(self.cache_limit, log_used))
-        };
-        if let Some(cause) = due {
-            self.checkpoint(cause).await?;
-            let mut c = self.core.lock();
-            self.evict(&mut c);
+    /// Carries out the readahead requests waiting now, here; returns how many (for
+    /// tests and tools that run no workers).
+    pub async fn readahead_now(&self) -> usize {
+        let mut done = 0;
+        while let Some(r) = self.engine.readahead.try_pop() {
+            let _ = self.prefetch(r.ino, r.range, r.who).await;
+            done += 1;
         }
-        if self.policy.writes_early() {
-            self.write_early().await?;
-        }
-        Ok(())
+        done
     }
 
-    /// Writes the nodes the policy wants written ahead of the next checkpoint. Holds the
-    /// checkpoint lock across the writes, so no checkpoint commits a length these
-    /// writes have not reached yet.
-    pub(crate) async fn write_early(&self) -> FsResult<()> {
-        let _guard = self.checkpoint_lock.lock().await;
-        let prepared = self
-            .run_loads(&mut |c: &mut Core| {
-                // Locations for nodes that need one (new, or too full to append).
-                let want = c
-                    .trees
-                    .cache
-                    .nodes()
-                    .filter(|n| n.is_dirty() && self.policy.node_write_due(n.pending_bytes()))
-                    .count();
-                c.space.fill_pool(want)?;
-                let mut pool = Vec::new();
-                while let Some(a) = c.space.take_node() {
-                    pool.push(a);
-                }
-                let seq = c.seq;
-                let res = c
-                    .trees
-                    .write_early(seq, |p| self.policy.node_write_due(p), &mut pool);
-                for a in pool {
-                    c.space.return_node(a);
-                }
-                let nb = crate::core::txn::node_blocks(&c.sb);
-                for w in &res.writes {
-                    let layout = c.sb.layout;
-                    c.check(checks::node_write(w, &layout, nb))?;
-                }
-                for &a in &res.placed {
-                    c.space.commit_reserved(a..a + nb);
-                }
-                c.space.stats.node_allocs += res.placed.len() as u64;
-                for &a in &res.freed {
-                    c.space.free(a..a + nb);
-                }
-                c.check_space()?;
-                for w in &res.writes {
-                    c.stats.node_writes.count(w);
-                }
-                if !res.writes.is_empty() {
-                    c.changed = true;
-                }
-                Ok(res.writes)
-            })
-            .await?;
-        // Out of space for locations: the next checkpoint writes them.
-        let writes = prepared.unwrap_or_default();
-        for w in writes {
-            if let Err(e) = self
-                .dev
-                .write(w.block, &w.bset.seal(), WriteFlags::NONE)
-                .await
-            {
-                log::error!(
-                    "early write of a node at block {}: {e}; filesystem is now failed",
-                    w.block
-                );
-                self.core.lock().failed = true;
-                return Err(Errno::EIO);
-            }
+    /// Reads bytes `range` of `ino` (a snapshot's file too) into the data cache for
+    /// `who`.
+    pub async fn prefetch(&self, ino: Ino, range: Range<u64>, who: Who) -> FsResult<()> {
+        if let Some((view, ino)) = self.in_snapshot(ino, Errno::EISDIR).await? {
+            return view.prefetch_data(ino, range, who).await;
         }
-        Ok(())
+        self.engine.prefetch_data(ino, range, who).await
     }
-
-    pub(crate) fn evict(&self, c: &mut Core) {
-        if c.trees.cache.mem() > self.cache_limit {
-            let committed = c.committed_seq;
-            let n = c.trees.cache.evict(self.cache_limit * 3 / 4, |n, cache| {
-                evictable(n, cache, committed)
-            });
-            c.stats.evictions += n as u64;
-        }
-        let committed = c.committed_seq;
-        c.space.evict(self.max_groups, committed);
-    }
-
-    /// The async mutex serialising data changes of `ino`.
-    pub(crate) fn inode_lock(&self, ino: Ino) -> Arc<async_lock::Mutex<()>> {
-        let mut locks = self.inode_locks.lock();
-        if locks.len() > 1024 {
-            locks.retain(|_, l| Arc::strong_count(l) > 1);
-        }
-        locks
-            .entry(ino)
-            .or_insert_with(|| Arc::new(async_lock::Mutex::new(())))
-            .clone()
-    }
-}
-
-/// Whether a cached node may be dropped: it is clean, its last write is committed, and
-/// (for interior nodes) none of its children are cached, so every cached node's
-/// ancestors stay cached.
-pub(crate) fn evictable(n: &Node, cache: &NodeCache, committed: u64) -> bool {
-    if n.is_dirty() || is_temp_addr(n.addr) || n.written_seq > committed {
-        return false;
-    }
-    n.is_leaf()
-        || n.iter_from(&Key::MIN)
-            .all(|(_, v)| NodePtr::from_bytes(v).is_none_or(|p| !cache.contains(&p)))
 }
 
 /// After an unclean shutdown: rewrites each bitmap group's other slot with its committed

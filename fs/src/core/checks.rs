@@ -10,7 +10,7 @@
 //!   already waiting to be freed (no double free); no block is allocated twice or
 //!   freed while free; reserved blocks given back were reserved.
 //! - **A checkpoint**, once it is prepared and before its first write
-//!   ([`Core::prepare_checkpoint`](crate::core::txn::Core), `NineFs::checkpoint`):
+//!   ([`Core::prepare_checkpoint`](crate::core::txn::Core), `Engine::checkpoint`):
 //!   [`node_write`] for every node it writes; each bitmap group it writes says as many
 //!   blocks free as its bits show; the allocator's books above; [`superblock`] for the
 //!   superblock it commits, and its log tail does not move backwards.
@@ -234,7 +234,13 @@ mod tests {
     /// device saw nothing more since `before`.
     fn refused(fs: &Fs, disk: &CounterHandle, before: DeviceCounters, ino: u64, what: &str) {
         assert_eq!(fs.stats().failed, 1, "marked failed");
-        let broken = fs.core.lock().broken.clone().expect("a check failed");
+        let broken = fs
+            .engine
+            .core
+            .lock()
+            .broken
+            .clone()
+            .expect("a check failed");
         assert_eq!(broken.what, what, "{broken}");
         pollster::block_on(async {
             assert_eq!(fs.getattr(ino).await, Err(Errno::EIO));
@@ -258,7 +264,7 @@ mod tests {
         pollster::block_on(fs.set_quota(ROOT_INO, vfs::QuotaLimits::default())).unwrap();
         {
             // The project's item forgets what it holds, as a bug would.
-            let mut c = fs.core.lock();
+            let mut c = fs.engine.core.lock();
             let key = crate::features::quota::quota_key(ROOT_INO);
             let mut tx = Txn::new();
             let q = c.quota_item(&tx, ROOT_INO).unwrap().unwrap();
@@ -282,7 +288,7 @@ mod tests {
     fn a_double_free_fails_the_checkpoint_before_it_is_written() {
         let (fs, disk, ino) = mounted();
         {
-            let mut c = fs.core.lock();
+            let mut c = fs.engine.core.lock();
             let root = c.sb.roots[TreeId::Fs as usize].ptr.addr;
             c.space.free(root..root + 1);
             c.space.free(root..root + 1);
@@ -308,7 +314,7 @@ mod tests {
         });
         {
             // The pool hands out the log's first block, which nobody reserved.
-            let mut c = fs.core.lock();
+            let mut c = fs.engine.core.lock();
             while c.space.take_node().is_some() {}
             let log = c.sb.layout.log_start;
             c.space.return_node(log);
@@ -322,7 +328,7 @@ mod tests {
     fn inode_counters_that_disagree_fail_the_checkpoint_before_it_is_written() {
         let (fs, disk, ino) = mounted();
         {
-            let mut c = fs.core.lock();
+            let mut c = fs.engine.core.lock();
             c.inode_count = c.next_ino + 5;
             c.changed = true;
         }
@@ -337,10 +343,10 @@ mod tests {
         pollster::block_on(fs.write(ino, 0, b"logged")).unwrap();
         // A record of no known kind in the open batch, as a build that framed its
         // records wrong would leave there; the fsync's own records join it.
-        fs.log.lock().append(vec![0xEE, 1, 0, 0, 0, 9]);
+        fs.engine.log.lock().append(vec![0xEE, 1, 0, 0, 0, 9]);
         let before = disk.get();
         assert_eq!(pollster::block_on(fs.fsync(ino, false)), Err(Errno::EIO));
-        assert_eq!(fs.log.lock().stats.commits, 0, "no log commit");
+        assert_eq!(fs.engine.log.lock().stats.commits, 0, "no log commit");
         refused(&fs, &disk, before, ino, "log record malformed");
     }
 

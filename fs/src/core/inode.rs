@@ -269,7 +269,7 @@ impl Core {
 
     /// `statfs`. Blocks freed since the last checkpoint count as free at once: they are
     /// not reusable until a checkpoint commits their release, but an allocation that
-    /// needs them runs that checkpoint (`NineFs::run`).
+    /// needs them runs that checkpoint (`Engine::run`).
     pub fn op_statfs(&self) -> StatFs {
         let free = self.space.free_after_checkpoint();
         // What users may still fill: both reserves are kept from them.

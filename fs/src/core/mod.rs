@@ -10,7 +10,6 @@ pub(crate) mod file;
 pub(crate) mod inode;
 pub(crate) mod lock;
 pub(crate) mod mkfs;
-pub(crate) mod readahead;
 pub mod track;
 pub mod txn;
 pub(crate) mod xattr;

@@ -7,13 +7,14 @@
 //! superblock with the new size commits; the old last group's new version goes to its
 //! uncommitted slot as any checkpoint's does. A crash leaves the old size or the new.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::core::checkpoint::CheckpointCause;
+use crate::engine::Engine;
 use crate::format::features;
 use crate::format::Layout;
 use crate::space::initial_group;
-use crate::volume::NineFs;
 use block::{BlockDevice, WriteFlags};
 use vfs::{Errno, FsResult};
 
@@ -28,22 +29,28 @@ pub struct Growth {
     pub groups_added: u32,
 }
 
-impl<D: BlockDevice> NineFs<D> {
+/// Growing onto a larger device, the service (it keeps no state of its own).
+pub(crate) struct Grow<D: BlockDevice> {
+    pub(crate) engine: Arc<Engine<D>>,
+}
+
+impl<D: BlockDevice> Grow<D> {
     /// Grows the filesystem to the device's size; `None` when the device is not larger
     /// (or the filesystem is read-only).
     pub async fn grow(&self) -> FsResult<Option<Growth>> {
         let (old, seq) = {
-            let c = self.core.lock();
+            let c = self.engine.core.lock();
             if c.read_only {
                 return Ok(None);
             }
             (c.sb.layout, c.committed_seq)
         };
-        let Some(new) = old.grown(self.dev.blocks()) else {
+        let Some(new) = old.grown(self.engine.dev.blocks()) else {
             return Ok(None);
         };
         let added = self.write_new_groups(&old, &new, seq).await?;
         let gained = self
+            .engine
             .run(|c| {
                 // A concurrent grow got here first.
                 if c.sb.layout != old {
@@ -63,7 +70,7 @@ impl<D: BlockDevice> NineFs<D> {
         let Some(gained) = gained else {
             return Ok(None);
         };
-        self.checkpoint(CheckpointCause::Grow).await?;
+        self.engine.checkpoint(CheckpointCause::Grow).await?;
         let growth = Growth {
             old_blocks: old.total_blocks,
             new_blocks: new.total_blocks,
@@ -93,7 +100,7 @@ impl<D: BlockDevice> NineFs<D> {
             let data = block.encode();
             for slot in 0..2 {
                 let at = new.bitmap_block(g, slot);
-                if let Err(e) = self.dev.write(at, &data, WriteFlags::NONE).await {
+                if let Err(e) = self.engine.dev.write(at, &data, WriteFlags::NONE).await {
                     log::error!("grow: writing bitmap group {g} at block {at}: {e}");
                     return Err(Errno::EIO);
                 }

@@ -26,17 +26,18 @@
 
 pub use crate::core::dir::same_project;
 use alloc::collections::{BTreeMap, VecDeque};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::core::checkpoint::CheckpointCause;
 use crate::core::txn::{Core, Step, Stop, Txn};
+use crate::engine::Engine;
 use crate::features::snapshots::snapdir::is_snapshot_ino;
 use crate::format::features;
 use crate::format::items::{DirIndexRec, InodeItem, QuotaItem};
 use crate::format::key::kind;
 use crate::format::{Key, TreeId};
 use crate::util::check::ensure;
-use crate::volume::NineFs;
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Ino, QuotaInfo, QuotaLimits};
 
@@ -360,7 +361,23 @@ impl Core {
     }
 }
 
-impl<D: BlockDevice> NineFs<D> {
+/// Project quotas, the service: setting a quota root's limits (labeling its subtree),
+/// finishing labelings a crash interrupted, listing the roots. What a commit charges is
+/// the core's (`Core::op_set_quota` and the charging above).
+pub(crate) struct Quotas<D: BlockDevice> {
+    pub(crate) engine: Arc<Engine<D>>,
+    /// Serialises `set_quota` (one labeling walk at a time).
+    pub(crate) quota_lock: async_lock::Mutex<()>,
+}
+
+impl<D: BlockDevice> Quotas<D> {
+    pub(crate) fn new(engine: Arc<Engine<D>>) -> Quotas<D> {
+        Quotas {
+            engine,
+            quota_lock: async_lock::Mutex::new(()),
+        }
+    }
+
     /// [`vfs::FileSystem::set_quota`]: makes `dir` a quota root (labeling and charging
     /// its subtree in steps) or changes its limits. Returns once a checkpoint has made
     /// it durable. Calls are serialised (one labeling walk at a time).
@@ -369,15 +386,15 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(Errno::EROFS);
         }
         let _serial = self.quota_lock.lock().await;
-        let label = self.run(|c| c.op_set_quota(dir, limits)).await?;
+        let label = self.engine.run(|c| c.op_set_quota(dir, limits)).await?;
         // The item is durable before any inode is labeled with the project: a labeled
         // inode an fsync logs is then always replayed onto a checkpoint that has it.
-        self.checkpoint(CheckpointCause::Quota).await?;
+        self.engine.checkpoint(CheckpointCause::Quota).await?;
         if label {
             self.label(dir).await?;
-            self.checkpoint(CheckpointCause::Quota).await?;
+            self.engine.checkpoint(CheckpointCause::Quota).await?;
         }
-        let info = self.run(|c| c.op_quota(dir)).await?;
+        let info = self.engine.run(|c| c.op_quota(dir)).await?;
         info.ok_or(Errno::EIO)
     }
 
@@ -385,8 +402,8 @@ impl<D: BlockDevice> NineFs<D> {
     async fn label(&self, project: Ino) -> FsResult<()> {
         let mut cursor = None;
         loop {
-            cursor = self.run(|c| c.label_step(project, &cursor)).await?;
-            self.maintain().await?;
+            cursor = self.engine.run(|c| c.label_step(project, &cursor)).await?;
+            self.engine.maintain().await?;
             if cursor.is_none() {
                 return Ok(());
             }
@@ -408,7 +425,7 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// Every quota root with its limits, usage and flags, in project (root inode) order.
     pub async fn quotas(&self) -> FsResult<Vec<(Ino, QuotaItem)>> {
-        self.run(|c| c.op_quotas()).await
+        self.engine.run(|c| c.op_quotas()).await
     }
 }
 

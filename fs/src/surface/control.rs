@@ -252,161 +252,159 @@ impl Command {
     }
 }
 
-impl<D: BlockDevice> NineFs<D> {
-    /// Runs `cmd`; `Ok` carries a one-line reply.
-    pub async fn execute(&self, cmd: &Command) -> Result<String, String> {
-        let failed = |e: vfs::Errno| format!("failed: {e}");
-        match cmd {
-            Command::Sync => {
-                vfs::FileSystem::sync(self).await.map_err(failed)?;
-                Ok("synced".to_string())
-            }
-            Command::ScrubStart => match self.scrub_start().await.map_err(failed)? {
-                true => Ok("scrub started".to_string()),
-                false => Err("a scrub pass is already running".to_string()),
-            },
-            Command::ScrubStop => match self.scrub_stop() {
-                true => Ok("scrub stopped".to_string()),
-                false => Err("no scrub pass is running".to_string()),
-            },
-            Command::Grow => match self.grow().await.map_err(failed)? {
-                Some(g) => Ok(format!(
-                    "grew from {} to {} blocks ({} groups added)",
-                    g.old_blocks, g.new_blocks, g.groups_added
-                )),
-                None => Ok(format!(
-                    "not grown: the device ({} blocks) is not larger than the filesystem",
-                    self.dev.blocks()
-                )),
-            },
-            Command::SnapshotCreate(name) => {
-                let s = self.snapshot_create(name).await.map_err(failed)?;
-                Ok(format!(
-                    "created snapshot {} {:?} at checkpoint {}",
-                    s.id, s.name, s.seq
-                ))
-            }
-            Command::SnapshotDelete(name) => {
-                if self.sending(name) {
-                    return Err(format!("snapshot {name:?} is being sent (send stop first)"));
-                }
-                self.snapshot_delete(name).await.map_err(failed)?;
-                Ok(format!("deleted snapshot {name:?}"))
-            }
-            Command::SnapshotList => {
-                let list = self.snapshots().await.map_err(failed)?;
-                let mut out = format!("{} snapshot(s)", list.len());
-                for s in list {
-                    let _ = write!(
-                        out,
-                        "\n{} {} checkpoint {} created {}",
-                        s.id, s.name, s.seq, s.created.sec
-                    );
-                }
-                Ok(out)
-            }
-            Command::Replace { place, device } => {
-                self.replace_named(*place, device).await?;
-                Ok(format!("leg {place} replaced by {device}: rebuilding"))
-            }
-            Command::QuotaList => {
-                let list = self.quotas().await.map_err(|e| e.to_string())?;
-                let mut out = format!("{} quota root(s)", list.len());
-                for (root, q) in list {
-                    let _ = write!(out, "\n{}", crate::features::quota::describe(root, &q));
-                }
-                Ok(out)
-            }
-            Command::SendStart(name, base) => self.send_start(name, base.as_deref()).await,
-            Command::SendStop => match self.send_stop() {
-                true => Ok("send stopped".to_string()),
-                false => Err("no send is running".to_string()),
-            },
-            Command::ReceiveStart => self.receive_start(),
-            Command::ReceiveStop => match self.receive_stop() {
-                true => Ok("receive stopped".to_string()),
-                false => Err("no receive is running".to_string()),
-            },
-            Command::ReceiveRollback => match self.receive_rollback().await {
-                Ok(Some(name)) => Ok(format!("rolled back to snapshot {name:?}")),
-                Ok(None) => Ok(
-                    "nothing was received: the live tree emptied, as before the \
-                    full receive that stopped half way"
-                        .to_string(),
-                ),
-                Err(e) => Err(format!("rollback refused: {e}")),
-            },
+/// Runs `cmd`; `Ok` carries a one-line reply.
+pub async fn execute<D: BlockDevice>(fs: &NineFs<D>, cmd: &Command) -> Result<String, String> {
+    let failed = |e: vfs::Errno| format!("failed: {e}");
+    match cmd {
+        Command::Sync => {
+            vfs::FileSystem::sync(fs).await.map_err(failed)?;
+            Ok("synced".to_string())
         }
-    }
-
-    /// The status text: `key value` lines.
-    pub fn status_text(&self) -> String {
-        let sb = self.superblock();
-        let stats = self.stats();
-        let (free, read_only, failed) = {
-            let c = self.core.lock();
-            (c.space.free_after_checkpoint(), c.read_only, c.failed)
-        };
-        let (log_used, log_size) = self.log_usage();
-        let state = if failed {
-            "failed"
-        } else if read_only {
-            "read-only"
-        } else {
-            "read-write"
-        };
-        let mut s = String::new();
-        let b = BLOCK_SIZE as u64;
-        let _ = writeln!(s, "state {state}");
-        let _ = writeln!(s, "size_bytes {}", sb.layout.total_blocks * b);
-        let _ = writeln!(s, "free_bytes {}", free * b);
-        let _ = writeln!(s, "device_bytes {}", self.dev.blocks() * b);
-        let _ = writeln!(s, "log_used_bytes {} of {}", log_used * b, log_size * b);
-        let _ = writeln!(s, "checkpoint {}", sb.checkpoint_seq);
-        let _ = writeln!(s, "grows {}", stats.grows);
-        let _ = writeln!(s, "snapshots {}", stats.snapshots);
-        if stats.legs > 0 {
-            let _ = writeln!(s, "legs {} failed {}", stats.legs, stats.failed_legs);
+        Command::ScrubStart => match fs.scrub_start().await.map_err(failed)? {
+            true => Ok("scrub started".to_string()),
+            false => Err("a scrub pass is already running".to_string()),
+        },
+        Command::ScrubStop => match fs.scrub_stop() {
+            true => Ok("scrub stopped".to_string()),
+            false => Err("no scrub pass is running".to_string()),
+        },
+        Command::Grow => match fs.grow().await.map_err(failed)? {
+            Some(g) => Ok(format!(
+                "grew from {} to {} blocks ({} groups added)",
+                g.old_blocks, g.new_blocks, g.groups_added
+            )),
+            None => Ok(format!(
+                "not grown: the device ({} blocks) is not larger than the filesystem",
+                fs.engine.dev.blocks()
+            )),
+        },
+        Command::SnapshotCreate(name) => {
+            let s = fs.snapshot_create(name).await.map_err(failed)?;
+            Ok(format!(
+                "created snapshot {} {:?} at checkpoint {}",
+                s.id, s.name, s.seq
+            ))
         }
-        if let Some(r) = self.rebuild_progress() {
-            let _ = writeln!(
-                s,
-                "rebuild leg {} blocks {} of {} copied_bytes {} rate_bytes {}",
-                r.place,
-                r.cursor,
-                r.total,
-                r.copied * b,
-                r.rate(self.now())
-            );
-        }
-        let _ = writeln!(s, "corruptions {}", stats.corruptions);
-        match self.scrub_report() {
-            None => {
-                let _ = writeln!(s, "scrub never");
+        Command::SnapshotDelete(name) => {
+            if fs.sending(name) {
+                return Err(format!("snapshot {name:?} is being sent (send stop first)"));
             }
-            Some(r) => {
-                let state = match (self.scrub_running(), r.complete) {
-                    (true, _) => "running",
-                    (false, true) => "complete",
-                    (false, false) => "stopped",
-                };
-                let _ = writeln!(
-                    s,
-                    "scrub {state} bytes {} errors {} skipped {}",
-                    r.bytes, r.error_count, r.skipped
+            fs.snapshot_delete(name).await.map_err(failed)?;
+            Ok(format!("deleted snapshot {name:?}"))
+        }
+        Command::SnapshotList => {
+            let list = fs.snapshots().await.map_err(failed)?;
+            let mut out = format!("{} snapshot(s)", list.len());
+            for s in list {
+                let _ = write!(
+                    out,
+                    "\n{} {} checkpoint {} created {}",
+                    s.id, s.name, s.seq, s.created.sec
                 );
             }
+            Ok(out)
         }
-        let _ = writeln!(s, "scrub_runs {}", stats.scrub_runs);
-        self.stream_status(&mut s);
-        s
+        Command::Replace { place, device } => {
+            fs.replace_named(*place, device).await?;
+            Ok(format!("leg {place} replaced by {device}: rebuilding"))
+        }
+        Command::QuotaList => {
+            let list = fs.quotas().await.map_err(|e| e.to_string())?;
+            let mut out = format!("{} quota root(s)", list.len());
+            for (root, q) in list {
+                let _ = write!(out, "\n{}", crate::features::quota::describe(root, &q));
+            }
+            Ok(out)
+        }
+        Command::SendStart(name, base) => fs.send_start(name, base.as_deref()).await,
+        Command::SendStop => match fs.send_stop() {
+            true => Ok("send stopped".to_string()),
+            false => Err("no send is running".to_string()),
+        },
+        Command::ReceiveStart => fs.receive_start(),
+        Command::ReceiveStop => match fs.receive_stop() {
+            true => Ok("receive stopped".to_string()),
+            false => Err("no receive is running".to_string()),
+        },
+        Command::ReceiveRollback => match fs.receive_rollback().await {
+            Ok(Some(name)) => Ok(format!("rolled back to snapshot {name:?}")),
+            Ok(None) => Ok(
+                "nothing was received: the live tree emptied, as before the \
+                full receive that stopped half way"
+                    .to_string(),
+            ),
+            Err(e) => Err(format!("rollback refused: {e}")),
+        },
     }
+}
+
+/// The status text: `key value` lines.
+pub fn status_text<D: BlockDevice>(fs: &NineFs<D>) -> String {
+    let sb = fs.superblock();
+    let stats = fs.stats();
+    let (free, read_only, failed) = {
+        let c = fs.engine.core.lock();
+        (c.space.free_after_checkpoint(), c.read_only, c.failed)
+    };
+    let (log_used, log_size) = fs.log_usage();
+    let state = if failed {
+        "failed"
+    } else if read_only {
+        "read-only"
+    } else {
+        "read-write"
+    };
+    let mut s = String::new();
+    let b = BLOCK_SIZE as u64;
+    let _ = writeln!(s, "state {state}");
+    let _ = writeln!(s, "size_bytes {}", sb.layout.total_blocks * b);
+    let _ = writeln!(s, "free_bytes {}", free * b);
+    let _ = writeln!(s, "device_bytes {}", fs.engine.dev.blocks() * b);
+    let _ = writeln!(s, "log_used_bytes {} of {}", log_used * b, log_size * b);
+    let _ = writeln!(s, "checkpoint {}", sb.checkpoint_seq);
+    let _ = writeln!(s, "grows {}", stats.grows);
+    let _ = writeln!(s, "snapshots {}", stats.snapshots);
+    if stats.legs > 0 {
+        let _ = writeln!(s, "legs {} failed {}", stats.legs, stats.failed_legs);
+    }
+    if let Some(r) = fs.rebuild_progress() {
+        let _ = writeln!(
+            s,
+            "rebuild leg {} blocks {} of {} copied_bytes {} rate_bytes {}",
+            r.place,
+            r.cursor,
+            r.total,
+            r.copied * b,
+            r.rate(fs.now())
+        );
+    }
+    let _ = writeln!(s, "corruptions {}", stats.corruptions);
+    match fs.scrub_report() {
+        None => {
+            let _ = writeln!(s, "scrub never");
+        }
+        Some(r) => {
+            let state = match (fs.scrub_running(), r.complete) {
+                (true, _) => "running",
+                (false, true) => "complete",
+                (false, false) => "stopped",
+            };
+            let _ = writeln!(
+                s,
+                "scrub {state} bytes {} errors {} skipped {}",
+                r.bytes, r.error_count, r.skipped
+            );
+        }
+    }
+    let _ = writeln!(s, "scrub_runs {}", stats.scrub_runs);
+    fs.stream_status(&mut s);
+    s
 }
 
 impl<D: BlockDevice> vfs::Control for NineFs<D> {
     async fn control(&self, line: &str) -> Result<String, String> {
         let cmd = Command::parse(line).map_err(|e| e.to_string())?;
-        let result = self.execute(&cmd).await;
+        let result = execute(self, &cmd).await;
         match &result {
             Ok(reply) => log::info!("ctl: {}: {reply}", line.trim()),
             Err(e) => log::warn!("ctl: {}: {e}", line.trim()),
@@ -415,7 +413,7 @@ impl<D: BlockDevice> vfs::Control for NineFs<D> {
     }
 
     fn status(&self) -> String {
-        self.status_text()
+        status_text(self)
     }
 
     fn scrub_report(&self) -> String {

@@ -75,42 +75,40 @@ impl FsReport {
     }
 }
 
-impl<D: BlockDevice> NineFs<D> {
-    /// The filesystem's state and counters now; `cache_limit` is the node cache's limit
-    /// it was mounted with.
-    pub async fn report(&self, cache_limit: u64) -> FsReport {
-        let sb = self.superblock();
-        let label_end = sb
-            .label
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(sb.label.len());
-        let statfs = self.statfs().await.ok();
-        let (cache_bytes, cache_nodes) = self.cache_usage();
-        let quotas = self.quotas().await.unwrap_or_default();
-        FsReport {
-            label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
-            size_bytes: sb.layout.total_blocks * crate::format::BLOCK_SIZE as u64,
-            free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
-            cache_bytes: cache_bytes as u64,
-            cache_nodes: cache_nodes as u64,
-            cache_limit,
-            quotas: quotas
-                .into_iter()
-                .map(|(root, q)| QuotaReport {
-                    name: root.to_string(),
-                    root,
-                    bytes: q.bytes,
-                    inodes: q.inodes,
-                    byte_limit: q.byte_limit,
-                    inode_limit: q.inode_limit,
-                })
-                .collect(),
-            streams: self.stream_counters(),
-            data_cache: self.dev.cache().report(),
-            readahead: self.readahead_counters(),
-            stats: self.stats(),
-        }
+/// The filesystem's state and counters now; `cache_limit` is the node cache's limit
+/// it was mounted with.
+pub async fn report<D: BlockDevice>(fs: &NineFs<D>, cache_limit: u64) -> FsReport {
+    let sb = fs.superblock();
+    let label_end = sb
+        .label
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(sb.label.len());
+    let statfs = fs.statfs().await.ok();
+    let (cache_bytes, cache_nodes) = fs.cache_usage();
+    let quotas = fs.quotas().await.unwrap_or_default();
+    FsReport {
+        label: String::from_utf8_lossy(&sb.label[..label_end]).into(),
+        size_bytes: sb.layout.total_blocks * crate::format::BLOCK_SIZE as u64,
+        free_bytes: statfs.map_or(0, |s| s.blocks_free * u64::from(s.block_size)),
+        cache_bytes: cache_bytes as u64,
+        cache_nodes: cache_nodes as u64,
+        cache_limit,
+        quotas: quotas
+            .into_iter()
+            .map(|(root, q)| QuotaReport {
+                name: root.to_string(),
+                root,
+                bytes: q.bytes,
+                inodes: q.inodes,
+                byte_limit: q.byte_limit,
+                inode_limit: q.inode_limit,
+            })
+            .collect(),
+        streams: fs.stream_counters(),
+        data_cache: fs.engine.dev.cache().report(),
+        readahead: fs.readahead_counters(),
+        stats: fs.stats(),
     }
 }
 

@@ -24,7 +24,6 @@ use crate::core::checks::LogCommit;
 use crate::format::log::{commit_blocks, LOG_PAYLOAD};
 
 pub mod build;
-pub mod commit;
 pub mod replay;
 pub mod rules;
 

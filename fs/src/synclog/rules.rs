@@ -54,7 +54,7 @@ impl core::fmt::Display for Refusal {
 /// How a check inside the core ends when it does not pass: stopped (something to
 /// load, or the metadata is corrupt), or the record refused.
 #[derive(Debug)]
-pub(super) enum Fault {
+pub(crate) enum Fault {
     /// As any operation stops.
     Stop(Stop),
     /// The record breaks a rule.
@@ -68,7 +68,7 @@ impl From<Stop> for Fault {
 }
 
 /// The outcome of a check inside the core.
-pub(super) type Check = Result<(), Fault>;
+pub(crate) type Check = Result<(), Fault>;
 
 /// A refusal of rule `rule` for inode `ino` (and `name`).
 fn refuse(rule: &'static str, ino: Ino, name: Option<&[u8]>) -> Fault {
@@ -90,7 +90,7 @@ fn ensure(ok: bool, rule: &'static str, ino: Ino, name: Option<&[u8]>) -> Check 
 
 /// A check's outcome as a core operation returns it: stops go to the driver (which
 /// loads what is missing and runs the check again), refusals to replay.
-pub(super) fn settle(c: Check) -> Result<Result<(), Refusal>, Stop> {
+pub(crate) fn settle(c: Check) -> Result<Result<(), Refusal>, Stop> {
     match c {
         Ok(()) => Ok(Ok(())),
         Err(Fault::Refused(r)) => Ok(Err(r)),
@@ -115,13 +115,13 @@ const FILE_BLOCKS_END: u64 = MAX_FILE_SIZE.div_ceil(BLOCK_SIZE as u64);
 /// The data extents replay has seen referenced that the checkpoint does not have:
 /// first block and length. Blocks are never reused between two checkpoints, so no two
 /// of them overlap.
-pub(super) type NewExtents = BTreeMap<u64, u32>;
+pub(crate) type NewExtents = BTreeMap<u64, u32>;
 
 impl Core {
     /// Checks `rec` against the state replay has reached, before it is applied.
     /// `csums` are the checksums logged so far (this commit's included), `new` the new
     /// data extents referenced so far (extended here).
-    pub(super) fn check_record(
+    pub(crate) fn check_record(
         &mut self,
         rec: &Record,
         csums: &BTreeMap<u64, Vec<u32>>,
@@ -162,7 +162,7 @@ impl Core {
     /// After a commit is applied: every directory among `inos` (those whose names it
     /// changed) has at most one name, and is not inside itself. (The root never gets
     /// one: [`Core::check_entry`] refuses every entry naming it.)
-    pub(super) fn check_shape(&mut self, inos: &BTreeSet<Ino>) -> Check {
+    pub(crate) fn check_shape(&mut self, inos: &BTreeSet<Ino>) -> Check {
         let tx = Txn::new();
         for &ino in inos {
             let item = match self.inode(ino) {

@@ -1,10 +1,10 @@
 //! Replacing a leg of a mirrored volume and rebuilding it online.
 //!
-//! [`NineFs::replace`] takes a device put in a leg's place (the leg out of service, or
+//! [`Redundancy::replace`] takes a device put in a leg's place (the leg out of service, or
 //! taken out for it) and makes it the leg *being rebuilt*: the device joins the mirror
 //! written and never read ([`block::BlockDevice::start_rebuild`]), gets the leg's label,
 //! and the superblock's leg table says [`leg::REBUILDING`]. From then on every write
-//! reaches it; [`NineFs::rebuild_step`] copies the rest: every block the allocator holds
+//! reaches it; [`Redundancy::rebuild_step`] copies the rest: every block the allocator holds
 //! (blocks free when the copy passes them hold nothing to copy, and anything written
 //! there later reaches the new leg anyway), in address order, verified where the
 //! filesystem has checksums (data blocks) and read from the legs in service only.
@@ -21,15 +21,16 @@
 //!   mount after a crash or reboot goes on from the last one recorded. The leg becomes
 //!   active in the table only after the last block was copied and flushed; only then
 //!   does the mirror read from it.
-//! - **Rate.** The owner calls [`NineFs::rebuild_step`] with a byte budget every tick
+//! - **Rate.** The owner calls [`Redundancy::rebuild_step`] with a byte budget every tick
 //!   ([`DEFAULT_REBUILD_RATE_MIB`], [`crate::features::redundancy::scrub::budget_per_tick`]), as for
-//!   scrub; tools rebuild offline at full speed ([`NineFs::rebuild_all`]).
+//!   scrub; tools rebuild offline at full speed ([`Redundancy::rebuild_all`]).
 
 use alloc::vec;
 use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::core::txn::{Core, Step};
+use crate::features::redundancy::Redundancy;
 use crate::format::items::decode_csums;
 use crate::format::key::kind;
 use crate::format::label::{DeviceLabel, LABEL_BLOCK};
@@ -37,7 +38,6 @@ use crate::format::superblock::{leg, Superblock};
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::io::Verified;
 use crate::util::crc::crc32c;
-use crate::volume::NineFs;
 use block::{yield_now, BlockDevice};
 use vfs::{Errno, FsResult, Timespec};
 
@@ -68,7 +68,7 @@ pub struct Rebuild {
     pub recorded: u64,
     /// Blocks of the filesystem (the cursor's end).
     pub total: u64,
-    /// When this mount's copying started, by the filesystem's clock ([`NineFs::now`]):
+    /// When this mount's copying started, by the filesystem's clock ([`Engine::now`](crate::engine::Engine::now)):
     /// at `ctl replace`, or at the mount that took the rebuild up. With `copied`, the
     /// rate; to the end, the time the rebuild took.
     pub since: Timespec,
@@ -76,7 +76,7 @@ pub struct Rebuild {
     pub copied: u64,
 }
 
-/// What [`NineFs::rebuild_step`] left.
+/// What [`Redundancy::rebuild_step`] left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RebuildStep {
     /// No rebuild is going on.
@@ -140,45 +140,46 @@ fn csums_in(c: &mut Core, r: Range<u64>) -> Step<Vec<Option<u32>>> {
     Ok(out)
 }
 
-impl<D: BlockDevice> NineFs<D> {
+impl<D: BlockDevice> Redundancy<D> {
     /// Puts the device in place `place` (out of service, or taken out for this; the
     /// caller has put the new device there: `block::MirrorDisk::attach`, or the
     /// volume was assembled with it) into the volume as the leg being rebuilt, and
-    /// records that; [`NineFs::rebuild_step`] then copies the volume to it.
+    /// records that; [`Redundancy::rebuild_step`] then copies the volume to it.
     /// `EINVAL`: not a mirror or no such place; `EBUSY`: a rebuild is going on, or the
     /// leg is the last in service; `ENOENT`: no device in that place.
     pub async fn replace(&self, place: usize) -> FsResult<()> {
-        let copies = self.dev.copies();
+        let copies = self.engine.dev.copies();
         if copies < 2 || place >= copies {
             return Err(Errno::EINVAL);
         }
-        if self.core.lock().read_only {
+        if self.engine.core.lock().read_only {
             return Err(Errno::EROFS);
         }
-        if self.rebuild.lock().is_some() || self.dev.rebuilding_copies() != 0 {
+        if self.rebuild.lock().is_some() || self.engine.dev.rebuilding_copies() != 0 {
             return Err(Errno::EBUSY);
         }
-        if self.dev.failed_copies() & 1 << place == 0 {
-            self.dev.fail_copy(place);
-            if self.dev.failed_copies() & 1 << place == 0 {
+        if self.engine.dev.failed_copies() & 1 << place == 0 {
+            self.engine.dev.fail_copy(place);
+            if self.engine.dev.failed_copies() & 1 << place == 0 {
                 return Err(Errno::EBUSY);
             }
         }
         // The table says failed before the new device holds anything: a crash from
         // here until the table says rebuilding leaves it out.
-        self.record_failed_legs().await?;
-        if !self.dev.start_rebuild(place) {
+        self.engine.record_failed_legs().await?;
+        if !self.engine.dev.start_rebuild(place) {
             return Err(Errno::ENOENT);
         }
-        let uuid = self.core.lock().sb.uuid;
+        let uuid = self.engine.core.lock().sb.uuid;
         let label = DeviceLabel {
             uuid,
             place: place as u32,
             legs: copies as u32,
         };
         // Nothing else writes block 0: the window is never disturbed.
-        if !self.dev.open_copy_window(place, LABEL_BLOCK, 1)
+        if !self.engine.dev.open_copy_window(place, LABEL_BLOCK, 1)
             || !self
+                .engine
                 .dev
                 .copy_blocks(place, LABEL_BLOCK, &label.encode())
                 .await
@@ -187,50 +188,51 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(Errno::EIO);
         }
         let what = alloc::format!("mirror: leg {place} replaced, being rebuilt");
-        self.write_leg_table(&what, true, |sb| {
-            sb.legs[place] = leg::REBUILDING;
-            sb.rebuild_cursor = 0;
-            true
-        })
-        .await?;
+        self.engine
+            .write_leg_table(&what, true, |sb| {
+                sb.legs[place] = leg::REBUILDING;
+                sb.rebuild_cursor = 0;
+                true
+            })
+            .await?;
         self.resume_rebuild(true);
-        self.core.lock().stats.rebuild_starts += 1;
+        self.engine.core.lock().stats.rebuild_starts += 1;
         Ok(())
     }
 
     /// `ctl replace PLACE DEVICE`: opens `device` (named as the volume's owner names
     /// devices: [`BlockDevice::attach_named`]), puts it in place `place` — the leg
-    /// there taken out of service — and starts its rebuild ([`NineFs::replace`]).
+    /// there taken out of service — and starts its rebuild ([`Redundancy::replace`]).
     pub async fn replace_named(
         &self,
         place: usize,
         device: &str,
     ) -> Result<(), alloc::string::String> {
-        let copies = self.dev.copies();
+        let copies = self.engine.dev.copies();
         if copies < 2 || place >= copies {
             return Err(alloc::format!("no leg {place} (the volume has {copies})"));
         }
-        if self.rebuild.lock().is_some() || self.dev.rebuilding_copies() != 0 {
+        if self.rebuild.lock().is_some() || self.engine.dev.rebuilding_copies() != 0 {
             return Err("a rebuild is going on".into());
         }
-        self.dev.inner().attach_named(place, device).await?;
+        self.engine.dev.inner().attach_named(place, device).await?;
         self.replace(place)
             .await
             .map_err(|e| alloc::format!("leg {place}: {e}"))
     }
 
     /// Takes up the rebuild the superblock records, if its leg is being rebuilt (at
-    /// mount, and after [`NineFs::replace`]), from the recorded cursor: every block below
+    /// mount, and after [`Redundancy::replace`]), from the recorded cursor: every block below
     /// it was copied and flushed, and every later write reached the leg. After a crash,
     /// writes since the last FLUSH may have reached a leg in service and not this one;
     /// of them only the last log commit's data becomes part of the volume (replay), and
     /// replay copies that to the leg being rebuilt too (`Dev::copy_to_rebuilding`).
     pub(crate) fn resume_rebuild(&self, clean: bool) {
-        let sb: Superblock = self.core.lock().sb.clone();
+        let sb: Superblock = self.engine.core.lock().sb.clone();
         let Some(place) = sb.legs.iter().position(|&l| l == leg::REBUILDING) else {
             return;
         };
-        if self.dev.rebuilding_copies() & 1 << place == 0 {
+        if self.engine.dev.rebuilding_copies() & 1 << place == 0 {
             return;
         }
         let recorded = sb.rebuild_cursor;
@@ -244,10 +246,10 @@ impl<D: BlockDevice> NineFs<D> {
             cursor,
             recorded,
             total: sb.layout.total_blocks,
-            since: self.now(),
+            since: self.engine.now(),
             copied: 0,
         });
-        let mut c = self.core.lock();
+        let mut c = self.engine.core.lock();
         c.stats.rebuild_running = 1;
         c.stats.rebuild_total = sb.layout.total_blocks;
         c.stats.rebuild_cursor = cursor;
@@ -265,18 +267,19 @@ impl<D: BlockDevice> NineFs<D> {
         let Some(r) = self.rebuild_progress() else {
             return Ok(RebuildStep::Idle);
         };
-        if self.core.lock().read_only {
+        if self.engine.core.lock().read_only {
             return Ok(RebuildStep::Idle);
         }
         let mut cursor = r.cursor;
-        let total = self.core.lock().sb.layout.total_blocks;
+        let total = self.engine.core.lock().sb.layout.total_blocks;
         let mut spent = 0u64;
         while cursor < total && spent < budget {
-            if self.dev.rebuilding_copies() & 1 << r.place == 0 {
+            if self.engine.dev.rebuilding_copies() & 1 << r.place == 0 {
                 return self.rebuild_failed(r.place).await;
             }
             let end = (cursor + SCAN_BLOCKS).min(total);
             let used = self
+                .engine
                 .run_loads(&mut |c: &mut Core| {
                     c.space.ensure_groups(cursor..end)?;
                     Ok(c.space.in_use(cursor..end))
@@ -292,7 +295,7 @@ impl<D: BlockDevice> NineFs<D> {
                         upto = at;
                         break 'pieces;
                     }
-                    let n = (range.end - at).min(self.dev.max_transfer_blocks());
+                    let n = (range.end - at).min(self.engine.dev.max_transfer_blocks());
                     if !self.copy_piece(r.place, at..at + n).await? {
                         // Written too often just now: go on from here next time.
                         self.rebuild_advanced(at, 0);
@@ -330,7 +333,7 @@ impl<D: BlockDevice> NineFs<D> {
             r.cursor = cursor;
             r.copied += copied;
         }
-        let mut c = self.core.lock();
+        let mut c = self.engine.core.lock();
         c.stats.rebuild_cursor = cursor;
         c.stats.rebuild_blocks += copied;
     }
@@ -340,13 +343,18 @@ impl<D: BlockDevice> NineFs<D> {
     async fn copy_piece(&self, place: usize, r: Range<u64>) -> FsResult<bool> {
         let mut buf = vec![0u8; ((r.end - r.start) as usize) * BLOCK_SIZE];
         for _ in 0..MAX_WINDOW_TRIES {
-            if !self.dev.open_copy_window(place, r.start, r.end - r.start) {
-                self.core.lock().stats.rebuild_retries += 1;
+            if !self
+                .engine
+                .dev
+                .open_copy_window(place, r.start, r.end - r.start)
+            {
+                self.engine.core.lock().stats.rebuild_retries += 1;
                 yield_now().await;
                 continue;
             }
             let range = r.clone();
             let sums = self
+                .engine
                 .run_loads(&mut |c: &mut Core| csums_in(c, range.clone()))
                 .await?
                 .map_err(|()| Errno::ENOSPC)?;
@@ -355,7 +363,7 @@ impl<D: BlockDevice> NineFs<D> {
                     .zip(&sums)
                     .all(|(data, sum)| sum.is_none_or(|s| crc32c(data) == s))
             };
-            let read = self.dev.read_verified(r.start, &mut buf, good).await;
+            let read = self.engine.dev.read_verified(r.start, &mut buf, good).await;
             let verified = match read {
                 Ok(v) => v != Verified::Bad,
                 Err(e) => {
@@ -365,7 +373,7 @@ impl<D: BlockDevice> NineFs<D> {
                     false
                 }
             };
-            match self.dev.copy_blocks(place, r.start, &buf).await {
+            match self.engine.dev.copy_blocks(place, r.start, &buf).await {
                 Ok(true) => {
                     if !verified {
                         log::error!(
@@ -373,12 +381,12 @@ impl<D: BlockDevice> NineFs<D> {
                             r.start,
                             r.end
                         );
-                        self.core.lock().stats.rebuild_unverified += r.end - r.start;
+                        self.engine.core.lock().stats.rebuild_unverified += r.end - r.start;
                     }
                     return Ok(true);
                 }
                 Ok(false) => {
-                    self.core.lock().stats.rebuild_retries += 1;
+                    self.engine.core.lock().stats.rebuild_retries += 1;
                     yield_now().await;
                 }
                 // The new leg failed: the mirror took it out.
@@ -395,14 +403,15 @@ impl<D: BlockDevice> NineFs<D> {
             return Ok(());
         };
         let what = alloc::format!("rebuild: leg {place} copied up to block {cursor}");
-        self.write_leg_table(&what, true, |sb| {
-            if sb.legs[place] != leg::REBUILDING {
-                return false;
-            }
-            sb.rebuild_cursor = cursor;
-            true
-        })
-        .await?;
+        self.engine
+            .write_leg_table(&what, true, |sb| {
+                if sb.legs[place] != leg::REBUILDING {
+                    return false;
+                }
+                sb.rebuild_cursor = cursor;
+                true
+            })
+            .await?;
         if let Some(r) = self.rebuild.lock().as_mut() {
             r.recorded = cursor;
         }
@@ -412,21 +421,22 @@ impl<D: BlockDevice> NineFs<D> {
     /// The last block is copied: after a FLUSH, the table says the leg is active, and
     /// then the mirror reads from it.
     async fn rebuild_done(&self, place: usize) -> FsResult<()> {
-        if self.dev.rebuilding_copies() & 1 << place == 0 {
+        if self.engine.dev.rebuilding_copies() & 1 << place == 0 {
             self.rebuild_failed(place).await?;
             return Err(Errno::EIO);
         }
         let what = alloc::format!("rebuild: leg {place} complete, in service");
-        self.write_leg_table(&what, true, |sb| {
-            assert_eq!(sb.legs[place], leg::REBUILDING, "the leg being rebuilt");
-            sb.legs[place] = leg::ACTIVE;
-            sb.rebuild_cursor = 0;
-            true
-        })
-        .await?;
-        self.dev.finish_rebuild(place);
+        self.engine
+            .write_leg_table(&what, true, |sb| {
+                assert_eq!(sb.legs[place], leg::REBUILDING, "the leg being rebuilt");
+                sb.legs[place] = leg::ACTIVE;
+                sb.rebuild_cursor = 0;
+                true
+            })
+            .await?;
+        self.engine.dev.finish_rebuild(place);
         *self.rebuild.lock() = None;
-        let mut c = self.core.lock();
+        let mut c = self.engine.core.lock();
         c.stats.rebuild_running = 0;
         c.stats.rebuilds += 1;
         log::warn!("mirror: leg {place} rebuilt and in service");
@@ -439,11 +449,11 @@ impl<D: BlockDevice> NineFs<D> {
         log::error!("rebuild: leg {place} failed; replace it again");
         *self.rebuild.lock() = None;
         {
-            let mut c = self.core.lock();
+            let mut c = self.engine.core.lock();
             c.stats.rebuild_running = 0;
             c.stats.rebuild_failures += 1;
         }
-        self.record_failed_legs().await?;
+        self.engine.record_failed_legs().await?;
         Ok(RebuildStep::Idle)
     }
 }

@@ -2,7 +2,7 @@
 //! the committed roots and every data extent, and verifies their checksums.
 //!
 //! A pass walks the trees of the committed checkpoint depth-first from a work stack (the
-//! cursor): each [`NineFs::scrub_step`] reads nodes and extents until a byte budget is
+//! cursor): each [`Redundancy::scrub_step`] reads nodes and extents until a byte budget is
 //! spent, so the owner decides the rate. Leaves of the checksum tree queue their data
 //! extents. Nothing is read through the node cache: a cached copy would hide a rotten
 //! disk block.
@@ -21,6 +21,8 @@ use alloc::vec::Vec;
 
 use crate::btree::Node;
 use crate::core::txn::{Core, Step};
+use crate::features::redundancy::legs::read_superblock;
+use crate::features::redundancy::Redundancy;
 use crate::format::bset::{parse_node, NodeId};
 use crate::format::items::{decode_csums, decode_inode_refs, FileExtent};
 use crate::format::key::kind;
@@ -28,7 +30,6 @@ use crate::format::superblock::NodePtr;
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::io::Verified;
 use crate::util::crc::crc32c;
-use crate::volume::{read_superblock, NineFs};
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Ino, ROOT_INO};
 
@@ -180,7 +181,7 @@ impl core::fmt::Display for ScrubReport {
     }
 }
 
-/// Where a pass stands, as [`NineFs::scrub_step`] returns it.
+/// Where a pass stands, as [`Redundancy::scrub_step`] returns it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScrubProgress {
     /// No pass is running.
@@ -201,7 +202,7 @@ pub(crate) struct ScrubState {
     report: Option<ScrubReport>,
 }
 
-impl<D: BlockDevice> NineFs<D> {
+impl<D: BlockDevice> Redundancy<D> {
     /// Starts a scrub pass over the committed checkpoint; false if one is running.
     pub async fn scrub_start(&self) -> FsResult<bool> {
         if self.scrub.lock().running {
@@ -209,7 +210,9 @@ impl<D: BlockDevice> NineFs<D> {
         }
         // The committed roots are the ones on disk, not the in-memory superblock a
         // checkpoint in flight may already have changed.
-        let (sb, _) = read_superblock(&self.dev).await.map_err(|_| Errno::EIO)?;
+        let (sb, _) = read_superblock(&self.engine.dev)
+            .await
+            .map_err(|_| Errno::EIO)?;
         let mut s = self.scrub.lock();
         if s.running {
             return Ok(false);
@@ -231,7 +234,7 @@ impl<D: BlockDevice> NineFs<D> {
             ..ScrubReport::default()
         });
         drop(s);
-        self.core.lock().stats.scrub_running = 1;
+        self.engine.core.lock().stats.scrub_running = 1;
         log::info!("scrub: started over checkpoint {}", sb.checkpoint_seq);
         Ok(true)
     }
@@ -248,7 +251,7 @@ impl<D: BlockDevice> NineFs<D> {
             r.stopped = true;
         }
         drop(s);
-        self.core.lock().stats.scrub_running = 0;
+        self.engine.core.lock().stats.scrub_running = 0;
         log::info!("scrub: stopped");
         true
     }
@@ -306,7 +309,7 @@ impl<D: BlockDevice> NineFs<D> {
             r.clone()
         });
         drop(s);
-        let mut c = self.core.lock();
+        let mut c = self.engine.core.lock();
         c.stats.scrub_running = 0;
         c.stats.scrub_runs += 1;
         drop(c);
@@ -333,7 +336,7 @@ impl<D: BlockDevice> NineFs<D> {
 
     async fn scrub_node(&self, tree: TreeId, level: u8, ptr: NodePtr) -> FsResult<u64> {
         let valid = {
-            let c = self.core.lock();
+            let c = self.engine.core.lock();
             ptr.is_valid(&c.sb.layout, c.sb.node_size)
         };
         let blocks = u64::from(ptr.blocks);
@@ -357,7 +360,7 @@ impl<D: BlockDevice> NineFs<D> {
         // Every copy is checked (a mirror's bad ones mended); `buf` holds a good one
         // when there is one.
         let good = |b: &[u8]| parse_node(b, id, ptr.blocks).is_ok();
-        let checked = self.dev.check_copies(ptr.addr, &mut buf, good).await;
+        let checked = self.engine.dev.check_copies(ptr.addr, &mut buf, good).await;
         self.scrub_mended(&checked);
         if let Err(e) = checked {
             self.scrub_failed(ScrubError::Node {
@@ -423,7 +426,7 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     async fn scrub_data(&self, start: u64, csums: &[u32]) -> FsResult<u64> {
-        let total = self.core.lock().sb.layout.total_blocks;
+        let total = self.engine.core.lock().sb.layout.total_blocks;
         let len = csums.len() as u64;
         if start.checked_add(len).is_none_or(|e| e > total) {
             self.scrub_failed(ScrubError::Data {
@@ -441,7 +444,7 @@ impl<D: BlockDevice> NineFs<D> {
                 .zip(csums)
                 .all(|(data, &sum)| crc32c(data) == sum)
         };
-        let checked = self.dev.check_copies(start, &mut buf, good).await;
+        let checked = self.engine.dev.check_copies(start, &mut buf, good).await;
         self.scrub_mended(&checked);
         let bad: Vec<(u64, &str)> = match checked {
             Ok(_) => buf
@@ -470,7 +473,7 @@ impl<D: BlockDevice> NineFs<D> {
             r.nodes += nodes;
             r.data_blocks += data_blocks;
         }
-        self.core.lock().stats.scrub_bytes += bytes;
+        self.engine.core.lock().stats.scrub_bytes += bytes;
     }
 
     /// Counts a piece whose bad copies were mended.
@@ -484,7 +487,7 @@ impl<D: BlockDevice> NineFs<D> {
     /// since the pass started (the block may no longer belong to the trees). Made, not
     /// committed: what a checkpoint frees is discarded before it counts as committed.
     fn scrub_failed(&self, err: ScrubError) {
-        let latest = self.core.lock().sb.checkpoint_seq;
+        let latest = self.engine.core.lock().sb.checkpoint_seq;
         let mut s = self.scrub.lock();
         let Some(r) = s.report.as_mut() else {
             return;
@@ -500,17 +503,20 @@ impl<D: BlockDevice> NineFs<D> {
             r.errors.push(err);
         }
         drop(s);
-        self.core.lock().stats.scrub_errors += 1;
+        self.engine.core.lock().stats.scrub_errors += 1;
     }
 
     /// The file whose data extent starting at `extent` holds `block`: the extent's
     /// owner hint, its file extent covering the block, and a path from its names.
     async fn data_owner(&self, extent: u64, block: u64) -> Option<DataOwner> {
-        self.run(|c| find_owner(c, extent, block)).await.ok()?
+        self.engine
+            .run(|c| find_owner(c, extent, block))
+            .await
+            .ok()?
     }
 }
 
-/// See [`NineFs::data_owner`].
+/// See [`Redundancy::data_owner`].
 fn find_owner(c: &mut Core, extent: u64, block: u64) -> Step<Option<DataOwner>> {
     let mut owner = None;
     c.trees.range(

@@ -17,17 +17,18 @@ use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use spin::Mutex;
 
-use crate::core::checkpoint::CheckpointCause;
+use crate::core::checkpoint::{CheckpointCause, PressurePolicy};
 use crate::core::counters::FsStats;
 use crate::core::inode::MAX_SNAPSHOT_ID;
 use crate::core::txn::{Core, Step, Stop, Txn};
+use crate::engine::{Engine, EngineOptions};
 use crate::format::items::{SnapshotItem, MAX_SNAPSHOT_NAME, SNAPSHOT_TREES};
 use crate::format::key::kind;
 use crate::format::superblock::{NodePtr, Root, Superblock, MAX_INO};
 use crate::format::{features, Key, TreeId, BLOCK_SIZE, MAX_EXTENT_BLOCKS};
 use crate::util::ranges::RangeSet;
-use crate::volume::NineFs;
 use block::BlockDevice;
 use vfs::{Errno, FsResult, Timespec};
 
@@ -51,7 +52,7 @@ pub const VIEW_CACHE_SHARE: usize = 4;
 /// The snapshot views open now ([`MAX_OPEN_VIEWS`] at most), by snapshot id.
 pub(crate) struct OpenViews<D: BlockDevice> {
     /// Each view with the tick it was last used at.
-    views: BTreeMap<u64, (Arc<NineFs<D>>, u64)>,
+    views: BTreeMap<u64, (Arc<Engine<D>>, u64)>,
     tick: u64,
 }
 
@@ -66,7 +67,7 @@ impl<D: BlockDevice> Default for OpenViews<D> {
 
 impl<D: BlockDevice> OpenViews<D> {
     /// The view of snapshot `id`, if open (now its most recently used).
-    pub(crate) fn get(&mut self, id: u64) -> Option<Arc<NineFs<D>>> {
+    pub(crate) fn get(&mut self, id: u64) -> Option<Arc<Engine<D>>> {
         self.tick += 1;
         let (view, used) = self.views.get_mut(&id)?;
         *used = self.tick;
@@ -75,7 +76,7 @@ impl<D: BlockDevice> OpenViews<D> {
 
     /// Keeps `view` open as snapshot `id`'s, closing the least recently used view if
     /// [`MAX_OPEN_VIEWS`] are open (counted in `views_closed`).
-    pub(crate) fn insert(&mut self, id: u64, view: Arc<NineFs<D>>, stats: &mut FsStats) {
+    pub(crate) fn insert(&mut self, id: u64, view: Arc<Engine<D>>, stats: &mut FsStats) {
         if self.views.len() >= MAX_OPEN_VIEWS {
             let coldest = self.views.iter().min_by_key(|(_, (_, used))| *used);
             if let Some((&old, _)) = coldest {
@@ -98,7 +99,7 @@ impl<D: BlockDevice> OpenViews<D> {
     }
 }
 
-/// A snapshot, as [`NineFs::snapshots`] lists it.
+/// A snapshot, as [`NineFs::snapshots`](crate::volume::NineFs::snapshots) lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotInfo {
     /// Its id (unique among existing snapshots; reused only after every other id was,
@@ -314,10 +315,34 @@ impl vfs::Clock for TakenAt {
     }
 }
 
-impl<D: BlockDevice> NineFs<D> {
+/// Snapshots, the service: taking, deleting and listing snapshots, their read-only views
+/// (each an [`Engine`] of its own over the same device), and the `.snapshots` directory
+/// ([`snapdir`]).
+pub(crate) struct Snapshots<D: BlockDevice> {
+    pub(crate) engine: Arc<Engine<D>>,
+    /// This is a snapshot's view: it has no `.snapshots` of its own (those of the
+    /// snapshot's time may be gone).
+    pub(crate) is_view: bool,
+    /// Snapshot views open now, by snapshot id (see [`snapdir`]).
+    pub(crate) views: Mutex<OpenViews<D>>,
+    /// Most snapshots that may exist
+    /// ([`MountOptions::max_snapshots`](crate::volume::MountOptions::max_snapshots)).
+    pub(crate) max_snapshots: usize,
+}
+
+impl<D: BlockDevice> Snapshots<D> {
+    pub(crate) fn new(engine: Arc<Engine<D>>, is_view: bool, max_snapshots: usize) -> Snapshots<D> {
+        Snapshots {
+            engine,
+            is_view,
+            views: Mutex::new(OpenViews::default()),
+            max_snapshots,
+        }
+    }
+
     /// The snapshots, by id.
     pub async fn snapshots(&self) -> FsResult<Vec<SnapshotInfo>> {
-        let items = self.run(read_items).await?;
+        let items = self.engine.run(read_items).await?;
         Ok(items.iter().map(|(id, item)| info(*id, item)).collect())
     }
 
@@ -329,14 +354,17 @@ impl<D: BlockDevice> NineFs<D> {
         if !valid_name(name) {
             return Err(Errno::EINVAL);
         }
-        let created = self.now();
+        let created = self.engine.now();
         let info = {
-            let _guard = self.checkpoint_lock.lock().await;
-            if self.core.lock().read_only {
+            let _guard = self.engine.checkpoint_lock.lock().await;
+            if self.engine.core.lock().read_only {
                 return Err(Errno::EROFS);
             }
-            self.checkpoint_locked(CheckpointCause::Snapshot).await?;
+            self.engine
+                .checkpoint_locked(CheckpointCause::Snapshot)
+                .await?;
             let items = self
+                .engine
                 .run_loads(&mut read_items)
                 .await?
                 .map_err(|()| Errno::ENOSPC)?;
@@ -345,13 +373,13 @@ impl<D: BlockDevice> NineFs<D> {
             }
             let id = next_id(items.iter().map(|(id, _)| *id), MAX_SNAPSHOT_ID);
             let Some(id) = id.filter(|_| items.len() < self.max_snapshots) else {
-                self.core.lock().stats.snapshot_limit_hits += 1;
+                self.engine.core.lock().stats.snapshot_limit_hits += 1;
                 return Err(Errno::ENOSPC);
             };
             // No checkpoint runs while we hold its lock: the committed roots stay put.
-            let sb = self.core.lock().sb.clone();
+            let sb = self.engine.core.lock().sb.clone();
             let roots = tree_roots(|t| sb.root(t));
-            let blocks = referenced_blocks(&self.dev, sb.node_size, &roots).await?;
+            let blocks = referenced_blocks(&self.engine.dev, sb.node_size, &roots).await?;
             let item = SnapshotItem {
                 name: name.as_bytes().to_vec(),
                 created,
@@ -363,24 +391,25 @@ impl<D: BlockDevice> NineFs<D> {
                     sb.root(TreeId::Csum),
                 ],
             };
-            self.run_loads(&mut |c: &mut Core| {
-                let mut tx = Txn::new();
-                tx.put(TreeId::Fs, snapshot_key(id), item.encode());
-                c.commit(tx)?;
-                // The new snapshot is the newest: the allocator holds what it references
-                // (frees pending since the checkpoint become dead, so none is cleared).
-                c.space.hold_newest(blocks.clone());
-                c.snapshots += 1;
-                c.sb.incompat |= features::INCOMPAT_SNAPSHOTS;
-                c.stats.snapshots_created += 1;
-                c.changed = true;
-                Ok(())
-            })
-            .await?
-            .map_err(|()| Errno::ENOSPC)?;
+            self.engine
+                .run_loads(&mut |c: &mut Core| {
+                    let mut tx = Txn::new();
+                    tx.put(TreeId::Fs, snapshot_key(id), item.encode());
+                    c.commit(tx)?;
+                    // The new snapshot is the newest: the allocator holds what it references
+                    // (frees pending since the checkpoint become dead, so none is cleared).
+                    c.space.hold_newest(blocks.clone());
+                    c.snapshots += 1;
+                    c.sb.incompat |= features::INCOMPAT_SNAPSHOTS;
+                    c.stats.snapshots_created += 1;
+                    c.changed = true;
+                    Ok(())
+                })
+                .await?
+                .map_err(|()| Errno::ENOSPC)?;
             info(id, &item)
         };
-        self.checkpoint(CheckpointCause::Snapshot).await?;
+        self.engine.checkpoint(CheckpointCause::Snapshot).await?;
         Ok(info)
     }
 
@@ -393,23 +422,26 @@ impl<D: BlockDevice> NineFs<D> {
     /// number of snapshots: see [`Neighbours`].
     pub async fn snapshot_delete(&self, name: &str) -> FsResult<()> {
         {
-            let _guard = self.checkpoint_lock.lock().await;
-            if self.core.lock().read_only {
+            let _guard = self.engine.checkpoint_lock.lock().await;
+            if self.engine.core.lock().read_only {
                 return Err(Errno::EROFS);
             }
             // Every live node placed and committed: a walk of the live trees sees them.
-            self.checkpoint_locked(CheckpointCause::Snapshot).await?;
+            self.engine
+                .checkpoint_locked(CheckpointCause::Snapshot)
+                .await?;
             let items = self
+                .engine
                 .run_loads(&mut read_items)
                 .await?
                 .map_err(|()| Errno::ENOSPC)?;
             let Some(n) = Neighbours::of(&items, name) else {
                 return Err(Errno::ENOENT);
             };
-            let node_size = self.core.lock().sb.node_size;
+            let node_size = self.engine.core.lock().sb.node_size;
             let walk = |roots: Option<[Root; 3]>| async move {
                 match roots {
-                    Some(r) => referenced_blocks(&self.dev, node_size, &item_roots(r)).await,
+                    Some(r) => referenced_blocks(&self.engine.dev, node_size, &item_roots(r)).await,
                     None => Ok(RangeSet::new()),
                 }
             };
@@ -419,40 +451,42 @@ impl<D: BlockDevice> NineFs<D> {
             let newer = match n.newer {
                 Some((_, i)) => walk(Some(i.roots)).await?,
                 None => {
-                    let sb = self.core.lock().sb.clone();
-                    referenced_blocks(&self.dev, node_size, &tree_roots(|t| sb.root(t))).await?
+                    let sb = self.engine.core.lock().sb.clone();
+                    referenced_blocks(&self.engine.dev, node_size, &tree_roots(|t| sb.root(t)))
+                        .await?
                 }
             };
             let id = n.this.0;
             let newest = n.newer.is_none();
             let last = items.len() == 1;
-            self.run_loads(&mut |c: &mut Core| {
-                let mut tx = Txn::new();
-                tx.del(TreeId::Fs, snapshot_key(id));
-                c.commit(tx)?;
-                let mut freed = difference(&mine, &older);
-                if newest {
-                    // Live at the walk but freed since: held, so only noted dead. Those
-                    // are this snapshot's to free too.
-                    freed = difference(&freed, &difference(&newer, c.space.held_dead()));
-                    c.space.release(Some(older.clone()), &freed);
-                } else {
-                    freed = difference(&freed, &newer);
-                    c.space.release(None, &freed);
-                }
-                c.snapshots -= 1;
-                if last {
-                    c.sb.incompat &= !features::INCOMPAT_SNAPSHOTS;
-                }
-                c.stats.snapshots_deleted += 1;
-                self.views.lock().remove(id);
-                c.changed = true;
-                Ok(())
-            })
-            .await?
-            .map_err(|()| Errno::ENOSPC)?;
+            self.engine
+                .run_loads(&mut |c: &mut Core| {
+                    let mut tx = Txn::new();
+                    tx.del(TreeId::Fs, snapshot_key(id));
+                    c.commit(tx)?;
+                    let mut freed = difference(&mine, &older);
+                    if newest {
+                        // Live at the walk but freed since: held, so only noted dead. Those
+                        // are this snapshot's to free too.
+                        freed = difference(&freed, &difference(&newer, c.space.held_dead()));
+                        c.space.release(Some(older.clone()), &freed);
+                    } else {
+                        freed = difference(&freed, &newer);
+                        c.space.release(None, &freed);
+                    }
+                    c.snapshots -= 1;
+                    if last {
+                        c.sb.incompat &= !features::INCOMPAT_SNAPSHOTS;
+                    }
+                    c.stats.snapshots_deleted += 1;
+                    self.views.lock().remove(id);
+                    c.changed = true;
+                    Ok(())
+                })
+                .await?
+                .map_err(|()| Errno::ENOSPC)?;
         }
-        self.checkpoint(CheckpointCause::Snapshot).await
+        self.engine.checkpoint(CheckpointCause::Snapshot).await
     }
 
     /// At mount: counts the snapshots and holds every block the newest references (all
@@ -461,19 +495,19 @@ impl<D: BlockDevice> NineFs<D> {
     pub(crate) async fn load_snapshots(&self) -> FsResult<()> {
         // Without the feature bit there are none: no tree is read at mount (a damaged
         // node then fails only what reads it, and scrub can still name it).
-        if self.core.lock().sb.incompat & features::INCOMPAT_SNAPSHOTS == 0 {
+        if self.engine.core.lock().sb.incompat & features::INCOMPAT_SNAPSHOTS == 0 {
             return Ok(());
         }
-        let items = self.run(read_items).await?;
-        let node_size = self.core.lock().sb.node_size;
+        let items = self.engine.run(read_items).await?;
+        let node_size = self.engine.core.lock().sb.node_size;
         let newest = items.iter().max_by_key(|(id, i)| (i.seq, *id));
         let blocks = match newest {
             Some((_, item)) => {
-                referenced_blocks(&self.dev, node_size, &item_roots(item.roots)).await?
+                referenced_blocks(&self.engine.dev, node_size, &item_roots(item.roots)).await?
             }
             None => RangeSet::new(),
         };
-        let mut c = self.core.lock();
+        let mut c = self.engine.core.lock();
         c.space.hold_newest(blocks);
         c.snapshots = items.len() as u64;
         Ok(())
@@ -483,8 +517,8 @@ impl<D: BlockDevice> NineFs<D> {
     /// filesystem at the snapshot's checkpoint, every change fails with `EROFS`. It
     /// shares this filesystem's device; its blocks stay valid while the snapshot exists
     /// (deleting a snapshot that is being read makes its readers fail with `EIO`).
-    pub async fn snapshot_view(&self, name: &str) -> FsResult<Arc<NineFs<D>>> {
-        let items = self.run(read_items).await?;
+    pub(crate) async fn snapshot_view(&self, name: &str) -> FsResult<Arc<Engine<D>>> {
+        let items = self.engine.run(read_items).await?;
         let (id, item) = items
             .into_iter()
             .find(|(_, i)| i.name == name.as_bytes())
@@ -493,12 +527,12 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// The view of snapshot `id` (opened once, then shared).
-    pub(crate) fn view_of(&self, id: u64, item: &SnapshotItem) -> Arc<NineFs<D>> {
+    pub(crate) fn view_of(&self, id: u64, item: &SnapshotItem) -> Arc<Engine<D>> {
         if let Some(v) = self.views.lock().get(id) {
             return v;
         }
         let sb: Superblock = {
-            let c = self.core.lock();
+            let c = self.engine.core.lock();
             let mut sb = c.sb.clone();
             for (t, r) in SNAPSHOT_TREES.iter().zip(item.roots) {
                 sb.roots[*t as usize] = r;
@@ -508,28 +542,22 @@ impl<D: BlockDevice> NineFs<D> {
             sb.free_blocks = c.space.free_after_checkpoint();
             sb
         };
-        let opts = crate::volume::MountOptions {
-            cache_limit: self.cache_limit / VIEW_CACHE_SHARE,
-            max_groups: self.max_groups,
+        let opts = EngineOptions {
+            cache_limit: self.engine.cache_limit / VIEW_CACHE_SHARE,
+            max_groups: self.engine.max_groups,
             read_only: true,
-            max_snapshots: 0,
-            max_links: self.core.lock().max_links,
-            policy: alloc::boxed::Box::new(crate::volume::PressurePolicy),
+            max_links: self.engine.core.lock().max_links,
+            policy: alloc::boxed::Box::new(PressurePolicy),
             discard: None,
-            hold_clock: self.core.clock(),
-            refuse_degraded: false,
-            // A view runs no stream job.
-            stream_buffer: 0,
-            rebuild_record_blocks: self.rebuild_record_blocks,
+            hold_clock: self.engine.core.clock(),
             // It shares the device's data cache; the live filesystem reads ahead for it.
-            data_cache: 0,
             readahead: 0,
         };
         let clock = alloc::boxed::Box::new(TakenAt(item.created));
-        let view = Arc::new(NineFs::assemble(self.dev.clone(), sb, true, opts, clock));
+        let view = Arc::new(Engine::assemble(self.engine.dev.clone(), sb, opts, clock));
         self.views
             .lock()
-            .insert(id, view.clone(), &mut self.core.lock().stats);
+            .insert(id, view.clone(), &mut self.engine.core.lock().stats);
         view
     }
 }

@@ -3,7 +3,7 @@
 //! `lookup(ROOT, ".snapshots")` finds a synthetic directory (not listed by `readdir` of
 //! the root, so `find`, `du` and backups of the live tree do not descend into every
 //! snapshot; as ZFS's `.zfs`) whose entries are the snapshots by name; each is the root
-//! of that snapshot's read-only view ([`NineFs::snapshot_view`]). Any client of
+//! of that snapshot's read-only view ([`NineFs::snapshot_view`](crate::volume::NineFs::snapshot_view)). Any client of
 //! [`FileSystem`](vfs::FileSystem) — the 9P server, so every mount — reaches them by
 //! path: `cat /mnt/.snapshots/nightly/etc/hosts`.
 //!
@@ -11,7 +11,7 @@
 //! zero) or an inode of snapshot *id* (bits 48..63 = id, bits 0..48 = its inode number
 //! in the snapshot). Live inode numbers never reach bit 48.
 //!
-//! Views are reached through their cores ([`NineFs::run`]) and inherent methods, never
+//! Views are reached through their engines ([`Engine::run`]) and inherent methods, never
 //! through their `FileSystem` methods: those route, and an operation's future would
 //! contain itself.
 
@@ -21,8 +21,9 @@ use alloc::vec::Vec;
 use crate::core::inode::INNER_BITS;
 pub(crate) use crate::core::inode::{is_reserved, is_snapshot_ino};
 pub use crate::core::inode::{LIVE_INO_END, MAX_SNAPSHOT_ID, SNAPSHOTS_DIR, SNAPSHOTS_DIR_INO};
+use crate::engine::Engine;
 use crate::features::snapshots::read_items;
-use crate::volume::NineFs;
+use crate::features::snapshots::Snapshots;
 use block::BlockDevice;
 use vfs::{mode, Attr, DirEntry, Errno, FileType, FsResult, Ino, ROOT_INO};
 
@@ -35,7 +36,7 @@ pub(crate) enum Place<D: BlockDevice> {
     /// Inode `ino` of snapshot `id`, through its view.
     Snapshot {
         /// The snapshot's read-only view.
-        view: Arc<NineFs<D>>,
+        view: Arc<Engine<D>>,
         /// Snapshot id.
         id: u64,
         /// The inode number within the snapshot.
@@ -57,7 +58,7 @@ fn outer_attr(id: u64, mut attr: Attr) -> FsResult<Attr> {
     Ok(attr)
 }
 
-impl<D: BlockDevice> NineFs<D> {
+impl<D: BlockDevice> Snapshots<D> {
     /// Where `ino` lives; `ENOENT` for an inode of a snapshot that no longer exists.
     pub(crate) async fn place(&self, ino: Ino) -> FsResult<Place<D>> {
         if self.is_view {
@@ -83,11 +84,11 @@ impl<D: BlockDevice> NineFs<D> {
         })
     }
 
-    async fn view_by_id(&self, id: u64) -> FsResult<Arc<NineFs<D>>> {
+    async fn view_by_id(&self, id: u64) -> FsResult<Arc<Engine<D>>> {
         if let Some(v) = self.views.lock().get(id) {
             return Ok(v);
         }
-        let items = self.run(read_items).await?;
+        let items = self.engine.run(read_items).await?;
         let (_, item) = items
             .into_iter()
             .find(|(i, _)| *i == id)
@@ -97,7 +98,7 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// The snapshots directory's attributes: the root's, read-only, with its own number.
     async fn snapdir_attr(&self) -> FsResult<Attr> {
-        let mut attr = self.run(|c| c.op_getattr(ROOT_INO)).await?;
+        let mut attr = self.engine.run(|c| c.op_getattr(ROOT_INO)).await?;
         attr.ino = SNAPSHOTS_DIR_INO;
         attr.mode = mode::S_IFDIR | 0o555;
         attr.nlink = 2;
@@ -115,9 +116,9 @@ impl<D: BlockDevice> NineFs<D> {
             Place::Live => Ok(None),
             Place::Dir => match name {
                 b"." => self.snapdir_attr().await.map(Some),
-                b".." => self.run(|c| c.op_getattr(ROOT_INO)).await.map(Some),
+                b".." => self.engine.run(|c| c.op_getattr(ROOT_INO)).await.map(Some),
                 _ => {
-                    let items = self.run(read_items).await?;
+                    let items = self.engine.run(read_items).await?;
                     let (id, item) = items
                         .into_iter()
                         .find(|(_, i)| i.name == name)
@@ -161,7 +162,7 @@ impl<D: BlockDevice> NineFs<D> {
                 if max == 0 {
                     return Err(Errno::EINVAL);
                 }
-                let items = self.run(read_items).await?;
+                let items = self.engine.run(read_items).await?;
                 let dots = [(0, SNAPSHOTS_DIR_INO, &b"."[..]), (1, ROOT_INO, &b".."[..])];
                 let snaps = items
                     .iter()

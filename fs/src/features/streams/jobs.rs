@@ -359,7 +359,7 @@ impl<D: BlockDevice> NineFs<D> {
                 return Err(format!("no snapshot {n:?}"));
             }
         }
-        let replaced = self.jobs.change(&self.jobs.send, |j| {
+        let replaced = self.streams.jobs.change(&self.streams.jobs.send, |j| {
             let was = j.active();
             j.restart((name.into(), base.map(String::from)));
             was
@@ -377,14 +377,14 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// `send stop`: whether a send was running.
     pub(crate) fn send_stop(&self) -> bool {
-        self.jobs.change(&self.jobs.send, Job::stop)
+        self.streams.jobs.change(&self.streams.jobs.send, Job::stop)
     }
 
     /// `receive start`: takes a stream through the `receive` file. Refused while one
     /// runs (stopping one half applied leaves the live tree for `receive rollback`, so
     /// that takes `receive stop`).
     pub(crate) fn receive_start(&self) -> Result<String, String> {
-        self.jobs.change(&self.jobs.receive, |j| {
+        self.streams.jobs.change(&self.streams.jobs.receive, |j| {
             if j.active() {
                 return Err("a receive is running (receive stop first)".into());
             }
@@ -398,12 +398,15 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// `receive stop`: whether a receive was running.
     pub(crate) fn receive_stop(&self) -> bool {
-        self.jobs.change(&self.jobs.receive, Job::stop)
+        self.streams
+            .jobs
+            .change(&self.streams.jobs.receive, Job::stop)
     }
 
     /// Whether the running send reads snapshot `name` (which may not be deleted).
     pub(crate) fn sending(&self, name: &str) -> bool {
-        self.jobs
+        self.streams
+            .jobs
             .send
             .lock()
             .subject
@@ -414,10 +417,10 @@ impl<D: BlockDevice> NineFs<D> {
     /// Lets each job's worker move `budget` more bytes (the owner calls it every tick,
     /// `stream_rate=`); what a tick leaves unused is not kept.
     pub fn stream_grant(&self, budget: u64) {
-        for job in [&self.jobs.send, &self.jobs.receive] {
+        for job in [&self.streams.jobs.send, &self.streams.jobs.receive] {
             let active = job.lock().active();
             if active {
-                self.jobs.change(job, |j| j.budget = budget);
+                self.streams.jobs.change(job, |j| j.budget = budget);
             }
         }
     }
@@ -427,8 +430,9 @@ impl<D: BlockDevice> NineFs<D> {
     pub async fn send_worker(&self) {
         loop {
             let (generation, (name, base)) = self
+                .streams
                 .jobs
-                .until(&self.jobs.send, |j| {
+                .until(&self.streams.jobs.send, |j| {
                     let r = j.request.take()?;
                     j.phase = Phase::Running;
                     Some((j.generation, r))
@@ -440,7 +444,7 @@ impl<D: BlockDevice> NineFs<D> {
             };
             log::info!("send: {what} started");
             let mut sink = JobSink {
-                jobs: &self.jobs,
+                jobs: &self.streams.jobs,
                 generation,
             };
             let result = self.send_to(&name, base.as_deref(), &mut sink).await;
@@ -452,7 +456,9 @@ impl<D: BlockDevice> NineFs<D> {
                     )
                 })
                 .map_err(|e| format!("send {what}: failed: {e}"));
-            self.jobs.finish(&self.jobs.send, generation, result);
+            self.streams
+                .jobs
+                .finish(&self.streams.jobs.send, generation, result);
         }
     }
 
@@ -461,15 +467,16 @@ impl<D: BlockDevice> NineFs<D> {
     pub async fn receive_worker(&self) {
         loop {
             let generation = self
+                .streams
                 .jobs
-                .until(&self.jobs.receive, |j| {
+                .until(&self.streams.jobs.receive, |j| {
                     j.request.take()?;
                     j.phase = Phase::Running;
                     Some(j.generation)
                 })
                 .await;
             let mut source = JobSource {
-                jobs: &self.jobs,
+                jobs: &self.streams.jobs,
                 generation,
                 pass: 0,
             };
@@ -477,7 +484,9 @@ impl<D: BlockDevice> NineFs<D> {
             let result = result
                 .map(|s| format!("received snapshot {:?} at checkpoint {}", s.name, s.seq))
                 .map_err(|e| format!("receive refused: {e}"));
-            self.jobs.finish(&self.jobs.receive, generation, result);
+            self.streams
+                .jobs
+                .finish(&self.streams.jobs.receive, generation, result);
         }
     }
 
@@ -485,8 +494,9 @@ impl<D: BlockDevice> NineFs<D> {
     /// while none are ready; 0 at its end or with no send running; `EIO` if the send
     /// failed (`status` says why), `EINVAL` out of order.
     pub async fn send_read(&self, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        self.jobs
-            .until(&self.jobs.send, |j| {
+        self.streams
+            .jobs
+            .until(&self.streams.jobs.send, |j| {
                 if offset != j.client_at {
                     return Some(Err(Errno::EINVAL));
                 }
@@ -513,15 +523,16 @@ impl<D: BlockDevice> NineFs<D> {
     /// failed: `status` says why), out of order, or past the second pass.
     pub async fn receive_write(&self, offset: u64, data: &[u8]) -> FsResult<usize> {
         // Writing offset 0 again ends the pass written so far.
-        self.jobs.change(&self.jobs.receive, |j| {
+        self.streams.jobs.change(&self.streams.jobs.receive, |j| {
             if offset == 0 && j.client_at > 0 {
                 j.closed_pass = j.closed_pass.max(j.client_pass);
             }
         });
-        let cap = self.jobs.capacity;
+        let cap = self.streams.jobs.capacity;
         let mut stalled = false;
-        self.jobs
-            .until(&self.jobs.receive, |j| {
+        self.streams
+            .jobs
+            .until(&self.streams.jobs.receive, |j| {
                 if !j.active() {
                     return Some(Err(Errno::EINVAL));
                 }
@@ -559,7 +570,7 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// The writer of `receive` closed it: the pass it wrote ends.
     pub fn receive_closed(&self) {
-        self.jobs.change(&self.jobs.receive, |j| {
+        self.streams.jobs.change(&self.streams.jobs.receive, |j| {
             if j.client_at > 0 {
                 j.closed_pass = j.closed_pass.max(j.client_pass);
             }
@@ -568,15 +579,15 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// The jobs' `status` lines.
     pub(crate) fn stream_status(&self, out: &mut String) {
-        self.jobs.send.lock().status("send", out);
-        self.jobs.receive.lock().status("receive", out);
+        self.streams.jobs.send.lock().status("send", out);
+        self.streams.jobs.receive.lock().status("receive", out);
     }
 
     /// The stream jobs' counters since the mount.
     pub fn stream_counters(&self) -> StreamCounters {
         StreamCounters {
-            send: self.jobs.send.lock().counters(),
-            receive: self.jobs.receive.lock().counters(),
+            send: self.streams.jobs.send.lock().counters(),
+            receive: self.streams.jobs.receive.lock().counters(),
         }
     }
 }

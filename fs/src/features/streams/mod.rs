@@ -5,3 +5,24 @@ pub mod jobs;
 pub mod receive;
 pub mod send;
 pub mod treediff;
+
+/// The streams' state: the send and receive jobs of the administration tree, and the
+/// lock one receive or rollback holds. Their operations are still `impl NineFs` blocks
+/// (`send`, `receive`, `jobs`; the layer table's one exception): they read snapshot views
+/// as `vfs::FileSystem`s and change the live tree through the handle's own `FileSystem`
+/// operations, so they need the whole handle, not the engine alone.
+pub(crate) struct Streams {
+    /// The send and receive jobs of the administration tree.
+    pub(crate) jobs: jobs::StreamJobs,
+    /// Held by a receive or a rollback (`receive`): one changes the live tree at a time.
+    pub(crate) receive_lock: async_lock::Mutex<()>,
+}
+
+impl Streams {
+    pub(crate) fn new(stream_buffer: usize) -> Streams {
+        Streams {
+            jobs: jobs::StreamJobs::new(stream_buffer),
+            receive_lock: async_lock::Mutex::new(()),
+        }
+    }
+}

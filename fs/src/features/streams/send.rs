@@ -116,6 +116,7 @@ impl<D: BlockDevice> Side<D> {
     async fn items(&self, ino: Ino, k: u8) -> FsResult<Vec<(Key, Vec<u8>)>> {
         let (from, to) = (Key::new(ino, k, 0), Key::new(ino, k, u64::MAX));
         self.view
+            .engine
             .run(|c| Txn::new().range(c, TreeId::Fs, from, to))
             .await
     }
@@ -227,7 +228,7 @@ impl<D: BlockDevice> NineFs<D> {
             .find(|(_, i)| i.name == name.as_bytes())
             .ok_or(Errno::ENOENT)?;
         Ok(Side {
-            view: self.view_of(*id, item),
+            view: self.view_fs(*id, item),
             item: item.clone(),
         })
     }
@@ -250,12 +251,12 @@ impl<D: BlockDevice> NineFs<D> {
         base: Option<&str>,
         out: &mut S,
     ) -> FsResult<SendStats> {
-        let items = self.run(read_items).await?;
+        let items = self.engine.run(read_items).await?;
         let new = self.side(&items, name)?;
         let base = base.map(|b| self.side(&items, b)).transpose()?;
-        let node_size = self.core.lock().sb.node_size;
+        let node_size = self.engine.core.lock().sb.node_size;
         let diff: TreeDiff = treediff::diff(
-            &self.dev,
+            &self.engine.dev,
             node_size,
             TreeId::Fs,
             base.as_ref().map(|b| b.item.roots[0]),
@@ -264,7 +265,7 @@ impl<D: BlockDevice> NineFs<D> {
         .await?;
         let (mut enc, start) = Encoder::start();
         let header = Header {
-            source: self.core.lock().sb.uuid,
+            source: self.engine.core.lock().sb.uuid,
             snapshot: new.id(),
             base: base.as_ref().map(Side::id),
         };

@@ -269,22 +269,23 @@ impl<D: BlockDevice> NineFs<D> {
     /// Sets all four times of `ino` as given (a receive restores them as sent; `setattr`
     /// cannot set ctime or btime).
     pub async fn restore_times(&self, ino: Ino, times: [Timespec; 4]) -> vfs::FsResult<()> {
-        self.run(|c| {
-            c.writable()?;
-            let mut tx = Txn::new();
-            let mut item = tx.inode(c, ino)?;
-            [item.atime, item.mtime, item.ctime, item.btime] = times;
-            tx.put_inode(ino, &item);
-            c.commit(tx)
-        })
-        .await
+        self.engine
+            .run(|c| {
+                c.writable()?;
+                let mut tx = Txn::new();
+                let mut item = tx.inode(c, ino)?;
+                [item.atime, item.mtime, item.ctime, item.btime] = times;
+                tx.put_inode(ino, &item);
+                c.commit(tx)
+            })
+            .await
     }
 
     /// The snapshots here that were received, with their marks ([`RECEIVED_XATTR`]).
     async fn received(&self) -> Result<Vec<(SnapshotItem, Vec<u8>, Arc<NineFs<D>>)>, ReceiveError> {
         let mut out = Vec::new();
-        for (id, item) in self.run(read_items).await? {
-            let view = self.view_of(id, &item);
+        for (id, item) in self.engine.run(read_items).await? {
+            let view = self.view_fs(id, &item);
             match view.getxattr(ROOT_INO, RECEIVED_XATTR).await {
                 Ok(mark) => out.push((item, mark, view)),
                 Err(Errno::ENODATA) => {}
@@ -298,11 +299,18 @@ impl<D: BlockDevice> NineFs<D> {
     /// last checkpoint, differs from the snapshot `view`.
     async fn differs_from(&self, view: &NineFs<D>) -> Result<usize, ReceiveError> {
         let (node_size, live) = {
-            let c = self.core.lock();
+            let c = self.engine.core.lock();
             (c.sb.node_size, c.sb.root(TreeId::Fs))
         };
-        let snap = view.core.lock().sb.root(TreeId::Fs);
-        let d = treediff::diff(&self.dev, node_size, TreeId::Fs, Some(snap), Some(live)).await?;
+        let snap = view.engine.core.lock().sb.root(TreeId::Fs);
+        let d = treediff::diff(
+            &self.engine.dev,
+            node_size,
+            TreeId::Fs,
+            Some(snap),
+            Some(live),
+        )
+        .await?;
         Ok(d.changes.keys().filter(|k| k.objectid != 0).count())
     }
 
@@ -345,7 +353,11 @@ impl<D: BlockDevice> NineFs<D> {
         &self,
         src: &mut impl StreamSource,
     ) -> Result<SnapshotInfo, ReceiveError> {
-        let _one = self.receive_lock.try_lock().ok_or(ReceiveError::Busy)?;
+        let _one = self
+            .streams
+            .receive_lock
+            .try_lock()
+            .ok_or(ReceiveError::Busy)?;
         let (mut records, header) = Records::start(src).await?;
         let Header {
             source,
@@ -361,10 +373,10 @@ impl<D: BlockDevice> NineFs<D> {
         }
         // The received snapshot; for an incremental, the two a rollback takes.
         let room = if base.is_some() { 2 } else { 1 };
-        if existing.len() + room > self.max_snapshots {
+        if existing.len() + room > self.snaps.max_snapshots {
             return Err(ReceiveError::SnapshotLimit(
                 existing.len(),
-                self.max_snapshots,
+                self.snaps.max_snapshots,
             ));
         }
         let base_mark = base.as_ref().map(|b| received_mark(source, b.seq));
@@ -545,7 +557,11 @@ impl<D: BlockDevice> NineFs<D> {
     /// (`None`), as it was before; without one, there is nothing to roll back
     /// ([`ReceiveError::NothingToRollBack`]).
     pub async fn receive_rollback(&self) -> Result<Option<String>, ReceiveError> {
-        let _one = self.receive_lock.try_lock().ok_or(ReceiveError::Busy)?;
+        let _one = self
+            .streams
+            .receive_lock
+            .try_lock()
+            .ok_or(ReceiveError::Busy)?;
         let last = self
             .received()
             .await?

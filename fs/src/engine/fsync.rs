@@ -23,13 +23,13 @@ use vfs::{Errno, FsResult, Ino};
 
 use crate::core::checkpoint::CheckpointCause;
 use crate::core::checks;
+use crate::engine::Engine;
 use crate::synclog::{Batch, Built};
-use crate::volume::NineFs;
 
 /// Record buffer reserved for a sync when nothing better is known.
 const DEFAULT_SCRATCH: usize = 4096;
 
-impl<D: BlockDevice> NineFs<D> {
+impl<D: BlockDevice> Engine<D> {
     /// `fsync`/`fdatasync` of `ino` through the log.
     pub(crate) async fn sync_inode(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         let is_dir = self.run(|c| Ok(c.inode(ino)?.is_dir())).await?;

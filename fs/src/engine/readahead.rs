@@ -1,5 +1,5 @@
-//! Reading ahead of sequential readers: the read path asks ([`NineFs::ask_readahead`]),
-//! the readahead workers read ([`NineFs::readahead_worker`]), the data cache keeps what
+//! Reading ahead of sequential readers: the read path asks ([`Engine::ask_readahead`]),
+//! the readahead workers read ([`NineFs::readahead_worker`](crate::volume::NineFs::readahead_worker)), the data cache keeps what
 //! they read (`cache::readahead` has the queue and its bounds).
 //!
 //! A worker plans the range like a read (extents and checksums, loading nodes as
@@ -18,11 +18,11 @@ use core::ops::Range;
 use crate::cache::data::Fill;
 use crate::cache::{Part, ReadaheadCounters, ReadaheadRequest, Who};
 use crate::core::file::{blocks_match, regular};
+use crate::engine::Engine;
 use crate::format::BLOCK_SIZE;
 use crate::io::Verified;
-use crate::volume::NineFs;
 use block::BlockDevice;
-use vfs::{Errno, FsResult, Ino, ReadStream, Window};
+use vfs::{FsResult, Ino, ReadStream, Window};
 
 const BS: u64 = BLOCK_SIZE as u64;
 
@@ -35,7 +35,7 @@ pub const DEFAULT_READAHEAD: u64 = 4 << 20;
 /// checksums.
 type Batch<'a> = Vec<(Fill<'a>, Vec<u32>)>;
 
-impl<D: BlockDevice> NineFs<D> {
+impl<D: BlockDevice> Engine<D> {
     /// Records a read of `len` bytes at `offset` of `ino` through `stream` for `who`,
     /// and queues the readahead it calls for, if any.
     pub(crate) fn ask_readahead(
@@ -64,44 +64,19 @@ impl<D: BlockDevice> NineFs<D> {
         }
     }
 
-    /// Carries out readahead requests, for ever. The host runs a few of these as tasks
-    /// (each has one device read in flight at a time); with none running, requests wait
-    /// in the bounded queue and readers read for themselves.
-    pub async fn readahead_worker(&self) {
-        loop {
-            let r = self.readahead.pop().await;
-            // A failure is the reader's to meet and report, when it gets there.
-            let _ = self.prefetch(r.ino, r.range, r.who).await;
-        }
-    }
-
     /// Readahead's counters.
     pub fn readahead_counters(&self) -> ReadaheadCounters {
         self.readahead.counters()
     }
 
-    /// Carries out the readahead requests waiting now, here; returns how many (for
-    /// tests and tools that run no workers).
-    pub async fn readahead_now(&self) -> usize {
-        let mut done = 0;
-        while let Some(r) = self.readahead.try_pop() {
-            let _ = self.prefetch(r.ino, r.range, r.who).await;
-            done += 1;
-        }
-        done
-    }
-
-    /// Reads bytes `range` of `ino` (a snapshot's file too) into the data cache for
-    /// `who`.
-    pub async fn prefetch(&self, ino: Ino, range: Range<u64>, who: Who) -> FsResult<()> {
-        if let Some((view, ino)) = self.in_snapshot(ino, Errno::EISDIR).await? {
-            return view.prefetch_data(ino, range, who).await;
-        }
-        self.prefetch_data(ino, range, who).await
-    }
-
-    /// [`NineFs::prefetch`] in this filesystem (a snapshot's view: in it).
-    async fn prefetch_data(&self, ino: Ino, range: Range<u64>, who: Who) -> FsResult<()> {
+    /// [`NineFs::prefetch`](crate::volume::NineFs::prefetch) in this filesystem (a
+    /// snapshot's view: in it).
+    pub(crate) async fn prefetch_data(
+        &self,
+        ino: Ino,
+        range: Range<u64>,
+        who: Who,
+    ) -> FsResult<()> {
         let pieces = self
             .run(|c| {
                 let item = c.inode(ino)?;
