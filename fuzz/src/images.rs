@@ -215,6 +215,8 @@ pub struct Outcome {
     pub fsck_before: Option<bool>,
     /// The mount worked.
     pub mounted: bool,
+    /// Why the mount refused, if it did.
+    pub mount_error: Option<String>,
     /// The walk's errors.
     pub walk_errors: Vec<String>,
     /// The clean unmount worked.
@@ -227,12 +229,21 @@ pub struct Outcome {
 /// writes; a clean unmount; fsck again. Returns what happened; the callers decide what
 /// must hold.
 pub fn cycle(img: Vec<u8>) -> Outcome {
+    // Triage: `NINEFOLD_FUZZ_DUMP=FILE` keeps the image a reproducer forged, for
+    // `ninefold fsck`, `dump` and `serve` to look at.
+    if let Some(path) = std::env::var_os("NINEFOLD_FUZZ_DUMP") {
+        std::fs::write(&path, &img).expect("NINEFOLD_FUZZ_DUMP: writing the image");
+    }
     let mut out = Outcome {
         fsck_before: check(&img).map(|r| r.is_clean()),
         ..Outcome::default()
     };
-    let Ok(fs) = mount(img) else {
-        return out;
+    let fs = match mount(img) {
+        Ok(fs) => fs,
+        Err(e) => {
+            out.mount_error = Some(e.to_string());
+            return out;
+        }
     };
     out.mounted = true;
     let seen = block_on(walk::walk(&fs));
@@ -254,7 +265,11 @@ pub fn cycle(img: Vec<u8>) -> Outcome {
 /// a client's writes, unmount cleanly and still be clean.
 pub fn assert_rule(o: &Outcome, what: &str) {
     if o.fsck_before == Some(true) {
-        assert!(o.mounted, "{what}: fsck clean but the mount refuses");
+        assert!(
+            o.mounted,
+            "{what}: fsck clean but the mount refuses: {}",
+            o.mount_error.as_deref().unwrap_or("?")
+        );
         assert!(
             o.walk_errors.is_empty(),
             "{what}: fsck clean but reads fail: {:?}",

@@ -35,10 +35,11 @@ pub enum MountError {
     /// Legs are out of service (bit `i`: leg `i`) and
     /// [`MountOptions::refuse_degraded`](crate::volume::MountOptions::refuse_degraded) is set.
     Degraded(u64),
-    /// The superblock a writable mount writes would take this field (a sequence or
-    /// counter) to its bound
-    /// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)); nothing was written. The filesystem
-    /// can still be mounted read-only.
+    /// This field (a sequence or counter) has less than
+    /// [`SEQ_HEADROOM`](crate::format::superblock::SEQ_HEADROOM) left below its bound
+    /// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)), so a writable mount could not
+    /// run (its checkpoints and superblocks would reach the bound); nothing was written.
+    /// The filesystem can still be mounted read-only.
     Exhausted(Corrupt),
 }
 
@@ -58,7 +59,7 @@ impl ::core::fmt::Display for MountError {
             }
             MountError::Exhausted(what) => write!(
                 f,
-                "{what}: at its bound (2^62), no superblock can be written; mount read-only"
+                "{what}: at its bound (within 2^32 of 2^62), a writable mount could not run; mount read-only"
             ),
         }
     }
@@ -123,12 +124,15 @@ pub fn choose_group(
 }
 
 /// The mount count and log epoch (the next generation) a writable mount of `sb`
-/// writes: each one more, and neither may reach its bound
-/// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)), since a superblock that did
-/// would be refused by every later mount. `Exhausted` then: the filesystem can still
-/// be mounted read-only.
+/// writes: each one more. Every sequence and counter must have
+/// [`SEQ_HEADROOM`](crate::format::superblock::SEQ_HEADROOM) left below its bound
+/// ([`MAX_SEQ`](crate::format::superblock::MAX_SEQ)) for the mount to run, as fsck
+/// checks. `Exhausted` otherwise: the filesystem can still be mounted read-only.
 pub(crate) fn next_epoch(sb: &Superblock) -> Result<(u64, u64), MountError> {
     let exhausted = |field| MountError::Exhausted(Corrupt::Field(field));
+    if let Some((field, _)) = sb.exhausted() {
+        return Err(exhausted(field));
+    }
     let mount_count = next_seq(sb.mount_count).ok_or(exhausted("mount_count"))?;
     let epoch = next_seq(sb.generation).ok_or(exhausted("generation"))?;
     Ok((mount_count, epoch))

@@ -33,6 +33,13 @@ pub const MAX_SEQ: u64 = 1 << 62;
 /// once it is reached fails with `ENOSPC`.
 pub const MAX_INO: u64 = 1 << 48;
 
+/// The room a writable mount needs left below [`MAX_SEQ`] in every sequence and
+/// counter of the superblock (2^32: a few thousand years of checkpoints, so it never
+/// runs out while mounted). A superblock with less is refused writable by the mount and
+/// reported by fsck ([`Superblock::exhausted`]); only a forged or corrupt one has less,
+/// and mounted it would fail at its first checkpoint or its unmount instead.
+pub const SEQ_HEADROOM: u64 = 1 << 32;
+
 /// `n + 1` for a sequence or counter of the superblock, while that stays below
 /// [`MAX_SEQ`]; `None` past it.
 pub fn next_seq(n: u64) -> Option<u64> {
@@ -277,6 +284,21 @@ impl Superblock {
     pub fn label_bytes(&self) -> &[u8] {
         let end = self.label.iter().position(|&b| b == 0).unwrap_or(LABEL_LEN);
         &self.label[..end]
+    }
+
+    /// The first sequence or counter (its name and value) with less than
+    /// [`SEQ_HEADROOM`] left below [`MAX_SEQ`]: a writable mount refuses the
+    /// filesystem then (it can still be mounted read-only).
+    pub fn exhausted(&self) -> Option<(&'static str, u64)> {
+        [
+            ("generation", self.generation),
+            ("checkpoint_seq", self.checkpoint_seq),
+            ("log_tail", self.log_tail),
+            ("log_epoch", self.log_epoch),
+            ("mount_count", self.mount_count),
+        ]
+        .into_iter()
+        .find(|&(_, v)| v >= MAX_SEQ - SEQ_HEADROOM)
     }
 
     /// Moves to the next generation (every superblock write is one); `Err` when that

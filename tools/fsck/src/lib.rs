@@ -284,6 +284,12 @@ impl<D: BlockDevice> Checker<D> {
             )),
             Ok(false) => {}
         }
+        if let Some((field, value)) = sb.exhausted() {
+            self.error(format!(
+                "superblock {field} {value} is within 2^32 of its bound (2^62): no real \
+                 filesystem gets there, and a writable mount refuses it"
+            ));
+        }
         for (i, valid) in self.img.sb_valid.into_iter().enumerate() {
             if !valid {
                 let why = self.img.superblock_copy(i).await.err().unwrap_or_default();
