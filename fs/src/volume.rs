@@ -3,8 +3,8 @@
 //!
 //! The handle is the assembly: the [`Engine`] (device, core, log, locks; the operation
 //! driver, checkpoints, the data path) and the feature services over it (`Snapshots`,
-//! `Quotas`, `Grow`, `Redundancy`, and the streams' state), with their public methods
-//! forwarded here so callers keep one type.
+//! `Quotas`, `Grow`, `Redundancy`, `Streams`, which runs on the handle as its
+//! `StreamHost`), with their public methods forwarded here so callers keep one type.
 //!
 //! Concurrency: one handle serves every CPU — `NineFs<D>` is `Send + Sync` when `D` is
 //! (checked below); the futures of its operations are not `Send` (a request runs to
@@ -37,8 +37,9 @@ use crate::format::superblock::{state, Superblock};
 use crate::format::{features, BLOCK_SIZE};
 use crate::io::Dev;
 use crate::synclog::replay::RefusedCommit;
+use alloc::string::String;
 use block::{BlockDevice, WriteFlags};
-use vfs::{Clock, Errno, FsResult, Ino};
+use vfs::{Clock, Errno, FsResult, Ino, Timespec};
 
 use crate::core::counters as stats;
 use crate::core::{checkpoint, dir, mkfs};
@@ -48,9 +49,11 @@ use crate::features::quota::Quotas;
 use crate::features::redundancy::rebuild::{Rebuild, RebuildStep};
 use crate::features::redundancy::{rebuild, scrub, Redundancy};
 use crate::features::snapshots::{self as snapshot, SnapshotInfo, Snapshots};
-use crate::features::streams::jobs as streamjob;
+use crate::features::streams::host::StreamHost;
+use crate::features::streams::jobs::{self as streamjob, StreamCounters};
+use crate::features::streams::receive::{self as receive, ReceiveError, StreamSource};
+use crate::features::streams::send::{self as send, SendStats, Sink, StreamSink};
 use crate::features::streams::Streams;
-use crate::format::items::SnapshotItem;
 use crate::synclog;
 
 pub use crate::core::txn::InodeState;
@@ -269,11 +272,6 @@ impl<D: BlockDevice> NineFs<D> {
             redundancy: Redundancy::new(engine.clone(), rebuild_record_blocks),
             engine,
         }
-    }
-
-    /// Snapshot `id`'s view (its engine opened once, then shared) as a filesystem.
-    pub(crate) fn view_fs(&self, id: u64, item: &SnapshotItem) -> Arc<NineFs<D>> {
-        self.view_handle(self.snaps.view_of(id, item))
     }
 
     /// A read-only handle over a snapshot view's engine.
@@ -620,6 +618,163 @@ impl<D: BlockDevice> NineFs<D> {
             return view.prefetch_data(ino, range, who).await;
         }
         self.engine.prefetch_data(ino, range, who).await
+    }
+}
+
+/// The streams run on the mounted handle: its live tree and its snapshot views (handles
+/// of their own) as `vfs::FileSystem`s.
+impl<D: BlockDevice> StreamHost for NineFs<D> {
+    type Device = D;
+
+    fn engine(&self) -> &Arc<Engine<D>> {
+        &self.engine
+    }
+
+    fn snaps(&self) -> &Snapshots<D> {
+        &self.snaps
+    }
+
+    fn view(&self, view: Arc<Engine<D>>) -> Arc<NineFs<D>> {
+        self.view_handle(view)
+    }
+}
+
+/// The snapshot streams (`features::streams`): send, receive, and the jobs of the
+/// administration tree that run them.
+impl<D: BlockDevice> NineFs<D> {
+    /// Writes snapshot `name` as a stream to `out`: in full, or with `base` only what
+    /// changed since that snapshot (of this filesystem). `ENOENT`: no such snapshot.
+    pub async fn send(
+        &self,
+        name: &str,
+        base: Option<&str>,
+        out: &mut Sink<'_>,
+    ) -> FsResult<SendStats> {
+        send::send(self, name, base, out).await
+    }
+
+    /// [`NineFs::send`] to a sink that may wait.
+    pub async fn send_to<S: StreamSink>(
+        &self,
+        name: &str,
+        base: Option<&str>,
+        out: &mut S,
+    ) -> FsResult<SendStats> {
+        send::send_to(self, name, base, out).await
+    }
+
+    /// Sets all four times of `ino` as given (a receive restores them as sent; `setattr`
+    /// cannot set ctime or btime).
+    pub async fn restore_times(&self, ino: Ino, times: [Timespec; 4]) -> vfs::FsResult<()> {
+        receive::restore_times(&self.engine, ino, times).await
+    }
+
+    /// Receives `stream` (checked whole first): makes the live tree the sent snapshot's
+    /// tree and takes it as a snapshot of the sent name, which it returns.
+    pub async fn receive(&self, stream: &[u8]) -> Result<SnapshotInfo, ReceiveError> {
+        self.streams.receive(self, stream).await
+    }
+
+    /// [`NineFs::receive`] from a source read twice: once checked whole, once applied
+    /// (the memory a receive takes is one record's, whatever the stream's size, plus
+    /// what the check keeps of the inodes and entries the stream touches). A stream
+    /// refused by the check changes nothing; one that fails while it is applied is
+    /// rolled back ([`ReceiveError::RolledBack`]) before this returns.
+    pub async fn receive_from(
+        &self,
+        src: &mut impl StreamSource,
+    ) -> Result<SnapshotInfo, ReceiveError> {
+        self.streams.receive_from(self, src).await
+    }
+
+    /// Rolls the live tree back to the last received snapshot, after local changes or
+    /// a receive that stopped half way (a crash), so that the next incremental applies.
+    /// Returns that snapshot's name. With none received, a full receive that stopped
+    /// half way (its staging directory is there) is undone by emptying the live tree
+    /// (`None`), as it was before; without one, there is nothing to roll back
+    /// ([`ReceiveError::NothingToRollBack`]).
+    pub async fn receive_rollback(&self) -> Result<Option<String>, ReceiveError> {
+        self.streams.receive_rollback(self).await
+    }
+
+    /// `send start`: streams snapshot `name` (with `base`, the changes since that one)
+    /// through the `send` file, replacing the send running.
+    pub(crate) async fn send_start(
+        &self,
+        name: &str,
+        base: Option<&str>,
+    ) -> Result<String, String> {
+        self.streams.send_start(self, name, base).await
+    }
+
+    /// `send stop`: whether a send was running.
+    pub(crate) fn send_stop(&self) -> bool {
+        self.streams.send_stop()
+    }
+
+    /// `receive start`: takes a stream through the `receive` file. Refused while one
+    /// runs (stopping one half applied leaves the live tree for `receive rollback`, so
+    /// that takes `receive stop`).
+    pub(crate) fn receive_start(&self) -> Result<String, String> {
+        self.streams.receive_start()
+    }
+
+    /// `receive stop`: whether a receive was running.
+    pub(crate) fn receive_stop(&self) -> bool {
+        self.streams.receive_stop()
+    }
+
+    /// Whether the running send reads snapshot `name` (which may not be deleted).
+    pub(crate) fn sending(&self, name: &str) -> bool {
+        self.streams.sending(name)
+    }
+
+    /// Lets each job's worker move `budget` more bytes (the owner calls it every tick,
+    /// `stream_rate=`); what a tick leaves unused is not kept.
+    pub fn stream_grant(&self, budget: u64) {
+        self.streams.stream_grant(budget)
+    }
+
+    /// Runs the send jobs `send start` asks for, one at a time, for ever (the owner
+    /// spawns it once).
+    pub async fn send_worker(&self) {
+        self.streams.send_worker(self).await
+    }
+
+    /// Runs the receive jobs `receive start` asks for, one at a time, for ever (the owner
+    /// spawns it once).
+    pub async fn receive_worker(&self) {
+        self.streams.receive_worker(self).await
+    }
+
+    /// The `send` file: the next bytes of the stream at `offset` (read in order), waiting
+    /// while none are ready; 0 at its end or with no send running; `EIO` if the send
+    /// failed (`status` says why), `EINVAL` out of order.
+    pub async fn send_read(&self, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.streams.send_read(offset, buf).await
+    }
+
+    /// The `receive` file: takes the stream's bytes at `offset` (in order; offset 0
+    /// again starts the second pass once the first is checked), as many as the buffer
+    /// has room for, waiting while it has none. `EINVAL` with no receive running (or it
+    /// failed: `status` says why), out of order, or past the second pass.
+    pub async fn receive_write(&self, offset: u64, data: &[u8]) -> FsResult<usize> {
+        self.streams.receive_write(offset, data).await
+    }
+
+    /// The writer of `receive` closed it: the pass it wrote ends.
+    pub fn receive_closed(&self) {
+        self.streams.receive_closed()
+    }
+
+    /// The jobs' `status` lines.
+    pub(crate) fn stream_status(&self, out: &mut String) {
+        self.streams.stream_status(out)
+    }
+
+    /// The stream jobs' counters since the mount.
+    pub fn stream_counters(&self) -> StreamCounters {
+        self.streams.stream_counters()
     }
 }
 

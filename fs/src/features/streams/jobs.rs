@@ -2,9 +2,11 @@
 //! snapshot out through the `send` file and `receive start` takes one in through the
 //! `receive` file, while the filesystem goes on serving.
 //!
-//! A job is a background task of the owner's ([`NineFs::send_worker`],
-//! [`NineFs::receive_worker`], spawned once beside the scrub task) at one end of a bounded
-//! buffer ([`MountOptions::stream_buffer`](crate::volume::MountOptions::stream_buffer)) and a
+//! A job is a background task of the owner's
+//! ([`NineFs::send_worker`](crate::volume::NineFs::send_worker),
+//! [`NineFs::receive_worker`](crate::volume::NineFs::receive_worker), spawned once
+//! beside the scrub task; [`Streams`] holds the jobs) at one end of a bounded buffer
+//! ([`MountOptions::stream_buffer`](crate::volume::MountOptions::stream_buffer)) and a
 //! 9P client at the other:
 //! - send: the worker writes the stream into the buffer and waits while it is full; the
 //!   client reads `send` in order, each read waiting while the buffer is empty and
@@ -15,9 +17,10 @@
 //!   writes it twice from offset 0, each pass ending when it closes the file (or starts
 //!   the next pass); a damaged stream is refused after the first pass, nothing applied.
 //!
-//! The worker moves at most the bytes the owner grants every tick ([`NineFs::stream_grant`],
-//! `stream_rate=` MiB/s), so its device reads and writes leave the device to clients. A
-//! job's generation changes when it is started again or stopped; a worker whose job's
+//! The worker moves at most the bytes the owner grants every tick
+//! ([`NineFs::stream_grant`](crate::volume::NineFs::stream_grant), `stream_rate=`
+//! MiB/s), so its device reads and writes leave the device to clients. A job's
+//! generation changes when it is started again or stopped; a worker whose job's
 //! generation changed stops at its next step. Progress and results are `status` lines.
 
 use alloc::collections::VecDeque;
@@ -28,10 +31,10 @@ use core::fmt::Write;
 use event_listener::Event;
 use spin::Mutex;
 
+use crate::features::streams::host::StreamHost;
 use crate::features::streams::receive::StreamSource;
-use crate::features::streams::send::StreamSink;
-use crate::volume::NineFs;
-use block::BlockDevice;
+use crate::features::streams::send::{self, StreamSink};
+use crate::features::streams::Streams;
 use vfs::{Errno, FsResult};
 
 /// Default of [`MountOptions::stream_buffer`](crate::volume::MountOptions::stream_buffer)
@@ -345,21 +348,26 @@ fn budget(b: u64) -> usize {
     usize::try_from(b).unwrap_or(usize::MAX)
 }
 
-impl<D: BlockDevice> NineFs<D> {
+impl Streams {
     /// `send start`: streams snapshot `name` (with `base`, the changes since that one)
     /// through the `send` file, replacing the send running.
     pub(crate) async fn send_start(
         &self,
+        host: &impl StreamHost,
         name: &str,
         base: Option<&str>,
     ) -> Result<String, String> {
-        let names = self.snapshots().await.map_err(|e| format!("failed: {e}"))?;
+        let names = host
+            .snaps()
+            .snapshots()
+            .await
+            .map_err(|e| format!("failed: {e}"))?;
         for n in core::iter::once(name).chain(base) {
             if !names.iter().any(|s| s.name == n) {
                 return Err(format!("no snapshot {n:?}"));
             }
         }
-        let replaced = self.streams.jobs.change(&self.streams.jobs.send, |j| {
+        let replaced = self.jobs.change(&self.jobs.send, |j| {
             let was = j.active();
             j.restart((name.into(), base.map(String::from)));
             was
@@ -377,14 +385,14 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// `send stop`: whether a send was running.
     pub(crate) fn send_stop(&self) -> bool {
-        self.streams.jobs.change(&self.streams.jobs.send, Job::stop)
+        self.jobs.change(&self.jobs.send, Job::stop)
     }
 
     /// `receive start`: takes a stream through the `receive` file. Refused while one
     /// runs (stopping one half applied leaves the live tree for `receive rollback`, so
     /// that takes `receive stop`).
     pub(crate) fn receive_start(&self) -> Result<String, String> {
-        self.streams.jobs.change(&self.streams.jobs.receive, |j| {
+        self.jobs.change(&self.jobs.receive, |j| {
             if j.active() {
                 return Err("a receive is running (receive stop first)".into());
             }
@@ -398,15 +406,12 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// `receive stop`: whether a receive was running.
     pub(crate) fn receive_stop(&self) -> bool {
-        self.streams
-            .jobs
-            .change(&self.streams.jobs.receive, Job::stop)
+        self.jobs.change(&self.jobs.receive, Job::stop)
     }
 
     /// Whether the running send reads snapshot `name` (which may not be deleted).
     pub(crate) fn sending(&self, name: &str) -> bool {
-        self.streams
-            .jobs
+        self.jobs
             .send
             .lock()
             .subject
@@ -416,23 +421,22 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// Lets each job's worker move `budget` more bytes (the owner calls it every tick,
     /// `stream_rate=`); what a tick leaves unused is not kept.
-    pub fn stream_grant(&self, budget: u64) {
-        for job in [&self.streams.jobs.send, &self.streams.jobs.receive] {
+    pub(crate) fn stream_grant(&self, budget: u64) {
+        for job in [&self.jobs.send, &self.jobs.receive] {
             let active = job.lock().active();
             if active {
-                self.streams.jobs.change(job, |j| j.budget = budget);
+                self.jobs.change(job, |j| j.budget = budget);
             }
         }
     }
 
     /// Runs the send jobs `send start` asks for, one at a time, for ever (the owner
     /// spawns it once).
-    pub async fn send_worker(&self) {
+    pub(crate) async fn send_worker(&self, host: &impl StreamHost) {
         loop {
             let (generation, (name, base)) = self
-                .streams
                 .jobs
-                .until(&self.streams.jobs.send, |j| {
+                .until(&self.jobs.send, |j| {
                     let r = j.request.take()?;
                     j.phase = Phase::Running;
                     Some((j.generation, r))
@@ -444,10 +448,10 @@ impl<D: BlockDevice> NineFs<D> {
             };
             log::info!("send: {what} started");
             let mut sink = JobSink {
-                jobs: &self.streams.jobs,
+                jobs: &self.jobs,
                 generation,
             };
-            let result = self.send_to(&name, base.as_deref(), &mut sink).await;
+            let result = send::send_to(host, &name, base.as_deref(), &mut sink).await;
             let result = result
                 .map(|s| {
                     format!(
@@ -456,47 +460,41 @@ impl<D: BlockDevice> NineFs<D> {
                     )
                 })
                 .map_err(|e| format!("send {what}: failed: {e}"));
-            self.streams
-                .jobs
-                .finish(&self.streams.jobs.send, generation, result);
+            self.jobs.finish(&self.jobs.send, generation, result);
         }
     }
 
     /// Runs the receive jobs `receive start` asks for, one at a time, for ever (the owner
     /// spawns it once).
-    pub async fn receive_worker(&self) {
+    pub(crate) async fn receive_worker(&self, host: &impl StreamHost) {
         loop {
             let generation = self
-                .streams
                 .jobs
-                .until(&self.streams.jobs.receive, |j| {
+                .until(&self.jobs.receive, |j| {
                     j.request.take()?;
                     j.phase = Phase::Running;
                     Some(j.generation)
                 })
                 .await;
             let mut source = JobSource {
-                jobs: &self.streams.jobs,
+                jobs: &self.jobs,
                 generation,
                 pass: 0,
             };
-            let result = self.receive_from(&mut source).await;
+            let result = self.receive_from(host, &mut source).await;
             let result = result
                 .map(|s| format!("received snapshot {:?} at checkpoint {}", s.name, s.seq))
                 .map_err(|e| format!("receive refused: {e}"));
-            self.streams
-                .jobs
-                .finish(&self.streams.jobs.receive, generation, result);
+            self.jobs.finish(&self.jobs.receive, generation, result);
         }
     }
 
     /// The `send` file: the next bytes of the stream at `offset` (read in order), waiting
     /// while none are ready; 0 at its end or with no send running; `EIO` if the send
     /// failed (`status` says why), `EINVAL` out of order.
-    pub async fn send_read(&self, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
-        self.streams
-            .jobs
-            .until(&self.streams.jobs.send, |j| {
+    pub(crate) async fn send_read(&self, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        self.jobs
+            .until(&self.jobs.send, |j| {
                 if offset != j.client_at {
                     return Some(Err(Errno::EINVAL));
                 }
@@ -521,18 +519,17 @@ impl<D: BlockDevice> NineFs<D> {
     /// again starts the second pass once the first is checked), as many as the buffer
     /// has room for, waiting while it has none. `EINVAL` with no receive running (or it
     /// failed: `status` says why), out of order, or past the second pass.
-    pub async fn receive_write(&self, offset: u64, data: &[u8]) -> FsResult<usize> {
+    pub(crate) async fn receive_write(&self, offset: u64, data: &[u8]) -> FsResult<usize> {
         // Writing offset 0 again ends the pass written so far.
-        self.streams.jobs.change(&self.streams.jobs.receive, |j| {
+        self.jobs.change(&self.jobs.receive, |j| {
             if offset == 0 && j.client_at > 0 {
                 j.closed_pass = j.closed_pass.max(j.client_pass);
             }
         });
-        let cap = self.streams.jobs.capacity;
+        let cap = self.jobs.capacity;
         let mut stalled = false;
-        self.streams
-            .jobs
-            .until(&self.streams.jobs.receive, |j| {
+        self.jobs
+            .until(&self.jobs.receive, |j| {
                 if !j.active() {
                     return Some(Err(Errno::EINVAL));
                 }
@@ -569,8 +566,8 @@ impl<D: BlockDevice> NineFs<D> {
     }
 
     /// The writer of `receive` closed it: the pass it wrote ends.
-    pub fn receive_closed(&self) {
-        self.streams.jobs.change(&self.streams.jobs.receive, |j| {
+    pub(crate) fn receive_closed(&self) {
+        self.jobs.change(&self.jobs.receive, |j| {
             if j.client_at > 0 {
                 j.closed_pass = j.closed_pass.max(j.client_pass);
             }
@@ -579,15 +576,15 @@ impl<D: BlockDevice> NineFs<D> {
 
     /// The jobs' `status` lines.
     pub(crate) fn stream_status(&self, out: &mut String) {
-        self.streams.jobs.send.lock().status("send", out);
-        self.streams.jobs.receive.lock().status("receive", out);
+        self.jobs.send.lock().status("send", out);
+        self.jobs.receive.lock().status("receive", out);
     }
 
     /// The stream jobs' counters since the mount.
-    pub fn stream_counters(&self) -> StreamCounters {
+    pub(crate) fn stream_counters(&self) -> StreamCounters {
         StreamCounters {
-            send: self.streams.jobs.send.lock().counters(),
-            receive: self.streams.jobs.receive.lock().counters(),
+            send: self.jobs.send.lock().counters(),
+            receive: self.jobs.receive.lock().counters(),
         }
     }
 }

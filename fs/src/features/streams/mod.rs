@@ -1,16 +1,17 @@
 //! Snapshot streams: the difference of two trees, send, receive, and the jobs of the
 //! administration tree that run them.
 
+pub(crate) mod host;
 pub mod jobs;
 pub mod receive;
 pub mod send;
 pub mod treediff;
 
-/// The streams' state: the send and receive jobs of the administration tree, and the
-/// lock one receive or rollback holds. Their operations are still `impl NineFs` blocks
-/// (`send`, `receive`, `jobs`; the layer table's one exception): they read snapshot views
-/// as `vfs::FileSystem`s and change the live tree through the handle's own `FileSystem`
-/// operations, so they need the whole handle, not the engine alone.
+/// The streams' service: the send and receive jobs of the administration tree, and the
+/// lock one receive or rollback holds. Its operations (`send`, `receive`, `jobs`) read
+/// snapshot views as `vfs::FileSystem`s and change the live tree through the handle's
+/// own `FileSystem` operations, so they take the filesystem they run on as a
+/// [`StreamHost`](host::StreamHost), which the handle implements.
 pub(crate) struct Streams {
     /// The send and receive jobs of the administration tree.
     pub(crate) jobs: jobs::StreamJobs,

@@ -16,6 +16,7 @@ use alloc::vec::Vec;
 use crate::core::dir::MAX_DEPTH;
 use crate::core::txn::Txn;
 use crate::features::snapshots::read_items;
+use crate::features::streams::host::StreamHost;
 use crate::features::streams::treediff;
 use crate::features::streams::treediff::TreeDiff;
 use crate::format::items::{decode_inode_refs, DirIndexRec, FileExtent, SnapshotItem};
@@ -25,11 +26,9 @@ use crate::format::stream::{
 };
 use crate::format::{Key, TreeId, BLOCK_SIZE};
 use crate::util::ranges::RangeSet;
-use crate::volume::NineFs;
 use alloc::string::String;
 use alloc::sync::Arc;
-use block::BlockDevice;
-use vfs::{Errno, FileSystem, FileType, FsResult, Ino, ROOT_INO};
+use vfs::{Errno, FileType, FsResult, Ino, ROOT_INO};
 
 /// The xattr a received snapshot's root carries: which snapshot of which filesystem it
 /// is (`receive`). Never sent: each receiver writes its own.
@@ -88,12 +87,12 @@ impl<S: StreamSink> Writer<'_, S> {
 }
 
 /// A snapshot's view and item.
-struct Side<D: BlockDevice> {
-    view: Arc<NineFs<D>>,
+struct Side<H: StreamHost> {
+    view: Arc<H>,
     item: SnapshotItem,
 }
 
-impl<D: BlockDevice> Side<D> {
+impl<H: StreamHost> Side<H> {
     fn id(&self) -> SnapshotId {
         SnapshotId {
             name: String::from_utf8_lossy(&self.item.name).into_owned(),
@@ -116,19 +115,19 @@ impl<D: BlockDevice> Side<D> {
     async fn items(&self, ino: Ino, k: u8) -> FsResult<Vec<(Key, Vec<u8>)>> {
         let (from, to) = (Key::new(ino, k, 0), Key::new(ino, k, u64::MAX));
         self.view
-            .engine
+            .engine()
             .run(|c| Txn::new().range(c, TreeId::Fs, from, to))
             .await
     }
 }
 
 /// Paths of base inodes, found through their back-references.
-struct BasePaths<'a, D: BlockDevice> {
-    base: Option<&'a Side<D>>,
+struct BasePaths<'a, H: StreamHost> {
+    base: Option<&'a Side<H>>,
     known: BTreeMap<Ino, Vec<Vec<u8>>>,
 }
 
-impl<D: BlockDevice> BasePaths<'_, D> {
+impl<H: StreamHost> BasePaths<'_, H> {
     /// How the stream names `ino`: by a path in the base if the base has it.
     async fn name(&mut self, ino: Ino) -> FsResult<InodeRef> {
         if ino == ROOT_INO {
@@ -221,198 +220,195 @@ fn moved(
     Ok(rewritten)
 }
 
-impl<D: BlockDevice> NineFs<D> {
-    fn side(&self, items: &[(u64, SnapshotItem)], name: &str) -> FsResult<Side<D>> {
-        let (id, item) = items
+/// The side of snapshot `name` of `host`, one of its snapshot `items`.
+fn side<H: StreamHost>(host: &H, items: &[(u64, SnapshotItem)], name: &str) -> FsResult<Side<H>> {
+    let (id, item) = items
+        .iter()
+        .find(|(_, i)| i.name == name.as_bytes())
+        .ok_or(Errno::ENOENT)?;
+    Ok(Side {
+        view: host.view(host.snaps().view_of(*id, item)),
+        item: item.clone(),
+    })
+}
+
+/// Writes snapshot `name` of `host` as a stream to `out`: in full, or with `base` only
+/// what changed since that snapshot (of the same filesystem). `ENOENT`: no such snapshot.
+pub(crate) async fn send<H: StreamHost>(
+    host: &H,
+    name: &str,
+    base: Option<&str>,
+    out: &mut Sink<'_>,
+) -> FsResult<SendStats> {
+    send_to(host, name, base, &mut Immediate(out)).await
+}
+
+/// [`send`] to a sink that may wait.
+pub(crate) async fn send_to<H: StreamHost, S: StreamSink>(
+    host: &H,
+    name: &str,
+    base: Option<&str>,
+    out: &mut S,
+) -> FsResult<SendStats> {
+    let items = host.engine().run(read_items).await?;
+    let new = side(host, &items, name)?;
+    let base = base.map(|b| side(host, &items, b)).transpose()?;
+    let node_size = host.engine().core.lock().sb.node_size;
+    let diff: TreeDiff = treediff::diff(
+        &host.engine().dev,
+        node_size,
+        TreeId::Fs,
+        base.as_ref().map(|b| b.item.roots[0]),
+        Some(new.item.roots[0]),
+    )
+    .await?;
+    let (mut enc, start) = Encoder::start();
+    let header = Header {
+        source: host.engine().core.lock().sb.uuid,
+        snapshot: new.id(),
+        base: base.as_ref().map(Side::id),
+    };
+    let first = enc.record(&Record::Begin(header));
+    let mut w = Writer {
+        enc,
+        out,
+        stats: SendStats {
+            nodes_read: diff.nodes_read,
+            ..SendStats::default()
+        },
+    };
+    w.emit(&start).await?;
+    w.emit(&first).await?;
+    let mut paths = BasePaths {
+        base: base.as_ref(),
+        known: BTreeMap::new(),
+    };
+
+    // Changed keys by inode (objectid 0 holds the filesystem's own items: snapshots,
+    // quotas, orphans, none of which a stream carries).
+    let mut by_ino: BTreeMap<Ino, Vec<(&Key, &treediff::Change)>> = BTreeMap::new();
+    by_ino.entry(ROOT_INO).or_default();
+    for (k, ch) in diff.changes.iter().filter(|(k, _)| k.objectid != 0) {
+        by_ino.entry(k.objectid).or_default().push((k, ch));
+    }
+
+    let mut links = Vec::new();
+    for (&dir, changes) in &by_ino {
+        for (k, ch) in changes.iter().filter(|(k, _)| k.kind == kind::DIR_INDEX) {
+            if let Some(old) = &ch.old {
+                let e = DirIndexRec::decode(old).ok_or(Errno::EIO)?;
+                let d = paths.name(dir).await?;
+                w.record(&Record::Unlink(d, e.name)).await?;
+            }
+            if let Some(new) = &ch.new {
+                let e = DirIndexRec::decode(new).ok_or(Errno::EIO)?;
+                links.push((dir, e.name, e.ino, k.offset));
+            }
+        }
+    }
+    for (&ino, changes) in &by_ino {
+        if !new.has(ino).await? {
+            continue;
+        }
+        w.stats.inodes += 1;
+        let in_base = match &base {
+            Some(b) => b.has(ino).await?,
+            None => ino == ROOT_INO,
+        };
+        describe(&mut w, &mut paths, &new, ino, in_base, changes).await?;
+    }
+    for (dir, name, child, _) in links {
+        let d = paths.name(dir).await?;
+        let c = paths.name(child).await?;
+        w.record(&Record::Link(d, name, c)).await?;
+    }
+    let end = core::mem::take(&mut w.enc).finish();
+    w.emit(&end).await?;
+    Ok(w.stats)
+}
+
+/// Writes the records that give `ino` its state in the snapshot `new`.
+async fn describe<H: StreamHost>(
+    w: &mut Writer<'_, impl StreamSink>,
+    paths: &mut BasePaths<'_, H>,
+    new: &Side<H>,
+    ino: Ino,
+    in_base: bool,
+    changes: &[(&Key, &treediff::Change)],
+) -> FsResult<()> {
+    let attr = new.view.getattr(ino).await?;
+    let me = paths.name(ino).await?;
+    let file_type = attr.file_type();
+    let target = match file_type {
+        FileType::Symlink => new.view.readlink(ino).await?,
+        _ => Vec::new(),
+    };
+    // Which byte ranges of a regular file to send.
+    let (data, ranges) = if file_type != FileType::Regular {
+        (DataMode::Keep, RangeSet::new())
+    } else {
+        let extent_changes: Vec<_> = changes
             .iter()
-            .find(|(_, i)| i.name == name.as_bytes())
-            .ok_or(Errno::ENOENT)?;
-        Ok(Side {
-            view: self.view_fs(*id, item),
-            item: item.clone(),
-        })
-    }
-
-    /// Writes snapshot `name` as a stream to `out`: in full, or with `base` only what
-    /// changed since that snapshot (of this filesystem). `ENOENT`: no such snapshot.
-    pub async fn send(
-        &self,
-        name: &str,
-        base: Option<&str>,
-        out: &mut Sink<'_>,
-    ) -> FsResult<SendStats> {
-        self.send_to(name, base, &mut Immediate(out)).await
-    }
-
-    /// [`NineFs::send`] to a sink that may wait.
-    pub async fn send_to<S: StreamSink>(
-        &self,
-        name: &str,
-        base: Option<&str>,
-        out: &mut S,
-    ) -> FsResult<SendStats> {
-        let items = self.engine.run(read_items).await?;
-        let new = self.side(&items, name)?;
-        let base = base.map(|b| self.side(&items, b)).transpose()?;
-        let node_size = self.engine.core.lock().sb.node_size;
-        let diff: TreeDiff = treediff::diff(
-            &self.engine.dev,
-            node_size,
-            TreeId::Fs,
-            base.as_ref().map(|b| b.item.roots[0]),
-            Some(new.item.roots[0]),
-        )
-        .await?;
-        let (mut enc, start) = Encoder::start();
-        let header = Header {
-            source: self.engine.core.lock().sb.uuid,
-            snapshot: new.id(),
-            base: base.as_ref().map(Side::id),
-        };
-        let first = enc.record(&Record::Begin(header));
-        let mut w = Writer {
-            enc,
-            out,
-            stats: SendStats {
-                nodes_read: diff.nodes_read,
-                ..SendStats::default()
-            },
-        };
-        w.emit(&start).await?;
-        w.emit(&first).await?;
-        let mut paths = BasePaths {
-            base: base.as_ref(),
-            known: BTreeMap::new(),
-        };
-
-        // Changed keys by inode (objectid 0 holds the filesystem's own items: snapshots,
-        // quotas, orphans, none of which a stream carries).
-        let mut by_ino: BTreeMap<Ino, Vec<(&Key, &treediff::Change)>> = BTreeMap::new();
-        by_ino.entry(ROOT_INO).or_default();
-        for (k, ch) in diff.changes.iter().filter(|(k, _)| k.objectid != 0) {
-            by_ino.entry(k.objectid).or_default().push((k, ch));
+            .filter(|(k, _)| k.kind == kind::EXTENT_DATA)
+            .collect();
+        let fresh: Vec<(Key, Vec<u8>)> = extent_changes
+            .iter()
+            .filter_map(|(k, ch)| ch.new.clone().map(|v| (**k, v)))
+            .collect();
+        let gone: Vec<(Key, Vec<u8>)> = extent_changes
+            .iter()
+            .filter_map(|(k, ch)| ch.old.clone().map(|v| (**k, v)))
+            .collect();
+        let rewritten = covered(&fresh, attr.size)?;
+        let mut lost = covered(&gone, attr.size)?;
+        for r in rewritten.iter() {
+            lost.remove(r);
         }
-
-        let mut links = Vec::new();
-        for (&dir, changes) in &by_ino {
-            for (k, ch) in changes.iter().filter(|(k, _)| k.kind == kind::DIR_INDEX) {
-                if let Some(old) = &ch.old {
-                    let e = DirIndexRec::decode(old).ok_or(Errno::EIO)?;
-                    let d = paths.name(dir).await?;
-                    w.record(&Record::Unlink(d, e.name)).await?;
-                }
-                if let Some(new) = &ch.new {
-                    let e = DirIndexRec::decode(new).ok_or(Errno::EIO)?;
-                    links.push((dir, e.name, e.ino, k.offset));
-                }
-            }
-        }
-        for (&ino, changes) in &by_ino {
-            if !new.has(ino).await? {
-                continue;
-            }
-            w.stats.inodes += 1;
-            let in_base = match &base {
-                Some(b) => b.has(ino).await?,
-                None => ino == ROOT_INO,
-            };
-            self.describe(&mut w, &mut paths, &new, ino, in_base, changes)
-                .await?;
-        }
-        for (dir, name, child, _) in links {
-            let d = paths.name(dir).await?;
-            let c = paths.name(child).await?;
-            w.record(&Record::Link(d, name, c)).await?;
-        }
-        let end = core::mem::take(&mut w.enc).finish();
-        w.emit(&end).await?;
-        Ok(w.stats)
-    }
-
-    /// Writes the records that give `ino` its state in the snapshot `new`.
-    async fn describe(
-        &self,
-        w: &mut Writer<'_, impl StreamSink>,
-        paths: &mut BasePaths<'_, D>,
-        new: &Side<D>,
-        ino: Ino,
-        in_base: bool,
-        changes: &[(&Key, &treediff::Change)],
-    ) -> FsResult<()> {
-        let attr = new.view.getattr(ino).await?;
-        let me = paths.name(ino).await?;
-        let file_type = attr.file_type();
-        let target = match file_type {
-            FileType::Symlink => new.view.readlink(ino).await?,
-            _ => Vec::new(),
-        };
-        // Which byte ranges of a regular file to send.
-        let (data, ranges) = if file_type != FileType::Regular {
-            (DataMode::Keep, RangeSet::new())
+        if in_base && lost.is_empty() {
+            (DataMode::Patch, moved(&fresh, &gone, rewritten)?)
         } else {
-            let extent_changes: Vec<_> = changes
-                .iter()
-                .filter(|(k, _)| k.kind == kind::EXTENT_DATA)
-                .collect();
-            let fresh: Vec<(Key, Vec<u8>)> = extent_changes
-                .iter()
-                .filter_map(|(k, ch)| ch.new.clone().map(|v| (**k, v)))
-                .collect();
-            let gone: Vec<(Key, Vec<u8>)> = extent_changes
-                .iter()
-                .filter_map(|(k, ch)| ch.old.clone().map(|v| (**k, v)))
-                .collect();
-            let rewritten = covered(&fresh, attr.size)?;
-            let mut lost = covered(&gone, attr.size)?;
-            for r in rewritten.iter() {
-                lost.remove(r);
-            }
-            if in_base && lost.is_empty() {
-                (DataMode::Patch, moved(&fresh, &gone, rewritten)?)
-            } else {
-                // New, or holes punched where data was (truncated and extended): the
-                // receiver cannot punch holes, so the file is sent whole.
-                let all = new.items(ino, kind::EXTENT_DATA).await?;
-                (DataMode::Whole, covered(&all, attr.size)?)
-            }
-        };
-        w.record(&Record::Inode(InodeState {
-            ino: me.clone(),
-            mode: attr.mode,
-            uid: attr.uid,
-            gid: attr.gid,
-            rdev: attr.rdev,
-            size: attr.size,
-            atime: attr.atime,
-            mtime: attr.mtime,
-            ctime: attr.ctime,
-            btime: attr.btime,
-            data,
-            target,
-        }))
-        .await?;
-        let mut xattrs = Vec::new();
-        for name in new.view.listxattr(ino).await? {
-            if name != RECEIVED_XATTR {
-                let value = new.view.getxattr(ino, &name).await?;
-                xattrs.push((name, value));
-            }
+            // New, or holes punched where data was (truncated and extended): the
+            // receiver cannot punch holes, so the file is sent whole.
+            let all = new.items(ino, kind::EXTENT_DATA).await?;
+            (DataMode::Whole, covered(&all, attr.size)?)
         }
-        w.record(&Record::Xattrs(me.clone(), xattrs)).await?;
-        let mut buf = vec![0u8; DATA_CHUNK];
-        for r in ranges.iter() {
-            let mut at = r.start;
-            while at < r.end {
-                let n = ((r.end - at) as usize).min(DATA_CHUNK);
-                let got = new.view.read(ino, at, &mut buf[..n]).await?;
-                if got != n {
-                    return Err(Errno::EIO);
-                }
-                w.record(&Record::Data(me.clone(), at, buf[..n].to_vec()))
-                    .await?;
-                at += n as u64;
-            }
+    };
+    w.record(&Record::Inode(InodeState {
+        ino: me.clone(),
+        mode: attr.mode,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: attr.rdev,
+        size: attr.size,
+        atime: attr.atime,
+        mtime: attr.mtime,
+        ctime: attr.ctime,
+        btime: attr.btime,
+        data,
+        target,
+    }))
+    .await?;
+    let mut xattrs = Vec::new();
+    for name in new.view.listxattr(ino).await? {
+        if name != RECEIVED_XATTR {
+            let value = new.view.getxattr(ino, &name).await?;
+            xattrs.push((name, value));
         }
-        Ok(())
     }
+    w.record(&Record::Xattrs(me.clone(), xattrs)).await?;
+    let mut buf = vec![0u8; DATA_CHUNK];
+    for r in ranges.iter() {
+        let mut at = r.start;
+        while at < r.end {
+            let n = ((r.end - at) as usize).min(DATA_CHUNK);
+            let got = new.view.read(ino, at, &mut buf[..n]).await?;
+            if got != n {
+                return Err(Errno::EIO);
+            }
+            w.record(&Record::Data(me.clone(), at, buf[..n].to_vec()))
+                .await?;
+            at += n as u64;
+        }
+    }
+    Ok(())
 }

@@ -8,18 +8,19 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::core::dir::FIRST_INDEX;
+use crate::features::streams::host::StreamHost;
 use crate::features::streams::receive::model::Model;
-use crate::features::streams::receive::{ReceiveError, OWNER, RECEIVED_XATTR};
+use crate::features::streams::receive::{
+    remove_tree, restore_times, ReceiveError, OWNER, RECEIVED_XATTR,
+};
 use crate::format::stream::{DataMode, InodeRef, InodeState, Record};
-use crate::volume::NineFs;
-use block::BlockDevice;
-use vfs::{Attr, Errno, FileSystem, FileType, Ino, SetAttr, Timespec, XattrMode, ROOT_INO};
+use vfs::{Attr, Errno, FileType, Ino, SetAttr, Timespec, XattrMode, ROOT_INO};
 
 /// The receive in progress: how stream inodes map to inodes here.
-pub(super) struct Apply<'a, D: BlockDevice> {
-    fs: &'a NineFs<D>,
+pub(super) struct Apply<'a, H: StreamHost> {
+    fs: &'a H,
     /// The tree as the records applied so far left it, which checks each record first.
-    model: Model<D>,
+    model: Model<H>,
     /// The staging directory (at the root) and its name.
     staging: Ino,
     staging_name: Vec<u8>,
@@ -44,12 +45,12 @@ fn staged_name(last: &mut u64) -> Vec<u8> {
     format!("{last}").into_bytes()
 }
 
-impl<'a, D: BlockDevice> Apply<'a, D> {
+impl<'a, H: StreamHost> Apply<'a, H> {
     /// Starts applying to `fs`, whose live tree equals `base` (or is empty without one),
     /// with the staging directory just made there as `staging_name`.
     pub(super) fn new(
-        fs: &'a NineFs<D>,
-        base: Option<Arc<NineFs<D>>>,
+        fs: &'a H,
+        base: Option<Arc<H>>,
         staging: Ino,
         staging_name: Vec<u8>,
     ) -> Self {
@@ -210,14 +211,12 @@ impl<'a, D: BlockDevice> Apply<'a, D> {
     /// with `mark` and sets the times (every other step changes some).
     pub(super) async fn finish(&mut self, mark: &[u8]) -> Result<(), ReceiveError> {
         self.model.finish()?;
-        self.fs
-            .remove_tree(ROOT_INO, &self.staging_name, &mut |_| None)
-            .await?;
+        remove_tree(self.fs, ROOT_INO, &self.staging_name, &mut |_| None).await?;
         self.fs
             .setxattr(ROOT_INO, RECEIVED_XATTR, mark, XattrMode::Upsert)
             .await?;
         for (ino, times) in core::mem::take(&mut self.times) {
-            self.fs.restore_times(ino, times).await?;
+            restore_times(self.fs.engine(), ino, times).await?;
         }
         Ok(())
     }
@@ -249,7 +248,7 @@ impl<'a, D: BlockDevice> Apply<'a, D> {
             };
             offset = last.next_offset;
             for e in entries.iter().filter(|e| made.contains(&e.ino)) {
-                fs.remove_tree(staging, &e.name, &mut spare).await?;
+                remove_tree(fs, staging, &e.name, &mut spare).await?;
             }
         }
     }

@@ -45,19 +45,23 @@ use core::fmt;
 use crate::core::checkpoint::CheckpointCause;
 use crate::core::dir::FIRST_INDEX;
 use crate::core::txn::Txn;
+use crate::engine::Engine;
 use crate::features::snapshots::{read_items, valid_name, SnapshotInfo};
-use crate::features::streams::send::RECEIVED_XATTR;
+use crate::features::streams::host::StreamHost;
+use crate::features::streams::send::{self, RECEIVED_XATTR};
 use crate::features::streams::treediff;
+use crate::features::streams::Streams;
 use crate::format::items::SnapshotItem;
 use crate::format::stream::{Header, StreamError};
 use crate::format::TreeId;
-use crate::volume::NineFs;
 use apply::Apply;
 use block::BlockDevice;
 use model::Model;
 use source::Records;
 pub use source::{InMemory, StreamSource};
-use vfs::{Attr, Errno, FileSystem, FileType, Ino, Owner, SetAttr, Timespec, XattrMode, ROOT_INO};
+use vfs::{
+    Attr, Errno, FileSystem, FileType, FsResult, Ino, Owner, SetAttr, Timespec, XattrMode, ROOT_INO,
+};
 
 /// Name of the staging directory at the root while a receive runs (or, when the stream
 /// itself has an entry of that name at the root, `STAGING.1`, `STAGING.2`, ...).
@@ -214,7 +218,7 @@ struct RootState {
 }
 
 impl RootState {
-    async fn capture<D: BlockDevice>(fs: &NineFs<D>) -> Result<RootState, ReceiveError> {
+    async fn capture(fs: &impl FileSystem) -> Result<RootState, ReceiveError> {
         let mut xattrs = Vec::new();
         for name in fs.listxattr(ROOT_INO).await? {
             let value = fs.getxattr(ROOT_INO, &name).await?;
@@ -226,7 +230,7 @@ impl RootState {
         })
     }
 
-    async fn restore<D: BlockDevice>(&self, fs: &NineFs<D>) -> Result<(), ReceiveError> {
+    async fn restore(&self, fs: &impl StreamHost) -> Result<(), ReceiveError> {
         for name in fs.listxattr(ROOT_INO).await? {
             if !self.xattrs.iter().any(|(n, _)| *n == name) {
                 fs.removexattr(ROOT_INO, &name).await?;
@@ -244,8 +248,7 @@ impl RootState {
             ..SetAttr::default()
         };
         fs.setattr(ROOT_INO, set).await?;
-        fs.restore_times(ROOT_INO, [a.atime, a.mtime, a.ctime, a.btime])
-            .await?;
+        restore_times(fs.engine(), ROOT_INO, [a.atime, a.mtime, a.ctime, a.btime]).await?;
         Ok(())
     }
 }
@@ -253,9 +256,9 @@ impl RootState {
 /// The first pass over `records`: each checked against the tree (the `base` snapshot,
 /// or an empty live tree). Returns the names the stream adds at the root that a
 /// staging directory could have.
-async fn check_pass<D: BlockDevice, S: StreamSource>(
+async fn check_pass<V: FileSystem, S: StreamSource>(
     records: &mut Records<'_, S>,
-    base: Option<Arc<NineFs<D>>>,
+    base: Option<Arc<V>>,
 ) -> Result<BTreeSet<Vec<u8>>, ReceiveError> {
     let mut model = Model::new(base, None);
     while let Some(r) = records.next().await? {
@@ -265,99 +268,106 @@ async fn check_pass<D: BlockDevice, S: StreamSource>(
     Ok(model.root_names)
 }
 
-impl<D: BlockDevice> NineFs<D> {
-    /// Sets all four times of `ino` as given (a receive restores them as sent; `setattr`
-    /// cannot set ctime or btime).
-    pub async fn restore_times(&self, ino: Ino, times: [Timespec; 4]) -> vfs::FsResult<()> {
-        self.engine
-            .run(|c| {
-                c.writable()?;
-                let mut tx = Txn::new();
-                let mut item = tx.inode(c, ino)?;
-                [item.atime, item.mtime, item.ctime, item.btime] = times;
-                tx.put_inode(ino, &item);
-                c.commit(tx)
-            })
-            .await
-    }
+/// Sets all four times of `ino` as given (a receive restores them as sent; `setattr`
+/// cannot set ctime or btime).
+pub(crate) async fn restore_times<D: BlockDevice>(
+    engine: &Engine<D>,
+    ino: Ino,
+    times: [Timespec; 4],
+) -> FsResult<()> {
+    engine
+        .run(|c| {
+            c.writable()?;
+            let mut tx = Txn::new();
+            let mut item = tx.inode(c, ino)?;
+            [item.atime, item.mtime, item.ctime, item.btime] = times;
+            tx.put_inode(ino, &item);
+            c.commit(tx)
+        })
+        .await
+}
 
-    /// The snapshots here that were received, with their marks ([`RECEIVED_XATTR`]).
-    async fn received(&self) -> Result<Vec<(SnapshotItem, Vec<u8>, Arc<NineFs<D>>)>, ReceiveError> {
-        let mut out = Vec::new();
-        for (id, item) in self.engine.run(read_items).await? {
-            let view = self.view_fs(id, &item);
-            match view.getxattr(ROOT_INO, RECEIVED_XATTR).await {
-                Ok(mark) => out.push((item, mark, view)),
-                Err(Errno::ENODATA) => {}
-                Err(e) => return Err(e.into()),
+/// The snapshots here that were received, with their marks ([`RECEIVED_XATTR`]).
+async fn received<H: StreamHost>(
+    host: &H,
+) -> Result<Vec<(SnapshotItem, Vec<u8>, Arc<H>)>, ReceiveError> {
+    let mut out = Vec::new();
+    for (id, item) in host.engine().run(read_items).await? {
+        let view = host.view(host.snaps().view_of(id, &item));
+        match view.getxattr(ROOT_INO, RECEIVED_XATTR).await {
+            Ok(mark) => out.push((item, mark, view)),
+            Err(Errno::ENODATA) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Items (not the filesystem's own, objectid 0) in which the live tree, as of the
+/// last checkpoint, differs from the snapshot `view`.
+async fn differs_from<H: StreamHost>(host: &H, view: &H) -> Result<usize, ReceiveError> {
+    let (node_size, live) = {
+        let c = host.engine().core.lock();
+        (c.sb.node_size, c.sb.root(TreeId::Fs))
+    };
+    let snap = view.engine().core.lock().sb.root(TreeId::Fs);
+    let d = treediff::diff(
+        &host.engine().dev,
+        node_size,
+        TreeId::Fs,
+        Some(snap),
+        Some(live),
+    )
+    .await?;
+    Ok(d.changes.keys().filter(|k| k.objectid != 0).count())
+}
+
+/// The snapshot carrying `mark` that the live tree still equals, key for key (after
+/// a rollback two may carry it: the one the live tree equals counts): its name here
+/// and its view.
+async fn base_for<H: StreamHost>(
+    host: &H,
+    mark: &[u8],
+    name: &str,
+) -> Result<(String, Arc<H>), ReceiveError> {
+    host.engine().checkpoint(CheckpointCause::Snapshot).await?;
+    let mut diverged = None;
+    for (item, m, view) in received(host).await? {
+        if m == mark {
+            match differs_from(host, &view).await? {
+                0 => return Ok((String::from_utf8_lossy(&item.name).into_owned(), view)),
+                n => diverged = Some(diverged.map_or(n, |d: usize| d.min(n))),
             }
         }
-        Ok(out)
     }
+    Err(diverged.map_or_else(
+        || ReceiveError::BaseMissing(name.into()),
+        ReceiveError::Diverged,
+    ))
+}
 
-    /// Items (not the filesystem's own, objectid 0) in which the live tree, as of the
-    /// last checkpoint, differs from the snapshot `view`.
-    async fn differs_from(&self, view: &NineFs<D>) -> Result<usize, ReceiveError> {
-        let (node_size, live) = {
-            let c = self.engine.core.lock();
-            (c.sb.node_size, c.sb.root(TreeId::Fs))
-        };
-        let snap = view.engine.core.lock().sb.root(TreeId::Fs);
-        let d = treediff::diff(
-            &self.engine.dev,
-            node_size,
-            TreeId::Fs,
-            Some(snap),
-            Some(live),
-        )
-        .await?;
-        Ok(d.changes.keys().filter(|k| k.objectid != 0).count())
-    }
-
-    /// The snapshot carrying `mark` that the live tree still equals, key for key (after
-    /// a rollback two may carry it: the one the live tree equals counts): its name here
-    /// and its view.
-    async fn base_for(
+impl Streams {
+    /// Receives `stream` (checked whole first) into `host`: makes the live tree the sent
+    /// snapshot's tree and takes it as a snapshot of the sent name, which it returns.
+    pub(crate) async fn receive(
         &self,
-        mark: &[u8],
-        name: &str,
-    ) -> Result<(String, Arc<NineFs<D>>), ReceiveError> {
-        self.checkpoint(CheckpointCause::Snapshot).await?;
-        let mut diverged = None;
-        for (item, m, view) in self.received().await? {
-            if m == mark {
-                match self.differs_from(&view).await? {
-                    0 => return Ok((String::from_utf8_lossy(&item.name).into_owned(), view)),
-                    n => diverged = Some(diverged.map_or(n, |d: usize| d.min(n))),
-                }
-            }
-        }
-        Err(diverged.map_or_else(
-            || ReceiveError::BaseMissing(name.into()),
-            ReceiveError::Diverged,
-        ))
+        host: &impl StreamHost,
+        stream: &[u8],
+    ) -> Result<SnapshotInfo, ReceiveError> {
+        self.receive_from(host, &mut InMemory::new(stream)).await
     }
 
-    /// Receives `stream` (checked whole first): makes the live tree the sent snapshot's
-    /// tree and takes it as a snapshot of the sent name, which it returns.
-    pub async fn receive(&self, stream: &[u8]) -> Result<SnapshotInfo, ReceiveError> {
-        self.receive_from(&mut InMemory::new(stream)).await
-    }
-
-    /// [`NineFs::receive`] from a source read twice: once checked whole, once applied
+    /// [`Streams::receive`] from a source read twice: once checked whole, once applied
     /// (the memory a receive takes is one record's, whatever the stream's size, plus
     /// what the check keeps of the inodes and entries the stream touches). A stream
     /// refused by the check changes nothing; one that fails while it is applied is
     /// rolled back ([`ReceiveError::RolledBack`]) before this returns.
-    pub async fn receive_from(
+    pub(crate) async fn receive_from(
         &self,
+        host: &impl StreamHost,
         src: &mut impl StreamSource,
     ) -> Result<SnapshotInfo, ReceiveError> {
-        let _one = self
-            .streams
-            .receive_lock
-            .try_lock()
-            .ok_or(ReceiveError::Busy)?;
+        let _one = self.receive_lock.try_lock().ok_or(ReceiveError::Busy)?;
         let (mut records, header) = Records::start(src).await?;
         let Header {
             source,
@@ -367,23 +377,23 @@ impl<D: BlockDevice> NineFs<D> {
         if !valid_name(&snapshot.name) {
             return Err(ReceiveError::BadName(snapshot.name.clone()));
         }
-        let existing = self.snapshots().await?;
+        let existing = host.snaps().snapshots().await?;
         if existing.iter().any(|s| s.name == snapshot.name) {
             return Err(ReceiveError::Exists(snapshot.name.clone()));
         }
         // The received snapshot; for an incremental, the two a rollback takes.
         let room = if base.is_some() { 2 } else { 1 };
-        if existing.len() + room > self.snaps.max_snapshots {
+        if existing.len() + room > host.snaps().max_snapshots {
             return Err(ReceiveError::SnapshotLimit(
                 existing.len(),
-                self.snaps.max_snapshots,
+                host.snaps().max_snapshots,
             ));
         }
         let base_mark = base.as_ref().map(|b| received_mark(source, b.seq));
         let base = match (base, &base_mark) {
-            (Some(b), Some(mark)) => Some(self.base_for(mark, &b.name).await?),
+            (Some(b), Some(mark)) => Some(base_for(host, mark, &b.name).await?),
             _ => {
-                if self.readdir(ROOT_INO, 0, 3).await?.len() > 2 {
+                if host.readdir(ROOT_INO, 0, 3).await?.len() > 2 {
                     return Err(ReceiveError::NotEmpty);
                 }
                 None
@@ -396,15 +406,13 @@ impl<D: BlockDevice> NineFs<D> {
             return Err(ReceiveError::Inconsistent("the stream changed while read"));
         }
         let before = match base {
-            None => Some(RootState::capture(self).await?),
+            None => Some(RootState::capture(host).await?),
             Some(_) => None,
         };
         let mark = received_mark(source, snapshot.seq);
-        let applied = match self
-            .apply_records(&mut records, view, &reserved, &mark)
-            .await
-        {
-            Ok(()) => self
+        let applied = match apply_records(host, &mut records, view, &reserved, &mark).await {
+            Ok(()) => host
+                .snaps()
                 .snapshot_create(&snapshot.name)
                 .await
                 .map_err(ReceiveError::from),
@@ -416,209 +424,211 @@ impl<D: BlockDevice> NineFs<D> {
         };
         log::warn!("receive: {}; rolling back", Cause(&failed));
         let undone = match (&base, &base_mark) {
-            (Some((name, view)), Some(mark)) => self.rollback_to(name, mark, view.clone()).await,
-            _ => self.empty_live(before.as_ref()).await,
+            (Some((name, view)), Some(mark)) => rollback_to(host, name, mark, view.clone()).await,
+            _ => empty_live(host, before.as_ref()).await,
         };
         Err(match undone {
             Ok(()) => ReceiveError::RolledBack(failed),
             Err(e) => ReceiveError::NotRolledBack(failed, Box::new(e)),
         })
     }
+}
 
-    /// The second pass: makes the staging directory, then checks and applies each
-    /// record, and finishes with `mark` on the root. `reserved`: names the staging
-    /// directory may not take.
-    async fn apply_records<S: StreamSource>(
-        &self,
-        records: &mut Records<'_, S>,
-        base: Option<Arc<NineFs<D>>>,
-        reserved: &BTreeSet<Vec<u8>>,
-        mark: &[u8],
-    ) -> Result<(), ReceiveError> {
-        let mut a = self.start_apply(base, reserved).await?;
-        let mut applied = async {
-            while let Some(r) = records.next().await? {
-                a.record(&r).await?;
-            }
-            Ok(())
-        }
-        .await;
-        if applied.is_ok() {
-            applied = a.finish(mark).await;
-        }
-        if applied.is_err() {
-            if let Err(e) = a.discard().await {
-                log::warn!("receive: deleting what it made failed: {e}");
-            }
-        }
-        applied
-    }
-
-    /// Makes the staging directory — the first free of `STAGING`, `STAGING.1`, ... not
-    /// in `reserved` (a receive that stopped half way left one, which a rollback
-    /// removes) — and starts applying records to the live tree, which equals `base` (or
-    /// is empty without one).
-    async fn start_apply(
-        &self,
-        base: Option<Arc<NineFs<D>>>,
-        reserved: &BTreeSet<Vec<u8>>,
-    ) -> Result<Apply<'_, D>, ReceiveError> {
-        for n in 0u32.. {
-            let name = match n {
-                0 => STAGING.to_vec(),
-                n => [STAGING, format!(".{n}").as_bytes()].concat(),
-            };
-            if reserved.contains(&name) {
-                continue;
-            }
-            match self.mkdir(ROOT_INO, &name, 0o700, OWNER).await {
-                Ok(attr) => return Ok(Apply::new(self, base, attr.ino, name)),
-                Err(Errno::EEXIST) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        unreachable!("u32 staging names")
-    }
-
-    /// Removes `dir`/`name` and everything below it, depth first with a stack of its
-    /// own (however deep the tree), but what `spare` gives a place (a directory and a
-    /// name): that is moved there instead, with what is below it.
-    async fn remove_tree(
-        &self,
-        dir: Ino,
-        name: &[u8],
-        spare: &mut impl FnMut(&Attr) -> Option<(Ino, Vec<u8>)>,
-    ) -> Result<(), Errno> {
-        let mut stack = alloc::vec![(dir, name.to_vec())];
-        while let Some((parent, name)) = stack.last() {
-            let (parent, attr) = (*parent, self.lookup(*parent, name).await?);
-            if let Some((to, to_name)) = spare(&attr) {
-                self.rename(parent, name, to, &to_name).await?;
-                stack.pop();
-                continue;
-            }
-            if attr.file_type() != FileType::Directory {
-                self.unlink(parent, name).await?;
-                stack.pop();
-                continue;
-            }
-            match self.readdir(attr.ino, FIRST_INDEX, 1).await?.pop() {
-                Some(e) => stack.push((attr.ino, e.name)),
-                None => {
-                    self.rmdir(parent, name).await?;
-                    stack.pop();
-                }
-            }
+/// The second pass: makes the staging directory, then checks and applies each
+/// record, and finishes with `mark` on the root. `reserved`: names the staging
+/// directory may not take.
+async fn apply_records<H: StreamHost, S: StreamSource>(
+    host: &H,
+    records: &mut Records<'_, S>,
+    base: Option<Arc<H>>,
+    reserved: &BTreeSet<Vec<u8>>,
+    mark: &[u8],
+) -> Result<(), ReceiveError> {
+    let mut a = start_apply(host, base, reserved).await?;
+    let mut applied = async {
+        while let Some(r) = records.next().await? {
+            a.record(&r).await?;
         }
         Ok(())
     }
-
-    /// Removes every entry of the live tree (staging directories last: while one is
-    /// there, a rollback after a crash knows a receive was half way), then gives the
-    /// root the attributes and xattrs of `before`.
-    async fn empty_live(&self, before: Option<&RootState>) -> Result<(), ReceiveError> {
-        loop {
-            let entries = self.readdir(ROOT_INO, FIRST_INDEX, 256).await?;
-            let next = entries
-                .iter()
-                .find(|e| !is_staging_name(&e.name))
-                .or(entries.first());
-            let Some(e) = next else { break };
-            self.remove_tree(ROOT_INO, &e.name, &mut |_| None).await?;
-        }
-        if let Some(before) = before {
-            before.restore(self).await?;
-        }
-        Ok(())
+    .await;
+    if applied.is_ok() {
+        applied = a.finish(mark).await;
     }
+    if applied.is_err() {
+        if let Err(e) = a.discard().await {
+            log::warn!("receive: deleting what it made failed: {e}");
+        }
+    }
+    applied
+}
 
-    /// Whether a staging directory is at the root: a receive stopped half way.
-    async fn staging_left(&self) -> Result<bool, ReceiveError> {
-        let mut offset = FIRST_INDEX;
-        loop {
-            let entries = self.readdir(ROOT_INO, offset, 256).await?;
-            let Some(last) = entries.last() else {
-                return Ok(false);
-            };
-            offset = last.next_offset;
-            if entries
-                .iter()
-                .any(|e| e.file_type == FileType::Directory && is_staging_name(&e.name))
-            {
-                return Ok(true);
+/// Makes the staging directory — the first free of `STAGING`, `STAGING.1`, ... not
+/// in `reserved` (a receive that stopped half way left one, which a rollback
+/// removes) — and starts applying records to the live tree, which equals `base` (or
+/// is empty without one).
+async fn start_apply<'a, H: StreamHost>(
+    host: &'a H,
+    base: Option<Arc<H>>,
+    reserved: &BTreeSet<Vec<u8>>,
+) -> Result<Apply<'a, H>, ReceiveError> {
+    for n in 0u32.. {
+        let name = match n {
+            0 => STAGING.to_vec(),
+            n => [STAGING, format!(".{n}").as_bytes()].concat(),
+        };
+        if reserved.contains(&name) {
+            continue;
+        }
+        match host.mkdir(ROOT_INO, &name, 0o700, OWNER).await {
+            Ok(attr) => return Ok(Apply::new(host, base, attr.ino, name)),
+            Err(Errno::EEXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    unreachable!("u32 staging names")
+}
+
+/// Removes `dir`/`name` and everything below it, depth first with a stack of its
+/// own (however deep the tree), but what `spare` gives a place (a directory and a
+/// name): that is moved there instead, with what is below it.
+async fn remove_tree(
+    fs: &impl FileSystem,
+    dir: Ino,
+    name: &[u8],
+    spare: &mut impl FnMut(&Attr) -> Option<(Ino, Vec<u8>)>,
+) -> Result<(), Errno> {
+    let mut stack = alloc::vec![(dir, name.to_vec())];
+    while let Some((parent, name)) = stack.last() {
+        let (parent, attr) = (*parent, fs.lookup(*parent, name).await?);
+        if let Some((to, to_name)) = spare(&attr) {
+            fs.rename(parent, name, to, &to_name).await?;
+            stack.pop();
+            continue;
+        }
+        if attr.file_type() != FileType::Directory {
+            fs.unlink(parent, name).await?;
+            stack.pop();
+            continue;
+        }
+        match fs.readdir(attr.ino, FIRST_INDEX, 1).await?.pop() {
+            Some(e) => stack.push((attr.ino, e.name)),
+            None => {
+                fs.rmdir(parent, name).await?;
+                stack.pop();
             }
         }
     }
+    Ok(())
+}
 
+/// Removes every entry of the live tree (staging directories last: while one is
+/// there, a rollback after a crash knows a receive was half way), then gives the
+/// root the attributes and xattrs of `before`.
+async fn empty_live(
+    host: &impl StreamHost,
+    before: Option<&RootState>,
+) -> Result<(), ReceiveError> {
+    loop {
+        let entries = host.readdir(ROOT_INO, FIRST_INDEX, 256).await?;
+        let next = entries
+            .iter()
+            .find(|e| !is_staging_name(&e.name))
+            .or(entries.first());
+        let Some(e) = next else { break };
+        remove_tree(host, ROOT_INO, &e.name, &mut |_| None).await?;
+    }
+    if let Some(before) = before {
+        before.restore(host).await?;
+    }
+    Ok(())
+}
+
+/// Whether a staging directory is at the root: a receive stopped half way.
+async fn staging_left(host: &impl FileSystem) -> Result<bool, ReceiveError> {
+    let mut offset = FIRST_INDEX;
+    loop {
+        let entries = host.readdir(ROOT_INO, offset, 256).await?;
+        let Some(last) = entries.last() else {
+            return Ok(false);
+        };
+        offset = last.next_offset;
+        if entries
+            .iter()
+            .any(|e| e.file_type == FileType::Directory && is_staging_name(&e.name))
+        {
+            return Ok(true);
+        }
+    }
+}
+
+impl Streams {
     /// Rolls the live tree back to the last received snapshot, after local changes or
     /// a receive that stopped half way (a crash), so that the next incremental applies.
     /// Returns that snapshot's name. With none received, a full receive that stopped
     /// half way (its staging directory is there) is undone by emptying the live tree
     /// (`None`), as it was before; without one, there is nothing to roll back
     /// ([`ReceiveError::NothingToRollBack`]).
-    pub async fn receive_rollback(&self) -> Result<Option<String>, ReceiveError> {
-        let _one = self
-            .streams
-            .receive_lock
-            .try_lock()
-            .ok_or(ReceiveError::Busy)?;
-        let last = self
-            .received()
+    pub(crate) async fn receive_rollback(
+        &self,
+        host: &impl StreamHost,
+    ) -> Result<Option<String>, ReceiveError> {
+        let _one = self.receive_lock.try_lock().ok_or(ReceiveError::Busy)?;
+        let last = received(host)
             .await?
             .into_iter()
             .max_by_key(|(item, _, _)| item.seq);
         let Some((item, mark, view)) = last else {
-            if !self.staging_left().await? {
+            if !staging_left(host).await? {
                 return Err(ReceiveError::NothingToRollBack);
             }
-            self.empty_live(None).await?;
+            empty_live(host, None).await?;
             return Ok(None);
         };
         let name = String::from_utf8_lossy(&item.name).into_owned();
-        self.rollback_to(&name, &mark, view).await?;
+        rollback_to(host, &name, &mark, view).await?;
         Ok(Some(name))
     }
+}
 
-    /// Makes the live tree snapshot `name` (`view`, carrying `mark`) again. The live
-    /// tree is taken as a snapshot, the stream from it to `name` is checked and applied,
-    /// and the result is snapshotted again under `name` (it must equal the live tree key
-    /// for key); at every step some snapshot with the mark equals the live tree or the
-    /// live tree is untouched, so a crash in between only leaves it to run again.
-    async fn rollback_to(
-        &self,
-        name: &str,
-        mark: &[u8],
-        view: Arc<NineFs<D>>,
-    ) -> Result<(), ReceiveError> {
-        self.checkpoint(CheckpointCause::Snapshot).await?;
-        if self.differs_from(&view).await? == 0 {
-            return Ok(());
-        }
-        for tmp in [ROLLBACK_LIVE, ROLLBACK_BASE] {
-            match self.snapshot_delete(tmp).await {
-                Ok(()) | Err(Errno::ENOENT) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.snapshot_create(ROLLBACK_LIVE).await?;
-        let mut stream = Vec::new();
-        self.send(name, Some(ROLLBACK_LIVE), &mut |b: &[u8]| {
-            stream.extend_from_slice(b);
-            Ok(())
-        })
-        .await?;
-        let live = self.snapshot_view(ROLLBACK_LIVE).await?;
-        let mut src = InMemory::new(&stream);
-        let (mut records, _) = Records::start(&mut src).await?;
-        let reserved = check_pass(&mut records, Some(live.clone())).await?;
-        let (mut records, _) = Records::start(records.src).await?;
-        self.apply_records(&mut records, Some(live), &reserved, mark)
-            .await?;
-        self.snapshot_create(ROLLBACK_BASE).await?;
-        self.snapshot_delete(name).await?;
-        self.snapshot_create(name).await?;
-        self.snapshot_delete(ROLLBACK_BASE).await?;
-        self.snapshot_delete(ROLLBACK_LIVE).await?;
-        Ok(())
+/// Makes the live tree snapshot `name` (`view`, carrying `mark`) again. The live
+/// tree is taken as a snapshot, the stream from it to `name` is checked and applied,
+/// and the result is snapshotted again under `name` (it must equal the live tree key
+/// for key); at every step some snapshot with the mark equals the live tree or the
+/// live tree is untouched, so a crash in between only leaves it to run again.
+async fn rollback_to<H: StreamHost>(
+    host: &H,
+    name: &str,
+    mark: &[u8],
+    view: Arc<H>,
+) -> Result<(), ReceiveError> {
+    host.engine().checkpoint(CheckpointCause::Snapshot).await?;
+    if differs_from(host, &view).await? == 0 {
+        return Ok(());
     }
+    for tmp in [ROLLBACK_LIVE, ROLLBACK_BASE] {
+        match host.snaps().snapshot_delete(tmp).await {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    host.snaps().snapshot_create(ROLLBACK_LIVE).await?;
+    let mut stream = Vec::new();
+    send::send(host, name, Some(ROLLBACK_LIVE), &mut |b: &[u8]| {
+        stream.extend_from_slice(b);
+        Ok(())
+    })
+    .await?;
+    let live = host.view(host.snaps().snapshot_view(ROLLBACK_LIVE).await?);
+    let mut src = InMemory::new(&stream);
+    let (mut records, _) = Records::start(&mut src).await?;
+    let reserved = check_pass(&mut records, Some(live.clone())).await?;
+    let (mut records, _) = Records::start(records.src).await?;
+    apply_records(host, &mut records, Some(live), &reserved, mark).await?;
+    host.snaps().snapshot_create(ROLLBACK_BASE).await?;
+    host.snaps().snapshot_delete(name).await?;
+    host.snaps().snapshot_create(name).await?;
+    host.snaps().snapshot_delete(ROLLBACK_BASE).await?;
+    host.snaps().snapshot_delete(ROLLBACK_LIVE).await?;
+    Ok(())
 }

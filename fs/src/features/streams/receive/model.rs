@@ -9,8 +9,6 @@ use crate::core::dir::within;
 use crate::features::snapshots::snapdir::is_reserved;
 use crate::features::streams::receive::{is_staging_name, refuse, ReceiveError};
 use crate::format::stream::{InodeRef, InodeState, Record};
-use crate::volume::NineFs;
-use block::BlockDevice;
 use vfs::{Errno, FileSystem, FileType, Ino, ROOT_INO};
 
 /// An inode as the stream leaves it so far ([`Model`]).
@@ -48,9 +46,9 @@ impl Node {
 /// down from `u64::MAX`. It holds the inodes and entries the stream touches (a few
 /// dozen bytes each and the names), never the base's others, which are read from the
 /// base snapshot when a record names them.
-pub(super) struct Model<D: BlockDevice> {
+pub(super) struct Model<V: FileSystem> {
     /// The base snapshot here; `None`: a full stream, into an empty live tree.
-    base: Option<Arc<NineFs<D>>>,
+    base: Option<Arc<V>>,
     /// Base entries met on paths: directory → name → inode.
     paths: BTreeMap<Ino, BTreeMap<Vec<u8>, Ino>>,
     /// Entries the stream removed (`None`) or added: directory → name → inode.
@@ -69,10 +67,10 @@ pub(super) struct Model<D: BlockDevice> {
     staging: Option<Vec<u8>>,
 }
 
-impl<D: BlockDevice> Model<D> {
+impl<V: FileSystem> Model<V> {
     /// The tree `base` (`None`: an empty root); `staging`: the staging directory's name
     /// while applying.
-    pub(super) fn new(base: Option<Arc<NineFs<D>>>, staging: Option<Vec<u8>>) -> Model<D> {
+    pub(super) fn new(base: Option<Arc<V>>, staging: Option<Vec<u8>>) -> Model<V> {
         Model {
             base,
             paths: BTreeMap::new(),
