@@ -240,20 +240,25 @@ fn f1_a_bset_claiming_more_keys_than_its_payload_holds_is_corruption() {
     assert_eq!(image.mount().err(), Some(MountError::Errno(Errno::EIO)));
 }
 
+/// A superblock sequence or counter, by name.
+type Counter = fn(&mut Superblock) -> &mut u64;
+
+/// Every sequence and counter of the superblock, in the order `Superblock::exhausted`
+/// names them.
+const COUNTERS: [(&str, Counter); 5] = [
+    ("generation", |sb| &mut sb.generation),
+    ("checkpoint_seq", |sb| &mut sb.checkpoint_seq),
+    ("log_tail", |sb| &mut sb.log_tail),
+    ("log_epoch", |sb| &mut sb.log_epoch),
+    ("mount_count", |sb| &mut sb.mount_count),
+];
+
 /// F2: a sequence or counter at `u64::MAX` (both copies, resealed) mounted and wrapped
 /// at the next write, losing the whole filesystem. Each is refused, naming the field.
 #[test]
 fn f2_sequences_and_counters_past_their_bound_are_refused() {
-    type Field = fn(&mut Superblock) -> &mut u64;
-    let fields: [(&str, Field); 5] = [
-        ("checkpoint_seq", |sb| &mut sb.checkpoint_seq),
-        ("generation", |sb| &mut sb.generation),
-        ("log_tail", |sb| &mut sb.log_tail),
-        ("log_epoch", |sb| &mut sb.log_epoch),
-        ("mount_count", |sb| &mut sb.mount_count),
-    ];
     let clean = Image::build();
-    for (name, field) in fields {
+    for (name, field) in COUNTERS {
         for value in [u64::MAX, MAX_SEQ] {
             let mut image = Image(clean.0.clone());
             image.forge_superblock(|sb| *field(sb) = value);
@@ -286,16 +291,8 @@ fn f2_sequences_and_counters_past_their_bound_are_refused() {
 /// read-only mount serves the filesystem whole. With room left, it mounts and runs.
 #[test]
 fn f2_a_counter_without_room_to_run_is_refused_writable_and_reported_by_fsck() {
-    type Field = fn(&mut Superblock) -> &mut u64;
-    let fields: [(&str, Field); 5] = [
-        ("generation", |sb| &mut sb.generation),
-        ("checkpoint_seq", |sb| &mut sb.checkpoint_seq),
-        ("log_tail", |sb| &mut sb.log_tail),
-        ("log_epoch", |sb| &mut sb.log_epoch),
-        ("mount_count", |sb| &mut sb.mount_count),
-    ];
     let clean = Image::build();
-    for (name, field) in fields {
+    for (name, field) in COUNTERS {
         for value in [MAX_SEQ - 1, MAX_SEQ - SEQ_HEADROOM] {
             let mut image = Image(clean.0.clone());
             image.forge_superblock(|sb| {
