@@ -236,12 +236,15 @@ impl Fill<'_> {
         {
             let mut inner = cache.inner.lock();
             let spoiled = inner.release(self.id);
+            // Looked at again: the node cache may have grown since.
+            let target = cache.target();
             if !spoiled && !copies.is_empty() {
                 let t = inner.tenant_slot(who);
                 for ((block, data), &crc) in self.blocks.clone().zip(copies).zip(csums) {
                     inner.insert(target, t, block, crc, data, prefetched, &mut dropped);
                 }
             }
+            cache.publish(&inner);
         }
         cache.filled.notify(usize::MAX);
         drop(dropped);
@@ -598,6 +601,9 @@ pub struct DataCache {
     node_limit: AtomicUsize,
     /// Memory the node caches use now (they publish it).
     node_bytes: Arc<AtomicUsize>,
+    /// Blocks held, published after every change so [`DataCache::trim`] can tell
+    /// without the lock whether it owes memory back.
+    held: AtomicUsize,
     /// Notified whenever a fill ends.
     filled: Event,
 }
@@ -616,6 +622,7 @@ impl DataCache {
             limit: AtomicUsize::new(0),
             node_limit: AtomicUsize::new(0),
             node_bytes: Arc::new(AtomicUsize::new(0)),
+            held: AtomicUsize::new(0),
             filled: Event::new(),
         }
     }
@@ -645,6 +652,11 @@ impl DataCache {
                 own.saturating_add(spare)
             }
         }
+    }
+
+    /// Publishes what `inner` holds (called before its lock is released).
+    fn publish(&self, inner: &Inner) {
+        self.held.store(inner.blocks(), Relaxed);
     }
 
     /// Looks up blocks `first..first + csums.len()`, whose checksums a reader's plan
@@ -710,6 +722,7 @@ impl DataCache {
                 inner.totals.misses += n;
             }
         }
+        self.publish(&inner);
         drop(inner);
         drop(dropped);
         parts
@@ -759,6 +772,7 @@ impl DataCache {
                 inner.tenants[t].counters.invalidations += 1;
                 inner.totals.invalidations += 1;
             }
+            self.publish(&inner);
         }
         drop(dropped);
     }
@@ -767,8 +781,15 @@ impl DataCache {
     /// grew into the memory it lent).
     pub fn trim(&self) {
         let target = self.target();
+        if self.held.load(Relaxed) * ENTRY_BYTES <= target {
+            return;
+        }
         let mut dropped = Vec::new();
-        self.inner.lock().shrink(target, &mut dropped);
+        {
+            let mut inner = self.inner.lock();
+            inner.shrink(target, &mut dropped);
+            self.publish(&inner);
+        }
         drop(dropped);
     }
 
@@ -781,6 +802,7 @@ impl DataCache {
             for q in &mut inner.tenants {
                 q.ghosts.clear();
             }
+            self.publish(&inner);
         }
         drop(dropped);
     }
@@ -808,9 +830,19 @@ impl DataCache {
         (inner.blocks(), protected.sum())
     }
 
-    /// The cache's state and counters.
+    /// The cache's state and counters, after giving back what it holds beyond what it
+    /// may hold now (so its bytes never read above its limit).
     pub fn report(&self) -> DataCacheReport {
-        let inner = self.inner.lock();
+        let mut dropped = Vec::new();
+        let report = self.report_within(self.target(), &mut dropped);
+        drop(dropped);
+        report
+    }
+
+    fn report_within(&self, target: usize, dropped: &mut Vec<BlockData>) -> DataCacheReport {
+        let mut inner = self.inner.lock();
+        inner.shrink(target, dropped);
+        self.publish(&inner);
         let tenants = inner
             .tenants
             .iter()
@@ -827,7 +859,7 @@ impl DataCache {
             })
             .collect();
         DataCacheReport {
-            limit_bytes: self.target() as u64,
+            limit_bytes: target as u64,
             own_limit_bytes: self.limit.load(Relaxed) as u64,
             bytes: (inner.blocks() * ENTRY_BYTES) as u64,
             blocks: inner.blocks() as u64,
@@ -1031,6 +1063,13 @@ mod tests {
         c.node_gauge().store(8 * ENTRY_BYTES, Relaxed);
         c.trim();
         assert_eq!(c.usage().0, 12);
+        // Grown again, by less than a block: the report gives it back before it counts.
+        read(&c, None, 20, 40);
+        assert_eq!(c.usage().0, 12);
+        c.node_gauge().store(8 * ENTRY_BYTES + 92, Relaxed);
+        let r = c.report();
+        assert!(r.bytes <= r.limit_bytes, "{} > {}", r.bytes, r.limit_bytes);
+        assert_eq!(c.usage().0, 11);
         // Off: nothing kept.
         c.set_limits(0, 10 * ENTRY_BYTES);
         assert_eq!(c.usage().0, 0);

@@ -217,6 +217,17 @@ impl<D: BlockDevice> Engine<D> {
         &self,
         f: &mut impl FnMut(&mut Core) -> Step<T>,
     ) -> FsResult<Result<T, ()>> {
+        let r = self.settle(f).await;
+        // The node cache may have grown into memory the data cache borrowed.
+        self.dev.cache().trim();
+        r
+    }
+
+    /// [`Engine::run_loads`]' loop: runs `f` and loads what it stops for.
+    async fn settle<T>(
+        &self,
+        f: &mut impl FnMut(&mut Core) -> Step<T>,
+    ) -> FsResult<Result<T, ()>> {
         let mut failed_load: Option<NodePtr> = None;
         for _ in 0..MAX_RETRIES {
             let r = {
