@@ -198,6 +198,14 @@ fn full_and_incremental_streams_out_of_the_appliance_restore_on_the_host() {
     );
     let (out, _) = cli(&["status", "--connect", &appliance]);
     assert!(out.contains("send_result  sent \"b\""), "{out}");
+    // A quota set on the running appliance and shown back.
+    let (out, _) = cli(&["quota", "--connect", &appliance, "/", "--inodes", "100000"]);
+    assert!(
+        out.starts_with("/: root 1: bytes ") && out.trim_end().ends_with(" of 100000"),
+        "{out}"
+    );
+    let (out, _) = cli(&["quota", "--connect", &appliance]);
+    assert!(out.starts_with("1 quota root(s)"), "{out}");
     println!(
         "incremental / full: {:.3}",
         incremental.len() as f64 / full.len() as f64

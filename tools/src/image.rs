@@ -124,20 +124,5 @@ pub fn open(path: &Path, writable: bool) -> Result<FileDisk, String> {
 
 /// Parses a size such as `1G`, `512MiB`, `4096`, `64k` (as export options do).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    ninep::server::access::parse_size(s).map_err(|e| format!("bad size {s:?}: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64k"), Ok(65536));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert!(parse_size("12x").is_err());
-        assert!(parse_size("").is_err());
-    }
+    vfs::parse_size(s).map_err(|e| format!("bad size {s:?}: {e}"))
 }

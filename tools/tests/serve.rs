@@ -847,6 +847,38 @@ fn the_cli_administers_running_servers_with_connect() {
     assert!(out.contains("errors 0"), "{out}");
     let (code, out, _) = run(&["quota", "--connect", &b.addr]);
     assert_eq!((code, out.trim()), (Some(0), "0 quota root(s)"));
+    // Quotas set, changed and shown on the running appliance (charged in whole blocks:
+    // 49 of 4 KiB for the 200,000-byte file).
+    let (code, out, err) = run(&["quota", "--connect", &a.addr, "/", "--bytes", "1M"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out.trim(),
+        "/: root 1: bytes 200704 of 1048576, inodes 2 of none"
+    );
+    let (code, out, err) = run(&["quota", "--connect", &a.addr, "/", "--inodes", "10"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out.trim(),
+        "/: root 1: bytes 200704 of 1048576, inodes 2 of 10"
+    );
+    let (code, out, err) = run(&["quota", "--connect", &a.addr, "kept"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out.trim(),
+        "kept: root 1: bytes 200704 of 1048576, inodes 2 of 10"
+    );
+    let (code, out, _) = run(&["quota", "--connect", &a.addr]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("1 quota root(s)"), "{out}");
+    let (code, _, err) = run(&["quota", "--connect", &a.addr, "/missing", "--bytes", "1M"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("/missing: ENOENT"), "{err}");
+    let (code, _, err) = run(&["ctl", "--connect", &a.addr, "quota", "set", "/", "bytes=1X"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("bad size"), "{err}");
+    let (code, _, err) = run(&["quota", "--connect", &a.addr, "--bytes", "1M"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("need a PATH"), "{err}");
 
     // A server that does not serve this host its administration export, and none at all.
     let (code, _, err) = run(&["ctl", "--connect", &c.addr, "sync"]);

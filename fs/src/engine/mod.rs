@@ -224,10 +224,7 @@ impl<D: BlockDevice> Engine<D> {
     }
 
     /// [`Engine::run_loads`]' loop: runs `f` and loads what it stops for.
-    async fn settle<T>(
-        &self,
-        f: &mut impl FnMut(&mut Core) -> Step<T>,
-    ) -> FsResult<Result<T, ()>> {
+    async fn settle<T>(&self, f: &mut impl FnMut(&mut Core) -> Step<T>) -> FsResult<Result<T, ()>> {
         let mut failed_load: Option<NodePtr> = None;
         for _ in 0..MAX_RETRIES {
             let r = {

@@ -431,6 +431,19 @@ impl<D: BlockDevice> Quotas<D> {
 
 /// One quota root as `quota list` (ctl), `ninefold quota` and `fsck` print it:
 /// `root INO: bytes USED of LIMIT, inodes USED of LIMIT`.
+/// [`describe`] of what [`vfs::FileSystem::quota`] returns.
+pub fn describe_info(q: &vfs::QuotaInfo) -> alloc::string::String {
+    let item = QuotaItem {
+        byte_limit: q.limits.bytes,
+        inode_limit: q.limits.inodes,
+        bytes: q.bytes,
+        inodes: q.inodes,
+        flags: 0,
+        from: 0,
+    };
+    describe(q.root, &item)
+}
+
 pub fn describe(root: vfs::Ino, q: &QuotaItem) -> alloc::string::String {
     let limit = |l: Option<u64>| l.map_or_else(|| "none".into(), |v| alloc::format!("{v}"));
     let labeling = if q.flags & QuotaItem::LABELING != 0 {

@@ -33,6 +33,16 @@ pub enum Command {
     SnapshotList,
     /// List the quota roots: limits and usage.
     QuotaList,
+    /// Show the quota a path (from the filesystem's root) is charged to.
+    QuotaShow(String),
+    /// Make directory `path` a quota root or change its limits: `limits` are
+    /// `bytes=SIZE` and `inodes=N` words (`none`: no limit; a limit not named is kept).
+    QuotaSet {
+        /// The directory, from the filesystem's root.
+        path: String,
+        /// The limit words, checked when the command runs.
+        limits: Vec<String>,
+    },
     /// Stream snapshot `.0` (with `.1`, only the changes since that one) through the
     /// `send` file (`features::streams::jobs`).
     SendStart(String, Option<String>),
@@ -129,6 +139,23 @@ pub const COMMANDS: &[CommandSpec] = &[
         optional: &[],
         help: "list the quota roots (export quota=, inodes=): limits and usage",
         build: |_| Command::QuotaList,
+    },
+    CommandSpec {
+        words: &["quota", "show"],
+        args: 1,
+        optional: &[],
+        help: "show the quota PATH (from the filesystem's root) is charged to",
+        build: |a| Command::QuotaShow(a[0].to_string()),
+    },
+    CommandSpec {
+        words: &["quota", "set"],
+        args: 2,
+        optional: &["LIMIT"],
+        help: "make directory PATH a quota root or change its limits: bytes=SIZE inodes=N (none: no limit)",
+        build: |a| Command::QuotaSet {
+            path: a[0].to_string(),
+            limits: a[1..].iter().map(|w| w.to_string()).collect(),
+        },
     },
     CommandSpec {
         words: &["send", "start"],
@@ -252,6 +279,22 @@ impl Command {
     }
 }
 
+/// The reply naming the quota `path` (inode `ino`) is charged to.
+async fn quota_of<D: BlockDevice>(
+    fs: &NineFs<D>,
+    path: &str,
+    ino: vfs::Ino,
+) -> Result<String, String> {
+    match vfs::FileSystem::quota(fs, ino).await {
+        Ok(Some(q)) => Ok(format!(
+            "{path}: {}",
+            crate::features::quota::describe_info(&q)
+        )),
+        Ok(None) => Ok(format!("{path}: no quota")),
+        Err(e) => Err(format!("{path}: failed: {e}")),
+    }
+}
+
 /// Runs `cmd`; `Ok` carries a one-line reply.
 pub async fn execute<D: BlockDevice>(fs: &NineFs<D>, cmd: &Command) -> Result<String, String> {
     let failed = |e: vfs::Errno| format!("failed: {e}");
@@ -315,6 +358,25 @@ pub async fn execute<D: BlockDevice>(fs: &NineFs<D>, cmd: &Command) -> Result<St
                 let _ = write!(out, "\n{}", crate::features::quota::describe(root, &q));
             }
             Ok(out)
+        }
+        Command::QuotaShow(path) => {
+            let ino = vfs::lookup_path(fs, path)
+                .await
+                .map_err(|e| format!("{path}: {e}"))?;
+            quota_of(fs, path, ino).await
+        }
+        Command::QuotaSet { path, limits } => {
+            let change = vfs::LimitChange::parse(limits.iter().map(String::as_str))?;
+            let ino = vfs::lookup_path(fs, path)
+                .await
+                .map_err(|e| format!("{path}: {e}"))?;
+            // A limit not named keeps its value on a quota root that exists.
+            let old = vfs::FileSystem::quota(fs, ino).await.map_err(failed)?;
+            let old = old.filter(|q| q.root == ino).map(|q| q.limits);
+            vfs::FileSystem::set_quota(fs, ino, change.applied_to(old))
+                .await
+                .map_err(|e| format!("{path}: failed: {e}"))?;
+            quota_of(fs, path, ino).await
         }
         Command::SendStart(name, base) => fs.send_start(name, base.as_deref()).await,
         Command::SendStop => match fs.send_stop() {
@@ -456,6 +518,18 @@ mod tests {
         );
         assert_eq!(Command::parse("snapshot list"), Ok(Command::SnapshotList));
         assert_eq!(Command::parse("quota list"), Ok(Command::QuotaList));
+        assert_eq!(
+            Command::parse("quota show /a"),
+            Ok(Command::QuotaShow("/a".into()))
+        );
+        assert_eq!(
+            Command::parse("quota set /a bytes=1G inodes=none"),
+            Ok(Command::QuotaSet {
+                path: "/a".into(),
+                limits: vec!["bytes=1G".into(), "inodes=none".into()]
+            })
+        );
+        assert!(Command::parse("quota set /a").is_err());
         assert_eq!(
             Command::parse("send start b"),
             Ok(Command::SendStart("b".into(), None))

@@ -29,8 +29,10 @@ use alloc::vec::Vec;
 use core::fmt;
 
 mod forward;
+mod limits;
 mod read;
 
+pub use limits::{parse_limit, parse_size, LimitChange};
 pub use read::{ReadCtx, ReadStream, Window};
 
 /// `Vec` for [`forward_filesystem!`]'s expansion, which names it from any crate.
@@ -407,6 +409,16 @@ impl QuotaInfo {
 /// Operations on an inode that does not exist fail with `ENOENT`; directory operations on
 /// a non-directory fail with `ENOTDIR`.
 ///
+/// The inode a `/`-separated path names, by lookups from the root (`/`, `a/b` and
+/// `/a/b/` name what they say; empty components are skipped).
+pub async fn lookup_path<F: FileSystem + ?Sized>(fs: &F, path: &str) -> FsResult<Ino> {
+    let mut ino = ROOT_INO;
+    for name in path.split('/').filter(|n| !n.is_empty()) {
+        ino = fs.lookup(ino, name.as_bytes()).await?.ino;
+    }
+    Ok(ino)
+}
+
 /// A wrapper that changes a few operations of another filesystem forwards the rest with
 /// [`forward_filesystem!`].
 #[allow(async_fn_in_trait)]

@@ -363,24 +363,7 @@ impl fmt::Display for Export {
     }
 }
 
-/// Parses a size such as `4096`, `64k`, `512MiB`, `1G`, `2T` (binary units).
-pub fn parse_size(s: &str) -> Result<u64, &'static str> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| "expected a size such as 4096, 64K, 512M, 1G")?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err("bad size unit (use K, M, G or T)"),
-    };
-    n.checked_mul(1u64 << shift).ok_or("size too large")
-}
+pub use vfs::parse_size;
 
 /// A uid or gid: decimal digits only.
 fn parse_id(s: &str) -> Option<u32> {
