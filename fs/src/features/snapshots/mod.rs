@@ -346,6 +346,23 @@ impl<D: BlockDevice> Snapshots<D> {
         Ok(items.iter().map(|(id, item)| info(*id, item)).collect())
     }
 
+    /// With the checkpoint lock held: refuses a read-only filesystem (`EROFS`), commits
+    /// a checkpoint (every live node placed and committed, so a walk of the live trees
+    /// sees them and the committed roots stay put until the lock is released) and reads
+    /// the snapshot items.
+    async fn checkpointed_items(&self) -> FsResult<Vec<(u64, SnapshotItem)>> {
+        if self.engine.core.lock().read_only {
+            return Err(Errno::EROFS);
+        }
+        self.engine
+            .checkpoint_locked(CheckpointCause::Snapshot)
+            .await?;
+        self.engine
+            .run_loads(&mut read_items)
+            .await?
+            .map_err(|()| Errno::ENOSPC)
+    }
+
     /// Takes a snapshot named `name` of the filesystem as it is now: commits a
     /// checkpoint, keeps its roots, and commits that with a second checkpoint (a crash
     /// before it leaves no snapshot). `EINVAL`: bad name; `EEXIST`: the name is taken;
@@ -357,17 +374,7 @@ impl<D: BlockDevice> Snapshots<D> {
         let created = self.engine.now();
         let info = {
             let _guard = self.engine.checkpoint_lock.lock().await;
-            if self.engine.core.lock().read_only {
-                return Err(Errno::EROFS);
-            }
-            self.engine
-                .checkpoint_locked(CheckpointCause::Snapshot)
-                .await?;
-            let items = self
-                .engine
-                .run_loads(&mut read_items)
-                .await?
-                .map_err(|()| Errno::ENOSPC)?;
+            let items = self.checkpointed_items().await?;
             if items.iter().any(|(_, i)| i.name == name.as_bytes()) {
                 return Err(Errno::EEXIST);
             }
@@ -423,18 +430,7 @@ impl<D: BlockDevice> Snapshots<D> {
     pub async fn snapshot_delete(&self, name: &str) -> FsResult<()> {
         {
             let _guard = self.engine.checkpoint_lock.lock().await;
-            if self.engine.core.lock().read_only {
-                return Err(Errno::EROFS);
-            }
-            // Every live node placed and committed: a walk of the live trees sees them.
-            self.engine
-                .checkpoint_locked(CheckpointCause::Snapshot)
-                .await?;
-            let items = self
-                .engine
-                .run_loads(&mut read_items)
-                .await?
-                .map_err(|()| Errno::ENOSPC)?;
+            let items = self.checkpointed_items().await?;
             let Some(n) = Neighbours::of(&items, name) else {
                 return Err(Errno::ENOENT);
             };
