@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use ninep::server::Config;
+use ninep::server::{Config, TenantLimits};
 use ninep::wire::{lock, open_flags as of};
 
 const RDWR: u32 = of::RDWR;
@@ -16,6 +16,11 @@ fn main() {
     let server = model_server(Config {
         max_locks_per_conn: 100_000,
         max_locks: 100_000,
+        // The connections' tenant holds them all (its default share is a quarter).
+        tenant: TenantLimits {
+            max_locks: 100_000,
+            ..Config::default().tenant
+        },
         ..Config::default()
     });
     let mut a = client(&server);
