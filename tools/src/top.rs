@@ -66,7 +66,7 @@ pub fn run(args: TopArgs) -> Result<(), String> {
 }
 
 /// `GET /metrics` from the counters port: the body.
-fn fetch(addrs: &[std::net::SocketAddr]) -> Result<String, String> {
+pub(crate) fn fetch(addrs: &[std::net::SocketAddr]) -> Result<String, String> {
     let mut stream =
         TcpStream::connect_timeout(&addrs[0], Duration::from_secs(10)).map_err(|e| {
             format!(
@@ -129,20 +129,20 @@ impl Sample {
 
     /// The sum of the series of `name` (0 if none).
     fn sum(&self, name: &str) -> f64 {
-        self.all(name).iter().map(|(_, v)| v).sum()
+        // Folded from +0: an empty `sum` of floats is -0, which prints as "-0".
+        self.all(name).iter().fold(0.0, |sum, (_, v)| sum + v)
     }
 
     /// The value of `name` with label `key` = `value` (summed over the other labels).
-    fn with(&self, name: &str, key: &str, value: &str) -> f64 {
+    pub(crate) fn with(&self, name: &str, key: &str, value: &str) -> f64 {
         self.all(name)
             .iter()
             .filter(|(l, _)| l.get(key).map(String::as_str) == Some(value))
-            .map(|(_, v)| v)
-            .sum()
+            .fold(0.0, |sum, (_, v)| sum + v)
     }
 
     /// The values of label `key` among the series of `name`, in order.
-    fn label_values(&self, name: &str, key: &str) -> Vec<String> {
+    pub(crate) fn label_values(&self, name: &str, key: &str) -> Vec<String> {
         let mut v: Vec<String> = self
             .all(name)
             .iter()

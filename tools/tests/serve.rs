@@ -736,7 +736,8 @@ fn the_cli_administers_running_servers_with_connect() {
     };
     let (a_img, b_img, c_img) = (image("a.img"), image("b.img"), image("c.img"));
     let admin = ["--admin-allow", "127.0.0.1/32"];
-    let a = spawn_server(&[&a_img, admin[0], admin[1]]);
+    let mut a = spawn_server(&[&a_img, admin[0], admin[1], "--stats", "127.0.0.1:0"]);
+    let a_stats = a.stats_addr();
     let b = spawn_server(&[&b_img, admin[0], admin[1]]);
     let c = spawn_server(&[&c_img]);
     let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -840,6 +841,18 @@ fn the_cli_administers_running_servers_with_connect() {
     assert!(out.contains(&format!("appliance: {}", b.addr)), "{out}");
     assert!(
         out.contains("snapshots  1") && out.contains("quotas:"),
+        "{out}"
+    );
+    // No counters port there: the tenants are not known, and the rest is shown.
+    assert!(
+        out.contains("tenants: not known (cannot reach the counters port"),
+        "{out}"
+    );
+    let (code, out, err) = run(&["status", "--connect", &a.addr, "--stats", &a_stats]);
+    assert_eq!(code, Some(0), "{err}");
+    // This host's tenant holds the status command's own connection.
+    assert!(
+        out.contains("tenants: 1\n    client:127.0.0.1: conns 1, memory "),
         "{out}"
     );
     let (code, out, err) = run(&["scrub", "--connect", &b.addr]);
