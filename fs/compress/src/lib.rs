@@ -20,6 +20,7 @@
 
 extern crate alloc;
 
+use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -200,15 +201,13 @@ pub fn compress_extent(algorithm: Algorithm, logical: &[u8], block_size: usize) 
     // The most the stored form may take: one block fewer than the plain form.
     let budget = logical_blocks.checked_sub(1)?.checked_mul(block_size)?;
     let payload_budget = budget.checked_sub(Header::LEN)?;
-    let mut stored = Vec::with_capacity(budget);
-    stored.extend_from_slice(&[0u8; Header::LEN]);
+    let mut stored;
     let payload_len = match algorithm {
         Algorithm::Lz4 => {
-            // lz4_flex wants room for the worst case before it starts.
-            stored.resize(
-                Header::LEN + lz4_flex::block::get_maximum_output_size(logical.len()),
-                0,
-            );
+            // lz4_flex wants room for the worst case before it starts (about 110% of
+            // the input), not just the budget.
+            stored =
+                vec![0u8; Header::LEN + lz4_flex::block::get_maximum_output_size(logical.len())];
             lz4_flex::block::compress_into(logical, &mut stored[Header::LEN..]).ok()?
         }
     };
@@ -231,7 +230,7 @@ pub fn compress_extent(algorithm: Algorithm, logical: &[u8], block_size: usize) 
 ///
 /// Every length in `stored` is checked: the header's logical length must be
 /// `out.len()` (at most [`MAX_EXTENT_LOGICAL`]), its payload must lie within `stored`,
-/// and the payload must decompress to exactly `out.len()` bytes using all of itself.
+/// and the payload must decompress to exactly `out.len()` bytes.
 /// Nothing is allocated: LZ4 decodes straight into `out`, and work is bounded by
 /// `stored.len()` and `out.len()`. On error, `out` holds unspecified bytes.
 pub fn decompress_extent(stored: &[u8], out: &mut [u8]) -> Result<(), CorruptExtent> {
