@@ -35,7 +35,7 @@ pub const MAGIC: [u8; 2] = *b"Nz";
 /// extent was compressed with.
 ///
 /// Only LZ4 for now: zstd was measured and not taken (D11: the pure-Rust encoder,
-/// ruzstd 0.9, has only zstd's level 1, at a fifth to a seventh of LZ4's speed for
+/// ruzstd 0.9, has only zstd's level 1, at a fifth to a ninth of LZ4's speed for
 /// 3-9% more ratio). Its on-disk code, 2, is reserved for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
