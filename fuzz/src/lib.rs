@@ -21,6 +21,7 @@ pub mod reseal;
 pub mod walk;
 
 pub mod cmdline;
+pub mod compress;
 pub mod ctl;
 pub mod image;
 pub mod log_replay;
@@ -41,6 +42,7 @@ pub const TARGETS: &[(&str, fn() -> Vec<(String, Vec<u8>)>)] = &[
     ("ninep_server", ninep_server::seeds),
     ("ctl", ctl::seeds),
     ("cmdline", cmdline::seeds),
+    ("compress", compress::seeds),
 ];
 
 /// Runs target `name` on `data` (the replay of a corpus without libFuzzer).
@@ -55,6 +57,7 @@ pub fn run(name: &str, data: &[u8]) {
         "ninep_server" => ninep_server::run(data),
         "ctl" => ctl::run(data),
         "cmdline" => cmdline::run(data),
+        "compress" => compress::run(data),
         _ => panic!("no fuzz target {name}"),
     }
 }
