@@ -39,7 +39,7 @@ use crate::io::Dev;
 use crate::synclog::replay::RefusedCommit;
 use alloc::string::String;
 use block::{BlockDevice, WriteFlags};
-use vfs::{Clock, Errno, FsResult, Ino, Timespec};
+use vfs::{Clock, Errno, FsResult, Ino};
 
 use crate::core::counters as stats;
 use crate::core::{checkpoint, dir, mkfs};
@@ -51,7 +51,7 @@ use crate::features::redundancy::{rebuild, scrub, Redundancy};
 use crate::features::snapshots::{self as snapshot, SnapshotInfo, Snapshots};
 use crate::features::streams::host::StreamHost;
 use crate::features::streams::jobs::{self as streamjob, StreamCounters};
-use crate::features::streams::receive::{self as receive, ReceiveError, StreamSource};
+use crate::features::streams::receive::{ReceiveError, StreamSource};
 use crate::features::streams::send::{self as send, SendStats, Sink, StreamSink};
 use crate::features::streams::Streams;
 use crate::synclog;
@@ -661,12 +661,6 @@ impl<D: BlockDevice> NineFs<D> {
         out: &mut S,
     ) -> FsResult<SendStats> {
         send::send_to(self, name, base, out).await
-    }
-
-    /// Sets all four times of `ino` as given (a receive restores them as sent; `setattr`
-    /// cannot set ctime or btime).
-    pub async fn restore_times(&self, ino: Ino, times: [Timespec; 4]) -> vfs::FsResult<()> {
-        receive::restore_times(&self.engine, ino, times).await
     }
 
     /// Receives `stream` (checked whole first): makes the live tree the sent snapshot's
