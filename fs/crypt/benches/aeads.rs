@@ -185,7 +185,7 @@ fn main() {
     }
     if std::env::var_os("CRYPT_BENCH_NO_KDF").is_none() {
         kdf(KdfParams::DEFAULT, kdf_runs, " (chosen)");
-        for (m, t) in [(32, 3), (64, 2), (128, 3)] {
+        for (m, t) in [(64, 3), (32, 3), (128, 3), (256, 3)] {
             let p = KdfParams {
                 memory_kib: m * 1024,
                 iterations: t,
