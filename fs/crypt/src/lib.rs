@@ -449,7 +449,7 @@ impl fmt::Display for WrapError {
             WrapError::Invalid(m) => m.fmt(f),
             WrapError::NoEntropy => NoEntropy.fmt(f),
             WrapError::OutOfMemory => f.write_str("out of memory for the key derivation"),
-            WrapError::WrongKeyOrCorrupt => WrongKeyOrCorrupt.fmt(f),
+            WrapError::WrongKeyOrCorrupt => UnwrapError::WrongKeyOrCorrupt.fmt(f),
         }
     }
 }
@@ -460,15 +460,23 @@ impl From<NoEntropy> for WrapError {
     }
 }
 
-/// The secret does not unwrap the record: a wrong passphrase or key, the wrong kind of
-/// secret, or a record changed after it was written (the two cannot be told apart).
-/// Also returned when Argon2id's memory cannot be allocated, with nothing changed.
+/// Why [`unwrap`] failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WrongKeyOrCorrupt;
+pub enum UnwrapError {
+    /// The secret does not unwrap the record: a wrong passphrase or key, the wrong kind
+    /// of secret, or a record changed after it was written (these cannot be told apart).
+    WrongKeyOrCorrupt,
+    /// Argon2id's memory (the record's [`KdfParams::memory_kib`], at most 256 MiB) could
+    /// not be allocated; nothing was tried, the passphrase may be right.
+    OutOfMemory,
+}
 
-impl fmt::Display for WrongKeyOrCorrupt {
+impl fmt::Display for UnwrapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("wrong key or passphrase, or a damaged wrapped key")
+        f.write_str(match self {
+            UnwrapError::WrongKeyOrCorrupt => "wrong key or passphrase, or a damaged wrapped key",
+            UnwrapError::OutOfMemory => "out of memory for the key derivation",
+        })
     }
 }
 
@@ -629,25 +637,25 @@ impl WrappedKey {
 }
 
 /// The key-encryption key for a record's KDF and salt from `secret`, if they match in
-/// kind (and Argon2id could allocate its memory).
+/// kind and Argon2id could allocate its memory.
 fn wrapping_key(
     kdf: &Kdf,
     salt: &[u8; KDF_SALT_LEN],
     secret: Secret<'_>,
-) -> Result<SealingKey, WrongKeyOrCorrupt> {
+) -> Result<SealingKey, UnwrapError> {
     let kek = match (kdf, secret) {
         (Kdf::Argon2id(params), Secret::Passphrase(pass)) => {
             if pass.is_empty() || pass.len() > MAX_PASSPHRASE_LEN {
-                return Err(WrongKeyOrCorrupt);
+                return Err(UnwrapError::WrongKeyOrCorrupt);
             }
-            params.derive(pass, salt).ok_or(WrongKeyOrCorrupt)?
+            params.derive(pass, salt).ok_or(UnwrapError::OutOfMemory)?
         }
         (Kdf::Raw, Secret::Raw(raw)) => Zeroizing::new(hkdf_sha256(
             Some(salt),
             raw,
             b"ninefold-crypt v1 raw wrapping key",
         )),
-        _ => return Err(WrongKeyOrCorrupt),
+        _ => return Err(UnwrapError::WrongKeyOrCorrupt),
     };
     Ok(SealingKey::new(&kek))
 }
@@ -690,12 +698,12 @@ pub fn wrap(
 
 /// Unwraps a record with the secret it was wrapped with. Time and memory are bounded by
 /// [`KdfParams`]' limits, which [`WrappedKey::decode`] enforced.
-pub fn unwrap(record: &WrappedKey, secret: Secret<'_>) -> Result<DataKey, WrongKeyOrCorrupt> {
+pub fn unwrap(record: &WrappedKey, secret: Secret<'_>) -> Result<DataKey, UnwrapError> {
     let kek = wrapping_key(&record.kdf, &record.salt, secret)?;
     let mut key = DataKey([0; KEY_LEN]);
     key.0 = record.sealed;
     kek.open_in_place(&record.nonce, &record.header(), &mut key.0, &record.tag)
-        .map_err(|_| WrongKeyOrCorrupt)?;
+        .map_err(|_| UnwrapError::WrongKeyOrCorrupt)?;
     Ok(key)
 }
 
@@ -708,6 +716,9 @@ pub fn rewrap(
     new: Wrapping<'_>,
     rng: &mut impl Entropy,
 ) -> Result<WrappedKey, WrapError> {
-    let key = unwrap(record, old).map_err(|_| WrapError::WrongKeyOrCorrupt)?;
+    let key = unwrap(record, old).map_err(|e| match e {
+        UnwrapError::WrongKeyOrCorrupt => WrapError::WrongKeyOrCorrupt,
+        UnwrapError::OutOfMemory => WrapError::OutOfMemory,
+    })?;
     wrap(&key, new, rng)
 }

@@ -3,7 +3,7 @@
 
 use crypt::{
     rewrap, unwrap, wrap, DataKey, Entropy, Kdf, KdfParams, Malformed, NoEntropy, Secret,
-    WrapError, WrappedKey, Wrapping, WrongKeyOrCorrupt,
+    UnwrapError, WrapError, WrappedKey, Wrapping,
 };
 
 struct TestEntropy(u64);
@@ -62,13 +62,13 @@ fn passphrase_wrap_unwrap_and_wrong_passphrase() {
     ] {
         assert_eq!(
             unwrap(&decoded, Secret::Passphrase(wrong)).unwrap_err(),
-            WrongKeyOrCorrupt
+            UnwrapError::WrongKeyOrCorrupt
         );
     }
     // The wrong kind of secret.
     assert_eq!(
         unwrap(&decoded, Secret::Raw(&[0; 32])).unwrap_err(),
-        WrongKeyOrCorrupt
+        UnwrapError::WrongKeyOrCorrupt
     );
 }
 
