@@ -16,7 +16,7 @@
 //! # Nonces: the rule the filesystem must follow
 //! XChaCha20-Poly1305 is broken for a key if one (key, nonce) pair seals two different
 //! plaintexts. Block nonces are not stored; they are derived ([`Nonce::derive`]) from
-//! three values the filesystem already keeps beside each block:
+//! three values the filesystem can name for each block without storing the nonce:
 //!
 //! - `salt`: 64 random bits per encryption root *and per copy of it that writes*. A root
 //!   received on another appliance with the same data key (a raw receive) must draw a new
@@ -34,7 +34,7 @@
 //! bytes and tags unchanged, which is not a second sealing). Values (names, symlink
 //! targets, xattr values) take their nonce the same way from their own write identity.
 //! Random nonces ([`Nonce::random`]) are used only where the nonce is stored, as in
-//! [`WrappedKey`]: at 192 bits a collision is negligible (2^-96 after 2^48 nonces).
+//! [`WrappedKey`]: at 192 bits a collision is negligible (about 2^-97 after 2^48 nonces).
 //!
 //! # Tags
 //! A 4096-byte block cannot grow: [`SealingKey::seal_in_place`] encrypts in place and
@@ -318,9 +318,10 @@ pub struct KdfParams {
 
 impl KdfParams {
     /// The parameters new keys are wrapped with (D12): 64 MiB, 6 passes, 1 lane. About
-    /// 0.45 s in the appliance's code on the development machine (0.3 s on the host with
+    /// 0.4 s in the appliance's code on the development machine (0.25 s on the host with
     /// AVX2): twice the passes of RFC 9106's memory-constrained recommendation (64 MiB,
-    /// t = 3), since an unlock is rare; 64 MiB fits beside a 128 MiB appliance's caches.
+    /// t = 3), since an unlock is rare; 64 MiB, needed only during an unlock, is half the
+    /// smallest appliance's memory.
     pub const DEFAULT: KdfParams = KdfParams {
         memory_kib: 64 * 1024,
         iterations: 6,

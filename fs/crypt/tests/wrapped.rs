@@ -334,3 +334,31 @@ fn decode_of_noise_never_panics() {
         let _ = WrappedKey::decode(&b);
     }
 }
+
+/// The record format and the wrapping-key derivations, pinned: records written today must
+/// unwrap after any change to the crate. (Bytes made by this crate, not a standard's
+/// vector: the standards' vectors are in `kat.rs`.)
+#[test]
+fn record_format_is_pinned() {
+    let key = DataKey::from_bytes([0x24; 32]);
+    let raw = wrap(&key, Wrapping::Raw(&[0x42; 32]), &mut TestEntropy(11))
+        .unwrap()
+        .encode();
+    let pass = wrap(
+        &key,
+        Wrapping::Passphrase(PASS, CHEAP),
+        &mut TestEntropy(12),
+    )
+    .unwrap()
+    .encode();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    assert_eq!(hex(&raw), PINNED_RAW, "raw record");
+    assert_eq!(hex(&pass), PINNED_ARGON2ID, "Argon2id record");
+    assert!(same(
+        &unwrap(&WrappedKey::decode(&raw).unwrap(), Secret::Raw(&[0x42; 32])).unwrap(),
+        &key
+    ));
+}
+
+const PINNED_RAW: &str = "4e66574b01020000000000000000000000000000df961433e9e54d2868b7de3d22838c45898bb821b04858f16923b841dabf3282ed3a3176de911e18b78c379b78e1800e34729a855a68445efdf4ea6815df315f5a402b3867c8d784d588df5568098a1a3beac60e2b34ed2b";
+const PINNED_ARGON2ID: &str = "4e66574b0101000000200000010000000100000037fe1f2e53d6c6dec478fb69debbe1d3722421ecdf830660507922e0be08301996990ffcf934a146826fc15b1a7498ff5f29ad572eff08e76c0ee48594a5a2985da70e00fa8e73506fae14137210b4d65d5449149ffcfe45";
