@@ -336,8 +336,9 @@ fn decode_of_noise_never_panics() {
 }
 
 /// The record format and the wrapping-key derivations, pinned: records written today must
-/// unwrap after any change to the crate. (Bytes made by this crate, not a standard's
-/// vector: the standards' vectors are in `kat.rs`.)
+/// unwrap after any change to the crate. Bytes made by this crate (the standards' vectors
+/// are in `kat.rs`), and reproduced independently by `tests/xcheck.py` (pyca/cryptography:
+/// HKDF-SHA256, Argon2id and XChaCha20-Poly1305 from the documented layout).
 #[test]
 fn record_format_is_pinned() {
     let key = DataKey::from_bytes([0x24; 32]);
