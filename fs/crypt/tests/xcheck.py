@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Cross-check of fs/crypt with an independent implementation (pyca/cryptography >= 44, on
 OpenSSL): XChaCha20-Poly1305 built from its ChaCha20 (HChaCha20 recovered from one block),
-checked on draft-irtf-cfrg-xchacha A.3.1, then the two records pinned in tests/wrapped.rs
+checked on draft-irtf-cfrg-xchacha A.3.1 (and RFC 8439 2.8.2), then the two records pinned in tests/wrapped.rs
 recomputed from their documented construction. Run: python3 fs/crypt/tests/xcheck.py"""
 import struct
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
@@ -29,6 +29,10 @@ pt = b"Ladies and Gentlemen of the class of '99: If I could offer you only one t
 ct = xseal(k, n, aad, pt)
 assert ct[-16:].hex() == "c0875924c1c7987947deafd8780acf49", ct[-16:].hex()
 print("xchacha A.3.1 ok")
+# RFC 8439 2.8.2 (the same key, AAD and plaintext; a 96-bit nonce).
+ct = ChaCha20Poly1305(k).encrypt(bytes.fromhex("070000004041424344454647"), pt, aad)
+assert ct[:16].hex() == "d31a8d34648e60db7b86afbc53ef7ec2" and ct[-16:].hex() == "1ae10b594f09e26a7e902ecbd0600691"
+print("chacha20poly1305 RFC 8439 2.8.2 ok")
 
 def check(rec_hex, kek_fn):
     rec = bytes.fromhex(rec_hex)
