@@ -64,7 +64,7 @@ image:
 .PHONY: image-profile
 image-profile:
 	CARGO_TARGET_DIR=$(BUILD)/profile-target \
-	CARGO_TARGET_X86_64_UNKNOWN_NONE_RUSTFLAGS="-C relocation-model=static -C force-frame-pointers=yes" \
+	CARGO_TARGET_X86_64_UNKNOWN_NONE_RUSTFLAGS="-C relocation-model=static -C force-frame-pointers=yes --cfg poly1305_backend=\"soft\"" \
 	$(CARGO) build --locked -p ninefold-kernel --target $(TARGET) --release
 	@mkdir -p $(BUILD)
 	cp $(BUILD)/profile-target/$(TARGET)/release/ninefold-kernel $(BUILD)/appliance-profile.elf
