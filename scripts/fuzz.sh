@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 # rustc reports "1.97.0-nightly (e50aa6fba 2026-05-19)".
 PINNED=nightly-2026-05-20
 PINNED_RUSTC="(e50aa6fba 2026-05-19)"
-TARGETS_ALL="node superblock image log_replay receive ninep_wire ninep_server ctl cmdline compress"
+TARGETS_ALL="node superblock image log_replay receive ninep_wire ninep_server ctl cmdline compress wrapped_key"
 TARGETS=${FUZZ_TARGETS:-$TARGETS_ALL}
 OUT=build/fuzz
 HOST=x86_64-unknown-linux-gnu

@@ -30,6 +30,7 @@ pub mod ninep_wire;
 pub mod node;
 pub mod receive;
 pub mod superblock;
+pub mod wrapped_key;
 
 /// Every target: its name (the binary's and the corpus directory's) and its seeds.
 pub const TARGETS: &[(&str, fn() -> Vec<(String, Vec<u8>)>)] = &[
@@ -43,6 +44,7 @@ pub const TARGETS: &[(&str, fn() -> Vec<(String, Vec<u8>)>)] = &[
     ("ctl", ctl::seeds),
     ("cmdline", cmdline::seeds),
     ("compress", compress::seeds),
+    ("wrapped_key", wrapped_key::seeds),
 ];
 
 /// Runs target `name` on `data` (the replay of a corpus without libFuzzer).
@@ -58,6 +60,7 @@ pub fn run(name: &str, data: &[u8]) {
         "ctl" => ctl::run(data),
         "cmdline" => cmdline::run(data),
         "compress" => compress::run(data),
+        "wrapped_key" => wrapped_key::run(data),
         _ => panic!("no fuzz target {name}"),
     }
 }
