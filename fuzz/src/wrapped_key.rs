@@ -47,8 +47,8 @@ impl crypt::Entropy for Counter {
 /// short.
 pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let key = crypt::DataKey::from_bytes([0x42; KEY_LEN]);
-    let raw = crypt::wrap(&key, crypt::Wrapping::Raw(&[7; KEY_LEN]), &mut Counter(0))
-        .expect("wraps");
+    let raw =
+        crypt::wrap(&key, crypt::Wrapping::Raw(&[7; KEY_LEN]), &mut Counter(0)).expect("wraps");
     let small = crypt::KdfParams {
         memory_kib: crypt::KdfParams::MIN_MEMORY_KIB,
         iterations: 1,
