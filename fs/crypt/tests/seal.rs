@@ -8,20 +8,8 @@ use crypt::{
 
 const BLOCK: usize = 4096;
 
-/// A deterministic byte stream standing in for the appliance's entropy.
-struct TestEntropy(u64);
-impl Entropy for TestEntropy {
-    fn fill(&mut self, dest: &mut [u8]) -> Result<(), NoEntropy> {
-        for b in dest {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 56) as u8;
-        }
-        Ok(())
-    }
-}
+mod common;
+use common::TestEntropy;
 
 fn block(seed: u8) -> Vec<u8> {
     (0..BLOCK)

@@ -2,23 +2,12 @@
 //! never panics, and a forged record cannot make an unlock unbounded.
 
 use crypt::{
-    rewrap, unwrap, wrap, DataKey, Entropy, Kdf, KdfParams, Malformed, NoEntropy, Secret,
-    UnwrapError, WrapError, WrappedKey, Wrapping,
+    rewrap, unwrap, wrap, DataKey, Entropy, Kdf, KdfParams, Malformed, Secret, UnwrapError,
+    WrapError, WrappedKey, Wrapping,
 };
 
-struct TestEntropy(u64);
-impl Entropy for TestEntropy {
-    fn fill(&mut self, dest: &mut [u8]) -> Result<(), NoEntropy> {
-        for b in dest {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 56) as u8;
-        }
-        Ok(())
-    }
-}
+mod common;
+use common::TestEntropy;
 
 /// The cheapest parameters accepted, so the tests stay fast.
 const CHEAP: KdfParams = KdfParams {
